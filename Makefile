@@ -1,0 +1,68 @@
+# bpfprofiler — see README.md. Run as root (sudo make run, sudo make test).
+GO        ?= go
+BUILD     := $(CURDIR)/_build
+TOOLS     := $(BUILD)/tools
+OCB       := $(TOOLS)/builder
+MDATAGEN  := $(TOOLS)/mdatagen
+COLLECTOR := $(BUILD)/otelcol-bpfprofiler
+CONFIG    ?= deploy/collector.yaml
+GOSRC     := $(shell find . -name '*.go' -not -path './_build/*' -not -path './tools/*') go.mod go.sum bpf/cpu_bpfel.o
+
+export GOFLAGS ?= -mod=mod
+
+.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean
+
+all: build
+
+build:
+	$(GO) build ./...
+
+$(OCB):
+	GOBIN=$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@v0.162.0
+
+$(MDATAGEN): tools/mdatagen/go.mod
+	cd tools/mdatagen && $(GO) build -o $(MDATAGEN) go.opentelemetry.io/collector/cmd/mdatagen
+
+tools: $(OCB) $(MDATAGEN)
+
+# The collector binary, built by ocb from builder-config.yaml.
+collector: $(COLLECTOR)
+$(COLLECTOR): $(OCB) builder-config.yaml $(GOSRC)
+	$(OCB) --config builder-config.yaml
+	@touch $@
+
+# Build (if needed) and run the collector on the default configuration.
+run: $(COLLECTOR)
+	$(COLLECTOR) --config $(CONFIG) --feature-gates=service.profilesSupport
+
+# Every test: unit, BPF integration (root) and end to end with the ocb-built
+# collector. BPF tests skip without root unless BPFPROFILER_REQUIRE_BPF=1.
+test: $(COLLECTOR)
+	$(GO) vet ./...
+	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -timeout 40m ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+bench: $(COLLECTOR)
+	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)
+
+generate: generate-bpf generate-metadata
+
+generate-bpf:
+	$(GO) generate ./bpf/...
+
+generate-metadata: $(MDATAGEN)
+	cd receiver/bpfprofilerreceiver && $(MDATAGEN) metadata.yaml
+
+# CI: regenerating must not change anything committed.
+check-generated: generate
+	git diff --exit-code -- bpf receiver
+	@test -z "$$(git status --porcelain -- bpf receiver)" || { git status --porcelain -- bpf receiver; echo 'generated files are not committed'; exit 1; }
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf $(BUILD)

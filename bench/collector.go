@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// readyMessage is what the collector logs once every component has started.
+const readyMessage = "Everything is ready"
+
+// collectorConfig says how to start the collector.
+type collectorConfig struct {
+	binary       string
+	dir          string        // scratch directory: config, pprof files, logs
+	readyTimeout time.Duration // how long to wait for readyMessage
+	settle       time.Duration // wait after ready before measuring
+}
+
+// collectorYAML is the configuration of every collector the bench starts:
+// host-wide CPU profiling at 99 Hz, a report every 2 s, written as pprof
+// files and summarized by the debug exporter. %s is the pprof directory.
+const collectorYAML = `receivers:
+  bpfprofiler:
+    report_interval: 2s
+    cpu:
+      enabled: true
+      samples_per_second: 99
+    pprof:
+      directory: %q
+processors:
+  memory_limiter:
+    check_interval: 1s
+    limit_mib: 256
+exporters:
+  debug:
+    verbosity: basic
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    profiles:
+      receivers: [bpfprofiler]
+      processors: [memory_limiter]
+      exporters: [debug]
+`
+
+// writeCollectorConfig writes the config file into cfg.dir and returns its path.
+func writeCollectorConfig(dir string) (string, error) {
+	profiles := filepath.Join(dir, "profiles")
+	if err := os.MkdirAll(profiles, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "collector.yaml")
+	return path, os.WriteFile(path, fmt.Appendf(nil, collectorYAML, profiles), 0o644)
+}
+
+// collector is a running collector process.
+type collector struct {
+	cmd     *exec.Cmd
+	out     *lineLog
+	logPath string
+	exited  chan struct{} // closed when the process has exited
+	waitErr error         // valid after exited is closed
+	once    sync.Once
+	stopErr error
+}
+
+var collectorRuns int
+
+// startCollector starts the collector and returns once it has logged
+// readyMessage and then cfg.settle has passed, so that its start-up (BPF
+// load, the first report symbolizing every process already on the host) is
+// not part of what the caller measures next.
+func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error) {
+	confPath, err := writeCollectorConfig(cfg.dir)
+	if err != nil {
+		return nil, err
+	}
+	collectorRuns++
+	logPath := filepath.Join(cfg.dir, fmt.Sprintf("collector-%d.log", collectorRuns))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	out := newLineLog(logFile)
+	cmd := exec.Command(cfg.binary, "--config", confPath, "--feature-gates=service.profilesSupport")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("starting the collector %s: %w", cfg.binary, err)
+	}
+	c := &collector{cmd: cmd, out: out, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		c.waitErr = cmd.Wait()
+		logFile.Close()
+		close(c.exited)
+	}()
+
+	fail := func(err error) (*collector, error) {
+		c.stop()
+		return nil, err
+	}
+	select {
+	case <-out.ready:
+	case <-c.exited:
+		return fail(fmt.Errorf("collector exited before it was ready (%v); its last output (%s):\n%s", c.waitErr, logPath, c.lastLines(30)))
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(cfg.readyTimeout):
+		return fail(fmt.Errorf("collector did not log %q within %v; its last output (%s):\n%s", readyMessage, cfg.readyTimeout, logPath, c.lastLines(30)))
+	}
+	select {
+	case <-c.exited:
+		return fail(fmt.Errorf("collector exited right after start (%v); its last output (%s):\n%s", c.waitErr, logPath, c.lastLines(30)))
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(cfg.settle):
+	}
+	return c, nil
+}
+
+func (c *collector) pid() int { return c.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits for the exit (SIGKILL after 15 s). It reports
+// an error if the collector had already died or did not stop cleanly; later
+// calls return the first result.
+func (c *collector) stop() error {
+	c.once.Do(func() {
+		select {
+		case <-c.exited:
+			c.stopErr = fmt.Errorf("collector exited on its own (%v); its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
+			return
+		default:
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.exited:
+			if c.waitErr != nil {
+				c.stopErr = fmt.Errorf("collector stopped with %v; its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
+			}
+		case <-time.After(15 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+			c.stopErr = fmt.Errorf("collector did not stop within 15 s of SIGTERM; killed")
+		}
+	})
+	return c.stopErr
+}
+
+func (c *collector) lastLines(n int) string { return c.out.last(n) }
+
+// lineLog is the collector's stdout and stderr: written to a file, the last
+// lines kept for error messages, and ready closed on readyMessage.
+type lineLog struct {
+	mu      sync.Mutex
+	file    *os.File
+	partial []byte
+	lines   []string // the last maxKeep lines
+	ready   chan struct{}
+	isReady bool
+}
+
+const maxKeep = 200
+
+func newLineLog(f *os.File) *lineLog {
+	return &lineLog{file: f, ready: make(chan struct{})}
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.file.Write(p)
+	l.partial = append(l.partial, p...)
+	for {
+		i := strings.IndexByte(string(l.partial), '\n')
+		if i < 0 {
+			break
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		if !l.isReady && strings.Contains(line, readyMessage) {
+			l.isReady = true
+			close(l.ready)
+		}
+		l.lines = append(l.lines, line)
+		if len(l.lines) > maxKeep {
+			l.lines = l.lines[len(l.lines)-maxKeep:]
+		}
+	}
+	return len(p), nil
+}
+
+func (l *lineLog) last(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := l.lines
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	s := strings.Join(lines, "\n")
+	if len(l.partial) > 0 {
+		s += "\n" + string(l.partial)
+	}
+	return s
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicksPerSecond is USER_HZ, the unit of utime and stime in
+// /proc/<pid>/stat. Linux fixes it at 100 on every architecture we run on
+// (sysconf(_SC_CLK_TCK) returns the same constant), so it is assumed rather
+// than queried.
+const clockTicksPerSecond = 100
+
+// cpuSample is the CPU time a process has used so far, from two sources:
+// utime+stime of /proc/<pid>/stat (whole process, including exited threads,
+// in 10 ms ticks) and the sum of run times in /proc/<pid>/task/*/schedstat
+// (nanoseconds, but only threads still alive).
+type cpuSample struct {
+	ticks   uint64 // utime + stime, in clock ticks
+	schedNS uint64 // sum of per-thread on-CPU time, 0 if unavailable
+}
+
+// readCPU samples the CPU time used so far by process pid.
+func readCPU(pid int) (cpuSample, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return cpuSample{}, err
+	}
+	utime, stime, err := parseStatTimes(data)
+	if err != nil {
+		return cpuSample{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	s := cpuSample{ticks: utime + stime}
+	s.schedNS, _ = readSchedRuntime(pid) // best effort: needs CONFIG_SCHEDSTATS
+	return s, nil
+}
+
+// parseStatTimes extracts utime and stime (fields 14 and 15, in clock ticks)
+// from the contents of /proc/<pid>/stat. The command name (field 2) is in
+// parentheses and may itself contain spaces and parentheses, so fields are
+// counted from the last ')'.
+func parseStatTimes(data []byte) (utime, stime uint64, err error) {
+	end := bytes.LastIndexByte(data, ')')
+	if end < 0 {
+		return 0, 0, fmt.Errorf("no ')' closing the command name")
+	}
+	// fields[0] is field 3 (state), so field n is fields[n-3].
+	fields := strings.Fields(string(data[end+1:]))
+	const utimeField, stimeField = 14, 15
+	if len(fields) < stimeField-2 {
+		return 0, 0, fmt.Errorf("only %d fields after the command name", len(fields))
+	}
+	if utime, err = strconv.ParseUint(fields[utimeField-3], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("utime: %w", err)
+	}
+	if stime, err = strconv.ParseUint(fields[stimeField-3], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stime: %w", err)
+	}
+	return utime, stime, nil
+}
+
+// readSchedRuntime sums the on-CPU nanoseconds (first field of schedstat) of
+// every live thread of pid.
+func readSchedRuntime(pid int) (uint64, error) {
+	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(paths) == 0 {
+		return 0, fmt.Errorf("no schedstat for pid %d", pid)
+	}
+	var total uint64
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited meanwhile
+		}
+		ns, err := parseSchedstat(data)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		total += ns
+	}
+	return total, nil
+}
+
+// parseSchedstat returns the first field of a schedstat file: time spent on
+// the CPU, in nanoseconds.
+func parseSchedstat(data []byte) (uint64, error) {
+	fields := strings.Fields(string(data))
+	if len(fields) == 0 {
+		return 0, fmt.Errorf("empty schedstat")
+	}
+	return strconv.ParseUint(fields[0], 10, 64)
+}
+
+// readVmHWM returns the peak resident set size of pid, in bytes.
+func readVmHWM(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseVmHWM(data)
+}
+
+// parseVmHWM extracts the "VmHWM:" line of /proc/<pid>/status
+// ("VmHWM:\t   41236 kB") and returns it in bytes.
+func parseVmHWM(data []byte) (uint64, error) {
+	for line := range strings.Lines(string(data)) {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("malformed VmHWM line %q", strings.TrimSpace(line))
+		}
+		kb, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("VmHWM: %w", err)
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("no VmHWM line (kernel thread or exited process?)")
+}
+
+// parseWallNS reads the wall time the workload prints on stdout: the last
+// non-empty line, an integer count of nanoseconds.
+func parseWallNS(stdout string) (time.Duration, error) {
+	lines := strings.Fields(stdout)
+	if len(lines) == 0 {
+		return 0, fmt.Errorf("workload printed nothing on stdout")
+	}
+	last := lines[len(lines)-1]
+	ns, err := strconv.ParseInt(last, 10, 64)
+	if err != nil || ns <= 0 {
+		return 0, fmt.Errorf("workload's last stdout line %q is not a wall time in ns", last)
+	}
+	return time.Duration(ns), nil
+}
+
+// parseCPUNS finds the "fixedwork: cpu_ns N" line the workload prints on
+// stderr (among perf's own messages) and returns N.
+func parseCPUNS(stderr string) (time.Duration, error) {
+	for line := range strings.Lines(stderr) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "fixedwork: cpu_ns ")
+		if !ok {
+			continue
+		}
+		ns, err := strconv.ParseInt(rest, 10, 64)
+		if err != nil || ns <= 0 {
+			return 0, fmt.Errorf("bad workload CPU time %q", rest)
+		}
+		return time.Duration(ns), nil
+	}
+	return 0, fmt.Errorf("workload printed no \"fixedwork: cpu_ns\" line on stderr")
+}
+
+// median returns the median of xs (the mean of the two middle values for an
+// even count), or 0 for no values. xs is not modified.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	mid := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[mid]
+	}
+	return (s[mid-1] + s[mid]) / 2
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// Targets the report checks (as text; nothing fails on them).
+const (
+	targetCPUPercent = 0.5 // collector CPU, % of one core, while profiling
+	targetRSSMiB     = 60  // collector peak RSS
+)
+
+// report accumulates the rounds.
+type report struct {
+	scenarios []string
+	walls     map[string][]float64 // seconds, per round
+	ratios    map[string][]float64 // wall / same round's baseline wall
+	cpus      map[string][]float64 // workload CPU seconds, per round
+	cpuRatios map[string][]float64 // workload CPU / same round's baseline's
+
+	cpuTicks []float64 // collector CPU per round, % of a core
+	cpuSched []float64 // same from schedstat; nil once a round lacked it
+	rss      []uint64  // collector VmHWM per round, bytes
+	schedOK  bool
+
+	haveIdle             bool
+	idleTicks, idleSched float64
+}
+
+func newReport(scenarios []string) *report {
+	return &report{
+		scenarios: scenarios,
+		walls:     map[string][]float64{},
+		ratios:    map[string][]float64{},
+		cpus:      map[string][]float64{},
+		cpuRatios: map[string][]float64{},
+		schedOK:   true,
+	}
+}
+
+func (r *report) add(round map[string]runResult, cr collectorRun, withCollector bool) {
+	base, baseCPU := round[scBaseline].wall.Seconds(), round[scBaseline].cpu.Seconds()
+	for sc, res := range round {
+		r.walls[sc] = append(r.walls[sc], res.wall.Seconds())
+		r.ratios[sc] = append(r.ratios[sc], res.wall.Seconds()/base)
+		r.cpus[sc] = append(r.cpus[sc], res.cpu.Seconds())
+		r.cpuRatios[sc] = append(r.cpuRatios[sc], res.cpu.Seconds()/baseCPU)
+	}
+	if !withCollector {
+		return
+	}
+	r.cpuTicks = append(r.cpuTicks, cr.cpuTicks)
+	r.cpuSched = append(r.cpuSched, cr.cpuSched)
+	if cr.cpuSched < 0 {
+		r.schedOK = false
+	}
+	r.rss = append(r.rss, cr.peakRSS)
+}
+
+// roundLine describes round i (0-based) of n, just added.
+func (r *report) roundLine(i, n int, order []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d/%d:", i+1, n)
+	for _, sc := range order {
+		k := len(r.walls[sc]) - 1
+		fmt.Fprintf(&b, "  %s %s", sc, fmtWall(r.walls[sc][k]))
+		if sc != scBaseline {
+			fmt.Fprintf(&b, " (x%.3f, cpu x%.3f)", r.ratios[sc][k], r.cpuRatios[sc][k])
+		}
+	}
+	if k := len(r.cpuTicks) - 1; k >= 0 {
+		fmt.Fprintf(&b, "  | collector CPU %s, peak RSS %.1f MiB",
+			fmtCPU(r.cpuTicks[k], r.cpuSched[k]), mib(r.rss[k]))
+	}
+	return b.String()
+}
+
+// cpu returns the collector CPU figure the summary and its check use: from
+// schedstat (nanoseconds) when every round had it, else from utime+stime,
+// whose 10 ms ticks are coarse over a ~4 s run (±0.25% of a core per tick).
+func (r *report) cpu() (value float64, source string) {
+	if r.schedOK && len(r.cpuSched) > 0 {
+		return median(r.cpuSched), "schedstat"
+	}
+	return median(r.cpuTicks), "utime+stime"
+}
+
+func (r *report) print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tmedian wall\tratio vs baseline\tratio min..max\t\tworkload CPU\tCPU ratio")
+	for _, sc := range r.scenarios {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f..%.3f\t\t%s\t%.3f\n", sc, fmtWall(median(r.walls[sc])),
+			median(r.ratios[sc]), slices.Min(r.ratios[sc]), slices.Max(r.ratios[sc]),
+			fmtWall(median(r.cpus[sc])), median(r.cpuRatios[sc]))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "(ratios: medians over %d rounds of each run / that round's baseline; workload CPU is its\n"+
+		" user+system time, which also holds the profilers' sampling interrupts and BPF program,\n"+
+		" and is less sensitive than wall time to other load on the host)\n", len(r.walls[scBaseline]))
+
+	if len(r.cpuTicks) == 0 {
+		fmt.Fprintln(w, "collector: not run (-skip-collector)")
+	} else {
+		cpu, source := r.cpu()
+		peak := slices.Max(r.rss)
+		line := fmt.Sprintf("collector CPU: %.2f%% of a core (median, %s; utime+stime median %.2f%%), peak RSS %.1f MiB",
+			cpu, source, median(r.cpuTicks), mib(peak))
+		if r.haveIdle {
+			line += ", idle CPU " + fmtCPU(r.idleTicks, r.idleSched)
+		}
+		fmt.Fprintln(w, line)
+	}
+
+	if base := r.walls[scBaseline]; slices.Max(base) > 1.1*slices.Min(base) {
+		fmt.Fprintf(w, "warning: the baseline's wall time ranged from %s to %s: the host is busy with\n"+
+			" other work, so wall ratios are unreliable; the CPU ratios are the better guide.\n",
+			fmtWall(slices.Min(base)), fmtWall(slices.Max(base)))
+	}
+
+	fmt.Fprintln(w)
+	bpf, hasBpf := r.ratios[scBpfprofiler]
+	perf, hasPerf := r.ratios[scPerf]
+	switch {
+	case !hasBpf:
+		fmt.Fprintln(w, "slowdown no worse than perf's: n/a (collector skipped)")
+	case !hasPerf:
+		fmt.Fprintln(w, "slowdown no worse than perf's: n/a (perf skipped)")
+	default:
+		b, p := median(bpf), median(perf)
+		fmt.Fprintf(w, "slowdown no worse than perf's: %s (wall ratio: bpfprofiler %.3f, perf %.3f)\n", yesNo(b <= p), b, p)
+		b, p = median(r.cpuRatios[scBpfprofiler]), median(r.cpuRatios[scPerf])
+		fmt.Fprintf(w, "slowdown no worse than perf's, by workload CPU: %s (CPU ratio: bpfprofiler %.3f, perf %.3f)\n", yesNo(b <= p), b, p)
+	}
+	if len(r.cpuTicks) > 0 {
+		cpu, source := r.cpu()
+		fmt.Fprintf(w, "collector CPU ≤ %.1f%% of a core: %s (%.2f%%, %s)\n", targetCPUPercent, yesNo(cpu <= targetCPUPercent), cpu, source)
+		peak := mib(slices.Max(r.rss))
+		fmt.Fprintf(w, "RSS ≤ %d MiB: %s (%.1f MiB)\n", targetRSSMiB, yesNo(peak <= targetRSSMiB), peak)
+	}
+}
+
+// fmtCPU formats a CPU share from ticks and, if available, schedstat.
+func fmtCPU(ticks, sched float64) string {
+	if sched < 0 {
+		return fmt.Sprintf("%.2f%% (utime+stime)", ticks)
+	}
+	return fmt.Sprintf("%.2f%% (schedstat; utime+stime %.2f%%)", sched, ticks)
+}
+
+func fmtWall(secs float64) string {
+	return fmt.Sprintf("%.3fs", secs)
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+func yesNo(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed workloads/fixedwork.c
+var fixedworkSource []byte
+
+// buildWorkload writes the embedded fixedwork.c into dir and compiles it with
+// frame pointers and debug info, so every profiler can unwind and symbolize
+// it. It returns the path of the binary.
+func buildWorkload(ctx context.Context, dir string) (string, error) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("no C compiler %q to build the workload (set CC): %w", cc, err)
+	}
+	src := filepath.Join(dir, "fixedwork.c")
+	if err := os.WriteFile(src, fixedworkSource, 0o644); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "fixedwork")
+	cmd := exec.CommandContext(ctx, cc, "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("compiling the workload: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// runResult is one run of the workload.
+type runResult struct {
+	wall    time.Duration // as printed by the workload itself
+	cpu     time.Duration // the workload's user+system time, as printed by it
+	outside time.Duration // from our start of the command to its exit
+}
+
+// runCommand runs argv (the workload, possibly behind perf) to completion and
+// returns the wall time the workload printed on stdout. before, if not nil,
+// is called right before the process starts; the time between before and the
+// return is what runResult.outside measures.
+func runCommand(ctx context.Context, argv []string, before func()) (runResult, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if before != nil {
+		before()
+	}
+	start := time.Now()
+	err := cmd.Run()
+	outside := time.Since(start)
+	if err != nil {
+		return runResult{}, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
+	}
+	wall, err := parseWallNS(stdout.String())
+	if err != nil {
+		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
+	}
+	cpu, err := parseCPUNS(stderr.String())
+	if err != nil {
+		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
+	}
+	return runResult{wall: wall, cpu: cpu, outside: outside}, nil
+}
+
+// workloadArgv is the command line of one workload run.
+func workloadArgv(bin string, iterations uint64) []string {
+	return []string{bin, strconv.FormatUint(iterations, 10)}
+}
+
+// runBaseline runs the workload alone.
+func runBaseline(ctx context.Context, bin string, iterations uint64) (runResult, error) {
+	return runCommand(ctx, workloadArgv(bin, iterations), nil)
+}
+
+// runPerf runs the workload under `perf record -F 99 -a -g` writing into dir,
+// and removes perf.data afterwards.
+func runPerf(ctx context.Context, perf, dir, bin string, iterations uint64) (runResult, error) {
+	data := filepath.Join(dir, "perf.data")
+	defer os.Remove(data)
+	defer os.Remove(data + ".old")
+	argv := append([]string{perf, "record", "-F", "99", "-a", "-g", "-o", data, "--"}, workloadArgv(bin, iterations)...)
+	return runCommand(ctx, argv, nil)
+}
+
+// collectorRun is one run of the workload beside a ready collector.
+type collectorRun struct {
+	runResult
+	cpuTicks float64 // collector CPU, % of a core, from utime+stime
+	cpuSched float64 // collector CPU, % of a core, from schedstat (-1: n/a)
+	peakRSS  uint64  // collector VmHWM at the end, bytes
+}
+
+// runWithCollector starts the collector, waits until it is ready and settled,
+// runs the workload once while measuring the collector's CPU time over the
+// workload's lifetime, reads its peak RSS and stops it with SIGTERM.
+func runWithCollector(ctx context.Context, cfg collectorConfig, bin string, iterations uint64) (collectorRun, error) {
+	c, err := startCollector(ctx, cfg)
+	if err != nil {
+		return collectorRun{}, err
+	}
+	defer c.stop()
+
+	var before cpuSample
+	var beforeErr error
+	res, err := runCommand(ctx, workloadArgv(bin, iterations), func() {
+		before, beforeErr = readCPU(c.pid())
+	})
+	if err != nil {
+		return collectorRun{}, err
+	}
+	select {
+	case <-c.exited:
+		return collectorRun{}, fmt.Errorf("collector exited during the run (%v); its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
+	default:
+	}
+	after, afterErr := readCPU(c.pid())
+	if err := errors.Join(beforeErr, afterErr); err != nil {
+		return collectorRun{}, fmt.Errorf("collector died during the run? %w\n%s", err, c.lastLines(20))
+	}
+	rss, err := readVmHWM(c.pid())
+	if err != nil {
+		return collectorRun{}, fmt.Errorf("collector peak RSS: %w", err)
+	}
+	if err := c.stop(); err != nil {
+		return collectorRun{}, err
+	}
+	out := collectorRun{runResult: res, peakRSS: rss}
+	out.cpuTicks, out.cpuSched = cpuPercent(before, after, res.outside)
+	return out, nil
+}
+
+// measureIdle starts the collector with no workload, waits until it is
+// settled and returns its CPU use over window, in % of a core.
+func measureIdle(ctx context.Context, cfg collectorConfig, window time.Duration) (ticks, sched float64, err error) {
+	c, err := startCollector(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.stop()
+	before, err := readCPU(c.pid())
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-c.exited:
+		return 0, 0, fmt.Errorf("collector exited while idle\n%s", c.lastLines(20))
+	case <-time.After(window):
+	}
+	after, err := readCPU(c.pid())
+	if err != nil {
+		return 0, 0, err
+	}
+	elapsed := time.Since(start)
+	if err := c.stop(); err != nil {
+		return 0, 0, err
+	}
+	ticks, sched = cpuPercent(before, after, elapsed)
+	return ticks, sched, nil
+}
+
+// cpuPercent turns two CPU samples taken elapsed apart into % of one core,
+// from ticks and from schedstat (-1 when schedstat is unavailable or lost a
+// thread that exited in between).
+func cpuPercent(before, after cpuSample, elapsed time.Duration) (ticks, sched float64) {
+	secs := elapsed.Seconds()
+	ticks = 100 * float64(int64(after.ticks)-int64(before.ticks)) / clockTicksPerSecond / secs
+	sched = -1
+	if before.schedNS > 0 && after.schedNS >= before.schedNS {
+		sched = 100 * float64(after.schedNS-before.schedNS) / 1e9 / secs
+	}
+	return ticks, sched
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,52 @@
+package bpf
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestCpuSpecLayout checks, without loading anything into the kernel, that the
+// committed object matches the Go types and the sampler's assumptions.
+func TestCpuSpecLayout(t *testing.T) {
+	spec, err := LoadCpu()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stackDepth = 127
+	tests := []struct {
+		name      string
+		typ       ebpf.MapType
+		keySize   uintptr
+		valueSize uintptr
+	}{
+		{CpuMapCounts0, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
+		{CpuMapCounts1, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
+		{CpuMapStacks0, ebpf.StackTrace, 4, stackDepth * 8},
+		{CpuMapStacks1, ebpf.StackTrace, 4, stackDepth * 8},
+		{CpuMapComms, ebpf.LRUHash, 4, unsafe.Sizeof(CpuThreadComm{})},
+		{CpuMapConfig, ebpf.Array, 4, unsafe.Sizeof(CpuSamplerConfig{})},
+		{CpuMapTargetPids, ebpf.Hash, 4, 1},
+		{CpuMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
+		{CpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
+	}
+	for _, tt := range tests {
+		m, ok := spec.Maps[tt.name]
+		if !ok {
+			t.Errorf("map %s missing", tt.name)
+			continue
+		}
+		if m.Type != tt.typ || uintptr(m.KeySize) != tt.keySize || uintptr(m.ValueSize) != tt.valueSize {
+			t.Errorf("map %s: type %v key %d value %d, want %v key %d value %d",
+				tt.name, m.Type, m.KeySize, m.ValueSize, tt.typ, tt.keySize, tt.valueSize)
+		}
+	}
+	if got := unsafe.Sizeof(CpuStackKey{}); got != 16 {
+		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
+	}
+	p, ok := spec.Programs[CpuProgSampleCpu]
+	if !ok || p.Type != ebpf.PerfEvent {
+		t.Fatalf("program %s missing or not a perf_event program: %+v", CpuProgSampleCpu, p)
+	}
+}

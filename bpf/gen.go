@@ -1,0 +1,7 @@
+// Package bpf holds the BPF C sources of bpfprofiler and the Go bindings
+// bpf2go generates from them. The generated *_bpfel.go and *_bpfel.o files are
+// committed, so building the module needs no clang; `go generate ./bpf/`
+// regenerates them (clang 14+, libbpf headers in /usr/include/bpf).
+package bpf
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target bpfel -type stack_key -type thread_comm -type sampler_config -type sampler_stats -type inflight_seq Cpu cpu.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror

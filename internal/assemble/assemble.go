@@ -1,0 +1,120 @@
+// Package assemble turns raw kernel stacks (addresses keyed by pid and tid)
+// into a report.Profile: it groups them by process, keeps only the targeted
+// processes, symbolizes each stack once and attaches the process identity.
+// CPU samples and off-CPU waits both go through it.
+package assemble
+
+import (
+	"sort"
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// Stack is one aggregated kernel record: a thread's user and kernel stacks
+// (leaf first) and a value (sample count or nanoseconds).
+type Stack struct {
+	PID, TID uint32
+	Comm     string // thread name recorded by the kernel, may be empty
+	User     []uint64
+	Kernel   []uint64
+	Value    int64
+}
+
+// Symbolizer resolves addresses to frames, leaf first.
+type Symbolizer interface {
+	Kernel(addrs []uint64) []report.Frame
+	User(pid uint32, addrs []uint64) []report.Frame
+}
+
+// Identities resolves a process's identity; on error the returned identity
+// is still used (it holds at least the pid).
+type Identities interface {
+	Resolve(pid uint32) (report.Identity, error)
+}
+
+// ThreadNamer names a thread the kernel did not name.
+type ThreadNamer func(pid, tid uint32) string
+
+// Assembler builds profiles; it is not safe for concurrent use.
+type Assembler struct {
+	Symbols    Symbolizer
+	Identities Identities
+	ThreadName ThreadNamer
+	// Keep, when set, decides per process whether its samples are kept.
+	Keep func(report.Identity) bool
+}
+
+// Stats describes one Assemble call.
+type Stats struct {
+	Processes      int   // processes with samples in the profile
+	Frames         int   // frames emitted
+	Unsymbolized   int   // frames emitted without a function name
+	FilteredValues int64 // sum of values of processes dropped by Keep
+}
+
+// Assemble builds the profile of one report.
+func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int64, stacks []Stack) (report.Profile, Stats) {
+	byPID := map[uint32][]Stack{}
+	for _, s := range stacks {
+		if s.Value <= 0 {
+			continue
+		}
+		byPID[s.PID] = append(byPID[s.PID], s)
+	}
+	pids := make([]uint32, 0, len(byPID))
+	for pid := range byPID {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
+
+	prof := report.Profile{Kind: kind, Start: start, End: end, Period: period}
+	var st Stats
+	for _, pid := range pids {
+		id, _ := a.Identities.Resolve(pid)
+		if a.Keep != nil && !a.Keep(id) {
+			for _, s := range byPID[pid] {
+				st.FilteredValues += s.Value
+			}
+			continue
+		}
+		proc := report.Process{Identity: id}
+		for _, s := range byPID[pid] {
+			frames := a.frames(s)
+			for _, f := range frames {
+				if f.Function == "" {
+					st.Unsymbolized++
+				}
+			}
+			st.Frames += len(frames)
+			proc.Samples = append(proc.Samples, report.Sample{
+				TID:        s.TID,
+				ThreadName: a.threadName(s),
+				Frames:     frames,
+				Value:      s.Value,
+			})
+		}
+		prof.Processes = append(prof.Processes, proc)
+		st.Processes++
+	}
+	return prof, st
+}
+
+// frames returns the kernel frames (leaf first) followed by the user frames.
+func (a *Assembler) frames(s Stack) []report.Frame {
+	var out []report.Frame
+	if len(s.Kernel) > 0 {
+		out = append(out, a.Symbols.Kernel(s.Kernel)...)
+	}
+	if len(s.User) > 0 {
+		out = append(out, a.Symbols.User(s.PID, s.User)...)
+	}
+	return out
+}
+
+func (a *Assembler) threadName(s Stack) string {
+	if s.Comm != "" || a.ThreadName == nil {
+		return s.Comm
+	}
+	return a.ThreadName(s.PID, s.TID)
+}

@@ -1,0 +1,100 @@
+package pdata
+
+import "go.opentelemetry.io/collector/pdata/pprofile"
+
+// FunctionTotals returns, for every function name, the sum of the first
+// value of the samples whose stack contains that function (inlined frames
+// included), counting each sample once per function. It sums over every
+// profile in p, so callers pass profiles of one kind. Unsymbolized frames
+// are not counted under any name.
+func FunctionTotals(p pprofile.Profiles) map[string]int64 {
+	totals := map[string]int64{}
+	seen := map[string]bool{}
+	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
+		clear(seen)
+		forEachLocation(dict, s, func(loc pprofile.Location) bool {
+			for _, l := range loc.Lines().All() {
+				name := functionName(dict, l.FunctionIndex())
+				if name == "" || seen[name] {
+					continue
+				}
+				seen[name] = true
+				totals[name] += v
+			}
+			return true
+		})
+	})
+	return totals
+}
+
+// LeafTotals returns, for every function name, the sum of the first value of
+// the samples whose innermost frame (the first line of the leaf location) is
+// that function. Samples with an unsymbolized leaf are not counted.
+func LeafTotals(p pprofile.Profiles) map[string]int64 {
+	totals := map[string]int64{}
+	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
+		forEachLocation(dict, s, func(loc pprofile.Location) bool {
+			if loc.Lines().Len() > 0 {
+				if name := functionName(dict, loc.Lines().At(0).FunctionIndex()); name != "" {
+					totals[name] += v
+				}
+			}
+			return false
+		})
+	})
+	return totals
+}
+
+// Total returns the sum of the first value of every sample in p, the
+// denominator for shares of FunctionTotals and LeafTotals.
+func Total(p pprofile.Profiles) int64 {
+	var total int64
+	forEachSample(p, func(_ pprofile.ProfilesDictionary, _ pprofile.Sample, v int64) { total += v })
+	return total
+}
+
+func forEachSample(p pprofile.Profiles, fn func(pprofile.ProfilesDictionary, pprofile.Sample, int64)) {
+	dict := p.Dictionary()
+	for _, rp := range p.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					if s.Values().Len() == 0 {
+						continue
+					}
+					fn(dict, s, s.Values().At(0))
+				}
+			}
+		}
+	}
+}
+
+// forEachLocation calls fn for the locations of the stack of s, leaf first,
+// until fn returns false. Out-of-range indices are skipped.
+func forEachLocation(dict pprofile.ProfilesDictionary, s pprofile.Sample, fn func(pprofile.Location) bool) {
+	stacks, locs := dict.StackTable(), dict.LocationTable()
+	si := int(s.StackIndex())
+	if si < 0 || si >= stacks.Len() {
+		return
+	}
+	for _, li := range stacks.At(si).LocationIndices().All() {
+		if li < 0 || int(li) >= locs.Len() {
+			continue
+		}
+		if !fn(locs.At(int(li))) {
+			return
+		}
+	}
+}
+
+func functionName(dict pprofile.ProfilesDictionary, fi int32) string {
+	fns, strs := dict.FunctionTable(), dict.StringTable()
+	if fi <= 0 || int(fi) >= fns.Len() {
+		return ""
+	}
+	ni := fns.At(int(fi)).NameStrindex()
+	if ni < 0 || int(ni) >= strs.Len() {
+		return ""
+	}
+	return strs.At(int(ni))
+}

@@ -1,0 +1,82 @@
+package pdata
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+func TestTotals(t *testing.T) {
+	recursive := []report.Frame{
+		{Address: 0x403000, Function: "main.fib", Type: report.FrameGo, Mapping: appMap},
+		{Address: 0x403010, Function: "main.fib", Type: report.FrameGo, Mapping: appMap},
+		{Address: 0x402000, Function: "main.main", Type: report.FrameGo, Mapping: appMap},
+	}
+	unsymbolizedLeaf := []report.Frame{
+		{Address: 0x7f0000031234, Type: report.FrameNative, Mapping: libcMap},
+		{Address: 0x402000, Function: "main.main", Type: report.FrameGo, Mapping: appMap},
+	}
+	sample := func(frames []report.Frame, v int64) report.Sample {
+		return report.Sample{TID: 1, Frames: frames, Value: v}
+	}
+
+	tests := []struct {
+		name      string
+		reports   []report.Profile
+		functions map[string]int64
+		leaves    map[string]int64
+		total     int64
+	}{
+		{name: "empty", functions: map[string]int64{}, leaves: map[string]int64{}},
+		{
+			name: "hot and cold across processes",
+			reports: []report.Profile{cpu(
+				process(1, nil, sample(hotStack(), 50), sample(coldStack(), 25)),
+				process(2, nil, sample(hotStack(), 25)),
+			)},
+			functions: map[string]int64{
+				"do_syscall_64": 75, "write": 75, "main.inner": 75, "main.hot": 75, "main.main": 100, "main.cold": 25,
+			},
+			leaves: map[string]int64{"do_syscall_64": 75, "main.cold": 25},
+			total:  100,
+		},
+		{
+			name:      "recursion counted once per sample",
+			reports:   []report.Profile{cpu(process(1, nil, sample(recursive, 3)))},
+			functions: map[string]int64{"main.fib": 3, "main.main": 3},
+			leaves:    map[string]int64{"main.fib": 3},
+			total:     3,
+		},
+		{
+			name: "inlined callee is the leaf; unsymbolized leaf not counted",
+			reports: []report.Profile{cpu(process(1, nil,
+				sample(hotStack()[2:], 4), sample(unsymbolizedLeaf, 6), sample(nil, 1)))},
+			functions: map[string]int64{"main.inner": 4, "main.hot": 4, "main.main": 10},
+			leaves:    map[string]int64{"main.inner": 4},
+			total:     11,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := BuildProfiles(Scope{}, tt.reports...)
+			require.NoError(t, err)
+			assert.Equal(t, tt.functions, FunctionTotals(p))
+			assert.Equal(t, tt.leaves, LeafTotals(p))
+			assert.Equal(t, tt.total, Total(p))
+		})
+	}
+}
+
+func TestTotalsToleratesBadIndices(t *testing.T) {
+	p := pprofile.NewProfiles()
+	s := p.ResourceProfiles().AppendEmpty().ScopeProfiles().AppendEmpty().Profiles().AppendEmpty().Samples().AppendEmpty()
+	s.Values().Append(1)
+	s.SetStackIndex(5) // no stack table at all
+	assert.Empty(t, FunctionTotals(p))
+	assert.Empty(t, LeafTotals(p))
+	assert.Equal(t, int64(1), Total(p))
+}

@@ -1,0 +1,140 @@
+// Package procfs is the one /proc reader of the project: memory maps,
+// executable, thread names, status (NSpid) and start times. Parsers take
+// readers so they can be tested on fixtures; FS.Root points them at a real or
+// fake /proc.
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// FS reads process information below Root ("/proc" normally).
+type FS struct {
+	Root string
+}
+
+// Default is the host's /proc.
+var Default = FS{Root: "/proc"}
+
+func (fs FS) root() string {
+	if fs.Root == "" {
+		return "/proc"
+	}
+	return fs.Root
+}
+
+// Path returns the path of a file of process pid, e.g. Path(1, "maps").
+func (fs FS) Path(pid uint32, name ...string) string {
+	parts := append([]string{fs.root(), strconv.FormatUint(uint64(pid), 10)}, name...)
+	return filepath.Join(parts...)
+}
+
+// RootPath returns "<Root>/<pid>/root<path>": the way to open a file as the
+// process sees it, inside its mount namespace (containers).
+func (fs FS) RootPath(pid uint32, path string) string {
+	if !strings.HasPrefix(path, "/") {
+		path = "/" + path
+	}
+	return fs.Path(pid, "root") + path
+}
+
+const deletedSuffix = " (deleted)"
+
+// Exe returns the path of the executable of pid, without a " (deleted)" suffix.
+func (fs FS) Exe(pid uint32) (string, error) {
+	name := fs.Path(pid, "exe")
+	p, err := os.Readlink(name)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	return strings.TrimSuffix(p, deletedSuffix), nil
+}
+
+// Comm returns the command name of pid.
+func (fs FS) Comm(pid uint32) (string, error) {
+	return readComm(fs.Path(pid, "comm"))
+}
+
+// ThreadComm returns the name of thread tid of process pid.
+func (fs FS) ThreadComm(pid, tid uint32) (string, error) {
+	return readComm(fs.Path(pid, "task", strconv.FormatUint(uint64(tid), 10), "comm"))
+}
+
+func readComm(name string) (string, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	return string(bytes.TrimSuffix(b, []byte("\n"))), nil
+}
+
+// Maps returns the memory mappings of pid.
+func (fs FS) Maps(pid uint32) ([]Map, error) {
+	name := fs.Path(pid, "maps")
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer f.Close()
+	m, err := ParseMaps(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return m, nil
+}
+
+// Status returns the parsed status file of pid.
+func (fs FS) Status(pid uint32) (Status, error) {
+	name := fs.Path(pid, "status")
+	f, err := os.Open(name)
+	if err != nil {
+		return Status{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer f.Close()
+	st, err := ParseStatus(f)
+	if err != nil {
+		return Status{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// StartTime returns the start time of pid in clock ticks since boot (field
+// 22 of the stat file). Together with the pid it identifies a process.
+func (fs FS) StartTime(pid uint32) (uint64, error) {
+	name := fs.Path(pid, "stat")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", name, err)
+	}
+	t, err := ParseStatStartTime(b)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// ParseStatStartTime returns field 22 (starttime) of a stat line. The comm
+// field (2) may hold spaces and parentheses, so fields are counted from the
+// last ')'.
+func ParseStatStartTime(b []byte) (uint64, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in stat line")
+	}
+	// After ")": field 3 (state) onwards; starttime is field 22 → index 19.
+	fields := strings.Fields(string(b[i+1:]))
+	const idx = 22 - 3
+	if len(fields) <= idx {
+		return 0, fmt.Errorf("stat line has %d fields after the command name, want > %d", len(fields), idx)
+	}
+	v, err := strconv.ParseUint(fields[idx], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse starttime: %w", err)
+	}
+	return v, nil
+}

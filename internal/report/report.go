@@ -1,0 +1,90 @@
+// Package report holds the plain values that flow from the kernel-facing
+// collectors (CPU sampler, off-CPU tracer) through symbolization to the
+// emitters (pdata, pprof files). It has no behaviour beyond small helpers.
+package report
+
+import "time"
+
+// Kind names a profile kind; it is also the prefix of pprof file names.
+type Kind string
+
+const (
+	KindCPU    Kind = "cpu"
+	KindOffCPU Kind = "offcpu"
+)
+
+// Frame types, the values of the profile.frame.type location attribute.
+const (
+	FrameKernel = "kernel"
+	FrameNative = "native"
+	FrameGo     = "go"
+	FrameV8JS   = "v8js"
+	FramePython = "cpython"
+	FrameJVM    = "jvm"
+)
+
+// Mapping is a memory mapping of a file into a process (or the kernel image).
+type Mapping struct {
+	Start, Limit, Offset uint64
+	File                 string
+	BuildIDGNU           string // hex GNU build id, when the file has one
+	BuildIDGo            string // Go build id, when the file is a Go binary
+}
+
+// Frame is one symbolized (or not) program counter. A single address may
+// expand to several frames when functions were inlined; inlined callees come
+// first and carry Inlined=true.
+type Frame struct {
+	Address  uint64
+	Function string // "" when the address could not be resolved
+	File     string // source file, when known
+	Line     int64
+	Type     string   // one of the Frame* constants
+	Inlined  bool     // this frame was inlined into the next one
+	Mapping  *Mapping // nil when the address is outside any known mapping
+}
+
+// Sample is one aggregated stack of one thread. Frames are leaf first.
+type Sample struct {
+	TID        uint32
+	ThreadName string
+	Frames     []Frame
+	Value      int64 // samples for CPU, nanoseconds for off-CPU
+}
+
+// Identity is what is known about a process; Attributes holds the resource
+// attributes of the data contract (process.pid, container.id, ...).
+type Identity struct {
+	PID        uint32 // pid as the collector's /proc sees it
+	ExeName    string
+	ExePath    string
+	Attributes map[string]any // string, int64 or bool values, keyed by attribute name
+}
+
+// Process groups the samples of one process in one report.
+type Process struct {
+	Identity Identity
+	Samples  []Sample
+}
+
+// Profile is one report of one kind for every observed process.
+type Profile struct {
+	Kind      Kind
+	Start     time.Time
+	End       time.Time
+	Period    int64 // nanoseconds between samples (CPU); 0 for off-CPU
+	Processes []Process
+}
+
+// SampleType returns the (type, unit) of the values of samples of kind k.
+func (k Kind) SampleType() (typ, unit string) {
+	if k == KindOffCPU {
+		return "off_cpu", "nanoseconds"
+	}
+	return "samples", "count"
+}
+
+// PeriodType returns the (type, unit) of the sampling period of kind k.
+func (k Kind) PeriodType() (typ, unit string) {
+	return "cpu", "nanoseconds"
+}

@@ -1,0 +1,27 @@
+//go:build !linux
+
+package sampler
+
+import "errors"
+
+var errNotLinux = errors.New("bpfprofiler CPU sampler is only supported on Linux")
+
+// Sampler samples on-CPU stacks with BPF; only available on Linux.
+type Sampler struct{}
+
+// Open always fails: BPF sampling is only supported on Linux.
+func Open(opts Options) (*Sampler, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return nil, errNotLinux
+}
+
+// Drain always fails on this platform.
+func (s *Sampler) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, errNotLinux }
+
+// SetTargets always fails on this platform.
+func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
+
+// Close does nothing on this platform.
+func (s *Sampler) Close() error { return nil }

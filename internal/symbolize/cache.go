@@ -1,0 +1,85 @@
+package symbolize
+
+import "container/list"
+
+// lru is a small bounded least-recently-used map. It is not safe for
+// concurrent use; the Symbolizer's mutex guards it.
+type lru[K comparable, V any] struct {
+	max     int
+	ll      *list.List // front = most recently used
+	items   map[K]*list.Element
+	onEvict func(K, V)
+}
+
+type lruEntry[K comparable, V any] struct {
+	key K
+	val V
+}
+
+func newLRU[K comparable, V any](max int, onEvict func(K, V)) *lru[K, V] {
+	if max < 1 {
+		max = 1
+	}
+	return &lru[K, V]{max: max, ll: list.New(), items: make(map[K]*list.Element), onEvict: onEvict}
+}
+
+func (c *lru[K, V]) get(k K) (V, bool) {
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+		return e.Value.(*lruEntry[K, V]).val, true
+	}
+	var zero V
+	return zero, false
+}
+
+func (c *lru[K, V]) add(k K, v V) {
+	if e, ok := c.items[k]; ok {
+		c.ll.MoveToFront(e)
+		e.Value.(*lruEntry[K, V]).val = v
+		return
+	}
+	c.items[k] = c.ll.PushFront(&lruEntry[K, V]{key: k, val: v})
+	for c.ll.Len() > c.max {
+		c.removeElement(c.ll.Back())
+	}
+}
+
+func (c *lru[K, V]) remove(k K) {
+	if e, ok := c.items[k]; ok {
+		c.removeElement(e)
+	}
+}
+
+func (c *lru[K, V]) removeElement(e *list.Element) {
+	c.ll.Remove(e)
+	ent := e.Value.(*lruEntry[K, V])
+	delete(c.items, ent.key)
+	if c.onEvict != nil {
+		c.onEvict(ent.key, ent.val)
+	}
+}
+
+func (c *lru[K, V]) len() int { return c.ll.Len() }
+
+func (c *lru[K, V]) clear() {
+	for c.ll.Len() > 0 {
+		c.removeElement(c.ll.Back())
+	}
+}
+
+// onceSet remembers a bounded number of keys so that a problem with a file
+// or process is logged once, not once per frame.
+type onceSet struct {
+	seen *lru[string, struct{}]
+}
+
+func newOnceSet(max int) *onceSet { return &onceSet{seen: newLRU[string, struct{}](max, nil)} }
+
+// first reports whether key was not seen before (recently), and remembers it.
+func (o *onceSet) first(key string) bool {
+	if _, ok := o.seen.get(key); ok {
+		return false
+	}
+	o.seen.add(key, struct{}{})
+	return true
+}

@@ -1,0 +1,194 @@
+// Package symbolize turns kernel and user program counters into frames:
+// kernel addresses through /proc/kallsyms, user addresses through the
+// process's memory maps and the mapped ELF files (.symtab/.dynsym, Go
+// .gopclntab with inlined frames, GNU and Go build ids) or, for JIT code,
+// through /tmp/perf-<pid>.map files. Parsed files are cached by file identity
+// and every cache is bounded.
+package symbolize
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// Options configures a Symbolizer. Zero values select the defaults.
+type Options struct {
+	Proc         procfs.FS
+	KallsymsPath string // default "/proc/kallsyms"
+	MaxFiles     int    // bound on cached parsed ELF files (LRU), default 256
+	MaxProcesses int    // bound on cached process maps (LRU), default 4096
+	Logger       *zap.Logger
+}
+
+// Stats are cumulative counters of a Symbolizer.
+type Stats struct {
+	FramesResolved     uint64 // addresses resolved to a function name
+	FramesUnsymbolized uint64 // addresses left without a function name
+	MapRefreshes       uint64 // reads of /proc/<pid>/maps
+	FileErrors         uint64 // files (ELF, kallsyms, maps) that could not be read or parsed
+}
+
+// Defaults of Options and internal intervals.
+const (
+	DefaultKallsymsPath = "/proc/kallsyms"
+	DefaultMaxFiles     = 256
+	DefaultMaxProcesses = 4096
+
+	defaultRefreshInterval = time.Second // minimum time between re-reads of maps/kallsyms on a miss
+	logOnceSize            = 4096
+)
+
+// Symbolizer resolves addresses to frames. It is safe for concurrent use;
+// calls are serialized by a mutex.
+type Symbolizer struct {
+	mu    sync.Mutex
+	proc  procfs.FS
+	kpath string
+	log   *zap.Logger
+	now   func() time.Time
+	// refreshInterval bounds how often maps and kallsyms are re-read on misses.
+	refreshInterval time.Duration
+	// namespacePID returns the pid a process sees itself as (used in the perf
+	// map file name). For now the identity; pid namespaces come later.
+	namespacePID func(pid uint32) uint32
+
+	kernel       *kallsyms
+	kernelLoaded time.Time
+	kernelErr    error
+
+	files *lru[fileKey, *fileEntry]
+	procs *lru[uint32, *process]
+	once  *onceSet
+	stats Stats
+}
+
+// New returns a Symbolizer configured by opts.
+func New(opts Options) *Symbolizer {
+	if opts.KallsymsPath == "" {
+		opts.KallsymsPath = DefaultKallsymsPath
+	}
+	if opts.MaxFiles <= 0 {
+		opts.MaxFiles = DefaultMaxFiles
+	}
+	if opts.MaxProcesses <= 0 {
+		opts.MaxProcesses = DefaultMaxProcesses
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	return &Symbolizer{
+		proc:            opts.Proc,
+		kpath:           opts.KallsymsPath,
+		log:             opts.Logger,
+		now:             time.Now,
+		refreshInterval: defaultRefreshInterval,
+		namespacePID:    func(pid uint32) uint32 { return pid },
+		files:           newLRU[fileKey, *fileEntry](opts.MaxFiles, nil),
+		procs:           newLRU[uint32, *process](opts.MaxProcesses, nil),
+		once:            newOnceSet(logOnceSize),
+	}
+}
+
+// Stats returns the cumulative counters.
+func (s *Symbolizer) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// ForgetProcess drops what is cached about pid (call it when the process
+// exits). Parsed files stay cached: other processes may map them.
+func (s *Symbolizer) ForgetProcess(pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procs.remove(pid)
+}
+
+// Close releases the caches. The Symbolizer stays usable.
+func (s *Symbolizer) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.files.clear()
+	s.procs.clear()
+	s.kernel = nil
+	return nil
+}
+
+// lookupAddr is the address used to find the function of stack entry i:
+// every entry but the leaf is a return address, which may point just past
+// the call (into the next function or line), so use the byte before it.
+func lookupAddr(i int, addr uint64) uint64 {
+	if i > 0 && addr > 0 {
+		return addr - 1
+	}
+	return addr
+}
+
+// Kernel symbolizes a kernel stack, leaf first in and out.
+func (s *Symbolizer) Kernel(addrs []uint64) []report.Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kernelLoaded.IsZero() || s.kernel == nil && s.now().Sub(s.kernelLoaded) >= s.refreshInterval {
+		s.loadKernel()
+	}
+	frames := make([]report.Frame, len(addrs))
+	for i, addr := range addrs {
+		frames[i] = report.Frame{Address: addr, Type: report.FrameKernel}
+		la := lookupAddr(i, addr)
+		name, m, ok := s.kernelLookup(la)
+		if !ok && s.now().Sub(s.kernelLoaded) >= s.refreshInterval {
+			// Possibly a module loaded since the last read.
+			s.loadKernel()
+			name, m, ok = s.kernelLookup(la)
+		}
+		frames[i].Function, frames[i].Mapping = name, m
+		s.count(ok && name != "")
+	}
+	return frames
+}
+
+func (s *Symbolizer) kernelLookup(addr uint64) (string, *report.Mapping, bool) {
+	if s.kernel == nil {
+		return "", nil, false
+	}
+	return s.kernel.lookup(addr)
+}
+
+func (s *Symbolizer) loadKernel() {
+	s.kernelLoaded = s.now()
+	f, err := os.Open(s.kpath)
+	if err == nil {
+		var ks *kallsyms
+		ks, err = parseKallsyms(f)
+		f.Close()
+		if err == nil {
+			s.kernel, s.kernelErr = ks, nil
+			if len(ks.syms) == 0 && s.once.first("kallsyms-empty:"+s.kpath) {
+				s.log.Warn("kallsyms has no usable symbols (addresses hidden?); kernel frames stay unsymbolized",
+					zap.String("file", s.kpath))
+			}
+			return
+		}
+	}
+	err = fmt.Errorf("read %s: %w", s.kpath, err)
+	if s.kernelErr == nil {
+		s.stats.FileErrors++
+		s.log.Warn("cannot load kernel symbols", zap.Error(err))
+	}
+	s.kernelErr = err
+}
+
+func (s *Symbolizer) count(resolved bool) {
+	if resolved {
+		s.stats.FramesResolved++
+	} else {
+		s.stats.FramesUnsymbolized++
+	}
+}

@@ -1,0 +1,275 @@
+package symbolize
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// fileKey identifies a mapped file across processes.
+type fileKey struct {
+	devMajor, devMinor uint32
+	inode              uint64
+	path               string
+}
+
+// fileEntry is a cached parse result; err is cached too so a bad file is
+// read once.
+type fileEntry struct {
+	ef  *elfFile
+	err error
+}
+
+// process is what is cached about one process.
+type process struct {
+	maps       []procfs.Map
+	mappings   []*report.Mapping // parallel to maps, built lazily
+	mapsErr    error
+	readAt     time.Time
+	jitType    string // frame type of JIT code (perf map frames)
+	perfMap    *perfMap
+	perfMapErr error
+	perfMapAt  time.Time
+}
+
+// User symbolizes a user stack of process pid, leaf first in and out. An
+// address may expand into several frames (inlined calls, innermost first).
+func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.process(pid)
+	refreshed := false
+	frames := make([]report.Frame, 0, len(addrs))
+	for i, addr := range addrs {
+		la := lookupAddr(i, addr)
+		idx := p.find(la)
+		if idx < 0 && !refreshed && s.now().Sub(p.readAt) >= s.refreshInterval {
+			// A miss: the process may have mapped something new.
+			refreshed = true
+			s.readMaps(pid, p)
+			idx = p.find(la)
+		}
+		frames = s.userFrames(frames, pid, p, idx, addr, la)
+	}
+	return frames
+}
+
+// process returns the cached process pid, reading its maps on first use.
+func (s *Symbolizer) process(pid uint32) *process {
+	if p, ok := s.procs.get(pid); ok {
+		return p
+	}
+	p := &process{jitType: report.FrameNative}
+	if exe, err := s.proc.Exe(pid); err == nil {
+		base := path.Base(exe)
+		switch {
+		case base == "node" || base == "nodejs":
+			p.jitType = report.FrameV8JS
+		case strings.HasPrefix(base, "python"):
+			p.jitType = report.FramePython
+		}
+	}
+	s.readMaps(pid, p)
+	s.procs.add(pid, p)
+	return p
+}
+
+// readMaps (re-)reads the maps of pid, keeping the Mapping values of
+// unchanged mappings so callers can compare them by pointer.
+func (s *Symbolizer) readMaps(pid uint32, p *process) {
+	s.stats.MapRefreshes++
+	p.readAt = s.now()
+	maps, err := s.proc.Maps(pid)
+	if err != nil {
+		if p.mapsErr == nil && s.once.first(fmt.Sprintf("maps:%d", pid)) {
+			s.log.Debug("cannot read process maps", zap.Uint32("pid", pid), zap.Error(err))
+		}
+		p.mapsErr = err
+		return
+	}
+	p.mapsErr = nil
+	old := make(map[procfs.Map]*report.Mapping, len(p.maps))
+	for i, m := range p.maps {
+		if p.mappings[i] != nil {
+			old[m] = p.mappings[i]
+		}
+	}
+	// Keep executable mappings only: stacks point into code.
+	exec := maps[:0]
+	for _, m := range maps {
+		if m.Executable() {
+			exec = append(exec, m)
+		}
+	}
+	sort.Slice(exec, func(i, j int) bool { return exec[i].Start < exec[j].Start })
+	p.maps = exec
+	p.mappings = make([]*report.Mapping, len(exec))
+	for i, m := range exec {
+		p.mappings[i] = old[m]
+	}
+}
+
+// find returns the index of the mapping containing addr, or -1.
+func (p *process) find(addr uint64) int {
+	i := sort.Search(len(p.maps), func(i int) bool { return p.maps[i].End > addr })
+	if i < len(p.maps) && p.maps[i].Contains(addr) {
+		return i
+	}
+	return -1
+}
+
+// userFrames appends the frames of one address (la is the lookup address).
+func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx int, addr, la uint64) []report.Frame {
+	if idx < 0 {
+		// No mapping: JIT code whose mapping vanished, or garbage.
+		name := s.perfMapLookup(pid, p, la)
+		s.count(name != "")
+		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameNative})
+	}
+	m := p.maps[idx]
+	if !m.FileBacked() {
+		name := ""
+		if m.Path == "" || strings.HasPrefix(m.Path, "[anon") {
+			name = s.perfMapLookup(pid, p, la)
+		}
+		s.count(name != "")
+		return append(out, report.Frame{Address: addr, Function: name, Type: p.jitType, Mapping: s.mapping(p, idx, nil)})
+	}
+	ef := s.elf(pid, m)
+	mapping := s.mapping(p, idx, ef)
+	unresolved := report.Frame{Address: addr, Type: report.FrameNative, Mapping: mapping}
+	if ef == nil {
+		s.count(false)
+		return append(out, unresolved)
+	}
+	vaddr, ok := ef.vaddr(la - m.Start + m.Offset)
+	if !ok {
+		s.count(false)
+		return append(out, unresolved)
+	}
+	if ef.gotab != nil {
+		if gfs := s.goLookup(ef, m.Path, vaddr); len(gfs) > 0 {
+			s.count(true)
+			for _, g := range gfs {
+				out = append(out, report.Frame{Address: addr, Function: g.function, File: g.file, Line: g.line,
+					Type: report.FrameGo, Inlined: g.inlined, Mapping: mapping})
+			}
+			return out
+		}
+	}
+	name := ef.symbol(vaddr)
+	s.count(name != "")
+	unresolved.Function = demangleName(name)
+	return append(out, unresolved)
+}
+
+// mapping returns the shared Mapping value of maps[idx] of p.
+func (s *Symbolizer) mapping(p *process, idx int, ef *elfFile) *report.Mapping {
+	if mp := p.mappings[idx]; mp != nil {
+		return mp
+	}
+	m := p.maps[idx]
+	mp := &report.Mapping{Start: m.Start, Limit: m.End, Offset: m.Offset, File: m.Path}
+	if ef != nil {
+		mp.BuildIDGNU, mp.BuildIDGo = ef.buildIDGNU, ef.buildIDGo
+	}
+	p.mappings[idx] = mp
+	return mp
+}
+
+// elf returns the parsed file of mapping m of pid, or nil when it cannot be
+// read (logged once per file).
+func (s *Symbolizer) elf(pid uint32, m procfs.Map) *elfFile {
+	key := fileKey{devMajor: m.DevMajor, devMinor: m.DevMinor, inode: m.Inode, path: m.Path}
+	if e, ok := s.files.get(key); ok {
+		return e.ef
+	}
+	ef, err := s.openELF(pid, m)
+	s.files.add(key, &fileEntry{ef: ef, err: err})
+	if err != nil {
+		s.stats.FileErrors++
+		if s.once.first("file:" + m.Path) {
+			s.log.Info("cannot symbolize file", zap.String("file", m.Path), zap.Uint32("pid", pid), zap.Error(err))
+		}
+		return nil
+	}
+	return ef
+}
+
+func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
+	name := s.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
+	f, err := os.Open(name)
+	if err != nil && m.Deleted() {
+		// The file is gone from the file system but still mapped.
+		name = s.proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
+		f, err = os.Open(name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ef, err := parseELFSafe(f)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", name, err)
+	}
+	return ef, nil
+}
+
+// parseELFSafe is parseELF turning a panic of debug/elf on hostile input
+// into an error.
+func parseELFSafe(f *os.File) (ef *elfFile, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ef, err = nil, fmt.Errorf("malformed ELF: %v", r)
+		}
+	}()
+	return parseELF(f)
+}
+
+// perfMapLookup resolves addr through the perf map of pid.
+func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
+	// Stat the file at most once per refresh interval.
+	if p.perfMapAt.IsZero() || s.now().Sub(p.perfMapAt) >= s.refreshInterval {
+		p.perfMapAt = s.now()
+		file := s.proc.RootPath(pid, fmt.Sprintf("/tmp/perf-%d.map", s.namespacePID(pid)))
+		pm, err := loadPerfMap(file, p.perfMap)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) && p.perfMapErr == nil {
+				s.stats.FileErrors++
+				if s.once.first("perfmap:" + file) {
+					s.log.Info("cannot read perf map", zap.String("file", file), zap.Error(err))
+				}
+			}
+			p.perfMapErr = err
+		} else {
+			p.perfMap, p.perfMapErr = pm, nil
+		}
+	}
+	if p.perfMap == nil {
+		return ""
+	}
+	return p.perfMap.lookup(addr)
+}
+
+// goLookup is goTable.lookup turning a panic on a crafted pclntab into an
+// unresolved frame (logged once per file).
+func (s *Symbolizer) goLookup(ef *elfFile, file string, pc uint64) (frames []goFrame) {
+	defer func() {
+		if r := recover(); r != nil {
+			frames = nil
+			if s.once.first("gopanic:" + file) {
+				s.log.Warn("malformed Go pclntab", zap.String("file", file), zap.Any("panic", r))
+			}
+		}
+	}()
+	return ef.gotab.lookup(pc)
+}

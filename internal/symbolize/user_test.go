@@ -1,0 +1,229 @@
+package symbolize
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+func TestUserNative(t *testing.T) {
+	tests := []struct {
+		name     string
+		compiler string
+		src      string
+		flags    []string
+		// want maps a printed address name to the expected function; the
+		// address is looked up as the leaf, or as a caller frame when
+		// caller is set.
+		want   map[string]string
+		caller map[string]bool
+	}{
+		{
+			name: "c pie", compiler: "cc", src: "cprog.c", flags: []string{"-pie", "-fPIE"},
+			want:   map[string]string{"leaf_func": "leaf_func", "mid_func": "mid_func", "mid_func_ret": "mid_func"},
+			caller: map[string]bool{"mid_func_ret": true},
+		},
+		{
+			name: "c no-pie", compiler: "cc", src: "cprog.c", flags: []string{"-no-pie"},
+			want:   map[string]string{"leaf_func": "leaf_func", "mid_func": "mid_func", "mid_func_ret": "mid_func"},
+			caller: map[string]bool{"mid_func_ret": true},
+		},
+		{
+			name: "c++", compiler: "c++", src: "cxxprog.cc",
+			want: map[string]string{"shapes::perimeter": "shapes::perimeter(int)"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := buildC(t, tt.compiler, tt.src, tt.flags...)
+			pid, addrs := runFixture(t, bin)
+			s := New(Options{Proc: procfs.FS{Root: "/proc"}})
+			defer s.Close()
+			for key, fn := range tt.want {
+				addr, ok := addrs[key]
+				require.True(t, ok, key)
+				stack := []uint64{addr}
+				if tt.caller[key] {
+					stack = []uint64{addrs["leaf_func"], addr}
+				}
+				frames := s.User(pid, stack)
+				require.Len(t, frames, len(stack))
+				f := frames[len(frames)-1]
+				assert.Equal(t, fn, f.Function, key)
+				assert.Equal(t, addr, f.Address, "original address kept")
+				assert.Equal(t, report.FrameNative, f.Type)
+				require.NotNil(t, f.Mapping)
+				assert.Equal(t, bin, f.Mapping.File)
+				assert.NotEmpty(t, f.Mapping.BuildIDGNU, "gcc on Debian emits a GNU build id")
+			}
+			st := s.Stats()
+			assert.EqualValues(t, 0, st.FramesUnsymbolized)
+			assert.EqualValues(t, 0, st.FileErrors)
+		})
+	}
+}
+
+func TestUserGo(t *testing.T) {
+	tests := []struct {
+		name       string
+		flags      []string
+		wantInline bool
+	}{
+		{name: "default", wantInline: true},
+		{name: "pie", flags: []string{"-buildmode=pie"}, wantInline: true},
+		{name: "stripped", flags: []string{"-ldflags=-s -w"}}, // no go:func.* symbol: no inline tree
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bin := buildGo(t, tt.flags...)
+			pid, addrs := runFixture(t, bin)
+			s := New(Options{})
+			defer s.Close()
+
+			// crunch entry as the leaf, a return address into hotLoop
+			// (called directly) and one into the inlined add.
+			frames := s.User(pid, []uint64{addrs["crunch"], addrs["direct_pc"], addrs["inlined_pc"]})
+			for _, f := range frames {
+				assert.Equal(t, report.FrameGo, f.Type, f.Function)
+				require.NotNil(t, f.Mapping)
+				assert.NotEmpty(t, f.Mapping.BuildIDGo)
+				assert.Equal(t, bin, f.Mapping.File)
+			}
+			want := []report.Frame{
+				{Address: addrs["crunch"], Function: "main.crunch", Line: 46},
+				{Address: addrs["direct_pc"], Function: "main.(*Cruncher).hotLoop", Line: 42},
+			}
+			if tt.wantInline {
+				want = append(want,
+					report.Frame{Address: addrs["inlined_pc"], Function: "main.(*Cruncher).add", Line: 32, Inlined: true},
+					report.Frame{Address: addrs["inlined_pc"], Function: "main.(*Cruncher).hotLoop", Line: 40})
+			} else {
+				want = append(want, report.Frame{Address: addrs["inlined_pc"], Function: "main.(*Cruncher).hotLoop", Line: 32})
+			}
+			require.Len(t, frames, len(want))
+			for i, w := range want {
+				got := frames[i]
+				assert.Equal(t, w.Address, got.Address, i)
+				assert.Equal(t, w.Function, got.Function, i)
+				assert.Equal(t, w.Line, got.Line, "%d %s", i, w.Function)
+				assert.Equal(t, w.Inlined, got.Inlined, i)
+				assert.Equal(t, "main.go", filepath.Base(got.File))
+			}
+			assert.EqualValues(t, 3, s.Stats().FramesResolved)
+		})
+	}
+}
+
+// fakeProcess writes a fake /proc/<pid> with the given maps, exe link and
+// files below its root.
+func fakeProcess(t *testing.T, pid uint32, maps, exe string, files map[string][]byte) procfs.FS {
+	t.Helper()
+	fs := procfs.FS{Root: t.TempDir()}
+	dir := fs.Path(pid)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "root"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644))
+	if exe != "" {
+		require.NoError(t, os.Symlink(exe, filepath.Join(dir, "exe")))
+	}
+	for name, data := range files {
+		p := fs.RootPath(pid, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, data, 0o644))
+	}
+	return fs
+}
+
+func TestUserMalformedELF(t *testing.T) {
+	garbage := []byte("\x7fELF\x02\x01\x01\x00garbage garbage garbage garbage garbage garbage garbage garbage")
+	maps := "00400000-00500000 r-xp 00000000 fd:01 77 /garbage.so\n" +
+		"00600000-00700000 r-xp 00000000 fd:01 78 /missing.so\n" +
+		"00800000-00900000 r-xp 00000000 fd:01 79 /text.so\n"
+	fs := fakeProcess(t, 42, maps, "/usr/bin/app", map[string][]byte{
+		"/garbage.so": garbage,
+		"/text.so":    []byte("not an elf at all"),
+	})
+	s := New(Options{Proc: fs})
+	stacks := [][]uint64{{0x400010, 0x600020, 0x800030, 0x12345}, {0x400010, 0x600020}}
+	for _, stack := range stacks {
+		frames := s.User(42, stack)
+		require.Len(t, frames, len(stack), "frames are never dropped")
+		for i, f := range frames {
+			assert.Equal(t, stack[i], f.Address)
+			assert.Empty(t, f.Function)
+		}
+		assert.Equal(t, "/garbage.so", frames[0].Mapping.File)
+		assert.Equal(t, "/missing.so", frames[1].Mapping.File)
+	}
+	st := s.Stats()
+	assert.EqualValues(t, 6, st.FramesUnsymbolized)
+	assert.EqualValues(t, 0, st.FramesResolved)
+	assert.EqualValues(t, 3, st.FileErrors, "each bad file is read once")
+
+	// A vanished process.
+	frames := s.User(4242, []uint64{0x1000, 0x2000})
+	require.Len(t, frames, 2)
+	assert.Nil(t, frames[0].Mapping)
+	assert.EqualValues(t, 8, s.Stats().FramesUnsymbolized)
+}
+
+func TestUserPerfMap(t *testing.T) {
+	maps := "7f0000000000-7f0000100000 r-xp 00000000 00:00 0 \n" +
+		"7f0000200000-7f0000300000 r-xp 00000000 00:00 0 [anon:v8]\n"
+	perf := "7f0000001000 100 LazyCompile:*handler /app/server.js:10\n" +
+		"0x7f0000200000 0x40 Builtin:ArgumentsAdaptorTrampoline\n" +
+		"garbage line\n"
+	tests := []struct {
+		exe      string
+		wantType string
+	}{
+		{"/usr/local/bin/node", report.FrameV8JS},
+		{"/usr/bin/python3.12", report.FramePython},
+		{"/opt/app/java", report.FrameNative},
+	}
+	for _, tt := range tests {
+		t.Run(tt.exe, func(t *testing.T) {
+			fs := fakeProcess(t, 42, maps, tt.exe, map[string][]byte{"/tmp/perf-42.map": []byte(perf)})
+			s := New(Options{Proc: fs})
+			s.refreshInterval = 0
+			frames := s.User(42, []uint64{0x7f0000001010, 0x7f0000200011, 0x7f0000005000, 0x1000})
+			require.Len(t, frames, 4)
+			assert.Equal(t, "LazyCompile:*handler /app/server.js:10", frames[0].Function)
+			assert.Equal(t, tt.wantType, frames[0].Type)
+			assert.Equal(t, "Builtin:ArgumentsAdaptorTrampoline", frames[1].Function)
+			assert.Empty(t, frames[2].Function)
+			assert.NotNil(t, frames[2].Mapping)
+			assert.Empty(t, frames[3].Function)
+			assert.Nil(t, frames[3].Mapping)
+			assert.Same(t, frames[0].Mapping, frames[2].Mapping, "one Mapping value per mapping")
+
+			// The JIT appends; the file is re-read because its size changed.
+			f, err := os.OpenFile(fs.RootPath(42, "/tmp/perf-42.map"), os.O_APPEND|os.O_WRONLY, 0)
+			require.NoError(t, err)
+			_, err = f.WriteString("7f0000005000 20 LazyCompile:later\n")
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			frames = s.User(42, []uint64{0x7f0000005004})
+			assert.Equal(t, "LazyCompile:later", frames[0].Function)
+		})
+	}
+}
+
+func TestForgetProcessAndBounds(t *testing.T) {
+	fs := fakeProcess(t, 42, "00400000-00500000 r-xp 00000000 00:00 0 \n", "/bin/x", nil)
+	s := New(Options{Proc: fs, MaxProcesses: 1})
+	s.User(42, []uint64{0x400000})
+	s.User(43, []uint64{0x400000}) // evicts 42
+	assert.Equal(t, 1, s.procs.len())
+	s.ForgetProcess(43)
+	assert.Equal(t, 0, s.procs.len())
+	before := s.Stats().MapRefreshes
+	s.User(42, []uint64{0x400000})
+	assert.Equal(t, before+1, s.Stats().MapRefreshes)
+	require.NoError(t, s.Close())
+}

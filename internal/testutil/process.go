@@ -1,0 +1,50 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// StartWorkload starts bin with args and kills it at cleanup.
+func StartWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// ProcessCPU sums the on-CPU time of every thread of pid from
+// /proc/<pid>/task/*/schedstat: the truth a CPU profile is compared with.
+func ProcessCPU(t testing.TB, pid int) time.Duration {
+	t.Helper()
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no schedstat for pid %d: %v", pid, err)
+	}
+	var total time.Duration
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		first, _, _ := strings.Cut(string(b), " ")
+		ns, err := strconv.ParseInt(first, 10, 64)
+		if err != nil {
+			t.Fatalf("parse %s: %v", f, err)
+		}
+		total += time.Duration(ns)
+	}
+	return total
+}

@@ -1,0 +1,84 @@
+// Package testutil holds helpers shared by the BPF integration and end-to-end
+// tests: the root/BPF gate and building the workloads of testdata/workloads.
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// RequireBPFEnv is the environment variable that turns a BPF test skip into a
+// failure; .ci/run sets it.
+const RequireBPFEnv = "BPFPROFILER_REQUIRE_BPF"
+
+// RequireBPF skips the test when it cannot load BPF programs (not root, not
+// Linux), unless BPFPROFILER_REQUIRE_BPF=1, where that is a failure.
+func RequireBPF(t testing.TB) {
+	t.Helper()
+	reason := ""
+	switch {
+	case runtime.GOOS != "linux":
+		reason = "BPF needs Linux"
+	case os.Geteuid() != 0:
+		reason = "BPF tests need root"
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv(RequireBPFEnv) == "1" {
+		t.Fatalf("%s, and %s=1 forbids skipping", reason, RequireBPFEnv)
+	}
+	t.Skip(reason)
+}
+
+// RepoRoot returns the repository root (the directory holding go.mod).
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("cannot locate testutil source")
+	}
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Workload returns the path of testdata/workloads/<name>.
+func Workload(t testing.TB, name string) string {
+	t.Helper()
+	return filepath.Join(RepoRoot(t), "testdata", "workloads", name)
+}
+
+// BuildC compiles testdata/workloads/<src> with frame pointers into a
+// temporary directory and returns the binary's path.
+func BuildC(t testing.TB, src string, extraFlags ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), trimExt(src))
+	args := append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", out, Workload(t, src)}, extraFlags...)
+	run(t, exec.Command("cc", args...))
+	return out
+}
+
+// BuildGo builds the Go program in testdata/workloads/<dir> and returns the
+// binary's path.
+func BuildGo(t testing.TB, dir string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = Workload(t, dir)
+	cmd.Env = append(os.Environ(), "GO111MODULE=off", "GOFLAGS=")
+	run(t, cmd)
+	return out
+}
+
+func run(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
+	}
+}
+
+func trimExt(name string) string {
+	return name[:len(name)-len(filepath.Ext(name))]
+}

@@ -1,0 +1,97 @@
+package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver"
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+)
+
+// Config is the receiver's configuration; keys follow shared/DESIGN.md.
+type Config struct {
+	// ReportInterval is how often aggregated data is flushed into the pipeline.
+	ReportInterval time.Duration `mapstructure:"report_interval"`
+	Targets        TargetsConfig `mapstructure:"targets"`
+	CPU            CPUConfig     `mapstructure:"cpu"`
+	Pprof          PprofConfig   `mapstructure:"pprof"`
+
+	// prevent unkeyed literal initialization
+	_ struct{}
+}
+
+// TargetsConfig restricts which processes are profiled; empty means all.
+type TargetsConfig struct {
+	// PIDs as the collector sees them.
+	PIDs []uint32 `mapstructure:"pids"`
+	// Executables are regular expressions matched against the executable path.
+	Executables []string `mapstructure:"executables"`
+}
+
+// CPUConfig configures on-CPU stack sampling.
+type CPUConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// SamplesPerSecond is the sampling frequency per CPU.
+	SamplesPerSecond uint64 `mapstructure:"samples_per_second"`
+}
+
+// PprofConfig configures the optional pprof file output.
+type PprofConfig struct {
+	// Directory, when set, receives one gzipped pprof file per kind per report.
+	Directory string `mapstructure:"directory"`
+}
+
+const (
+	minReportInterval   = 100 * time.Millisecond
+	maxReportInterval   = time.Hour
+	maxSamplesPerSecond = 10000
+)
+
+var _ component.Config = (*Config)(nil)
+
+func createDefaultConfig() component.Config {
+	return &Config{
+		ReportInterval: 10 * time.Second,
+		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
+	}
+}
+
+// Validate checks every key and reports all problems at once. It is pure:
+// no defaults are filled and nothing outside the struct is read.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ReportInterval < minReportInterval || c.ReportInterval > maxReportInterval {
+		errs = append(errs, fmt.Errorf("report_interval: must be between %v and %v, got %v", minReportInterval, maxReportInterval, c.ReportInterval))
+	}
+	for i, pid := range c.Targets.PIDs {
+		if pid == 0 {
+			errs = append(errs, fmt.Errorf("targets::pids[%d]: must be a positive pid", i))
+		}
+	}
+	for i, expr := range c.Targets.Executables {
+		if expr == "" {
+			errs = append(errs, fmt.Errorf("targets::executables[%d]: must not be empty", i))
+			continue
+		}
+		if _, err := regexp.Compile(expr); err != nil {
+			errs = append(errs, fmt.Errorf("targets::executables[%d]: invalid regexp %q: %w", i, expr, err))
+		}
+	}
+	if c.CPU.Enabled && (c.CPU.SamplesPerSecond < 1 || c.CPU.SamplesPerSecond > maxSamplesPerSecond) {
+		errs = append(errs, fmt.Errorf("cpu::samples_per_second: must be 1..%d, got %d", maxSamplesPerSecond, c.CPU.SamplesPerSecond))
+	}
+	if !c.CPU.Enabled {
+		errs = append(errs, errors.New("cpu::enabled: nothing to do: enable cpu sampling"))
+	}
+	return errors.Join(errs...)
+}
+
+// executableFilters compiles targets::executables; Validate has checked them.
+func (c *Config) executableFilters() []*regexp.Regexp {
+	out := make([]*regexp.Regexp, 0, len(c.Targets.Executables))
+	for _, expr := range c.Targets.Executables {
+		out = append(out, regexp.MustCompile(expr))
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package bpfprofilerreceiver
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/confmap"
+	"go.opentelemetry.io/collector/confmap/confmaptest"
+
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+
+	tests := []struct {
+		id           component.ID
+		expected     *Config
+		errorMessage string
+	}{
+		{
+			id:       component.NewID(metadata.Type),
+			expected: createDefaultConfig().(*Config),
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "custom"),
+			expected: &Config{
+				ReportInterval: 5 * time.Second,
+				Targets:        TargetsConfig{PIDs: []uint32{1}, Executables: []string{"/usr/bin/.*"}},
+				CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 99},
+				Pprof:          PprofConfig{Directory: "/tmp/profiles"},
+			},
+		},
+		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
+		{id: component.NewIDWithName(metadata.Type, "too_fast"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 20000"},
+		{id: component.NewIDWithName(metadata.Type, "short_interval"), errorMessage: "report_interval: must be between 100ms and 1h0m0s, got 1ms"},
+		{id: component.NewIDWithName(metadata.Type, "bad_regexp"), errorMessage: `targets::executables[0]: invalid regexp "("`},
+		{id: component.NewIDWithName(metadata.Type, "zero_pid"), errorMessage: "targets::pids[0]: must be a positive pid"},
+		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled: nothing to do"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.id.String(), func(t *testing.T) {
+			cfg := NewFactory().CreateDefaultConfig()
+			sub, err := cm.Sub(tt.id.String())
+			require.NoError(t, err)
+			require.NoError(t, sub.Unmarshal(cfg))
+			err = confmap.Validate(cfg)
+			if tt.errorMessage != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.errorMessage)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.expected, cfg)
+		})
+	}
+}
+
+func TestUnknownKeyRejected(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, "unknown_key").String())
+	require.NoError(t, err)
+	err = sub.Unmarshal(NewFactory().CreateDefaultConfig())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "sample_rate")
+}
+
+func TestValidateJoinsAllErrors(t *testing.T) {
+	cfg := &Config{
+		ReportInterval: 0,
+		Targets:        TargetsConfig{PIDs: []uint32{0}, Executables: []string{""}},
+		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 0},
+	}
+	err := cfg.Validate()
+	require.Error(t, err)
+	for _, key := range []string{"report_interval", "targets::pids[0]", "targets::executables[0]", "cpu::samples_per_second"} {
+		assert.Contains(t, err.Error(), key)
+	}
+}

@@ -1,0 +1,272 @@
+package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/collector/component"
+	"go.opentelemetry.io/collector/consumer"
+	"go.opentelemetry.io/collector/consumer/xconsumer"
+	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/identity"
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
+)
+
+// stackSource is the kernel side of one profile kind, seen from here: it
+// hands over what was aggregated since the previous drain.
+type stackSource interface {
+	Drain() ([]assemble.Stack, sourceStats, error)
+	Close() error
+}
+
+// sourceStats are deltas since the previous drain.
+type sourceStats struct {
+	Recorded uint64
+	Lost     map[string]uint64 // by reason
+}
+
+// openSource opens the kernel side of one kind; replaced in tests.
+type openSourceFunc func(cfg *Config, kind report.Kind, targets []uint32) (stackSource, error)
+
+type profilerReceiver struct {
+	cfg        *Config
+	settings   receiver.Settings
+	telemetry  *metadata.TelemetryBuilder
+	openSource openSourceFunc
+	proc       procfs.FS
+
+	mu       sync.Mutex
+	profiles xconsumer.Profiles
+	logs     consumer.Logs
+
+	cancel    context.CancelFunc
+	done      chan struct{}
+	sources   map[report.Kind]stackSource
+	assembler *assemble.Assembler
+	symbols   *symbolize.Symbolizer
+	ids       *identity.Resolver
+	lastDrain time.Time
+}
+
+func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver, error) {
+	tb, err := metadata.NewTelemetryBuilder(set.TelemetrySettings)
+	if err != nil {
+		return nil, fmt.Errorf("create telemetry: %w", err)
+	}
+	return &profilerReceiver{
+		cfg:        cfg,
+		settings:   set,
+		telemetry:  tb,
+		openSource: openKernelSource,
+		proc:       procfs.FS{Root: "/proc"},
+	}, nil
+}
+
+func (r *profilerReceiver) setProfilesConsumer(next xconsumer.Profiles) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.profiles = next
+}
+
+func (r *profilerReceiver) setLogsConsumer(next consumer.Logs) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs = next
+}
+
+// Start loads and attaches the kernel programs and starts the report loop.
+func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
+	targets, err := r.resolveTargets()
+	if err != nil {
+		return err
+	}
+	logger := r.settings.Logger
+	r.symbols = symbolize.New(symbolize.Options{Proc: r.proc, Logger: logger})
+	hostName, _ := os.Hostname()
+	r.ids = identity.NewResolver(r.proc, hostName)
+	filters := r.cfg.executableFilters()
+	r.assembler = &assemble.Assembler{
+		Symbols:    r.symbols,
+		Identities: r.ids,
+		ThreadName: func(pid, tid uint32) string {
+			name, _ := r.proc.ThreadComm(pid, tid)
+			return name
+		},
+	}
+	if len(filters) > 0 {
+		r.assembler.Keep = func(id report.Identity) bool {
+			for _, re := range filters {
+				if re.MatchString(id.ExePath) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+
+	r.sources = map[report.Kind]stackSource{}
+	if r.cfg.CPU.Enabled {
+		src, err := r.openSource(r.cfg, report.KindCPU, targets)
+		if err != nil {
+			r.closeAll()
+			return fmt.Errorf("start cpu sampling: %w", err)
+		}
+		r.sources[report.KindCPU] = src
+	}
+	logger.Info("bpfprofiler started",
+		zap.Bool("cpu", r.cfg.CPU.Enabled),
+		zap.Uint64("samples_per_second", r.cfg.CPU.SamplesPerSecond),
+		zap.Duration("report_interval", r.cfg.ReportInterval),
+		zap.Uint32s("target_pids", targets))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	r.lastDrain = time.Now()
+	go r.reportLoop(ctx)
+	return nil
+}
+
+// resolveTargets checks that every target pid exists.
+func (r *profilerReceiver) resolveTargets() ([]uint32, error) {
+	var errs []error
+	for _, pid := range r.cfg.Targets.PIDs {
+		if _, err := r.proc.StartTime(pid); err != nil {
+			errs = append(errs, fmt.Errorf("targets::pids: process %d does not exist: %w", pid, err))
+		}
+	}
+	return r.cfg.Targets.PIDs, errors.Join(errs...)
+}
+
+func (r *profilerReceiver) reportLoop(ctx context.Context) {
+	defer close(r.done)
+	ticker := time.NewTicker(r.cfg.ReportInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			r.report(ctx)
+		}
+	}
+}
+
+// report drains every source, builds the profiles and hands them on.
+func (r *profilerReceiver) report(ctx context.Context) {
+	now := time.Now()
+	start := r.lastDrain
+	r.lastDrain = now
+	var profiles []report.Profile
+	for kind, src := range r.sources {
+		stacks, st, err := src.Drain()
+		r.recordSourceStats(ctx, st)
+		if err != nil {
+			r.settings.Logger.Warn("drain failed", zap.String("kind", string(kind)), zap.Error(err))
+			r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+			continue
+		}
+		prof, ast := r.assembler.Assemble(kind, start, now, r.period(kind), stacks)
+		r.telemetry.BpfprofilerProcessesSeen.Add(ctx, int64(ast.Processes))
+		r.telemetry.BpfprofilerFramesUnsymbolized.Add(ctx, int64(ast.Unsymbolized))
+		if len(prof.Processes) > 0 {
+			profiles = append(profiles, prof)
+		}
+	}
+	for _, pid := range r.ids.Prune() {
+		r.symbols.ForgetProcess(pid)
+	}
+	if len(profiles) == 0 {
+		return
+	}
+	r.writePprof(ctx, profiles)
+	r.consumeProfiles(ctx, profiles)
+}
+
+func (r *profilerReceiver) period(kind report.Kind) int64 {
+	if kind == report.KindCPU {
+		return int64(time.Second) / int64(r.cfg.CPU.SamplesPerSecond)
+	}
+	return 0
+}
+
+func (r *profilerReceiver) recordSourceStats(ctx context.Context, st sourceStats) {
+	r.telemetry.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded))
+	for reason, n := range st.Lost {
+		if n > 0 {
+			r.telemetry.BpfprofilerSamplesLost.Add(ctx, int64(n), metric.WithAttributes(attribute.String("reason", reason)))
+		}
+	}
+}
+
+func (r *profilerReceiver) writePprof(ctx context.Context, profiles []report.Profile) {
+	if r.cfg.Pprof.Directory == "" {
+		return
+	}
+	for _, p := range profiles {
+		if _, err := pproffile.Write(r.cfg.Pprof.Directory, p); err != nil {
+			r.settings.Logger.Warn("write pprof file", zap.String("pprof::directory", r.cfg.Pprof.Directory), zap.Error(err))
+			r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+		}
+	}
+}
+
+func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []report.Profile) {
+	r.mu.Lock()
+	next := r.profiles
+	r.mu.Unlock()
+	if next == nil {
+		return
+	}
+	pd, err := pdata.BuildProfiles(pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version}, profiles...)
+	if err != nil {
+		r.settings.Logger.Warn("build profiles", zap.Error(err))
+		r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+		return
+	}
+	if err := next.ConsumeProfiles(ctx, pd); err != nil {
+		r.settings.Logger.Warn("next consumer refused profiles", zap.Error(err))
+		r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+	}
+}
+
+// Shutdown stops the loop, flushes what was aggregated since the last report
+// and detaches everything. Safe without Start and when called twice.
+func (r *profilerReceiver) Shutdown(ctx context.Context) error {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+		r.cancel = nil
+		r.report(ctx)
+	}
+	r.closeAll()
+	r.telemetry.Shutdown()
+	return nil
+}
+
+func (r *profilerReceiver) closeAll() {
+	for kind, src := range r.sources {
+		if err := src.Close(); err != nil {
+			r.settings.Logger.Warn("close source", zap.String("kind", string(kind)), zap.Error(err))
+		}
+	}
+	r.sources = nil
+	if r.symbols != nil {
+		_ = r.symbols.Close()
+		r.symbols = nil
+	}
+}

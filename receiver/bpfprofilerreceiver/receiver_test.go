@@ -1,0 +1,151 @@
+package bpfprofilerreceiver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pprofiletest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
+)
+
+// fakeSource stands in for the kernel: every drain returns the same stacks.
+type fakeSource struct {
+	mu     sync.Mutex
+	stacks []assemble.Stack
+	drains int
+	closed bool
+}
+
+func (f *fakeSource) Drain() ([]assemble.Stack, sourceStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.drains++
+	return f.stacks, sourceStats{Recorded: 10, Lost: map[string]uint64{"map_full": 1}}, nil
+}
+
+func (f *fakeSource) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+//go:noinline
+func fakeHotFunction() int { return 42 }
+
+// pcOf returns a return address inside fn, the way a frame-pointer walk sees
+// a caller frame.
+func pcOf(fn any) uint64 { return uint64(reflect.ValueOf(fn).Pointer()) + 1 }
+
+func TestReportPipelineWithFakeKernel(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+
+	pid := uint32(os.Getpid())
+	src := &fakeSource{stacks: []assemble.Stack{
+		{PID: pid, TID: pid, Comm: "tester", User: []uint64{pcOf(fakeHotFunction)}, Value: 3},
+		{PID: pid, TID: pid + 1, User: []uint64{0x10}, Value: 1}, // unresolvable
+	}}
+	cfg := createDefaultConfig().(*Config)
+	cfg.ReportInterval = 100 * time.Millisecond
+	cfg.Pprof.Directory = t.TempDir()
+
+	sink := new(consumertest.ProfilesSink)
+	set := metadatatest.NewSettings(tel)
+	rcv, err := newProfilerReceiver(cfg, set)
+	require.NoError(t, err)
+	rcv.openSource = func(*Config, report.Kind, []uint32) (stackSource, error) { return src, nil }
+	rcv.setProfilesConsumer(sink)
+
+	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
+	require.Eventually(t, func() bool { return len(sink.AllProfiles()) >= 2 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, rcv.Shutdown(context.Background()))
+	require.NoError(t, rcv.Shutdown(context.Background()), "second shutdown")
+	assert.True(t, src.closed)
+
+	pd := sink.AllProfiles()[0]
+	require.Equal(t, 1, pd.ResourceProfiles().Len())
+	attrs := pd.ResourceProfiles().At(0).Resource().Attributes()
+	gotPID, ok := attrs.Get("process.pid")
+	require.True(t, ok)
+	assert.Equal(t, int64(pid), gotPID.Int())
+	exe, _ := os.Executable()
+	gotPath, _ := attrs.Get("process.executable.path")
+	assert.Equal(t, exe, gotPath.Str())
+	_, ok = attrs.Get("host.name")
+	assert.True(t, ok)
+
+	sp := pd.ResourceProfiles().At(0).ScopeProfiles()
+	require.Equal(t, 1, sp.Len())
+	assert.Equal(t, "github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver", sp.At(0).Scope().Name())
+	for i := 0; i < sp.At(0).Profiles().Len(); i++ {
+		require.NoError(t, pprofiletest.ValidateProfile(pd.Dictionary(), sp.At(0).Profiles().At(i)))
+	}
+	totals := pdata.FunctionTotals(pd)
+	assert.Equal(t, int64(3), totals["github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver.fakeHotFunction"], "totals: %v", totals)
+
+	files, err := filepath.Glob(filepath.Join(cfg.Pprof.Directory, "cpu-*.pb.gz"))
+	require.NoError(t, err)
+	assert.NotEmpty(t, files)
+
+	drains := int64(src.drains)
+	metadatatest.AssertEqualBpfprofilerSamplesRecorded(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: 10 * drains}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerSamplesLost(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: drains, Attributes: attribute.NewSet(attribute.String("reason", "map_full"))}},
+		metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerProcessesSeen(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: drains}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerFramesUnsymbolized(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: drains}}, metricdatatest.IgnoreTimestamp())
+}
+
+func TestStartFailsWhenSourceFails(t *testing.T) {
+	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(componenttest.NewTelemetry()))
+	require.NoError(t, err)
+	rcv.openSource = func(*Config, report.Kind, []uint32) (stackSource, error) {
+		return nil, errors.New("cpu::samples_per_second 200000 exceeds kernel.perf_event_max_sample_rate 100000")
+	}
+	err = rcv.Start(context.Background(), componenttest.NewNopHost())
+	require.ErrorContains(t, err, "perf_event_max_sample_rate")
+	require.NoError(t, rcv.Shutdown(context.Background()))
+}
+
+func TestStartFailsOnMissingTargetPID(t *testing.T) {
+	cfg := createDefaultConfig().(*Config)
+	cfg.Targets.PIDs = []uint32{1 << 30}
+	rcv, err := newProfilerReceiver(cfg, metadatatest.NewSettings(componenttest.NewTelemetry()))
+	require.NoError(t, err)
+	err = rcv.Start(context.Background(), componenttest.NewNopHost())
+	require.ErrorContains(t, err, "targets::pids: process 1073741824 does not exist")
+}
+
+func TestSharedInstanceForProfilesAndLogs(t *testing.T) {
+	f := NewFactory().(xreceiver.Factory)
+	cfg := f.CreateDefaultConfig()
+	set := metadatatest.NewSettings(componenttest.NewTelemetry())
+	p, err := f.CreateProfiles(context.Background(), set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	l, err := f.CreateLogs(context.Background(), set, cfg, consumertest.NewNop())
+	require.NoError(t, err)
+	assert.Same(t, p, l)
+	require.NoError(t, p.Shutdown(context.Background()))
+}

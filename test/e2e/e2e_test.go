@@ -1,0 +1,190 @@
+//go:build linux
+
+// Package e2e runs the ocb-built collector (make collector) against real
+// workloads and checks what reaches the debug exporter, the pprof files and
+// a real OTLP endpoint.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// collectorBinary returns the collector built by `make collector`.
+func collectorBinary(t *testing.T) string {
+	t.Helper()
+	testutil.RequireBPF(t)
+	bin := os.Getenv("BPFPROFILER_COLLECTOR")
+	if bin == "" {
+		if os.Getenv(testutil.RequireBPFEnv) == "1" {
+			t.Fatal("BPFPROFILER_COLLECTOR is not set; run the tests with `make test`")
+		}
+		t.Skip("BPFPROFILER_COLLECTOR is not set; `make test` builds the collector and sets it")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("collector binary: %v", err)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer safe for the collector's output goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startCollector runs the collector on config and stops it at cleanup.
+func startCollector(t *testing.T, bin, config string) *syncBuffer {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "collector.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(config), 0o600))
+	out := &syncBuffer{}
+	cmd := exec.Command(bin, "--config", cfgPath, "--feature-gates=service.profilesSupport")
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("collector output:\n%s", out.String())
+		}
+	})
+	return out
+}
+
+func TestCollectorEndToEnd(t *testing.T) {
+	bin := collectorBinary(t)
+	burner := testutil.BuildC(t, "cpuburn.c")
+	otlp, addr := startOTLPServer(t)
+	pprofDir := t.TempDir()
+
+	work := exec.Command(burner, "60")
+	require.NoError(t, work.Start())
+	t.Cleanup(func() { _ = work.Process.Kill(); _ = work.Wait() })
+
+	config := fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {pids: [%d]}
+    cpu: {samples_per_second: 199}
+    pprof: {directory: %s}
+processors:
+  memory_limiter: {check_interval: 1s, limit_mib: 256}
+exporters:
+  debug: {verbosity: basic}
+  otlp:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles:
+      receivers: [bpfprofiler]
+      processors: [memory_limiter]
+      exporters: [debug, otlp]
+`, work.Process.Pid, pprofDir, addr)
+	out := startCollector(t, bin, config)
+
+	// ~2000 samples: the share's standard error is about 1 point.
+	require.Eventually(t, func() bool {
+		hot, cold := hotCold(otlp)
+		return hot+cold >= 2000
+	}, 60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples")
+
+	t.Run("debug exporter shows resource profiles", func(t *testing.T) {
+		assert.Contains(t, out.String(), `"resource profiles": 1`)
+	})
+
+	t.Run("OTLP endpoint has the hot function at 75%", func(t *testing.T) {
+		hot, cold := hotCold(otlp)
+		share := float64(hot) / float64(hot+cold)
+		t.Logf("burn_hot=%d burn_cold=%d share=%.3f", hot, cold, share)
+		assert.InDelta(t, 0.75, share, 0.05)
+	})
+
+	t.Run("pprof files open and show the hot function", func(t *testing.T) {
+		files, err := filepath.Glob(filepath.Join(pprofDir, "cpu-*.pb.gz"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", files[len(files)-1]).CombinedOutput()
+		require.NoError(t, err, string(top))
+		assert.Contains(t, string(top), "burn_hot")
+		assert.Contains(t, string(top), "burn_cold")
+	})
+}
+
+// hotCold sums the samples of the workload's two functions over every
+// request the OTLP endpoint has received.
+func hotCold(s *otlpProfilesServer) (hot, cold int64) {
+	for _, pd := range s.all() {
+		totals := pdata.FunctionTotals(pd)
+		hot += totals["burn_hot"]
+		cold += totals["burn_cold"]
+	}
+	return hot, cold
+}
+
+func TestCollectorRejectsBadConfig(t *testing.T) {
+	bin := collectorBinary(t)
+	cfg := `
+receivers:
+  bpfprofiler:
+    cpu: {samples_per_second: 0}
+exporters:
+  debug: {}
+service:
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [debug]}
+`
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	out, err := exec.Command(bin, "--config", path, "--feature-gates=service.profilesSupport").CombinedOutput()
+	require.Error(t, err)
+	assert.True(t, strings.Contains(string(out), "cpu::samples_per_second"), string(out))
+}
