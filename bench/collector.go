@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,25 +55,27 @@ service:
       exporters: [debug]
 `
 
-// writeCollectorConfig writes the config file into cfg.dir and returns its path.
-func writeCollectorConfig(dir string) (string, error) {
-	profiles := filepath.Join(dir, "profiles")
+// writeCollectorConfig writes the config file of collector run n into dir
+// and returns its path and the run's pprof directory.
+func writeCollectorConfig(dir string, n int) (conf, profiles string, err error) {
+	profiles = filepath.Join(dir, fmt.Sprintf("profiles-%d", n))
 	if err := os.MkdirAll(profiles, 0o755); err != nil {
-		return "", err
+		return "", "", err
 	}
-	path := filepath.Join(dir, "collector.yaml")
-	return path, os.WriteFile(path, fmt.Appendf(nil, collectorYAML, profiles), 0o644)
+	conf = filepath.Join(dir, fmt.Sprintf("collector-%d.yaml", n))
+	return conf, profiles, os.WriteFile(conf, fmt.Appendf(nil, collectorYAML, profiles), 0o644)
 }
 
 // collector is a running collector process.
 type collector struct {
-	cmd     *exec.Cmd
-	out     *lineLog
-	logPath string
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // valid after exited is closed
-	once    sync.Once
-	stopErr error
+	cmd      *exec.Cmd
+	out      *lineLog
+	logPath  string
+	profiles string        // its pprof directory
+	exited   chan struct{} // closed when the process has exited
+	waitErr  error         // valid after exited is closed
+	once     sync.Once
+	stopErr  error
 }
 
 var collectorRuns int
@@ -80,11 +85,11 @@ var collectorRuns int
 // load, the first report symbolizing every process already on the host) is
 // not part of what the caller measures next.
 func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error) {
-	confPath, err := writeCollectorConfig(cfg.dir)
+	collectorRuns++
+	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns)
 	if err != nil {
 		return nil, err
 	}
-	collectorRuns++
 	logPath := filepath.Join(cfg.dir, fmt.Sprintf("collector-%d.log", collectorRuns))
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -97,7 +102,7 @@ func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error
 		logFile.Close()
 		return nil, fmt.Errorf("starting the collector %s: %w", cfg.binary, err)
 	}
-	c := &collector{cmd: cmd, out: out, logPath: logPath, exited: make(chan struct{})}
+	c := &collector{cmd: cmd, out: out, logPath: logPath, profiles: profiles, exited: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
 		logFile.Close()
@@ -156,6 +161,36 @@ func (c *collector) stop() error {
 }
 
 func (c *collector) lastLines(n int) string { return c.out.last(n) }
+
+// profilesMention reports whether any pprof file the collector wrote
+// mentions name (a function name is stored as plain text in a profile's
+// string table once decompressed).
+func (c *collector) profilesMention(name string) (bool, error) {
+	paths, err := filepath.Glob(filepath.Join(c.profiles, "*.pb.gz"))
+	if err != nil {
+		return false, err
+	}
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return false, err
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			f.Close()
+			return false, fmt.Errorf("%s: %w", p, err)
+		}
+		data, err := io.ReadAll(zr)
+		f.Close()
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", p, err)
+		}
+		if bytes.Contains(data, []byte(name)) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
 
 // lineLog is the collector's stdout and stderr: written to a file, the last
 // lines kept for error messages, and ready closed on readyMessage.

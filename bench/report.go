@@ -25,6 +25,8 @@ type report struct {
 	cpuTicks []float64 // collector CPU per round, % of a core
 	cpuSched []float64 // same from schedstat; nil once a round lacked it
 	rss      []uint64  // collector VmHWM per round, bytes
+	saw      []bool    // per round: the collector's profiles hold the workload
+	blind    int       // rounds whose profiles lack the workload
 	schedOK  bool
 
 	haveIdle             bool
@@ -59,6 +61,10 @@ func (r *report) add(round map[string]runResult, cr collectorRun, withCollector 
 		r.schedOK = false
 	}
 	r.rss = append(r.rss, cr.peakRSS)
+	r.saw = append(r.saw, cr.sawWorkload)
+	if !cr.sawWorkload {
+		r.blind++
+	}
 }
 
 // roundLine describes round i (0-based) of n, just added.
@@ -75,6 +81,9 @@ func (r *report) roundLine(i, n int, order []string) string {
 	if k := len(r.cpuTicks) - 1; k >= 0 {
 		fmt.Fprintf(&b, "  | collector CPU %s, peak RSS %.1f MiB",
 			fmtCPU(r.cpuTicks[k], r.cpuSched[k]), mib(r.rss[k]))
+		if !r.saw[k] {
+			b.WriteString(", WARNING: work_hot missing from its pprof files")
+		}
 	}
 	return b.String()
 }
@@ -113,6 +122,10 @@ func (r *report) print(w io.Writer) {
 			line += ", idle CPU " + fmtCPU(r.idleTicks, r.idleSched)
 		}
 		fmt.Fprintln(w, line)
+		if r.blind > 0 {
+			fmt.Fprintf(w, "warning: in %d of %d rounds the collector's pprof files do not name work_hot: it did not\n"+
+				" profile the workload, so its overhead is understated\n", r.blind, len(r.cpuTicks))
+		}
 	}
 
 	if base := r.walls[scBaseline]; slices.Max(base) > 1.1*slices.Min(base) {

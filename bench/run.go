@@ -101,6 +101,9 @@ type collectorRun struct {
 	cpuTicks float64 // collector CPU, % of a core, from utime+stime
 	cpuSched float64 // collector CPU, % of a core, from schedstat (-1: n/a)
 	peakRSS  uint64  // collector VmHWM at the end, bytes
+	// sawWorkload: the collector's pprof files name work_hot, so it did
+	// profile the workload.
+	sawWorkload bool
 }
 
 // runWithCollector starts the collector, waits until it is ready and settled,
@@ -137,7 +140,11 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, bin string, iter
 	if err := c.stop(); err != nil {
 		return collectorRun{}, err
 	}
-	out := collectorRun{runResult: res, peakRSS: rss}
+	seen, err := c.profilesMention("work_hot")
+	if err != nil {
+		return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
+	}
+	out := collectorRun{runResult: res, peakRSS: rss, sawWorkload: seen}
 	out.cpuTicks, out.cpuSched = cpuPercent(before, after, res.outside)
 	return out, nil
 }

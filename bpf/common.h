@@ -25,6 +25,7 @@ typedef __u64 u64;
 #define TASK_COMM_LEN 16
 /* include/linux/sched.h */
 #define PF_KTHREAD 0x00200000
+#define TASK_RUNNING 0x00000000
 
 /* Frames kept per stack; matches sysctl kernel.perf_event_max_stack default. */
 #define MAX_STACK_DEPTH 127
@@ -37,9 +38,11 @@ typedef __u64 u64;
 #endif
 
 struct task_struct {
+	unsigned int __state;
 	unsigned int flags;
 	int pid;
 	int tgid;
+	char comm[TASK_COMM_LEN];
 } __attribute__((preserve_access_index));
 
 /* perf_event program context; only a pointer is needed. */

@@ -1,14 +1,23 @@
 // Package identity resolves who a process is: the resource attributes of the
 // data contract, shared by profiles and probe logs. Results are cached by
 // pid and start time, so a reused pid never inherits a dead process's name.
+//
+// Kubernetes and container attributes come without the Kubernetes API: the
+// cgroup path gives the container id, runtime and pod uid; the runtime's
+// files on the node give pod, namespace and container names; the downward
+// API environment names the collector's own pod.
 package identity
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+
+	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -16,17 +25,40 @@ import (
 
 // Resource attribute keys of the data contract.
 const (
-	AttrProcessPID     = "process.pid"
-	AttrExecutableName = "process.executable.name"
-	AttrExecutablePath = "process.executable.path"
-	AttrHostName       = "host.name"
-	AttrServiceName    = "service.name"
+	AttrProcessPID       = "process.pid"
+	AttrExecutableName   = "process.executable.name"
+	AttrExecutablePath   = "process.executable.path"
+	AttrHostName         = "host.name"
+	AttrServiceName      = "service.name"
+	AttrContainerID      = "container.id"
+	AttrContainerRuntime = "container.runtime.name"
+	AttrK8sPodUID        = "k8s.pod.uid"
+	AttrK8sPodName       = "k8s.pod.name"
+	AttrK8sNamespaceName = "k8s.namespace.name"
+	AttrK8sContainerName = "k8s.container.name"
 )
+
+// Options configures a Resolver.
+type Options struct {
+	Proc     procfs.FS
+	HostName string
+	// HostRoot is where the node's /run and /var/lib are visible
+	// (kubernetes::host_root); "/" when empty.
+	HostRoot string
+	// Env reads the collector's environment (downward API); os.Getenv when nil.
+	Env func(string) string
+	// SelfPID is the collector's pid as Proc sees it; os.Getpid() when 0.
+	SelfPID uint32
+	Logger  *zap.Logger // zap.NewNop() when nil
+}
 
 // Resolver resolves and caches process identities.
 type Resolver struct {
 	proc     procfs.FS
 	hostName string
+	names    *RuntimeNames
+	self     self
+	logger   *zap.Logger
 
 	mu    sync.Mutex
 	cache map[uint32]cached
@@ -37,9 +69,48 @@ type cached struct {
 	identity  report.Identity
 }
 
-// NewResolver returns a Resolver reading proc and naming the host hostName.
+// NewResolver returns a Resolver reading proc and naming the host hostName,
+// with the defaults of Options for everything else.
 func NewResolver(proc procfs.FS, hostName string) *Resolver {
-	return &Resolver{proc: proc, hostName: hostName, cache: map[uint32]cached{}}
+	return New(Options{Proc: proc, HostName: hostName})
+}
+
+// New returns a Resolver configured by o. It reads the collector's own
+// cgroup once, to know which processes share its pod.
+func New(o Options) *Resolver {
+	if o.Env == nil {
+		o.Env = os.Getenv
+	}
+	if o.SelfPID == 0 {
+		o.SelfPID = uint32(os.Getpid())
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	r := &Resolver{
+		proc:     o.Proc,
+		hostName: o.HostName,
+		names:    NewRuntimeNames(o.HostRoot, o.Logger),
+		logger:   o.Logger,
+		cache:    map[uint32]cached{},
+	}
+	r.self = r.readSelf(o.SelfPID, DownwardFromEnv(o.Env))
+	return r
+}
+
+func (r *Resolver) readSelf(pid uint32, d Downward) self {
+	s := self{names: d, podUID: strings.ToLower(d.PodUID)}
+	lines, err := r.proc.Cgroup(pid)
+	if err != nil {
+		r.logger.Debug("Cannot read the collector's own cgroup", zap.Error(err))
+		return s
+	}
+	c := CgroupFromLines(lines)
+	if c.PodUID != "" {
+		s.podUID = c.PodUID
+	}
+	s.containerID = c.ContainerID
+	return s
 }
 
 // ErrGone reports a process that no longer exists.
@@ -76,7 +147,8 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 }
 
 // Prune drops cached processes that no longer exist (or whose pid now belongs
-// to a newer process) and returns their pids.
+// to a newer process) and returns their pids. Runtime names of containers no
+// cached process belongs to are dropped too.
 func (r *Resolver) Prune() []uint32 {
 	r.mu.Lock()
 	pids := make([]uint32, 0, len(r.cache))
@@ -94,7 +166,22 @@ func (r *Resolver) Prune() []uint32 {
 		}
 		r.mu.Unlock()
 	}
+	r.mu.Lock()
+	live := map[string]bool{}
+	for _, c := range r.cache {
+		if id, ok := c.identity.Attributes[AttrContainerID].(string); ok {
+			live[id] = true
+		}
+	}
+	r.mu.Unlock()
+	r.names.Forget(func(id string) bool { return live[id] })
 	return gone
+}
+
+// RuntimeFileErrors returns how many container runtime files could not be
+// read or parsed (their pod names were left out).
+func (r *Resolver) RuntimeFileErrors() uint64 {
+	return r.names.Errors()
 }
 
 func (r *Resolver) minimal(pid uint32) report.Identity {
@@ -118,7 +205,55 @@ func (r *Resolver) read(pid uint32) report.Identity {
 	}
 	if id.ExeName != "" {
 		id.Attributes[AttrExecutableName] = id.ExeName
-		id.Attributes[AttrServiceName] = id.ExeName
+	}
+	unit := r.addContainer(pid, id.Attributes)
+	id.Attributes[AttrServiceName] = serviceName(id.Attributes, unit, id.ExeName)
+	if id.Attributes[AttrServiceName] == "" {
+		delete(id.Attributes, AttrServiceName)
 	}
 	return id
+}
+
+// addContainer adds the container and Kubernetes attributes of pid and
+// returns its systemd unit, if any.
+func (r *Resolver) addContainer(pid uint32, attrs map[string]any) string {
+	lines, err := r.proc.Cgroup(pid)
+	if err != nil {
+		// Gone meanwhile, or no cgroup file (non-Linux fake roots): no
+		// container attributes.
+		return ""
+	}
+	c := CgroupFromLines(lines)
+	podUID := c.PodUID
+	if c.ContainerID != "" {
+		attrs[AttrContainerID] = c.ContainerID
+		names, runtime := r.names.Lookup(c.ContainerID, c.Runtime)
+		if runtime != "" {
+			attrs[AttrContainerRuntime] = runtime
+		}
+		if podUID == "" {
+			// A cgroup namespace can hide the pod segment; the runtime knows.
+			podUID = strings.ToLower(names.PodUID)
+		}
+		setIfMissing(attrs, AttrK8sPodName, names.PodName)
+		setIfMissing(attrs, AttrK8sNamespaceName, names.Namespace)
+		setIfMissing(attrs, AttrK8sContainerName, names.ContainerName)
+	}
+	if podUID != "" {
+		attrs[AttrK8sPodUID] = podUID
+	}
+	r.self.apply(attrs, podUID, c.ContainerID)
+	return c.SystemdUnit
+}
+
+// serviceName is the container name, else the systemd unit without its
+// ".service" suffix, else the executable name.
+func serviceName(attrs map[string]any, unit, exeName string) string {
+	if name, ok := attrs[AttrK8sContainerName].(string); ok && name != "" {
+		return name
+	}
+	if u := strings.TrimSuffix(unit, ".service"); u != "" {
+		return u
+	}
+	return exeName
 }

@@ -1,7 +1,7 @@
 // Package procfs is the one /proc reader of the project: memory maps,
-// executable, thread names, status (NSpid) and start times. Parsers take
-// readers so they can be tested on fixtures; FS.Root points them at a real or
-// fake /proc.
+// executable, thread names, status (NSpid), cgroup membership and start
+// times. Parsers take readers so they can be tested on fixtures; FS.Root
+// points them at a real or fake /proc.
 package procfs
 
 import (

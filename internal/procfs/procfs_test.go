@@ -77,6 +77,11 @@ func TestParseStatus(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "full", in: statusFixture, want: Status{Name: "my prog", Tgid: 4242, PPid: 1, NSpid: []uint32{4242, 17, 1}, Uid: 1000}},
+		{name: "host nspid", in: "Name:\tinit\nTgid:\t1\nNSpid:\t1\n", want: Status{Name: "init", Tgid: 1, NSpid: []uint32{1}}},
+		{name: "two level nspid", in: "Tgid:\t9876\nNSpid:\t9876\t1\n", want: Status{Tgid: 9876, NSpid: []uint32{9876, 1}}},
+		{name: "spaces nspid", in: "NSpid:  300   12  \n", want: Status{NSpid: []uint32{300, 12}}},
+		{name: "overflow nspid", in: "NSpid:\t4294967296\n", wantErr: true},
+		{name: "negative nspid", in: "NSpid:\t5\t-1\n", wantErr: true},
 		{name: "no nspid", in: "Name:\tx\nTgid:\t5\nPPid:\t0\n", want: Status{Name: "x", Tgid: 5}},
 		{name: "garbage nspid", in: "Name:\tx\nNSpid:\t5 abc\n", wantErr: true},
 		{name: "empty nspid", in: "NSpid:\t\n", wantErr: true},

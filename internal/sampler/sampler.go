@@ -7,16 +7,17 @@
 package sampler
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids in cpu.bpf.c).
-const MaxTargets = 4096
+const MaxTargets = stackdrain.MaxTargets
 
 // Options configure a Sampler.
 type Options struct {
@@ -48,10 +49,13 @@ type Stats struct {
 	StackMissing      uint64 // samples whose stack id was absent from the stack map at drain
 }
 
-// stackKey mirrors struct stack_key of bpf/common.h.
-type stackKey struct {
-	PID, TID                   uint32
-	UserStackID, KernelStackID int32
+// rawSamples converts drained records (values are sample counts).
+func rawSamples(in []stackdrain.Sample) []RawSample {
+	out := make([]RawSample, len(in))
+	for i, s := range in {
+		out[i] = RawSample{PID: s.PID, TID: s.TID, Comm: s.Comm, UserStack: s.UserStack, KernelStack: s.KernelStack, Count: s.Value}
+	}
+	return out
 }
 
 func (o Options) validate() error {
@@ -109,92 +113,4 @@ func parseCPUList(s string) ([]int, error) {
 	}
 	slices.Sort(cpus)
 	return slices.Compact(cpus), nil
-}
-
-// trimStack copies the frames of a stack-trace map value up to the first
-// zero entry (bpf_get_stackid zero-fills unused slots).
-func trimStack(frames []uint64) []uint64 {
-	n := slices.Index(frames, 0)
-	if n < 0 {
-		n = len(frames)
-	}
-	if n == 0 {
-		return nil
-	}
-	return slices.Clone(frames[:n])
-}
-
-// commString converts a NUL-padded kernel comm to a string.
-func commString[T ~int8 | ~uint8](comm []T) string {
-	b := make([]byte, 0, len(comm))
-	for _, c := range comm {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return string(b)
-}
-
-// assembleSamples joins drained counts with their stacks (already trimmed,
-// keyed by stack id) and thread names. Negative stack ids mean "no stack"
-// (the error, if any, was counted in BPF); a non-negative id absent from
-// stacks yields an empty stack and is counted in the returned missing total.
-// The result is sorted by pid, tid, then descending count.
-func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comms map[uint32]string) (samples []RawSample, missing uint64) {
-	samples = make([]RawSample, 0, len(counts))
-	for k, n := range counts {
-		if n == 0 {
-			continue
-		}
-		s := RawSample{PID: k.PID, TID: k.TID, Comm: comms[k.TID], Count: n}
-		var ok bool
-		if s.UserStack, ok = stackFor(stacks, k.UserStackID); !ok {
-			missing += n
-		}
-		if s.KernelStack, ok = stackFor(stacks, k.KernelStackID); !ok {
-			missing += n
-		}
-		samples = append(samples, s)
-	}
-	slices.SortFunc(samples, func(a, b RawSample) int {
-		return cmp.Or(
-			cmp.Compare(a.PID, b.PID),
-			cmp.Compare(a.TID, b.TID),
-			cmp.Compare(b.Count, a.Count),
-			slices.Compare(a.UserStack, b.UserStack),
-			slices.Compare(a.KernelStack, b.KernelStack),
-		)
-	})
-	return samples, missing
-}
-
-// stackFor returns the stack with the given id; ok is false only when a
-// valid id has no stored stack.
-func stackFor(stacks map[int32][]uint64, id int32) (frames []uint64, ok bool) {
-	if id < 0 {
-		return nil, true
-	}
-	frames, ok = stacks[id]
-	return frames, ok
-}
-
-// inflightSeq mirrors struct inflight_seq: per-CPU program entry/exit counts.
-type inflightSeq struct {
-	Enter, Exit uint64
-}
-
-// quiescent reports whether every CPU finished the program invocation that
-// was running (if any) when before was read: either nothing was running then
-// (enter == exit) or exit has since caught up with that enter.
-func quiescent(before, now []inflightSeq) bool {
-	for i, b := range before {
-		if b.Enter == b.Exit {
-			continue
-		}
-		if i >= len(now) || now[i].Exit < b.Enter {
-			return false
-		}
-	}
-	return true
 }

@@ -16,7 +16,7 @@ func FuzzGoTable(f *testing.F) {
 		if err == nil {
 			if s := ef.Section(".gopclntab"); s != nil {
 				data, _ := s.Data()
-				f.Add(data[:min(len(data), 1<<16)], []byte{1, 2, 3, 4}, uint32(0x401000))
+				f.Add(data[:min(len(data), 1<<13)], []byte{1, 2, 3, 4}, uint32(0x401000))
 			}
 			ef.Close()
 		}

@@ -83,7 +83,7 @@ func TestKernel(t *testing.T) {
 func TestKernelRefreshOnNewModule(t *testing.T) {
 	path := writeKallsyms(t, kallsymsFixture)
 	s := New(Options{KallsymsPath: path})
-	s.refreshInterval = 0
+	s.kernelRefresh = 0
 	frames := s.Kernel([]uint64{0xffffffffc0c00010})
 	assert.Empty(t, frames[0].Function)
 	require.NoError(t, os.WriteFile(path, []byte(kallsymsFixture+"ffffffffc0c00000 t xt_match\t[x_tables]\n"), 0o644))
@@ -149,4 +149,31 @@ func FuzzParseKallsyms(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestKernelHost resolves a symbol of the running kernel when /proc/kallsyms
+// shows addresses (root or kptr_restrict=0).
+func TestKernelHost(t *testing.T) {
+	f, err := os.Open(DefaultKallsymsPath)
+	if err != nil {
+		t.Skip(err)
+	}
+	ks, err := parseKallsyms(f)
+	f.Close()
+	require.NoError(t, err)
+	if len(ks.syms) == 0 {
+		t.Skip("kallsyms addresses hidden")
+	}
+	var addr uint64
+	for _, sym := range ks.syms {
+		if sym.name == "schedule" {
+			addr = sym.addr
+		}
+	}
+	require.NotZero(t, addr)
+	s := New(Options{})
+	frames := s.Kernel([]uint64{addr + 1, addr + 5})
+	assert.Equal(t, "schedule", frames[0].Function)
+	assert.Equal(t, "schedule", frames[1].Function)
+	assert.Equal(t, kernelMappingFile, frames[0].Mapping.File)
 }

@@ -41,7 +41,8 @@ const (
 	DefaultMaxFiles     = 256
 	DefaultMaxProcesses = 4096
 
-	defaultRefreshInterval = time.Second // minimum time between re-reads of maps/kallsyms on a miss
+	defaultRefreshInterval = time.Second      // minimum time between re-reads of maps and perf maps on a miss
+	kernelRefreshInterval  = 30 * time.Second // minimum time between re-reads of kallsyms on a miss
 	logOnceSize            = 4096
 )
 
@@ -53,8 +54,10 @@ type Symbolizer struct {
 	kpath string
 	log   *zap.Logger
 	now   func() time.Time
-	// refreshInterval bounds how often maps and kallsyms are re-read on misses.
+	// refreshInterval bounds how often maps and perf maps are re-read on
+	// misses, kernelRefresh how often kallsyms is (it is large).
 	refreshInterval time.Duration
+	kernelRefresh   time.Duration
 	// namespacePID returns the pid a process sees itself as (used in the perf
 	// map file name). For now the identity; pid namespaces come later.
 	namespacePID func(pid uint32) uint32
@@ -89,6 +92,7 @@ func New(opts Options) *Symbolizer {
 		log:             opts.Logger,
 		now:             time.Now,
 		refreshInterval: defaultRefreshInterval,
+		kernelRefresh:   kernelRefreshInterval,
 		namespacePID:    func(pid uint32) uint32 { return pid },
 		files:           newLRU[fileKey, *fileEntry](opts.MaxFiles, nil),
 		procs:           newLRU[uint32, *process](opts.MaxProcesses, nil),
@@ -135,7 +139,7 @@ func lookupAddr(i int, addr uint64) uint64 {
 func (s *Symbolizer) Kernel(addrs []uint64) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.kernelLoaded.IsZero() || s.kernel == nil && s.now().Sub(s.kernelLoaded) >= s.refreshInterval {
+	if s.kernelLoaded.IsZero() || s.kernel == nil && s.now().Sub(s.kernelLoaded) >= s.kernelRefresh {
 		s.loadKernel()
 	}
 	frames := make([]report.Frame, len(addrs))
@@ -143,7 +147,7 @@ func (s *Symbolizer) Kernel(addrs []uint64) []report.Frame {
 		frames[i] = report.Frame{Address: addr, Type: report.FrameKernel}
 		la := lookupAddr(i, addr)
 		name, m, ok := s.kernelLookup(la)
-		if !ok && s.now().Sub(s.kernelLoaded) >= s.refreshInterval {
+		if !ok && s.now().Sub(s.kernelLoaded) >= s.kernelRefresh {
 			// Possibly a module loaded since the last read.
 			s.loadKernel()
 			name, m, ok = s.kernelLookup(la)

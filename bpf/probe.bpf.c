@@ -1,0 +1,210 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * Duration probes: probe_entry / probe_exit are attached as uprobes (or the
+ * exit side as a uretprobe) to user functions; the attach cookie carries the
+ * probe index. A per-(thread, probe) depth counter makes nested scopes roll
+ * up into the outermost one: only that one is timed, filtered by
+ * min_duration_ns and sent to user space through the records ringbuf.
+ *
+ * Thread exit (and exec) removes the thread's scope state, so a reused tid
+ * never inherits a stale depth. Exec events also go to user space (execs
+ * ringbuf) so probes can be attached to files newly started processes map.
+ */
+#include "common.h"
+#include <bpf/bpf_tracing.h>
+
+#define MAX_PROBES 64
+#define MAX_THREAD_SCOPES 65536
+
+/* Per-probe settings, indexed by probe index; written by user space. */
+struct probe_config {
+	u64 min_duration_ns;
+	u32 main_thread_only;
+	u32 pad;
+};
+
+/* One completed outermost scope. Times are bpf_ktime_get_ns (CLOCK_MONOTONIC). */
+struct probe_record {
+	u64 start_ns;
+	u64 end_ns;
+	u32 pid; /* host tgid */
+	u32 tid; /* host thread id */
+	u32 probe_index;
+	char comm[TASK_COMM_LEN];
+	u32 pad;
+};
+
+/* Per-CPU counters; user space sums them. */
+struct probe_stats {
+	u64 records;
+	u64 dropped;      /* records ringbuf full */
+	u64 exec_dropped; /* execs ringbuf full */
+};
+
+struct scope_key {
+	u32 tid;
+	u32 probe_index;
+};
+
+struct scope_state {
+	u64 start_ns;
+	u32 depth;
+	u32 pad;
+};
+
+/* Keeps the ringbuf record type in BTF for bpf2go -type. */
+const struct probe_record *unused_probe_record __attribute__((unused));
+
+/* Number of probes in use (entries of probe_configs); set at load time. */
+const volatile u32 nr_probes = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PROBES);
+	__type(key, u32);
+	__type(value, struct probe_config);
+} probe_configs SEC(".maps");
+
+/* LRU: should cleanup ever be missed, old entries make room for new ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_THREAD_SCOPES);
+	__type(key, struct scope_key);
+	__type(value, struct scope_state);
+} scopes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} records SEC(".maps");
+
+/* Host tgids of processes that just exec'ed (u32 each). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} execs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct probe_stats);
+} stats SEC(".maps");
+
+SEC("uprobe")
+int probe_entry(struct pt_regs *ctx)
+{
+	u32 index = (u32)bpf_get_attach_cookie(ctx);
+	u64 id = bpf_get_current_pid_tgid();
+	struct scope_key key = { .tid = (u32)id, .probe_index = index };
+	struct probe_config *cfg;
+	struct scope_state *st;
+
+	cfg = bpf_map_lookup_elem(&probe_configs, &index);
+	if (!cfg)
+		return 0;
+	/* main_thread_only: worker threads keep no state at all. */
+	if (cfg->main_thread_only && (u32)id != (u32)(id >> 32))
+		return 0;
+	st = bpf_map_lookup_elem(&scopes, &key);
+	if (!st) {
+		struct scope_state init = { .start_ns = bpf_ktime_get_ns(), .depth = 1 };
+
+		bpf_map_update_elem(&scopes, &key, &init, BPF_ANY);
+		return 0;
+	}
+	if (st->depth == 0)
+		st->start_ns = bpf_ktime_get_ns();
+	st->depth++;
+	return 0;
+}
+
+SEC("uprobe")
+int probe_exit(struct pt_regs *ctx)
+{
+	u32 index = (u32)bpf_get_attach_cookie(ctx);
+	u64 id = bpf_get_current_pid_tgid();
+	struct scope_key key = { .tid = (u32)id, .probe_index = index };
+	struct probe_record *rec;
+	struct probe_config *cfg;
+	struct probe_stats *cnt;
+	struct scope_state *st;
+	u32 zero = 0;
+	u64 now;
+
+	st = bpf_map_lookup_elem(&scopes, &key);
+	if (!st || st->depth == 0) /* exit without entry: attached mid-scope */
+		return 0;
+	if (--st->depth)
+		return 0;
+	now = bpf_ktime_get_ns();
+	cfg = bpf_map_lookup_elem(&probe_configs, &index);
+	cnt = bpf_map_lookup_elem(&stats, &zero);
+	if (!cfg || !cnt)
+		return 0;
+	if (now - st->start_ns < cfg->min_duration_ns)
+		return 0;
+	rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
+	if (!rec) {
+		cnt->dropped++;
+		return 0;
+	}
+	rec->start_ns = st->start_ns;
+	rec->end_ns = now;
+	rec->pid = id >> 32;
+	rec->tid = (u32)id;
+	rec->probe_index = index;
+	rec->pad = 0;
+	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+	bpf_ringbuf_submit(rec, 0);
+	cnt->records++;
+	return 0;
+}
+
+static __always_inline void forget_thread(u32 tid)
+{
+	struct scope_key key = { .tid = tid };
+
+	for (u32 i = 0; i < MAX_PROBES; i++) {
+		if (i >= nr_probes)
+			break;
+		key.probe_index = i;
+		bpf_map_delete_elem(&scopes, &key);
+	}
+}
+
+/* Every exiting thread: drop its scope state. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(probe_thread_exit, struct task_struct *p)
+{
+	forget_thread(BPF_CORE_READ(p, pid));
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(probe_exec, struct task_struct *p, int old_pid)
+{
+	struct probe_stats *cnt;
+	u32 zero = 0;
+	u32 *pid;
+
+	/* The new image starts with no open scopes. */
+	forget_thread(BPF_CORE_READ(p, pid));
+	if ((u32)old_pid != (u32)BPF_CORE_READ(p, pid))
+		forget_thread(old_pid);
+
+	pid = bpf_ringbuf_reserve(&execs, sizeof(*pid), 0);
+	if (!pid) {
+		cnt = bpf_map_lookup_elem(&stats, &zero);
+		if (cnt)
+			cnt->exec_dropped++;
+		return 0;
+	}
+	*pid = BPF_CORE_READ(p, tgid);
+	bpf_ringbuf_submit(pid, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,118 @@
+package assemble
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// fakeSymbols names every address "k<addr>" (kernel) or "u<pid>:<addr>"
+// (user); address 0 stays unresolved.
+type fakeSymbols struct{ calls int }
+
+func (f *fakeSymbols) Kernel(addrs []uint64) []report.Frame {
+	f.calls++
+	out := make([]report.Frame, len(addrs))
+	for i, a := range addrs {
+		out[i] = report.Frame{Address: a, Function: fmt.Sprintf("k%x", a), Type: report.FrameKernel}
+	}
+	return out
+}
+
+func (f *fakeSymbols) User(pid uint32, addrs []uint64) []report.Frame {
+	f.calls++
+	out := make([]report.Frame, len(addrs))
+	for i, a := range addrs {
+		out[i] = report.Frame{Address: a, Type: report.FrameNative}
+		if a != 0 {
+			out[i].Function = fmt.Sprintf("u%d:%x", pid, a)
+		}
+	}
+	return out
+}
+
+type fakeIdentities map[uint32]string
+
+func (f fakeIdentities) Resolve(pid uint32) (report.Identity, error) {
+	exe, ok := f[pid]
+	if !ok {
+		return report.Identity{PID: pid}, errors.New("gone")
+	}
+	return report.Identity{PID: pid, ExePath: exe}, nil
+}
+
+func TestAssemble(t *testing.T) {
+	stacks := []Stack{
+		{PID: 20, TID: 21, Comm: "worker", User: []uint64{0x10, 0}, Kernel: []uint64{0xff01}, Value: 5},
+		{PID: 10, TID: 10, User: []uint64{0x20}, Value: 2},
+		{PID: 20, TID: 20, User: []uint64{0x30}, Value: 1},
+		{PID: 30, TID: 30, User: []uint64{0x40}, Value: 0}, // empty: dropped
+		{PID: 40, TID: 40, User: []uint64{0x50}, Value: 7}, // vanished process: kept
+	}
+	tests := []struct {
+		name          string
+		keep          func(report.Identity) bool
+		wantPIDs      []uint32
+		wantFiltered  int64
+		wantUnsymbols int
+	}{
+		{name: "everything", wantPIDs: []uint32{10, 20, 40}, wantUnsymbols: 1},
+		{
+			name:         "executable filter",
+			keep:         func(id report.Identity) bool { return id.ExePath == "/bin/b" },
+			wantPIDs:     []uint32{20},
+			wantFiltered: 9, wantUnsymbols: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &Assembler{
+				Symbols:    &fakeSymbols{},
+				Identities: fakeIdentities{10: "/bin/a", 20: "/bin/b"},
+				ThreadName: func(pid, tid uint32) string { return fmt.Sprintf("t%d", tid) },
+				Keep:       tt.keep,
+			}
+			start := time.Unix(100, 0)
+			prof, st := a.Assemble(report.KindCPU, start, start.Add(time.Second), 1e7, stacks)
+			assert.Equal(t, report.KindCPU, prof.Kind)
+			assert.Equal(t, int64(1e7), prof.Period)
+			var pids []uint32
+			for _, p := range prof.Processes {
+				pids = append(pids, p.Identity.PID)
+			}
+			assert.Equal(t, tt.wantPIDs, pids)
+			assert.Equal(t, len(tt.wantPIDs), st.Processes)
+			assert.Equal(t, tt.wantFiltered, st.FilteredValues)
+			assert.Equal(t, tt.wantUnsymbols, st.Unsymbolized)
+		})
+	}
+}
+
+func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
+	a := &Assembler{
+		Symbols:    &fakeSymbols{},
+		Identities: fakeIdentities{20: "/bin/b"},
+		ThreadName: func(pid, tid uint32) string { return "from-proc" },
+	}
+	prof, st := a.Assemble(report.KindOffCPU, time.Time{}, time.Time{}, 0, []Stack{
+		{PID: 20, TID: 21, Comm: "worker", User: []uint64{0x10, 0x11}, Kernel: []uint64{0xff01, 0xff02}, Value: 5},
+		{PID: 20, TID: 22, User: []uint64{0x12}, Value: 1},
+	})
+	require.Len(t, prof.Processes, 1)
+	samples := prof.Processes[0].Samples
+	require.Len(t, samples, 2)
+	var names []string
+	for _, f := range samples[0].Frames {
+		names = append(names, f.Function)
+	}
+	assert.Equal(t, []string{"kff01", "kff02", "u20:10", "u20:11"}, names, "kernel leaf first, then user")
+	assert.Equal(t, "worker", samples[0].ThreadName, "kernel-recorded name wins")
+	assert.Equal(t, "from-proc", samples[1].ThreadName)
+	assert.Equal(t, 5, st.Frames)
+}

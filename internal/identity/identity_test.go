@@ -1,0 +1,268 @@
+package identity
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+const (
+	collectorPodUID = "c0ffee00-1111-4222-8333-944455556666"
+	collectorCID    = "33bf6fbd7cd8379785a21e233d8e09f824e7bab459168a96312c1c882c1d7e1f"
+	siblingCID      = "0a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20212223242526272829"
+	otherPodUID     = "dddddddd-eeee-4fff-8000-111111111111"
+)
+
+type fakeProcess struct {
+	exe    string // symlink target; "" for kernel threads
+	comm   string
+	cgroup string
+	start  uint64
+}
+
+// writeProc writes the files of process pid below root.
+func writeProc(t *testing.T, root string, pid uint32, p fakeProcess) {
+	t.Helper()
+	dir := filepath.Join(root, fmt.Sprint(pid))
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	write := func(name, content string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	write("stat", fmt.Sprintf("%d (%s) S 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 %d 1000 100", pid, p.comm, p.start))
+	write("comm", p.comm+"\n")
+	write("cgroup", p.cgroup)
+	if p.exe != "" {
+		_ = os.Remove(filepath.Join(dir, "exe"))
+		require.NoError(t, os.Symlink(p.exe, filepath.Join(dir, "exe")))
+	}
+}
+
+func podSlice(uid string) string {
+	return "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + underscores(uid) + ".slice/"
+}
+
+func underscores(uid string) string {
+	b := []byte(uid)
+	for i := range b {
+		if b[i] == '-' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// fakeNode builds a proc root and a host root with processes of every kind.
+func fakeNode(t *testing.T) (procfs.FS, string) {
+	proc, host := t.TempDir(), t.TempDir()
+	procs := map[uint32]fakeProcess{
+		1:   {exe: "/otelcol", comm: "otelcol", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + collectorCID + ".scope\n"},
+		100: {exe: "/usr/bin/shop", comm: "shop", cgroup: podSlice(podUID1) + "cri-containerd-" + idCtrd + ".scope\n"},
+		101: {exe: "/usr/sbin/nginx", comm: "nginx", cgroup: "0::/kubepods.slice/kubepods-pod" + underscores("0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0") + ".slice/crio-" + idCRIO + ".scope\n"},
+		102: {exe: "/app/api", comm: "api", cgroup: "1:name=systemd:/kubepods/besteffort/poda1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d/" + idDocker + "\n0::/\n"},
+		103: {exe: "/usr/sbin/nginx", comm: "nginx", cgroup: "0::/system.slice/nginx.service\n"},
+		104: {exe: "/usr/bin/bash", comm: "bash", cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"},
+		105: {comm: "kworker/0:1", cgroup: "0::/\n"},
+		106: {exe: "/usr/local/bin/redis-server", comm: "redis-server", cgroup: "0::/system.slice/docker-" + idBare + ".scope\n"},
+		200: {exe: "/bin/agent", comm: "agent", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + siblingCID + ".scope\n"},
+		201: {exe: "/bin/sh", comm: "sh", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + collectorCID + ".scope\n"},
+		300: {exe: "/bin/other", comm: "other", cgroup: podSlice(otherPodUID) + "cri-containerd-" + idPodman + ".scope\n"},
+	}
+	for pid, p := range procs {
+		p.start = uint64(pid) * 10
+		writeProc(t, proc, pid, p)
+	}
+	installRuntimeFile(t, host, RuntimeContainerd, idCtrd, "containerd-config.json")
+	installRuntimeFile(t, host, RuntimeCRIO, idCRIO, "crio-config.json")
+	installRuntimeFile(t, host, RuntimeDocker, idDocker, "docker-config.v2.json")
+	installRuntimeFile(t, host, RuntimeDocker, idBare, "docker-plain.config.v2.json")
+	installRuntimeFile(t, host, RuntimeContainerd, idPodman, "truncated.json")
+	return procfs.FS{Root: proc}, host
+}
+
+var collectorEnv = envOf(map[string]string{
+	"POD_NAME": "otel-agent-x7k2p", "POD_NAMESPACE": "observability", "CONTAINER_NAME": "otelcol", "NODE_NAME": "n1",
+})
+
+func TestResolverEndToEnd(t *testing.T) {
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostName: "node-1", HostRoot: host, Env: collectorEnv, SelfPID: 1})
+
+	tests := []struct {
+		pid  uint32
+		want map[string]any
+	}{
+		{100, map[string]any{
+			AttrExecutablePath: "/usr/bin/shop", AttrExecutableName: "shop",
+			AttrContainerID: idCtrd, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: podUID1,
+			AttrK8sPodName: "shop-7d9c6b5f4-x2x9k", AttrK8sNamespaceName: "retail", AttrK8sContainerName: "shop",
+			AttrServiceName: "shop",
+		}},
+		{101, map[string]any{
+			AttrExecutablePath: "/usr/sbin/nginx", AttrExecutableName: "nginx",
+			AttrContainerID: idCRIO, AttrContainerRuntime: RuntimeCRIO, AttrK8sPodUID: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0",
+			AttrK8sPodName: "web-0", AttrK8sNamespaceName: "frontend", AttrK8sContainerName: "web",
+			AttrServiceName: "web",
+		}},
+		{102, map[string]any{ // cgroupfs driver, hybrid: runtime found by its file
+			AttrExecutablePath: "/app/api", AttrExecutableName: "api",
+			AttrContainerID: idDocker, AttrContainerRuntime: RuntimeDocker, AttrK8sPodUID: "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+			AttrK8sPodName: "api-5f6d8-qwert", AttrK8sNamespaceName: "backend", AttrK8sContainerName: "api",
+			AttrServiceName: "api",
+		}},
+		{103, map[string]any{
+			AttrExecutablePath: "/usr/sbin/nginx", AttrExecutableName: "nginx", AttrServiceName: "nginx",
+		}},
+		{104, map[string]any{
+			AttrExecutablePath: "/usr/bin/bash", AttrExecutableName: "bash", AttrServiceName: "bash",
+		}},
+		{105, map[string]any{AttrExecutableName: "kworker/0:1", AttrServiceName: "kworker/0:1"}},
+		{106, map[string]any{
+			AttrExecutablePath: "/usr/local/bin/redis-server", AttrExecutableName: "redis-server",
+			AttrContainerID: idBare, AttrContainerRuntime: RuntimeDocker, AttrServiceName: "redis-server",
+		}},
+		{200, map[string]any{ // sibling container of the collector's pod: pod names only
+			AttrExecutablePath: "/bin/agent", AttrExecutableName: "agent",
+			AttrContainerID: siblingCID, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: collectorPodUID,
+			AttrK8sPodName: "otel-agent-x7k2p", AttrK8sNamespaceName: "observability", AttrServiceName: "agent",
+		}},
+		{201, map[string]any{ // the collector's own container
+			AttrExecutablePath: "/bin/sh", AttrExecutableName: "sh",
+			AttrContainerID: collectorCID, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: collectorPodUID,
+			AttrK8sPodName: "otel-agent-x7k2p", AttrK8sNamespaceName: "observability", AttrK8sContainerName: "otelcol",
+			AttrServiceName: "otelcol",
+		}},
+		{300, map[string]any{ // another pod, malformed runtime file: never the collector's names
+			AttrExecutablePath: "/bin/other", AttrExecutableName: "other",
+			AttrContainerID: idPodman, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: otherPodUID,
+			AttrServiceName: "other",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.pid), func(t *testing.T) {
+			id, err := r.Resolve(tt.pid)
+			require.NoError(t, err)
+			tt.want[AttrProcessPID] = int64(tt.pid)
+			tt.want[AttrHostName] = "node-1"
+			assert.Equal(t, tt.want, id.Attributes)
+			assert.Equal(t, tt.pid, id.PID)
+		})
+	}
+	assert.Equal(t, uint64(1), r.RuntimeFileErrors())
+}
+
+func TestResolverOwnPodFromEnv(t *testing.T) {
+	// In a private cgroup namespace the collector's own cgroup is "/"; the
+	// downward API's POD_UID still tells its pod.
+	proc, host := fakeNode(t)
+	writeProc(t, proc.Root, 1, fakeProcess{exe: "/otelcol", comm: "otelcol", cgroup: "0::/\n", start: 10})
+	env := envOf(map[string]string{"POD_NAME": "otel-agent-x7k2p", "POD_NAMESPACE": "observability", "POD_UID": collectorPodUID})
+	r := New(Options{Proc: proc, HostName: "node-1", HostRoot: host, Env: env, SelfPID: 1})
+	id, err := r.Resolve(200)
+	require.NoError(t, err)
+	assert.Equal(t, "otel-agent-x7k2p", id.Attributes[AttrK8sPodName])
+	id, err = r.Resolve(100)
+	require.NoError(t, err)
+	assert.Equal(t, "shop-7d9c6b5f4-x2x9k", id.Attributes[AttrK8sPodName])
+}
+
+func TestResolverNoOwnPod(t *testing.T) {
+	// A collector outside Kubernetes with stray POD_NAME variables names
+	// nobody's pod after itself.
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostRoot: host, Env: collectorEnv, SelfPID: 999})
+	id, err := r.Resolve(200)
+	require.NoError(t, err)
+	assert.NotContains(t, id.Attributes, AttrK8sPodName)
+	assert.Equal(t, collectorPodUID, id.Attributes[AttrK8sPodUID])
+}
+
+func TestResolverCachesByStartTime(t *testing.T) {
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})
+	id, err := r.Resolve(103)
+	require.NoError(t, err)
+	assert.Equal(t, "nginx", id.Attributes[AttrServiceName])
+
+	// Same start time: cached, even though the files changed.
+	writeProc(t, proc.Root, 103, fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 1030})
+	id, err = r.Resolve(103)
+	require.NoError(t, err)
+	assert.Equal(t, "nginx", id.Attributes[AttrServiceName])
+
+	// A new process with the same pid: read again.
+	writeProc(t, proc.Root, 103, fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 5})
+	id, err = r.Resolve(103)
+	require.NoError(t, err)
+	assert.Equal(t, "other", id.Attributes[AttrServiceName])
+	assert.Equal(t, []uint32(nil), r.Prune())
+}
+
+func TestResolverGoneAndPrune(t *testing.T) {
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})
+	_, err := r.Resolve(100)
+	require.NoError(t, err)
+	_, err = r.Resolve(103)
+	require.NoError(t, err)
+
+	id, err := r.Resolve(4242)
+	require.ErrorIs(t, err, ErrGone)
+	assert.Equal(t, int64(4242), id.Attributes[AttrProcessPID])
+
+	require.NoError(t, os.RemoveAll(filepath.Join(proc.Root, "100")))
+	// Cached: still resolvable until pruned.
+	id, err = r.Resolve(100)
+	require.NoError(t, err)
+	assert.Equal(t, idCtrd, id.Attributes[AttrContainerID])
+	assert.Equal(t, []uint32{100}, r.Prune())
+	_, err = r.Resolve(100)
+	require.ErrorIs(t, err, ErrGone)
+	assert.Empty(t, r.Prune())
+}
+
+func TestResolverNoCgroupFile(t *testing.T) {
+	proc := t.TempDir()
+	writeProc(t, proc, 7, fakeProcess{exe: "/bin/x", comm: "x", start: 1})
+	require.NoError(t, os.Remove(filepath.Join(proc, "7", "cgroup")))
+	r := NewResolver(procfs.FS{Root: proc}, "h")
+	id, err := r.Resolve(7)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]any{AttrProcessPID: int64(7), AttrHostName: "h",
+		AttrExecutablePath: "/bin/x", AttrExecutableName: "x", AttrServiceName: "x"}, id.Attributes)
+}
+
+func TestServiceNamePrecedence(t *testing.T) {
+	tests := []struct {
+		name  string
+		attrs map[string]any
+		unit  string
+		exe   string
+		want  string
+	}{
+		{"container name first", map[string]any{AttrK8sContainerName: "web"}, "nginx.service", "nginx", "web"},
+		{"then systemd unit", map[string]any{}, "nginx.service", "nginx-bin", "nginx"},
+		{"template unit", map[string]any{}, "getty@tty1.service", "agetty", "getty@tty1"},
+		{"then executable", map[string]any{}, "", "redis-server", "redis-server"},
+		{"empty container name skipped", map[string]any{AttrK8sContainerName: ""}, "", "x", "x"},
+		{"nothing", map[string]any{}, "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, serviceName(tt.attrs, tt.unit, tt.exe))
+		})
+	}
+}
+
+func TestResolverSelf(t *testing.T) {
+	// The real /proc and environment: must not fail, whatever the machine.
+	r := New(Options{Proc: procfs.FS{}, HostName: "h"})
+	id, err := r.Resolve(uint32(os.Getpid()))
+	require.NoError(t, err)
+	assert.NotEmpty(t, id.Attributes[AttrServiceName])
+}

@@ -1,0 +1,84 @@
+// Package offcpu loads the off-CPU BPF program (bpf/offcpu.bpf.c), attaches
+// it to the sched_switch and sched_process_free BTF tracepoints and drains
+// the time threads spent blocked, by stack, into plain Go values.
+//
+// Only voluntary sleeps are measured (a thread that called into the
+// scheduler in a non-running state: locks, sleeps, I/O, page faults); time a
+// preempted, still runnable thread waits on a runqueue is not off-CPU time
+// here. Each wait is charged to the stack the thread blocked in, when it runs
+// again, so a wait spanning a Drain is reported by the later Drain in full.
+//
+// Kernel-facing code lives in offcpu_linux.go; this file holds the options,
+// the result types and the pure helpers, which are tested without root.
+package offcpu
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+)
+
+const (
+	// MaxTargets is the capacity of the BPF pid filter (target_pids).
+	MaxTargets = stackdrain.MaxTargets
+	// MaxExcluded is the capacity of the BPF exclusion list (excluded_pids).
+	MaxExcluded = 64
+)
+
+// Options configure a Tracer.
+type Options struct {
+	// MinBlock is the shortest wait recorded; shorter ones are dropped in BPF.
+	MinBlock time.Duration
+	// TargetPIDs are host tgids to trace; empty traces every process.
+	TargetPIDs []uint32
+	// ExcludePIDs are host tgids never traced, typically the collector's own.
+	ExcludePIDs []uint32
+}
+
+// RawSample is the blocked time of one thread in one stack; Value is in
+// nanoseconds. UserStack and KernelStack are leaf first, taken when the
+// thread went to sleep.
+type RawSample = stackdrain.Sample
+
+// Stats describe one Drain window: Recorded counts waits at least MinBlock
+// long; the error counters are those of the stack captures at switch-out.
+type Stats = stackdrain.Stats
+
+func (o Options) validate() error {
+	if o.MinBlock < 0 {
+		return fmt.Errorf("off_cpu::min_block: must not be negative, got %v", o.MinBlock)
+	}
+	if len(o.TargetPIDs) > MaxTargets {
+		return fmt.Errorf("targets: %d pids exceed the BPF filter capacity %d", len(o.TargetPIDs), MaxTargets)
+	}
+	if len(o.ExcludePIDs) > MaxExcluded {
+		return fmt.Errorf("off_cpu: %d excluded pids exceed the BPF capacity %d", len(o.ExcludePIDs), MaxExcluded)
+	}
+	return nil
+}
+
+// start mirrors struct offcpu_start of bpf/offcpu.bpf.c.
+type start struct {
+	Timestamp                  uint64
+	PID, Generation            uint32
+	UserStackID, KernelStackID int32
+}
+
+// pinnedIDs returns the stack ids that pending starts of generation gen
+// still refer to; their waits are counted after the drain of gen, so their
+// stacks must stay in gen's stack map.
+func pinnedIDs(starts []start, gen uint32) map[uint32]struct{} {
+	out := map[uint32]struct{}{}
+	for _, s := range starts {
+		if s.Generation != gen {
+			continue
+		}
+		for _, id := range []int32{s.UserStackID, s.KernelStackID} {
+			if id >= 0 {
+				out[uint32(id)] = struct{}{}
+			}
+		}
+	}
+	return out
+}

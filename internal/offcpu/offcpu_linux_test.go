@@ -1,0 +1,361 @@
+//go:build linux
+
+package offcpu
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+func openTracer(t *testing.T, opts Options) *Tracer {
+	t.Helper()
+	testutil.RequireBPF(t)
+	tr, err := Open(opts)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", opts, err)
+	}
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr
+}
+
+// sleepersRun is one run of testdata/workloads/sleepers.c under a tracer.
+type sleepersRun struct {
+	pid     uint32
+	truth   map[string]uint64 // blocked ns per function, measured by the workload
+	sleeps  map[string]int64
+	cross   int64 // migrate mode: sleeps that woke on another CPU
+	samples []RawSample
+	stats   Stats
+	drains  int
+	// functions: off-CPU ns per innermost sleep_* function found in each
+	// symbolized stack ("" when none was found).
+	functions map[string]uint64
+}
+
+// runSleepers starts the workload, attaches a tracer targeting it (opts
+// gets the pid), lets it run its iterations, draining every drainEvery
+// (0: once at the end) and symbolizes the result while the workload is
+// still alive. The tracer is attached before the workload starts sleeping
+// and drained after its sleeping threads ended, so both see every sleep.
+func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainEvery time.Duration) *sleepersRun {
+	t.Helper()
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "sleepers.c")
+	cmd := exec.Command(bin, mode, strconv.Itoa(iterations))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdoutPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	stdout := bufio.NewReader(stdoutPipe)
+	r := &sleepersRun{truth: map[string]uint64{}, sleeps: map[string]int64{}}
+	pid, err := strconv.ParseUint(strings.TrimSpace(readLine(t, stdout)), 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.pid = uint32(pid)
+
+	opts.TargetPIDs = []uint32{r.pid}
+	tr := openTracer(t, opts)
+	drain := func() {
+		samples, st, err := tr.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.samples = append(r.samples, samples...)
+		r.stats = addStats(r.stats, st)
+		r.drains++
+	}
+	drain() // an empty window: nothing of the workload has happened yet
+	r.samples, r.stats = nil, Stats{}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		for {
+			line, err := stdout.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSpace(line)
+		}
+	}()
+	var tick <-chan time.Time
+	if drainEvery > 0 {
+		ticker := time.NewTicker(drainEvery)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
+	timeout := time.After(2 * time.Minute)
+	for done := false; !done; {
+		select {
+		case <-tick:
+			drain()
+		case <-timeout:
+			t.Fatal("workload did not finish")
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("workload exited early")
+			}
+			done = parseResult(t, r, line)
+		}
+	}
+	drain()
+	r.functions = functionTotals(t, r.pid, r.samples)
+	return r
+}
+
+func readLine(t *testing.T, r *bufio.Reader) string {
+	t.Helper()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read workload output: %v", err)
+	}
+	return line
+}
+
+// parseResult records one result line of the workload; it reports "done".
+func parseResult(t *testing.T, r *sleepersRun, line string) bool {
+	t.Helper()
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 1 && f[0] == "done":
+		return true
+	case len(f) == 2 && f[0] == "cross_cpu_wakeups":
+		r.cross, _ = strconv.ParseInt(f[1], 10, 64)
+	case len(f) == 3:
+		ns, err1 := strconv.ParseUint(f[1], 10, 64)
+		n, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("bad workload line %q", line)
+		}
+		r.truth[f[0]], r.sleeps[f[0]] = ns, n
+	default:
+		t.Fatalf("bad workload line %q", line)
+	}
+	return false
+}
+
+func addStats(a, b Stats) Stats {
+	return Stats{
+		Recorded:          a.Recorded + b.Recorded,
+		LostMapFull:       a.LostMapFull + b.LostMapFull,
+		UserStackErrors:   a.UserStackErrors + b.UserStackErrors,
+		KernelStackErrors: a.KernelStackErrors + b.KernelStackErrors,
+		StackMissing:      a.StackMissing + b.StackMissing,
+	}
+}
+
+type pidOnly struct{}
+
+func (pidOnly) Resolve(pid uint32) (report.Identity, error) { return report.Identity{PID: pid}, nil }
+
+// functionTotals symbolizes the samples through the assembler, as the
+// receiver does, and sums their values by the innermost sleep_* frame.
+func functionTotals(t *testing.T, pid uint32, samples []RawSample) map[string]uint64 {
+	t.Helper()
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
+	asm := &assemble.Assembler{Symbols: sym, Identities: pidOnly{}}
+	stacks := make([]assemble.Stack, 0, len(samples))
+	for _, s := range samples {
+		stacks = append(stacks, assemble.Stack{
+			PID: s.PID, TID: s.TID, Comm: s.Comm,
+			User: s.UserStack, Kernel: s.KernelStack, Value: int64(s.Value),
+		})
+	}
+	now := time.Now()
+	prof, _ := asm.Assemble(report.KindOffCPU, now, now, 0, stacks)
+	out := map[string]uint64{}
+	for _, p := range prof.Processes {
+		if p.Identity.PID != pid {
+			t.Errorf("profile has pid %d, only %d is targeted", p.Identity.PID, pid)
+		}
+		for _, s := range p.Samples {
+			name := ""
+			for _, f := range s.Frames {
+				if f.Type != report.FrameKernel && strings.HasPrefix(f.Function, "sleep_") {
+					name = f.Function
+					break
+				}
+			}
+			if name == "" {
+				t.Logf("other wait: %v in %s", time.Duration(s.Value), describe(s.Frames))
+			}
+			out[name] += uint64(s.Value)
+		}
+	}
+	return out
+}
+
+func describe(frames []report.Frame) string {
+	var names []string
+	for _, f := range frames[:min(len(frames), 12)] {
+		names = append(names, f.Function)
+	}
+	return strings.Join(names, " <- ")
+}
+
+// checkTotal requires the profile's total for fn within ±tolerance of the truth.
+func checkTotal(t *testing.T, r *sleepersRun, fn string, tolerance float64) {
+	t.Helper()
+	got, want := r.functions[fn], r.truth[fn]
+	dev := (float64(got) - float64(want)) / float64(want)
+	t.Logf("%s: profile %v, workload %v over %d sleeps (%+.3f%%)",
+		fn, time.Duration(got), time.Duration(want), r.sleeps[fn], 100*dev)
+	if want == 0 || math.Abs(dev) > tolerance {
+		t.Errorf("%s: profile %d ns, workload measured %d ns: off by %+.2f%%, want within ±%.0f%%",
+			fn, got, want, 100*dev, 100*tolerance)
+	}
+}
+
+func TestSleepersRatio(t *testing.T) {
+	// 100 × 30 ms and 100 × 10 ms; draining every 25 ms makes most 30 ms
+	// waits span a drain, which must neither lose time nor stacks.
+	r := runSleepers(t, "ratio", 100, Options{MinBlock: time.Millisecond}, 25*time.Millisecond)
+	t.Logf("%d drains, stats %+v", r.drains, r.stats)
+	checkTotal(t, r, "sleep_long", 0.05)
+	checkTotal(t, r, "sleep_short", 0.05)
+	ratio := float64(r.functions["sleep_long"]) / float64(r.functions["sleep_short"])
+	t.Logf("sleep_long / sleep_short = %.4f (workload %.4f)", ratio, float64(r.truth["sleep_long"])/float64(r.truth["sleep_short"]))
+	if math.Abs(ratio-3)/3 > 0.05 {
+		t.Errorf("ratio %.3f, want 3 ± 5%%", ratio)
+	}
+	if r.stats.StackMissing != 0 || r.stats.LostMapFull != 0 {
+		t.Errorf("stats %+v: want no missing stacks and no lost records", r.stats)
+	}
+	var recorded uint64
+	for _, s := range r.samples {
+		if s.PID != r.pid {
+			t.Errorf("sample of pid %d, only %d is targeted", s.PID, r.pid)
+		}
+		if s.Comm == "" {
+			t.Errorf("sample of tid %d has no thread name", s.TID)
+		}
+		recorded += s.Value
+	}
+	if recorded == 0 {
+		t.Fatal("nothing recorded")
+	}
+}
+
+func TestMigration(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	r := runSleepers(t, "migrate", 100, Options{MinBlock: time.Millisecond}, 0)
+	t.Logf("%d of %d sleeps woke on another CPU; stats %+v", r.cross, r.sleeps["sleep_migrate"], r.stats)
+	if r.cross < 10 {
+		t.Errorf("only %d cross-CPU wakeups, the test does not exercise migration", r.cross)
+	}
+	checkTotal(t, r, "sleep_migrate", 0.05)
+}
+
+func TestMinBlock(t *testing.T) {
+	r := runSleepers(t, "minblock", 200, Options{MinBlock: time.Millisecond}, 0)
+	t.Logf("functions %v, truth %v", r.functions, r.truth)
+	if got := r.functions["sleep_tiny"]; got != 0 {
+		t.Errorf("sleep_tiny (100 µs blocks) has %v off-CPU with min_block 1ms, want none", time.Duration(got))
+	}
+	checkTotal(t, r, "sleep_medium", 0.05)
+}
+
+func TestExcludeSelf(t *testing.T) {
+	self := uint32(os.Getpid())
+	excluding := openTracer(t, Options{ExcludePIDs: []uint32{self}})
+	control := openTracer(t, Options{})
+	for _, tr := range []*Tracer{excluding, control} {
+		if _, _, err := tr.Drain(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Block this process's threads a few times (timer waits in the runtime).
+	for range 20 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	pidTotals := func(tr *Tracer) map[uint32]uint64 {
+		samples, _, err := tr.Drain()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[uint32]uint64{}
+		for _, s := range samples {
+			out[s.PID] += s.Value
+		}
+		return out
+	}
+	ex, ctl := pidTotals(excluding), pidTotals(control)
+	t.Logf("own pid %d: %v off-CPU seen by the control tracer; %d pids with exclusion, %d without",
+		self, time.Duration(ctl[self]), len(ex), len(ctl))
+	if ctl[self] == 0 {
+		t.Fatal("the control tracer did not see this process block; the test proves nothing")
+	}
+	if ex[self] != 0 {
+		t.Errorf("excluded pid %d recorded: %v", self, time.Duration(ex[self]))
+	}
+	if len(ex) == 0 {
+		t.Error("the excluding tracer recorded nothing at all")
+	}
+	if _, ok := ctl[0]; ok {
+		t.Error("idle (pid 0) was recorded")
+	}
+}
+
+func TestOpenCloseTwice(t *testing.T) {
+	for i := range 2 {
+		tr := openTracer(t, Options{MinBlock: time.Millisecond})
+		if _, _, err := tr.Drain(); err != nil {
+			t.Fatalf("round %d: Drain: %v", i, err)
+		}
+		if err := tr.SetTargets([]uint32{1}); err != nil {
+			t.Fatalf("round %d: SetTargets: %v", i, err)
+		}
+		for range 2 {
+			if err := tr.Close(); err != nil {
+				t.Fatalf("round %d: Close: %v", i, err)
+			}
+		}
+		if _, _, err := tr.Drain(); err == nil {
+			t.Fatalf("round %d: Drain after Close succeeded", i)
+		}
+	}
+}
+
+func TestOpenInvalid(t *testing.T) {
+	_, err := Open(Options{MinBlock: -time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "off_cpu::min_block") {
+		t.Fatalf("negative min_block: error %v, want one naming off_cpu::min_block", err)
+	}
+}
+
+var _ = fmt.Sprintf

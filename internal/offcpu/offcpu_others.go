@@ -1,0 +1,27 @@
+//go:build !linux
+
+package offcpu
+
+import "errors"
+
+var errNotLinux = errors.New("bpfprofiler off-CPU profiling is only supported on Linux")
+
+// Tracer measures off-CPU time with BPF; only available on Linux.
+type Tracer struct{}
+
+// Open always fails: BPF tracing is only supported on Linux.
+func Open(opts Options) (*Tracer, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	return nil, errNotLinux
+}
+
+// Drain always fails on this platform.
+func (t *Tracer) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, errNotLinux }
+
+// SetTargets always fails on this platform.
+func (t *Tracer) SetTargets([]uint32) error { return errNotLinux }
+
+// Close does nothing on this platform.
+func (t *Tracer) Close() error { return nil }

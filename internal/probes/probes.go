@@ -1,0 +1,156 @@
+// Package probes times user-space scopes with uprobes: a probe is a pair of
+// code locations (a function's entry and return, or an entry symbol and an
+// exit symbol such as a C++ constructor/destructor pair) in the executables
+// and libraries whose path matches a regular expression. The BPF side keeps a
+// per-thread depth counter so nested scopes roll up into the outermost one,
+// which alone is timed, filtered by MinDuration and reported as a Record.
+//
+// Uprobes are attached per file (dev+inode): one attachment covers every
+// process mapping the file, running or started later. Files are found by
+// scanning /proc at Open, on every exec (tp_btf/sched_process_exec) and
+// periodically.
+//
+// Go binaries: uretprobes break Go's moving stacks (the runtime copies
+// goroutine stacks and sees the kernel's trampoline return address), so a
+// Spec with Return set (config `symbol:`) is refused for files that are Go
+// binaries: a warning is logged and the file is skipped (Stats.Refused).
+// entry_symbol/exit_symbol probes (plain uprobes) work on Go binaries.
+package probes
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// MaxProbes is the number of probes one Manager supports.
+const MaxProbes = 64
+
+// Spec declares one probe.
+type Spec struct {
+	ID string
+	// FileMatch is a regular expression on the path of an executable or
+	// mapped library as the process sees it.
+	FileMatch string
+	// EntrySymbol starts the scope; ExitSymbol ends it. With Return set
+	// (config `symbol:`), ExitSymbol is empty and the scope ends when the
+	// EntrySymbol function returns (uretprobe). Symbols are raw (mangled)
+	// names or demangled C++ names, see MatchSymbol.
+	EntrySymbol, ExitSymbol string
+	Return                  bool
+	// MainThreadOnly keeps only scopes of the process's main thread (tid == pid).
+	MainThreadOnly bool
+	// MinDuration drops shorter scopes in the kernel.
+	MinDuration time.Duration
+}
+
+// Record is one completed outermost scope.
+type Record struct {
+	ProbeIndex int    // index of the Spec given to Open
+	PID, TID   uint32 // host pid (tgid) and thread id
+	Comm       string // thread name at the end of the scope
+	Start, End uint64 // CLOCK_MONOTONIC nanoseconds
+}
+
+// Duration is End - Start.
+func (r Record) Duration() time.Duration { return time.Duration(r.End - r.Start) }
+
+// MainThread reports whether the scope ran on the process's main thread.
+func (r Record) MainThread() bool { return r.PID == r.TID }
+
+// Stats counts what the probes did since Open.
+type Stats struct {
+	Records     uint64 // records the kernel emitted
+	Dropped     uint64 // records lost because the ring buffer was full
+	ExecDropped uint64 // exec events lost (their processes are found by the periodic rescan)
+	Delivered   uint64 // records handed to the caller
+	Malformed   uint64 // ring buffer entries that did not decode
+	Files       int    // files with at least one probe attached
+	Links       int    // uprobes/uretprobes attached
+	Missing     int    // (probe, file) pairs skipped because a symbol is missing
+	Refused     int    // (probe, file) pairs refused: Return on a Go binary
+}
+
+// FieldError is an invalid value of one Spec key, named as in the collector
+// configuration ("file_match", "symbol", ...).
+type FieldError struct {
+	Key string
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate checks one Spec. Every problem is a *FieldError (joined).
+func (s Spec) Validate() error {
+	var errs []error
+	add := func(key, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+	}
+	if s.ID == "" {
+		add("id", "must not be empty")
+	}
+	if s.FileMatch == "" {
+		add("file_match", "must not be empty")
+	} else if _, err := regexp.Compile(s.FileMatch); err != nil {
+		add("file_match", "invalid regexp: %v", err)
+	}
+	switch {
+	case s.Return && s.EntrySymbol == "":
+		add("symbol", "must not be empty")
+	case s.Return && s.ExitSymbol != "":
+		add("exit_symbol", "must be empty with symbol")
+	case !s.Return && s.EntrySymbol == "" && s.ExitSymbol == "":
+		errs = append(errs, errors.New("set either symbol or entry_symbol+exit_symbol"))
+	case !s.Return && s.EntrySymbol == "":
+		add("entry_symbol", "must not be empty with exit_symbol")
+	case !s.Return && s.ExitSymbol == "":
+		add("exit_symbol", "must not be empty with entry_symbol")
+	case !s.Return && s.EntrySymbol == s.ExitSymbol:
+		add("exit_symbol", "must differ from entry_symbol (use symbol for a function's entry and return)")
+	}
+	if s.MinDuration < 0 {
+		add("min_duration", "must not be negative")
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSpecs checks every Spec and that ids are unique; errors name the
+// key as "probes[i]::key" (or "probes[i]" for errors of the whole entry).
+func ValidateSpecs(specs []Spec) error {
+	var errs []error
+	if len(specs) > MaxProbes {
+		errs = append(errs, fmt.Errorf("probes: at most %d probes are supported, got %d", MaxProbes, len(specs)))
+	}
+	seen := make(map[string]int)
+	for i, s := range specs {
+		prefix := fmt.Sprintf("probes[%d]", i)
+		if err := s.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				var fe *FieldError
+				if errors.As(e, &fe) {
+					errs = append(errs, fmt.Errorf("%s::%s: %w", prefix, fe.Key, fe.Err))
+				} else {
+					errs = append(errs, fmt.Errorf("%s: %w", prefix, e))
+				}
+			}
+		}
+		if s.ID == "" {
+			continue
+		}
+		if j, dup := seen[s.ID]; dup {
+			errs = append(errs, fmt.Errorf("%s::id: %q already used by probes[%d]", prefix, s.ID, j))
+		} else {
+			seen[s.ID] = i
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

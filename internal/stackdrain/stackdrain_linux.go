@@ -1,0 +1,280 @@
+//go:build linux
+
+package stackdrain
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+const (
+	// flipGrace lets the generation flip become visible on every CPU before
+	// the in-flight counters are read (see Drain).
+	flipGrace = time.Millisecond
+	// quiesceTimeout bounds the wait for running invocations; they take
+	// microseconds with preemption disabled, so this is never reached in practice.
+	quiesceTimeout = time.Second
+)
+
+// Maps are the kernel objects of one double-buffered stack aggregation; the
+// names are those of the maps in bpf/cpu.bpf.c and bpf/offcpu.bpf.c.
+type Maps struct {
+	Config     *ebpf.Map // array[1] of struct sampler_config
+	TargetPIDs *ebpf.Map // host tgid -> u8
+	Inflight   *ebpf.Map // per-CPU struct inflight_seq
+	Stats      *ebpf.Map // per-CPU struct sampler_stats, indexed by generation
+	Comms      *ebpf.Map // tid -> struct thread_comm
+	Counts     [2]*ebpf.Map
+	Stacks     [2]*ebpf.Map
+}
+
+// PinnedStacks returns the ids of the stacks in the given (idle) generation's
+// stack map that must survive its drain because a pending record still
+// refers to them. It is only called after the flip, when no new reference to
+// that generation can appear.
+type PinnedStacks func(gen uint32) (map[uint32]struct{}, error)
+
+// Buffers drains one program's aggregation. It is not safe for concurrent
+// use; its owner serializes calls.
+type Buffers struct {
+	maps    Maps
+	pinned  PinnedStacks
+	gen     uint32 // generation the program currently writes
+	filter  bool
+	targets map[uint32]struct{}
+}
+
+// New takes over the maps of a loaded (not yet attached) program: it writes
+// the config with generation 0 and the given targets. pinned may be nil.
+func New(maps Maps, targets []uint32, pinned PinnedStacks) (*Buffers, error) {
+	b := &Buffers{maps: maps, pinned: pinned, targets: map[uint32]struct{}{}}
+	if err := b.SetTargets(targets); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SetTargets replaces the pid filter; an empty list records every process.
+// New pids are added before the filter is enabled and the filter is disabled
+// before pids are removed, so a change never briefly records nothing.
+func (b *Buffers) SetTargets(pids []uint32) error {
+	if len(pids) > MaxTargets {
+		return fmt.Errorf("targets: %d pids exceed the BPF filter capacity %d", len(pids), MaxTargets)
+	}
+	want := make(map[uint32]struct{}, len(pids))
+	for _, p := range pids {
+		want[p] = struct{}{}
+	}
+	one := uint8(1)
+	for p := range want {
+		if _, ok := b.targets[p]; ok {
+			continue
+		}
+		if err := b.maps.TargetPIDs.Put(p, one); err != nil {
+			return fmt.Errorf("add target pid %d: %w", p, err)
+		}
+		b.targets[p] = struct{}{}
+	}
+	if err := b.writeConfig(b.gen, len(want) > 0); err != nil {
+		return err
+	}
+	for p := range b.targets {
+		if _, ok := want[p]; ok {
+			continue
+		}
+		if err := b.maps.TargetPIDs.Delete(p); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove target pid %d: %w", p, err)
+		}
+		delete(b.targets, p)
+	}
+	return nil
+}
+
+func (b *Buffers) writeConfig(gen uint32, filter bool) error {
+	cfg := config{Generation: gen}
+	if filter {
+		cfg.FilterEnabled = 1
+	}
+	if err := b.maps.Config.Put(uint32(0), cfg); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	b.gen, b.filter = gen, filter
+	return nil
+}
+
+// Drain returns the records aggregated since the previous Drain and clears
+// them. The program keeps writing into the other map set meanwhile:
+//  1. flip config.generation, so new invocations write the other set;
+//  2. after a short grace period, wait until every CPU finished the
+//     invocation it was running, which may still use the old set;
+//  3. read and clear the old set, which nothing writes any more (stacks that
+//     PinnedStacks reports are kept).
+func (b *Buffers) Drain() ([]Sample, Stats, error) {
+	old := b.gen
+	if err := b.writeConfig(old^1, b.filter); err != nil {
+		return nil, Stats{}, fmt.Errorf("drain: %w", err)
+	}
+	if err := b.waitQuiescent(); err != nil {
+		return nil, Stats{}, fmt.Errorf("drain: %w", err)
+	}
+	counts, err := drainCounts(b.maps.Counts[old])
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("drain counts: %w", err)
+	}
+	stacks, err := readStacks(b.maps.Stacks[old])
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
+	}
+	// Waits that began before the previous flip refer to the stacks of the
+	// generation written now; those stacks were pinned at the previous drain.
+	for _, id := range otherGenerationIDs(counts) {
+		if frames, ok := lookupStack(b.maps.Stacks[old^1], uint32(id)); ok {
+			stacks[id|otherGeneration] = frames
+		}
+	}
+	if err := b.clearStacks(old, stacks); err != nil {
+		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
+	}
+	st, err := b.drainStats(old)
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("drain stats: %w", err)
+	}
+	samples, missing := assembleSamples(counts, stacks, b.readComms(counts))
+	st.StackMissing = missing
+	return samples, st, nil
+}
+
+func (b *Buffers) waitQuiescent() error {
+	time.Sleep(flipGrace)
+	var before []inflightSeq
+	if err := b.maps.Inflight.Lookup(uint32(0), &before); err != nil {
+		return fmt.Errorf("read inflight: %w", err)
+	}
+	deadline := time.Now().Add(quiesceTimeout)
+	for {
+		var now []inflightSeq
+		if err := b.maps.Inflight.Lookup(uint32(0), &now); err != nil {
+			return fmt.Errorf("read inflight: %w", err)
+		}
+		if quiescent(before, now) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("BPF program still running %v after the generation flip", quiesceTimeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// drainCounts reads every entry of a counts map and deletes it.
+func drainCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
+	out := map[stackKey]uint64{}
+	var (
+		k stackKey
+		v uint64
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] += v
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	for k := range out {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readStacks reads every stack of a stack-trace map.
+func readStacks(m *ebpf.Map) (map[int32][]uint64, error) {
+	out := map[int32][]uint64{}
+	var (
+		id     uint32
+		frames = make([]uint64, m.ValueSize()/8)
+	)
+	it := m.Iterate()
+	for it.Next(&id, &frames) {
+		out[int32(id)] = trimStack(frames)
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func lookupStack(m *ebpf.Map, id uint32) ([]uint64, bool) {
+	frames := make([]uint64, m.ValueSize()/8)
+	if err := m.Lookup(id, &frames); err != nil {
+		return nil, false
+	}
+	return trimStack(frames), true
+}
+
+// clearStacks deletes the stacks read from generation gen, including those
+// whose count update failed, except the pinned ones. When the pinned set
+// cannot be read, nothing is deleted: stack ids are stable, so leftovers only
+// take space until the next drain of gen.
+func (b *Buffers) clearStacks(gen uint32, read map[int32][]uint64) error {
+	var keep map[uint32]struct{}
+	if b.pinned != nil {
+		var err error
+		if keep, err = b.pinned(gen); err != nil {
+			return nil
+		}
+	}
+	m := b.maps.Stacks[gen]
+	for id := range read {
+		if id&otherGeneration != 0 {
+			continue
+		}
+		if _, ok := keep[uint32(id)]; ok {
+			continue
+		}
+		if err := m.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// readComms looks up the thread names of the drained tids.
+func (b *Buffers) readComms(counts map[stackKey]uint64) map[uint32]string {
+	out := map[uint32]string{}
+	var c threadComm
+	for k := range counts {
+		if _, done := out[k.TID]; done {
+			continue
+		}
+		name := ""
+		if err := b.maps.Comms.Lookup(k.TID, &c); err == nil {
+			name = commString(c.Comm[:])
+		}
+		out[k.TID] = name
+	}
+	return out
+}
+
+// drainStats sums and zeroes the per-CPU counters of an idle generation.
+func (b *Buffers) drainStats(gen uint32) (Stats, error) {
+	var perCPU []counters
+	if err := b.maps.Stats.Lookup(gen, &perCPU); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	for _, c := range perCPU {
+		st.Recorded += c.Recorded
+		st.LostMapFull += c.LostMapFull
+		st.UserStackErrors += c.UserStackErrors
+		st.KernelStackErrors += c.KernelStackErrors
+	}
+	if err := b.maps.Stats.Put(gen, make([]counters, len(perCPU))); err != nil {
+		return Stats{}, err
+	}
+	return st, nil
+}

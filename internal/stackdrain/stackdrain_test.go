@@ -1,0 +1,113 @@
+package stackdrain
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestTrimStack(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []uint64
+		want []uint64
+	}{
+		{name: "nil", in: nil, want: nil},
+		{name: "all zero", in: []uint64{0, 0, 0}, want: nil},
+		{name: "zero padded", in: []uint64{0x10, 0x20, 0, 0}, want: []uint64{0x10, 0x20}},
+		{name: "full", in: []uint64{1, 2, 3}, want: []uint64{1, 2, 3}},
+		{name: "stops at first zero", in: []uint64{1, 0, 3}, want: []uint64{1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := trimStack(tt.in)
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("trimStack(%v) = %v, want %v", tt.in, got, tt.want)
+			}
+			if len(got) > 0 {
+				got[0] = 99
+				if tt.in[0] == 99 {
+					t.Fatal("trimStack must copy, it aliased its input")
+				}
+			}
+		})
+	}
+}
+
+func TestCommString(t *testing.T) {
+	tests := []struct {
+		in   []int8
+		want string
+	}{
+		{in: []int8{'b', 'u', 'r', 'n', 0, 'x'}, want: "burn"},
+		{in: []int8{0, 'x'}, want: ""},
+		{in: []int8{'a', 'b'}, want: "ab"},
+	}
+	for _, tt := range tests {
+		if got := commString(tt.in); got != tt.want {
+			t.Errorf("commString(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	if got := commString([]byte("kworker/0:1\x00\x00")); got != "kworker/0:1" {
+		t.Errorf("commString(bytes) = %q", got)
+	}
+}
+
+func TestAssembleSamples(t *testing.T) {
+	counts := map[stackKey]uint64{
+		{PID: 10, TID: 11, UserStackID: 1, KernelStackID: -1}: 5,
+		{PID: 10, TID: 11, UserStackID: 2, KernelStackID: 3}:  7,
+		{PID: 10, TID: 12, UserStackID: 9, KernelStackID: -1}: 2, // stack 9 missing
+		{PID: 2, TID: 2, UserStackID: -1, KernelStackID: 3}:   1, // kernel thread
+		{PID: 3, TID: 3, UserStackID: -14, KernelStackID: 8}:  4, // error id, kernel stack missing
+		{PID: 4, TID: 4, UserStackID: 1, KernelStackID: 1}:    0, // zero counts are dropped
+	}
+	stacks := map[int32][]uint64{
+		1: {0x401000, 0x401100},
+		2: {0x402000},
+		3: {0xffffffff81000000},
+	}
+	comms := map[uint32]string{11: "burner-1", 2: "kthreadd"}
+
+	got, missing := assembleSamples(counts, stacks, comms)
+	want := []Sample{
+		{PID: 2, TID: 2, Comm: "kthreadd", KernelStack: []uint64{0xffffffff81000000}, Value: 1},
+		{PID: 3, TID: 3, Value: 4},
+		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x402000}, KernelStack: []uint64{0xffffffff81000000}, Value: 7},
+		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x401000, 0x401100}, Value: 5},
+		{PID: 10, TID: 12, Value: 2},
+	}
+	if missing != 2+4 {
+		t.Errorf("missing = %d, want 6", missing)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d samples, want %d: %+v", len(got), len(want), got)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.PID != w.PID || g.TID != w.TID || g.Comm != w.Comm || g.Value != w.Value ||
+			!slices.Equal(g.UserStack, w.UserStack) || !slices.Equal(g.KernelStack, w.KernelStack) {
+			t.Errorf("sample %d = %+v, want %+v", i, g, w)
+		}
+	}
+}
+
+func TestQuiescent(t *testing.T) {
+	tests := []struct {
+		name        string
+		before, now []inflightSeq
+		want        bool
+	}{
+		{name: "idle", before: []inflightSeq{{5, 5}, {7, 7}}, now: []inflightSeq{{6, 5}, {7, 7}}, want: true},
+		{name: "still running", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{5, 4}}, want: false},
+		{name: "finished", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{5, 5}}, want: true},
+		{name: "finished and restarted", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{6, 5}}, want: true},
+		{name: "one cpu busy", before: []inflightSeq{{1, 1}, {9, 8}}, now: []inflightSeq{{2, 2}, {9, 8}}, want: false},
+		{name: "short read", before: []inflightSeq{{9, 8}}, now: nil, want: false},
+	}
+	for _, tt := range tests {
+		if got := quiescent(tt.before, tt.now); got != tt.want {
+			t.Errorf("%s: quiescent = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
