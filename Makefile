@@ -6,7 +6,7 @@ OCB       := $(TOOLS)/builder
 MDATAGEN  := $(TOOLS)/mdatagen
 COLLECTOR := $(BUILD)/otelcol-bpfprofiler
 CONFIG    ?= deploy/collector.yaml
-GOSRC     := $(shell find . -name '*.go' -not -path './_build/*' -not -path './tools/*') go.mod go.sum bpf/cpu_bpfel.o
+GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.go') go.mod go.sum $(wildcard bpf/*.o)
 
 export GOFLAGS ?= -mod=mod
 

@@ -62,8 +62,8 @@ type counters struct {
 // readRecords reads records from r until it is closed or interrupted and
 // hands them to deliver in batches: a batch ends when the ring buffer is
 // empty or maxBatch records were read. Records with an index >= nprobes are
-// malformed.
-func readRecords(r ringReader, nprobes int, deliver func([]Record), c counters) {
+// malformed. It returns nil when the reader is closed or interrupted.
+func readRecords(r ringReader, nprobes int, deliver func([]Record), c counters) error {
 	var batch []Record
 	flush := func() {
 		if len(batch) > 0 {
@@ -77,11 +77,9 @@ func readRecords(r ringReader, nprobes int, deliver func([]Record), c counters) 
 		if err != nil {
 			flush()
 			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, errClosed) {
-				return
+				return nil
 			}
-			// Anything else is unexpected for a BPF ring buffer; stop
-			// rather than spin.
-			return
+			return fmt.Errorf("read probe records: %w", err)
 		}
 		rec, err := decodeRecord(b)
 		if err != nil || rec.ProbeIndex >= nprobes {

@@ -169,8 +169,8 @@ func (b *Buffers) waitQuiescent() error {
 	}
 }
 
-// drainCounts reads every entry of a counts map and deletes it.
-func drainCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
+// readCounts reads every entry of a counts map.
+func readCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
 	out := map[stackKey]uint64{}
 	var (
 		k stackKey
@@ -181,6 +181,15 @@ func drainCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
 		out[k] += v
 	}
 	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// drainCounts reads every entry of a counts map and deletes it.
+func drainCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
+	out, err := readCounts(m)
+	if err != nil {
 		return nil, err
 	}
 	for k := range out {
@@ -217,15 +226,28 @@ func lookupStack(m *ebpf.Map, id uint32) ([]uint64, bool) {
 }
 
 // clearStacks deletes the stacks read from generation gen, including those
-// whose count update failed, except the pinned ones. When the pinned set
-// cannot be read, nothing is deleted: stack ids are stable, so leftovers only
-// take space until the next drain of gen.
+// whose count update failed, except those still referenced: by pending
+// records (PinnedStacks) and by counts of the current generation marked as
+// referring to gen. The pending set is read first: a record that leaves it
+// has written its count before (see offcpu.bpf.c), so it is in the counts
+// read next. When either cannot be read nothing is deleted: stack ids are
+// stable, so leftovers only take space until the next drain of gen.
 func (b *Buffers) clearStacks(gen uint32, read map[int32][]uint64) error {
-	var keep map[uint32]struct{}
+	keep := map[uint32]struct{}{}
 	if b.pinned != nil {
-		var err error
-		if keep, err = b.pinned(gen); err != nil {
+		pinned, err := b.pinned(gen)
+		if err != nil {
 			return nil
+		}
+		live, err := readCounts(b.maps.Counts[gen^1])
+		if err != nil {
+			return nil
+		}
+		for id := range pinned {
+			keep[id] = struct{}{}
+		}
+		for _, id := range otherGenerationIDs(live) {
+			keep[uint32(id)] = struct{}{}
 		}
 	}
 	m := b.maps.Stacks[gen]

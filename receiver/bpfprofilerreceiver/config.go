@@ -3,6 +3,7 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -16,6 +17,7 @@ type Config struct {
 	Targets        TargetsConfig `mapstructure:"targets"`
 	CPU            CPUConfig     `mapstructure:"cpu"`
 	Pprof          PprofConfig   `mapstructure:"pprof"`
+	Kubernetes     K8sConfig     `mapstructure:"kubernetes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -42,6 +44,14 @@ type PprofConfig struct {
 	Directory string `mapstructure:"directory"`
 }
 
+// K8sConfig says where the node's files are visible, for pod and container
+// names read from the container runtime's state (no Kubernetes API is used).
+type K8sConfig struct {
+	// HostRoot is where the node's /run and /var/lib are mounted ("/host" in
+	// the DaemonSet).
+	HostRoot string `mapstructure:"host_root"`
+}
+
 const (
 	minReportInterval   = 100 * time.Millisecond
 	maxReportInterval   = time.Hour
@@ -54,6 +64,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		ReportInterval: 10 * time.Second,
 		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
+		Kubernetes:     K8sConfig{HostRoot: "/"},
 	}
 }
 
@@ -83,6 +94,9 @@ func (c *Config) Validate() error {
 	}
 	if !c.CPU.Enabled {
 		errs = append(errs, errors.New("cpu::enabled: nothing to do: enable cpu sampling"))
+	}
+	if !filepath.IsAbs(c.Kubernetes.HostRoot) {
+		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))
 	}
 	return errors.Join(errs...)
 }

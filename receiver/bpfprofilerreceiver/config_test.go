@@ -34,6 +34,7 @@ func TestLoadConfig(t *testing.T) {
 				Targets:        TargetsConfig{PIDs: []uint32{1}, Executables: []string{"/usr/bin/.*"}},
 				CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 99},
 				Pprof:          PprofConfig{Directory: "/tmp/profiles"},
+				Kubernetes:     K8sConfig{HostRoot: "/host"},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
@@ -42,6 +43,7 @@ func TestLoadConfig(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "bad_regexp"), errorMessage: `targets::executables[0]: invalid regexp "("`},
 		{id: component.NewIDWithName(metadata.Type, "zero_pid"), errorMessage: "targets::pids[0]: must be a positive pid"},
 		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled: nothing to do"},
+		{id: component.NewIDWithName(metadata.Type, "relative_host_root"), errorMessage: `kubernetes::host_root: must be an absolute path, got "host"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.id.String(), func(t *testing.T) {

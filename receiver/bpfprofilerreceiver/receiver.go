@@ -96,8 +96,12 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	logger := r.settings.Logger
 	r.symbols = symbolize.New(symbolize.Options{Proc: r.proc, Logger: logger})
-	hostName, _ := os.Hostname()
-	r.ids = identity.NewResolver(r.proc, hostName)
+	r.ids = identity.New(identity.Options{
+		Proc:     r.proc,
+		HostName: hostName(),
+		HostRoot: r.cfg.Kubernetes.HostRoot,
+		Logger:   logger,
+	})
 	filters := r.cfg.executableFilters()
 	r.assembler = &assemble.Assembler{
 		Symbols:    r.symbols,
@@ -139,6 +143,17 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	r.lastDrain = time.Now()
 	go r.reportLoop(ctx)
 	return nil
+}
+
+// hostName names the node: NODE_NAME (set by the DaemonSet through the
+// downward API, since a pod's own hostname is the pod name), else the
+// hostname.
+func hostName() string {
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n
+	}
+	n, _ := os.Hostname()
+	return n
 }
 
 // resolveTargets checks that every target pid exists.

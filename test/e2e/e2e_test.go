@@ -99,6 +99,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	burner := testutil.BuildC(t, "cpuburn.c")
 	otlp, addr := startOTLPServer(t)
 	pprofDir := t.TempDir()
+	metricsPort := freePort(t)
 
 	work := exec.Command(burner, "60")
 	require.NoError(t, work.Start())
@@ -120,13 +121,16 @@ exporters:
     tls: {insecure: true}
 service:
   telemetry:
-    metrics: {level: none}
+    metrics:
+      level: normal
+      readers:
+        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}
   pipelines:
     profiles:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
       exporters: [debug, otlp]
-`, work.Process.Pid, pprofDir, addr)
+`, work.Process.Pid, pprofDir, addr, metricsPort)
 	out := startCollector(t, bin, config)
 
 	// ~2000 samples: the share's standard error is about 1 point.
@@ -144,6 +148,14 @@ service:
 		share := float64(hot) / float64(hot+cold)
 		t.Logf("burn_hot=%d burn_cold=%d share=%.3f", hot, cold, share)
 		assert.InDelta(t, 0.75, share, 0.05)
+	})
+
+	t.Run("own metrics on the collector's endpoint", func(t *testing.T) {
+		metrics := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		recorded := metricValue(metrics, "otelcol_bpfprofiler_samples_recorded")
+		t.Logf("otelcol_bpfprofiler_samples_recorded=%v", recorded)
+		assert.Greater(t, recorded, 1000.0)
+		assert.Greater(t, metricValue(metrics, "otelcol_bpfprofiler_processes_seen"), 0.0)
 	})
 
 	t.Run("pprof files open and show the hot function", func(t *testing.T) {

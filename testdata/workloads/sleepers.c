@@ -4,7 +4,9 @@
 // Prints its pid, then waits for a line on stdin before the threads start,
 // so a tracer can be attached first. At exit it prints, per function, the
 // blocked time it measured itself (CLOCK_MONOTONIC around each sleep):
-//   <function> <total ns> <sleeps>
+//   <function> <total ns> <sleeps> <ns in sleeps >= 1 ms> <sleeps >= 1 ms>
+// (the last two let a test with min_block 1ms tell which short sleeps a busy
+// machine stretched past the threshold)
 // and, for the migration mode, "cross_cpu_wakeups <n>"; then "done". It
 // exits when stdin is closed, so its maps stay readable until then.
 //
@@ -29,6 +31,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#define OVER_NS 1000000u
 
 static uint64_t now_ns(void)
 {
@@ -64,6 +68,8 @@ struct sleeper {
 	long iterations;
 	uint64_t total_ns;
 	long sleeps;
+	uint64_t over_ns; /* in sleeps of at least OVER_NS */
+	long over;
 	long cross_cpu;
 };
 
@@ -96,8 +102,13 @@ static void *run(void *arg)
 	pthread_setschedparam(pthread_self(), SCHED_FIFO, &prio);
 	for (long i = 0; i < s->iterations; i++) {
 		int before = sched_getcpu();
-		s->total_ns += s->fn(s->ns);
+		uint64_t d = s->fn(s->ns);
+		s->total_ns += d;
 		s->sleeps++;
+		if (d >= OVER_NS) {
+			s->over_ns += d;
+			s->over++;
+		}
 		if (sched_getcpu() != before)
 			s->cross_cpu++;
 	}
@@ -175,7 +186,8 @@ int main(int argc, char **argv)
 		printf("cross_cpu_wakeups %ld\n", s[0].cross_cpu);
 	}
 	for (int i = 0; i < threads; i++)
-		printf("%s %llu %ld\n", s[i].name, (unsigned long long)s[i].total_ns, s[i].sleeps);
+		printf("%s %llu %ld %llu %ld\n", s[i].name, (unsigned long long)s[i].total_ns, s[i].sleeps,
+		       (unsigned long long)s[i].over_ns, s[i].over);
 	printf("done\n");
 	fflush(stdout);
 	/* Stay alive (maps readable for symbolization) until stdin closes. */

@@ -1,0 +1,29 @@
+package probes
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+// Options configures a Manager.
+type Options struct {
+	Proc   procfs.FS   // zero value: the host's /proc
+	Logger *zap.Logger // nil: no logging
+	// RescanInterval is how often every process's maps are scanned again
+	// for matching files (libraries loaded with dlopen, lost exec events).
+	// 0 means 30s; negative disables the rescan.
+	RescanInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.RescanInterval == 0 {
+		o.RescanInterval = 30 * time.Second
+	}
+	return o
+}

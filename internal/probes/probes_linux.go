@@ -1,0 +1,229 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+)
+
+// Manager owns the loaded probe programs and their attachments. Its methods
+// are safe for concurrent use.
+type Manager struct {
+	specs   []Spec
+	objs    bpf.ProbeObjects
+	tpLinks []link.Link
+	records *ringbuf.Reader
+	execs   *ringbuf.Reader
+	att     *attacher
+
+	delivered, malformed atomic.Uint64
+
+	runMu     sync.Mutex // one Run at a time
+	closeOnce sync.Once
+	closeErr  error
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// Open validates specs, loads the BPF programs, attaches the probes to the
+// matching files of every running process and starts following execs.
+// Records are read with Run.
+func Open(specs []Spec, opts Options) (*Manager, error) {
+	if err := ValidateSpecs(specs); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	// Kernels >= 5.11 charge BPF memory to the memory cgroup; without
+	// CAP_SYS_RESOURCE this fails harmlessly, so the error is ignored.
+	_ = rlimit.RemoveMemlock()
+
+	m := &Manager{specs: specs, stop: make(chan struct{})}
+	spec, err := bpf.LoadProbe()
+	if err != nil {
+		return nil, fmt.Errorf("load probe BPF spec: %w", err)
+	}
+	if err := spec.Variables["nr_probes"].Set(uint32(len(specs))); err != nil {
+		return nil, fmt.Errorf("set nr_probes: %w", err)
+	}
+	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load probe BPF programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("load probe BPF programs (needs root or CAP_BPF+CAP_PERFMON): %w", err)
+	}
+	compiled := make([]compiledSpec, len(specs))
+	for i, s := range specs {
+		cfg := bpf.ProbeProbeConfig{MinDurationNs: uint64(s.MinDuration)}
+		if s.MainThreadOnly {
+			cfg.MainThreadOnly = 1
+		}
+		if err := m.objs.ProbeConfigs.Put(uint32(i), cfg); err != nil {
+			_ = m.objs.Close()
+			return nil, fmt.Errorf("configure probe %q: %w", s.ID, err)
+		}
+		compiled[i] = compileSpec(s)
+	}
+	if err := m.openKernelSide(); err != nil {
+		_ = m.Close()
+		return nil, err
+	}
+	m.att = newAttacher(opts.Proc, opts.Logger, compiled, m.objs.ProbeEntry, m.objs.ProbeExit)
+	m.att.scanAll()
+
+	pids := make(chan uint32, 1024)
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); m.readExecs(pids) }()
+	go func() { defer m.wg.Done(); m.att.follow(m.stop, pids, opts.RescanInterval) }()
+	return m, nil
+}
+
+// openKernelSide attaches the thread exit and exec tracepoints and opens the
+// ring buffers.
+func (m *Manager) openKernelSide() error {
+	for _, p := range []*ebpf.Program{m.objs.ProbeThreadExit, m.objs.ProbeExec} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", p, err)
+		}
+		m.tpLinks = append(m.tpLinks, l)
+	}
+	var err error
+	if m.records, err = ringbuf.NewReader(m.objs.Records); err != nil {
+		return fmt.Errorf("open probe records ring buffer: %w", err)
+	}
+	if m.execs, err = ringbuf.NewReader(m.objs.Execs); err != nil {
+		return fmt.Errorf("open exec events ring buffer: %w", err)
+	}
+	return nil
+}
+
+// Run reads records and hands them to deliver, in batches, until ctx is done
+// or the Manager is closed; then it returns nil. deliver runs on Run's
+// goroutine and must not keep the slice. One Run at a time.
+func (m *Manager) Run(ctx context.Context, deliver func([]Record)) error {
+	m.runMu.Lock()
+	defer m.runMu.Unlock()
+	if m.records == nil {
+		return errors.New("probes: manager is closed")
+	}
+	m.records.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { m.records.SetDeadline(time.Now()) })
+	defer stop()
+	return readRecords(ringAdapter{m.records}, len(m.specs), deliver, counters{
+		delivered: func(n uint64) { m.delivered.Add(n) },
+		malformed: func(n uint64) { m.malformed.Add(n) },
+	})
+}
+
+func (m *Manager) readExecs(out chan<- uint32) {
+	defer close(out)
+	r := ringAdapter{m.execs}
+	for {
+		b, err := r.Read()
+		if err != nil {
+			return
+		}
+		pid, err := decodeExec(b)
+		if err != nil {
+			m.malformed.Add(1)
+			continue
+		}
+		select {
+		case out <- pid:
+		case <-m.stop:
+			return
+		}
+	}
+}
+
+// Stats returns the counters since Open.
+func (m *Manager) Stats() Stats {
+	var st Stats
+	var per []bpf.ProbeProbeStats
+	if err := m.objs.Stats.Lookup(uint32(0), &per); err == nil {
+		for _, c := range per {
+			st.Records += c.Records
+			st.Dropped += c.Dropped
+			st.ExecDropped += c.ExecDropped
+		}
+	}
+	st.Delivered = m.delivered.Load()
+	st.Malformed = m.malformed.Load()
+	if m.att != nil {
+		m.att.stats(&st)
+	}
+	return st
+}
+
+// Close detaches every probe and frees the BPF objects. It is idempotent;
+// a running Run returns.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		var errs []error
+		close(m.stop)
+		for _, r := range []*ringbuf.Reader{m.records, m.execs} {
+			if r != nil {
+				errs = append(errs, r.Close())
+			}
+		}
+		m.wg.Wait()
+		if m.att != nil {
+			errs = append(errs, m.att.close())
+		}
+		for _, l := range m.tpLinks {
+			errs = append(errs, l.Close())
+		}
+		m.runMu.Lock() // wait for Run to return before the maps go
+		errs = append(errs, m.objs.Close())
+		m.records = nil
+		m.runMu.Unlock()
+		m.closeErr = errors.Join(errs...)
+	})
+	return m.closeErr
+}
+
+// ringAdapter turns ringbuf.Reader errors into the ringReader contract.
+type ringAdapter struct{ r *ringbuf.Reader }
+
+func (a ringAdapter) Read() ([]byte, error) {
+	rec, err := a.r.Read()
+	if errors.Is(err, ringbuf.ErrClosed) {
+		return nil, errClosed
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, os.ErrDeadlineExceeded
+	}
+	return rec.RawSample, err
+}
+
+func (a ringAdapter) Pending() bool { return a.r.AvailableBytes() > 0 }
+
+// compiledSpec is a Spec prepared for matching files and symbols.
+type compiledSpec struct {
+	Spec
+	file        *regexp.Regexp
+	entry, exit symbolQuery
+}
+
+func compileSpec(s Spec) compiledSpec {
+	c := compiledSpec{Spec: s, file: regexp.MustCompile(s.FileMatch), entry: newSymbolQuery(s.EntrySymbol)}
+	if !s.Return {
+		c.exit = newSymbolQuery(s.ExitSymbol)
+	}
+	return c
+}

@@ -1,0 +1,236 @@
+//go:build linux
+
+package probes
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// collector gathers what Run delivers.
+type collector struct {
+	mu   sync.Mutex
+	recs []Record
+}
+
+func (c *collector) add(rs []Record) {
+	c.mu.Lock()
+	c.recs = append(c.recs, rs...)
+	c.mu.Unlock()
+}
+
+func (c *collector) byProbe(i int) []Record {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Record
+	for _, r := range c.recs {
+		if r.ProbeIndex == i {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Start < out[b].Start })
+	return out
+}
+
+func openAndRun(t *testing.T, specs []Spec) (*Manager, *collector) {
+	t.Helper()
+	m, err := Open(specs, Options{Logger: zaptest.NewLogger(t), RescanInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	c := &collector{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx, c.add) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return m, c
+}
+
+// measured is one line of the scopes workload's output.
+type measured struct {
+	kind       string
+	tid        uint32
+	start, end uint64
+}
+
+func readMeasured(t *testing.T, path string) []measured {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []measured
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 4 {
+			continue
+		}
+		tid, _ := strconv.ParseUint(fs[1], 10, 32)
+		s, _ := strconv.ParseUint(fs[2], 10, 64)
+		e, _ := strconv.ParseUint(fs[3], 10, 64)
+		out = append(out, measured{fs[0], uint32(tid), s, e})
+	}
+	return out
+}
+
+func filterMeasured(ms []measured, keep func(measured) bool) []measured {
+	var out []measured
+	for _, m := range ms {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// requireMatches checks that every record lies inside the workload's own
+// measurement of the same call and has its duration within ±1% or ±100 µs.
+func requireMatches(t *testing.T, name string, recs []Record, truth []measured, pid int) {
+	t.Helper()
+	require.Len(t, recs, len(truth), "%s: records %+v", name, recs)
+	for i, r := range recs {
+		m := truth[i]
+		want := time.Duration(m.end - m.start)
+		tol := max(want/100, 100*time.Microsecond)
+		diff := (want - r.Duration()).Abs()
+		t.Logf("%s[%d]: tid %d probe %v workload %v diff %v", name, i, r.TID, r.Duration(), want, diff)
+		require.LessOrEqual(t, diff, tol, "%s[%d]", name, i)
+		require.GreaterOrEqual(t, r.Start, m.start, "%s[%d] starts before the call", name, i)
+		require.LessOrEqual(t, r.End, m.end, "%s[%d] ends after the call", name, i)
+		require.Equal(t, uint32(pid), r.PID)
+		require.Equal(t, m.tid, r.TID)
+		require.Equal(t, "scopes", r.Comm)
+	}
+}
+
+func scopeSpecs(bin string) []Spec {
+	file := "^" + regexpQuote(bin) + "$"
+	return []Spec{
+		{ID: "timed", FileMatch: file, EntrySymbol: "timed_scope", Return: true},
+		{ID: "timed.main.min", FileMatch: file, EntrySymbol: "timed_scope", Return: true, MainThreadOnly: true, MinDuration: 10 * time.Millisecond},
+		{ID: "nested", FileMatch: file, EntrySymbol: "nested_scope", Return: true},
+		{ID: "pair", FileMatch: file, EntrySymbol: "scope_begin", ExitSymbol: "scope_end"},
+		{ID: "missing", FileMatch: file, EntrySymbol: "no_such_function", Return: true},
+	}
+}
+
+func regexpQuote(s string) string {
+	r := strings.NewReplacer(".", `\.`, "+", `\+`, "(", `\(`, ")", `\)`)
+	return r.Replace(s)
+}
+
+func checkScopes(t *testing.T, c *collector, out string, pid int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(out)
+		return strings.Contains(string(b), "done")
+	}, 20*time.Second, 20*time.Millisecond)
+	truth := readMeasured(t, out)
+	timed := filterMeasured(truth, func(m measured) bool { return m.kind == "timed" || m.kind == "worker" })
+	mainMin := filterMeasured(truth, func(m measured) bool {
+		return m.kind == "timed" && m.end-m.start >= uint64(10*time.Millisecond)
+	})
+	nested := filterMeasured(truth, func(m measured) bool { return m.kind == "nested" })
+	pair := filterMeasured(truth, func(m measured) bool { return m.kind == "pair" })
+	require.Len(t, timed, 12)
+	require.Len(t, mainMin, 5)
+
+	require.Eventually(t, func() bool { return len(c.byProbe(3)) >= 1 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive
+	requireMatches(t, "timed", c.byProbe(0), timed, pid)
+	requireMatches(t, "timed.main.min", c.byProbe(1), mainMin, pid)
+	requireMatches(t, "nested", c.byProbe(2), nested, pid)
+	requireMatches(t, "pair", c.byProbe(3), pair, pid)
+	require.Empty(t, c.byProbe(4))
+}
+
+// uprobesOf returns the uprobes `bpftool perf` lists for this process on file.
+func uprobesOf(t *testing.T, file string) int {
+	t.Helper()
+	out, err := exec.Command("bpftool", "-j", "perf", "list").Output()
+	require.NoError(t, err)
+	var entries []struct {
+		PID      int    `json:"pid"`
+		FdType   string `json:"fd_type"`
+		Filename string `json:"filename"`
+	}
+	require.NoError(t, json.Unmarshal(out, &entries), "%s", out)
+	n := 0
+	for _, e := range entries {
+		if e.PID == os.Getpid() && strings.HasPrefix(e.FdType, "uprobe") || strings.HasPrefix(e.FdType, "uretprobe") {
+			if e.PID == os.Getpid() && strings.HasSuffix(e.Filename, filepath.Base(file)) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A process running at Open: every semantic of the BPF side, then Close
+// leaves no uprobe behind.
+func TestScopesRunningProcess(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "scopes.c")
+	out := filepath.Join(t.TempDir(), "measured.txt")
+	cmd := exec.Command(bin, out, "stdin")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Wait until the executable is mapped (it is from exec on).
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
+		_ = b
+		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
+		return p == bin
+	}, 5*time.Second, 10*time.Millisecond)
+
+	m, c := openAndRun(t, scopeSpecs(bin))
+	st := m.Stats()
+	require.Equal(t, 1, st.Files)
+	// timed: entry+uretprobe, timed.main.min: 2, nested: 2, pair: 2.
+	require.Equal(t, 8, st.Links)
+	require.Equal(t, 1, st.Missing)
+	require.Equal(t, 8, uprobesOf(t, bin))
+
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	checkScopes(t, c, out, cmd.Process.Pid)
+	st = m.Stats()
+	require.Equal(t, uint64(12+5+1+1), st.Records)
+	require.Zero(t, st.Dropped)
+
+	require.NoError(t, m.Close())
+	require.NoError(t, m.Close()) // idempotent
+	require.Zero(t, uprobesOf(t, bin))
+}
+
+// A process started after Open is found through its exec event.
+func TestScopesExecedProcess(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "scopes.c")
+	out := filepath.Join(t.TempDir(), "measured.txt")
+	m, c := openAndRun(t, scopeSpecs(bin))
+	require.Zero(t, m.Stats().Links)
+
+	cmd := testutil.StartWorkload(t, bin, out, "150")
+	require.Eventually(t, func() bool { return m.Stats().Links == 8 }, 2*time.Second, 5*time.Millisecond)
+	checkScopes(t, c, out, cmd.Process.Pid)
+}
