@@ -113,7 +113,7 @@ struct {
 } inflight SEC(".maps");
 
 /* prev (current) goes to sleep: remember when, and where (its stacks). */
-static __always_inline void switch_out(void *ctx, struct task_struct *prev, u32 gen, void *stacks, u32 filter)
+static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, u32 gen, void *stacks, u32 filter)
 {
 	struct offcpu_start start = {};
 	struct sampler_stats *st;
@@ -140,7 +140,7 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, u32 
 	start.kernel_stack_id = bpf_get_stackid(ctx, stacks, 0);
 	if (start.kernel_stack_id < 0)
 		st->kernel_stack_errors++;
-	start.timestamp = bpf_ktime_get_ns();
+	start.timestamp = now;
 	bpf_map_update_elem(&starts, &tid, &start, BPF_ANY);
 }
 
@@ -190,12 +190,11 @@ static __always_inline int add_delta(void *counts, struct stack_key *key, u64 de
 }
 
 /* next runs again: count how long it was away. */
-static __always_inline void switch_in(struct task_struct *next, u32 gen, void *counts)
+static __always_inline void switch_in(u64 now, struct task_struct *next, u32 gen, void *counts)
 {
 	struct offcpu_start *start;
 	struct sampler_stats *st;
 	struct stack_key key = {};
-	u64 now = bpf_ktime_get_ns();
 	u64 delta;
 	u32 tid = next->pid;
 
@@ -236,6 +235,11 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task
 	struct inflight_seq *in;
 	u32 zero = 0;
 	int sleeps = !preempt && prev_state != TASK_RUNNING;
+	/*
+	 * One timestamp for both ends, taken before the stack capture, so its
+	 * cost is charged to neither the sleeping nor the waking thread.
+	 */
+	u64 now = bpf_ktime_get_ns();
 
 	in = bpf_map_lookup_elem(&inflight, &zero);
 	cfg = bpf_map_lookup_elem(&config, &zero);
@@ -246,12 +250,12 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task
 	__sync_fetch_and_add(&in->enter, 1);
 	if (cfg->generation & 1) {
 		if (sleeps)
-			switch_out(ctx, prev, 1, &stacks_1, cfg->filter_enabled);
-		switch_in(next, 1, &counts_1);
+			switch_out(ctx, now, prev, 1, &stacks_1, cfg->filter_enabled);
+		switch_in(now, next, 1, &counts_1);
 	} else {
 		if (sleeps)
-			switch_out(ctx, prev, 0, &stacks_0, cfg->filter_enabled);
-		switch_in(next, 0, &counts_0);
+			switch_out(ctx, now, prev, 0, &stacks_0, cfg->filter_enabled);
+		switch_in(now, next, 0, &counts_0);
 	}
 	__sync_fetch_and_add(&in->exit, 1);
 	return 0;

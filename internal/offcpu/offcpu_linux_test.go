@@ -39,7 +39,7 @@ type sleepersRun struct {
 	sleeps  map[string]int64
 	over    map[string]uint64 // blocked ns in sleeps of at least 1 ms
 	overN   map[string]int64  // number of those sleeps
-	cross   int64 // migrate mode: sleeps that woke on another CPU
+	cross   int64             // migrate mode: sleeps that woke on another CPU
 	samples []RawSample
 	stats   Stats
 	drains  int

@@ -27,6 +27,11 @@ type Config struct {
 type TargetsConfig struct {
 	// PIDs as the collector sees them.
 	PIDs []uint32 `mapstructure:"pids"`
+	// ContainerIDs are full 64-hex container ids or unique prefixes of at
+	// least 12 hex digits.
+	ContainerIDs []string `mapstructure:"container_ids"`
+	// K8sPodUIDs are pod uids as Kubernetes shows them (with dashes).
+	K8sPodUIDs []string `mapstructure:"k8s_pod_uids"`
 	// Executables are regular expressions matched against the executable path.
 	Executables []string `mapstructure:"executables"`
 }
@@ -58,6 +63,11 @@ const (
 	maxSamplesPerSecond = 10000
 )
 
+var (
+	containerIDPattern = regexp.MustCompile(`^[0-9a-f]{12,64}$`)
+	podUIDPattern      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
+
 var _ component.Config = (*Config)(nil)
 
 func createDefaultConfig() component.Config {
@@ -80,6 +90,16 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("targets::pids[%d]: must be a positive pid", i))
 		}
 	}
+	for i, id := range c.Targets.ContainerIDs {
+		if !containerIDPattern.MatchString(id) {
+			errs = append(errs, fmt.Errorf("targets::container_ids[%d]: want 12 to 64 lowercase hex digits, got %q", i, id))
+		}
+	}
+	for i, uid := range c.Targets.K8sPodUIDs {
+		if !podUIDPattern.MatchString(uid) {
+			errs = append(errs, fmt.Errorf("targets::k8s_pod_uids[%d]: want a pod uid like 0b5c1a7e-3f2d-4c8e-9a61-1234567890ab, got %q", i, uid))
+		}
+	}
 	for i, expr := range c.Targets.Executables {
 		if expr == "" {
 			errs = append(errs, fmt.Errorf("targets::executables[%d]: must not be empty", i))
@@ -99,13 +119,4 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))
 	}
 	return errors.Join(errs...)
-}
-
-// executableFilters compiles targets::executables; Validate has checked them.
-func (c *Config) executableFilters() []*regexp.Regexp {
-	out := make([]*regexp.Regexp, 0, len(c.Targets.Executables))
-	for _, expr := range c.Targets.Executables {
-		out = append(out, regexp.MustCompile(expr))
-	}
-	return out
 }

@@ -43,6 +43,8 @@ func TestLoadConfig(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "bad_regexp"), errorMessage: `targets::executables[0]: invalid regexp "("`},
 		{id: component.NewIDWithName(metadata.Type, "zero_pid"), errorMessage: "targets::pids[0]: must be a positive pid"},
 		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled: nothing to do"},
+		{id: component.NewIDWithName(metadata.Type, "bad_container_id"), errorMessage: `targets::container_ids[0]: want 12 to 64 lowercase hex digits, got "abc"`},
+		{id: component.NewIDWithName(metadata.Type, "bad_pod_uid"), errorMessage: `targets::k8s_pod_uids[0]: want a pod uid`},
 		{id: component.NewIDWithName(metadata.Type, "relative_host_root"), errorMessage: `kubernetes::host_root: must be an absolute path, got "host"`},
 	}
 	for _, tt := range tests {

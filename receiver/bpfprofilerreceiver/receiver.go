@@ -102,7 +102,6 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		HostRoot: r.cfg.Kubernetes.HostRoot,
 		Logger:   logger,
 	})
-	filters := r.cfg.executableFilters()
 	r.assembler = &assemble.Assembler{
 		Symbols:    r.symbols,
 		Identities: r.ids,
@@ -110,16 +109,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 			name, _ := r.proc.ThreadComm(pid, tid)
 			return name
 		},
-	}
-	if len(filters) > 0 {
-		r.assembler.Keep = func(id report.Identity) bool {
-			for _, re := range filters {
-				if re.MatchString(id.ExePath) {
-					return true
-				}
-			}
-			return false
-		}
+		Keep: newTargetFilter(r.cfg.Targets).keep,
 	}
 
 	r.sources = map[report.Kind]stackSource{}
