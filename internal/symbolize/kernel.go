@@ -142,3 +142,4 @@ func (ks *kallsyms) lookup(addr uint64) (name string, m *report.Mapping, ok bool
 	}
 	return s.name, rg.mapping, true
 }
+func (ks *kallsyms) len() int { return len(ks.syms) }
