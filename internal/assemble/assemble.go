@@ -6,6 +6,7 @@ package assemble
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -104,12 +105,27 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 func (a *Assembler) frames(s Stack) []report.Frame {
 	var out []report.Frame
 	if len(s.Kernel) > 0 {
-		out = append(out, a.Symbols.Kernel(s.Kernel)...)
+		out = append(out, dropTracingFrames(a.Symbols.Kernel(s.Kernel))...)
 	}
 	if len(s.User) > 0 {
 		out = append(out, a.Symbols.User(s.PID, s.User)...)
 	}
 	return out
+}
+
+// dropTracingFrames removes the leading kernel frames of the BPF machinery
+// that captured the stack (a tracepoint program sees itself and
+// bpf_trace_run* above the traced function); they are not the workload's.
+func dropTracingFrames(frames []report.Frame) []report.Frame {
+	for len(frames) > 0 && isTracingFrame(frames[0].Function) {
+		frames = frames[1:]
+	}
+	return frames
+}
+
+func isTracingFrame(fn string) bool {
+	return strings.HasPrefix(fn, "bpf_prog_") || strings.HasPrefix(fn, "bpf_trace_run") ||
+		strings.HasPrefix(fn, "__bpf_trace_") || strings.HasPrefix(fn, "__traceiter_")
 }
 
 func (a *Assembler) threadName(s Stack) string {

@@ -116,3 +116,30 @@ func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
 	assert.Equal(t, "from-proc", samples[1].ThreadName)
 	assert.Equal(t, 5, st.Frames)
 }
+
+func TestDropTracingFrames(t *testing.T) {
+	names := func(fs []report.Frame) []string {
+		var out []string
+		for _, f := range fs {
+			out = append(out, f.Function)
+		}
+		return out
+	}
+	frames := func(fns ...string) []report.Frame {
+		var out []report.Frame
+		for _, fn := range fns {
+			out = append(out, report.Frame{Function: fn})
+		}
+		return out
+	}
+	tests := []struct {
+		in, want []string
+	}{
+		{in: []string{"bpf_prog_6deef7357e7b4530_offcpu_switch", "bpf_trace_run4", "__schedule", "schedule"}, want: []string{"__schedule", "schedule"}},
+		{in: []string{"__schedule", "bpf_trace_run4"}, want: []string{"__schedule", "bpf_trace_run4"}},
+		{in: []string{"bpf_prog_x"}, want: nil},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, names(dropTracingFrames(frames(tt.in...))))
+	}
+}

@@ -29,34 +29,12 @@ type Options struct {
 	TargetPIDs []uint32
 }
 
-// RawSample is one aggregated stack of one thread, as captured.
-type RawSample struct {
-	PID, TID    uint32
-	Comm        string   // thread name recorded by BPF; "" when unknown
-	UserStack   []uint64 // leaf first; return addresses for non-leaf frames
-	KernelStack []uint64 // leaf first
-	Count       uint64
-}
+// RawSample is one aggregated stack of one thread, as captured; Value is
+// the number of samples.
+type RawSample = stackdrain.Sample
 
-// Stats count what happened to the samples of one Drain window; they describe
-// exactly the samples that Drain returned (the counters are double-buffered
-// like the samples).
-type Stats struct {
-	Recorded          uint64 // samples counted
-	LostMapFull       uint64 // samples dropped because the counts map was full
-	UserStackErrors   uint64 // bpf_get_stackid failures for user stacks
-	KernelStackErrors uint64 // bpf_get_stackid failures for kernel stacks
-	StackMissing      uint64 // samples whose stack id was absent from the stack map at drain
-}
-
-// rawSamples converts drained records (values are sample counts).
-func rawSamples(in []stackdrain.Sample) []RawSample {
-	out := make([]RawSample, len(in))
-	for i, s := range in {
-		out[i] = RawSample{PID: s.PID, TID: s.TID, Comm: s.Comm, UserStack: s.UserStack, KernelStack: s.KernelStack, Count: s.Value}
-	}
-	return out
-}
+// Stats count what happened to the samples of one Drain window.
+type Stats = stackdrain.Stats
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {

@@ -173,11 +173,7 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) {
 	if s.closed {
 		return nil, Stats{}, errors.New("sampler is closed")
 	}
-	samples, st, err := s.bufs.Drain()
-	if err != nil {
-		return nil, Stats{}, err
-	}
-	return rawSamples(samples), Stats(st), nil
+	return s.bufs.Drain()
 }
 
 // Close stops sampling and releases every kernel object. It is idempotent.

@@ -166,10 +166,10 @@ func TestCPUBurn(t *testing.T) {
 		if smp.PID != pid {
 			t.Fatalf("sample of pid %d, only %d is targeted", smp.PID, pid)
 		}
-		total += smp.Count
+		total += smp.Value
 		tids[smp.TID] = smp.Comm
 		if len(smp.UserStack) > 1 {
-			stacks += int(smp.Count)
+			stacks += int(smp.Value)
 		}
 	}
 	// Two busy threads get up to one CPU each, less on a loaded machine, so
@@ -210,17 +210,17 @@ func checkBurnSymbols(t *testing.T, bin string, pid uint32, samples []RawSample)
 	}
 	var hot, cold, total uint64
 	for _, smp := range samples {
-		total += smp.Count
+		total += smp.Value
 		// The leaf may be in libc's clock_gettime, which keeps no frame
 		// pointer, so look at the first few frames.
 		for _, pc := range smp.UserStack[:min(3, len(smp.UserStack))] {
 			name := res.symbol(pc)
 			if name == "burn_hot" {
-				hot += smp.Count
+				hot += smp.Value
 				break
 			}
 			if name == "burn_cold" {
-				cold += smp.Count
+				cold += smp.Value
 				break
 			}
 		}
@@ -320,11 +320,11 @@ func TestKernelStacks(t *testing.T) {
 
 	var total, withKernel uint64
 	for _, smp := range samples {
-		total += smp.Count
+		total += smp.Value
 		if len(smp.KernelStack) == 0 {
 			continue
 		}
-		withKernel += smp.Count
+		withKernel += smp.Value
 		if runtime.GOARCH == "amd64" && smp.KernelStack[0] < 0xffff800000000000 {
 			t.Errorf("kernel frame %#x is not a kernel address", smp.KernelStack[0])
 		}
@@ -400,7 +400,7 @@ func processCPU(t *testing.T, pid uint32) time.Duration {
 func pidCounts(samples []RawSample) map[uint32]uint64 {
 	out := map[uint32]uint64{}
 	for _, s := range samples {
-		out[s.PID] += s.Count
+		out[s.PID] += s.Value
 	}
 	return out
 }
@@ -422,11 +422,11 @@ func TestDrainLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, smp := range samples {
-			drained += smp.Count
+			drained += smp.Value
 		}
 		var n uint64
 		for _, smp := range samples {
-			n += smp.Count
+			n += smp.Value
 		}
 		if n != st.Recorded {
 			t.Errorf("one drain returned %d samples, its stats say %d recorded", n, st.Recorded)

@@ -16,6 +16,7 @@ type Config struct {
 	ReportInterval time.Duration `mapstructure:"report_interval"`
 	Targets        TargetsConfig `mapstructure:"targets"`
 	CPU            CPUConfig     `mapstructure:"cpu"`
+	OffCPU         OffCPUConfig  `mapstructure:"off_cpu"`
 	Pprof          PprofConfig   `mapstructure:"pprof"`
 	Kubernetes     K8sConfig     `mapstructure:"kubernetes"`
 
@@ -41,6 +42,13 @@ type CPUConfig struct {
 	Enabled bool `mapstructure:"enabled"`
 	// SamplesPerSecond is the sampling frequency per CPU.
 	SamplesPerSecond uint64 `mapstructure:"samples_per_second"`
+}
+
+// OffCPUConfig configures off-CPU (blocked time) profiling.
+type OffCPUConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// MinBlock drops blocks shorter than this, in BPF.
+	MinBlock time.Duration `mapstructure:"min_block"`
 }
 
 // PprofConfig configures the optional pprof file output.
@@ -74,6 +82,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		ReportInterval: 10 * time.Second,
 		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
+		OffCPU:         OffCPUConfig{MinBlock: time.Millisecond},
 		Kubernetes:     K8sConfig{HostRoot: "/"},
 	}
 }
@@ -112,8 +121,11 @@ func (c *Config) Validate() error {
 	if c.CPU.Enabled && (c.CPU.SamplesPerSecond < 1 || c.CPU.SamplesPerSecond > maxSamplesPerSecond) {
 		errs = append(errs, fmt.Errorf("cpu::samples_per_second: must be 1..%d, got %d", maxSamplesPerSecond, c.CPU.SamplesPerSecond))
 	}
-	if !c.CPU.Enabled {
-		errs = append(errs, errors.New("cpu::enabled: nothing to do: enable cpu sampling"))
+	if c.OffCPU.MinBlock < 0 {
+		errs = append(errs, fmt.Errorf("off_cpu::min_block: must not be negative, got %v", c.OffCPU.MinBlock))
+	}
+	if !c.CPU.Enabled && !c.OffCPU.Enabled {
+		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled: nothing to do: enable cpu or off_cpu"))
 	}
 	if !filepath.IsAbs(c.Kubernetes.HostRoot) {
 		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))

@@ -121,9 +121,19 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		}
 		r.sources[report.KindCPU] = src
 	}
+	if r.cfg.OffCPU.Enabled {
+		src, err := r.openSource(r.cfg, report.KindOffCPU, targets)
+		if err != nil {
+			r.closeAll()
+			return fmt.Errorf("start off-cpu profiling: %w", err)
+		}
+		r.sources[report.KindOffCPU] = src
+	}
 	logger.Info("bpfprofiler started",
 		zap.Bool("cpu", r.cfg.CPU.Enabled),
 		zap.Uint64("samples_per_second", r.cfg.CPU.SamplesPerSecond),
+		zap.Bool("off_cpu", r.cfg.OffCPU.Enabled),
+		zap.Duration("min_block", r.cfg.OffCPU.MinBlock),
 		zap.Duration("report_interval", r.cfg.ReportInterval),
 		zap.Uint32s("target_pids", targets))
 
@@ -177,7 +187,11 @@ func (r *profilerReceiver) report(ctx context.Context) {
 	start := r.lastDrain
 	r.lastDrain = now
 	var profiles []report.Profile
-	for kind, src := range r.sources {
+	for _, kind := range []report.Kind{report.KindCPU, report.KindOffCPU} {
+		src, ok := r.sources[kind]
+		if !ok {
+			continue
+		}
 		stacks, st, err := src.Drain()
 		r.recordSourceStats(ctx, st)
 		if err != nil {

@@ -4,10 +4,13 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
 func openKernelSource(cfg *Config, kind report.Kind, targets []uint32) (stackSource, error) {
@@ -17,17 +20,33 @@ func openKernelSource(cfg *Config, kind report.Kind, targets []uint32) (stackSou
 		if err != nil {
 			return nil, err
 		}
-		return cpuSource{s}, nil
+		return drainSource{s}, nil
+	case report.KindOffCPU:
+		t, err := offcpu.Open(offcpu.Options{
+			MinBlock:    cfg.OffCPU.MinBlock,
+			TargetPIDs:  targets,
+			ExcludePIDs: []uint32{uint32(os.Getpid())},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return drainSource{t}, nil
 	default:
 		return nil, fmt.Errorf("profile kind %q is not supported", kind)
 	}
 }
 
-// cpuSource adapts the CPU sampler to a stackSource.
-type cpuSource struct{ s *sampler.Sampler }
+// drainer is what the CPU sampler and the off-CPU tracer have in common.
+type drainer interface {
+	Drain() ([]stackdrain.Sample, stackdrain.Stats, error)
+	Close() error
+}
 
-func (c cpuSource) Drain() ([]assemble.Stack, sourceStats, error) {
-	raw, st, err := c.s.Drain()
+// drainSource adapts a drainer to a stackSource.
+type drainSource struct{ d drainer }
+
+func (c drainSource) Drain() ([]assemble.Stack, sourceStats, error) {
+	raw, st, err := c.d.Drain()
 	stats := sourceStats{
 		Recorded: st.Recorded,
 		Lost: map[string]uint64{
@@ -42,10 +61,10 @@ func (c cpuSource) Drain() ([]assemble.Stack, sourceStats, error) {
 		stacks = append(stacks, assemble.Stack{
 			PID: s.PID, TID: s.TID, Comm: s.Comm,
 			User: s.UserStack, Kernel: s.KernelStack,
-			Value: int64(s.Count),
+			Value: int64(s.Value),
 		})
 	}
 	return stacks, stats, err
 }
 
-func (c cpuSource) Close() error { return c.s.Close() }
+func (c drainSource) Close() error { return c.d.Close() }
