@@ -70,7 +70,37 @@ struct thread_comm {
 struct sampler_config {
 	u32 generation;     /* 0 or 1: which counts/stacks set the program writes */
 	u32 filter_enabled; /* non-zero: only tgids present in target_pids are sampled */
+	/*
+	 * Non-zero when the collector runs in a child pid namespace: the nsfs
+	 * device and inode of that namespace. Ids are then reported as seen
+	 * from it (bpf_get_ns_current_pid_tgid), and threads outside it, which
+	 * the collector cannot see in its /proc, are skipped.
+	 */
+	u64 pidns_dev;
+	u64 pidns_ino;
 };
+
+/*
+ * The current thread's tgid and tid as the collector sees them. Returns
+ * non-zero for a thread outside the collector's pid namespace.
+ */
+static __always_inline int current_ids(const struct sampler_config *cfg, u32 *tgid, u32 *tid)
+{
+	struct bpf_pidns_info ns = {};
+	u64 id;
+
+	if (cfg->pidns_dev) {
+		if (bpf_get_ns_current_pid_tgid(cfg->pidns_dev, cfg->pidns_ino, &ns, sizeof(ns)))
+			return -1;
+		*tgid = ns.tgid;
+		*tid = ns.pid;
+		return 0;
+	}
+	id = bpf_get_current_pid_tgid();
+	*tgid = id >> 32;
+	*tid = (u32)id;
+	return 0;
+}
 
 /* Per-CPU counters of one generation; user space reads and zeroes them when it drains. */
 struct sampler_stats {

@@ -54,7 +54,7 @@ struct {
 	__type(value, struct sampler_config);
 } config SEC(".maps");
 
-/* host tgid -> 1; consulted only when config.filter_enabled is set. */
+/* tgid (as the collector sees it) -> 1; consulted only when config.filter_enabled is set. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_TARGETS);
@@ -97,7 +97,8 @@ static __always_inline void remember_comm(u32 tid)
 	bpf_map_update_elem(&comms, &tid, &cur, BPF_ANY);
 }
 
-static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks, u32 filter)
+static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
+				   const struct sampler_config *cfg)
 {
 	u64 id = bpf_get_current_pid_tgid();
 	struct stack_key key = {};
@@ -107,11 +108,11 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	u64 *count;
 	long err;
 
-	key.pid = id >> 32;
-	key.tid = (u32)id;
-	if (key.pid == 0) /* idle */
+	if ((id >> 32) == 0) /* idle */
 		return;
-	if (filter && !bpf_map_lookup_elem(&target_pids, &key.pid))
+	if (current_ids(cfg, &key.pid, &key.tid))
+		return;
+	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &key.pid))
 		return;
 	st = bpf_map_lookup_elem(&stats, &gen);
 	if (!st)
@@ -169,9 +170,9 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	/* Atomic add: a full barrier before config is read (x86 lock add). */
 	__sync_fetch_and_add(&in->enter, 1);
 	if (cfg->generation & 1)
-		record(ctx, 1, &counts_1, &stacks_1, cfg->filter_enabled);
+		record(ctx, 1, &counts_1, &stacks_1, cfg);
 	else
-		record(ctx, 0, &counts_0, &stacks_0, cfg->filter_enabled);
+		record(ctx, 0, &counts_0, &stacks_0, cfg);
 	__sync_fetch_and_add(&in->exit, 1);
 	return 0;
 }

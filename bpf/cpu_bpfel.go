@@ -23,6 +23,8 @@ type CpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32
 	FilterEnabled uint32
+	PidnsDev      uint64
+	PidnsIno      uint64
 }
 
 type CpuSamplerStats struct {

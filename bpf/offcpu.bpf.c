@@ -33,13 +33,15 @@
 
 typedef u64 stack_trace_t[MAX_STACK_DEPTH];
 
-/* A thread that went to sleep, stored by tid until it runs again. */
+/* A thread that went to sleep, stored by host tid until it runs again. */
 struct offcpu_start {
 	u64 timestamp; /* bpf_ktime_get_ns at switch-out */
-	u32 pid;       /* host tgid */
+	u32 pid;       /* tgid as the collector sees it (see current_ids) */
+	u32 tid;       /* tid as the collector sees it */
 	u32 generation;
 	s32 user_stack_id;
 	s32 kernel_stack_id;
+	u32 reserved; /* explicit padding */
 };
 
 /* Blocks shorter than this are not recorded; set at load time. */
@@ -81,7 +83,7 @@ struct {
 	__type(value, struct sampler_config);
 } config SEC(".maps");
 
-/* host tgid -> 1; consulted only when config.filter_enabled is set. */
+/* tgid (as the collector sees it) -> 1; consulted only when config.filter_enabled is set. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_TARGETS);
@@ -89,7 +91,7 @@ struct {
 	__type(value, u8);
 } target_pids SEC(".maps");
 
-/* host tgid -> 1: never recorded (the collector itself). */
+/* tgid (as the collector sees it) -> 1: never recorded (the collector itself). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_EXCLUDED);
@@ -113,16 +115,19 @@ struct {
 } inflight SEC(".maps");
 
 /* prev (current) goes to sleep: remember when, and where (its stacks). */
-static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, u32 gen, void *stacks, u32 filter)
+static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, u32 gen, void *stacks,
+				       const struct sampler_config *cfg)
 {
 	struct offcpu_start start = {};
 	struct sampler_stats *st;
 	u32 tid = prev->pid;
 
-	start.pid = prev->tgid;
-	if (start.pid == 0)
+	if (prev->tgid == 0) /* idle */
 		return;
-	if (filter && !bpf_map_lookup_elem(&target_pids, &start.pid))
+	/* prev is still current here, so its ids can be translated. */
+	if (current_ids(cfg, &start.pid, &start.tid))
+		return;
+	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &start.pid))
 		return;
 	if (bpf_map_lookup_elem(&excluded_pids, &start.pid))
 		return;
@@ -205,7 +210,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next, u32 gen
 		return;
 	delta = now - start->timestamp;
 	key.pid = start->pid;
-	key.tid = tid;
+	key.tid = start->tid;
 	key.user_stack_id = start->user_stack_id;
 	key.kernel_stack_id = start->kernel_stack_id;
 	if (start->generation != gen) {
@@ -222,7 +227,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next, u32 gen
 			st->lost_map_full++;
 		} else {
 			st->recorded++;
-			remember_comm(next, tid);
+			remember_comm(next, key.tid);
 		}
 	}
 	bpf_map_delete_elem(&starts, &tid);
@@ -250,11 +255,11 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task
 	__sync_fetch_and_add(&in->enter, 1);
 	if (cfg->generation & 1) {
 		if (sleeps)
-			switch_out(ctx, now, prev, 1, &stacks_1, cfg->filter_enabled);
+			switch_out(ctx, now, prev, 1, &stacks_1, cfg);
 		switch_in(now, next, 1, &counts_1);
 	} else {
 		if (sleeps)
-			switch_out(ctx, now, prev, 0, &stacks_0, cfg->filter_enabled);
+			switch_out(ctx, now, prev, 0, &stacks_0, cfg);
 		switch_in(now, next, 0, &counts_0);
 	}
 	__sync_fetch_and_add(&in->exit, 1);

@@ -23,15 +23,19 @@ type OffcpuOffcpuStart struct {
 	_             structs.HostLayout
 	Timestamp     uint64
 	Pid           uint32
+	Tid           uint32
 	Generation    uint32
 	UserStackId   int32
 	KernelStackId int32
+	Reserved      uint32
 }
 
 type OffcpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32
 	FilterEnabled uint32
+	PidnsDev      uint64
+	PidnsIno      uint64
 }
 
 type OffcpuSamplerStats struct {

@@ -45,8 +45,8 @@ func TestOffcpuSpecLayout(t *testing.T) {
 				tt.name, m.Type, m.KeySize, m.ValueSize, tt.typ, tt.keySize, tt.valueSize)
 		}
 	}
-	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 24 {
-		t.Errorf("offcpu_start is %d bytes, want 24 (no padding)", got)
+	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 32 {
+		t.Errorf("offcpu_start is %d bytes, want 32 (explicit padding only)", got)
 	}
 	for _, name := range []string{OffcpuProgOffcpuSwitch, OffcpuProgOffcpuFree} {
 		p, ok := spec.Programs[name]

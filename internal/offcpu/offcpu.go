@@ -14,6 +14,7 @@ package offcpu
 
 import (
 	"fmt"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
@@ -30,10 +31,16 @@ const (
 type Options struct {
 	// MinBlock is the shortest wait recorded; shorter ones are dropped in BPF.
 	MinBlock time.Duration
-	// TargetPIDs are host tgids to trace; empty traces every process.
+	// TargetPIDs are tgids (in PIDNamespace) to trace; empty traces every
+	// process.
 	TargetPIDs []uint32
-	// ExcludePIDs are host tgids never traced, typically the collector's own.
+	// ExcludePIDs are tgids (in PIDNamespace) never traced, typically the
+	// collector's own.
 	ExcludePIDs []uint32
+	// PIDNamespace, when set, is the collector's own (child) pid namespace:
+	// samples then carry pids as seen from it, and processes outside it are
+	// not traced. Zero: host pids.
+	PIDNamespace procfs.PIDNamespace
 }
 
 // RawSample is the blocked time of one thread in one stack; Value is in
@@ -61,8 +68,9 @@ func (o Options) validate() error {
 // start mirrors struct offcpu_start of bpf/offcpu.bpf.c.
 type start struct {
 	Timestamp                  uint64
-	PID, Generation            uint32
+	PID, TID, Generation       uint32
 	UserStackID, KernelStackID int32
+	_                          uint32
 }
 
 // pinnedIDs returns the stack ids that pending starts of generation gen

@@ -65,7 +65,7 @@ func Open(opts Options) (*Tracer, error) {
 		Comms:      t.objs.Comms,
 		Counts:     [2]*ebpf.Map{t.objs.Counts0, t.objs.Counts1},
 		Stacks:     [2]*ebpf.Map{t.objs.Stacks0, t.objs.Stacks1},
-	}, opts.TargetPIDs, t.pinnedStacks)
+	}, opts.PIDNamespace, opts.TargetPIDs, t.pinnedStacks)
 	if err != nil {
 		_ = t.objs.Close()
 		return nil, err

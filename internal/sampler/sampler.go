@@ -9,6 +9,7 @@ package sampler
 import (
 	"errors"
 	"fmt"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,8 +26,13 @@ type Options struct {
 	// event in frequency mode). It must not exceed
 	// kernel.perf_event_max_sample_rate.
 	SamplesPerSecond uint64
-	// TargetPIDs are host tgids to sample; empty samples every process.
+	// TargetPIDs are tgids (in PIDNamespace) to sample; empty samples every
+	// process.
 	TargetPIDs []uint32
+	// PIDNamespace, when set, is the collector's own (child) pid namespace:
+	// samples then carry pids as seen from it, and processes outside it are
+	// not sampled. Zero: host pids.
+	PIDNamespace procfs.PIDNamespace
 }
 
 // RawSample is one aggregated stack of one thread, as captured; Value is

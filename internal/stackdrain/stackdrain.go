@@ -49,6 +49,8 @@ type stackKey struct {
 // config mirrors struct sampler_config.
 type config struct {
 	Generation, FilterEnabled uint32
+	PIDNamespaceDev           uint64
+	PIDNamespaceIno           uint64
 }
 
 // counters mirrors struct sampler_stats.

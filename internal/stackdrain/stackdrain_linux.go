@@ -3,6 +3,8 @@
 package stackdrain
 
 import (
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+
 	"errors"
 	"fmt"
 	"time"
@@ -44,13 +46,15 @@ type Buffers struct {
 	pinned  PinnedStacks
 	gen     uint32 // generation the program currently writes
 	filter  bool
+	pidns   procfs.PIDNamespace
 	targets map[uint32]struct{}
 }
 
 // New takes over the maps of a loaded (not yet attached) program: it writes
-// the config with generation 0 and the given targets. pinned may be nil.
-func New(maps Maps, targets []uint32, pinned PinnedStacks) (*Buffers, error) {
-	b := &Buffers{maps: maps, pinned: pinned, targets: map[uint32]struct{}{}}
+// the config with generation 0, the pid namespace ids are reported in (zero:
+// host ids) and the given targets (pids in that namespace). pinned may be nil.
+func New(maps Maps, pidns procfs.PIDNamespace, targets []uint32, pinned PinnedStacks) (*Buffers, error) {
+	b := &Buffers{maps: maps, pinned: pinned, pidns: pidns, targets: map[uint32]struct{}{}}
 	if err := b.SetTargets(targets); err != nil {
 		return nil, err
 	}
@@ -94,7 +98,7 @@ func (b *Buffers) SetTargets(pids []uint32) error {
 }
 
 func (b *Buffers) writeConfig(gen uint32, filter bool) error {
-	cfg := config{Generation: gen}
+	cfg := config{Generation: gen, PIDNamespaceDev: b.pidns.Dev, PIDNamespaceIno: b.pidns.Ino}
 	if filter {
 		cfg.FilterEnabled = 1
 	}

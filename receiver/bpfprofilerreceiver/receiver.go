@@ -39,8 +39,14 @@ type sourceStats struct {
 	Lost     map[string]uint64 // by reason
 }
 
+// sourceOptions is what every kernel source needs besides the config.
+type sourceOptions struct {
+	targets []uint32            // pids as the collector sees them
+	pidns   procfs.PIDNamespace // the collector's pid namespace; zero: host
+}
+
 // openSource opens the kernel side of one kind; replaced in tests.
-type openSourceFunc func(cfg *Config, kind report.Kind, targets []uint32) (stackSource, error)
+type openSourceFunc func(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error)
 
 type profilerReceiver struct {
 	cfg        *Config
@@ -94,6 +100,11 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return err
 	}
+	pidns, err := r.proc.PIDNamespace(uint32(os.Getpid()))
+	if err != nil {
+		return fmt.Errorf("find the collector's pid namespace: %w", err)
+	}
+	srcOpts := sourceOptions{targets: targets, pidns: pidns}
 	logger := r.settings.Logger
 	r.symbols = symbolize.New(symbolize.Options{Proc: r.proc, Logger: logger})
 	r.ids = identity.New(identity.Options{
@@ -114,7 +125,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 
 	r.sources = map[report.Kind]stackSource{}
 	if r.cfg.CPU.Enabled {
-		src, err := r.openSource(r.cfg, report.KindCPU, targets)
+		src, err := r.openSource(r.cfg, report.KindCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
 			return fmt.Errorf("start cpu sampling: %w", err)
@@ -122,7 +133,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		r.sources[report.KindCPU] = src
 	}
 	if r.cfg.OffCPU.Enabled {
-		src, err := r.openSource(r.cfg, report.KindOffCPU, targets)
+		src, err := r.openSource(r.cfg, report.KindOffCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
 			return fmt.Errorf("start off-cpu profiling: %w", err)
@@ -135,7 +146,8 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		zap.Bool("off_cpu", r.cfg.OffCPU.Enabled),
 		zap.Duration("min_block", r.cfg.OffCPU.MinBlock),
 		zap.Duration("report_interval", r.cfg.ReportInterval),
-		zap.Uint32s("target_pids", targets))
+		zap.Uint32s("target_pids", targets),
+		zap.Bool("child_pid_namespace", !pidns.IsZero()))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel

@@ -72,7 +72,7 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	set := metadatatest.NewSettings(tel)
 	rcv, err := newProfilerReceiver(cfg, set)
 	require.NoError(t, err)
-	rcv.openSource = func(*Config, report.Kind, []uint32) (stackSource, error) { return src, nil }
+	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) { return src, nil }
 	rcv.setProfilesConsumer(sink)
 
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
@@ -121,7 +121,7 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 func TestStartFailsWhenSourceFails(t *testing.T) {
 	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(componenttest.NewTelemetry()))
 	require.NoError(t, err)
-	rcv.openSource = func(*Config, report.Kind, []uint32) (stackSource, error) {
+	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
 		return nil, errors.New("cpu::samples_per_second 200000 exceeds kernel.perf_event_max_sample_rate 100000")
 	}
 	err = rcv.Start(context.Background(), componenttest.NewNopHost())

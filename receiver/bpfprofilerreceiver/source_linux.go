@@ -13,19 +13,24 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
-func openKernelSource(cfg *Config, kind report.Kind, targets []uint32) (stackSource, error) {
+func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
 	switch kind {
 	case report.KindCPU:
-		s, err := sampler.Open(sampler.Options{SamplesPerSecond: cfg.CPU.SamplesPerSecond, TargetPIDs: targets})
+		s, err := sampler.Open(sampler.Options{
+			SamplesPerSecond: cfg.CPU.SamplesPerSecond,
+			TargetPIDs:       opts.targets,
+			PIDNamespace:     opts.pidns,
+		})
 		if err != nil {
 			return nil, err
 		}
 		return drainSource{s}, nil
 	case report.KindOffCPU:
 		t, err := offcpu.Open(offcpu.Options{
-			MinBlock:    cfg.OffCPU.MinBlock,
-			TargetPIDs:  targets,
-			ExcludePIDs: []uint32{uint32(os.Getpid())},
+			MinBlock:     cfg.OffCPU.MinBlock,
+			TargetPIDs:   opts.targets,
+			ExcludePIDs:  []uint32{uint32(os.Getpid())},
+			PIDNamespace: opts.pidns,
 		})
 		if err != nil {
 			return nil, err

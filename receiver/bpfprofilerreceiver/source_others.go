@@ -8,6 +8,6 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
-func openKernelSource(*Config, report.Kind, []uint32) (stackSource, error) {
+func openKernelSource(*Config, report.Kind, sourceOptions) (stackSource, error) {
 	return nil, errors.New("the bpfprofiler receiver is only supported on Linux")
 }

@@ -1,0 +1,74 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// The collector runs inside its own pid namespace (as a sidecar sharing a
+// pod's process namespace would), together with a workload that it targets
+// by the pid the workload has there. BPF sees host pids; the receiver must
+// report and resolve everything with namespace pids, including the JIT
+// frames the workload announces in /tmp/perf-<its pid>.map.
+func TestCollectorInsidePIDNamespace(t *testing.T) {
+	bin := collectorBinary(t)
+	jit := testutil.BuildC(t, "jitburn.c")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "collector.yaml")
+	// In the namespace sh is pid 1 and forks the workload first: pid 2.
+	// Then sh execs the collector, which becomes pid 1.
+	require.NoError(t, os.WriteFile(cfgPath, []byte(`
+receivers:
+  bpfprofiler:
+    report_interval: 1s
+    targets: {pids: [2]}
+    cpu: {samples_per_second: 99}
+exporters:
+  debug: {verbosity: detailed}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [debug]}
+`), 0o600))
+	out := &syncBuffer{}
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
+		fmt.Sprintf("%s 60 >/dev/null & exec %s --config %s --feature-gates=service.profilesSupport", jit, bin, cfgPath))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		// Killing the namespace's init (the collector) ends the workload too.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("collector output:\n%s", out.String())
+		}
+	})
+
+	require.Eventually(t, func() bool {
+		// The debug exporter prints the dictionary's string table one per line.
+		return regexp.MustCompile(`(?m)^\s+jit_hot_loop$`).MatchString(out.String())
+	}, 30*time.Second, 200*time.Millisecond, "the JIT frame was never resolved")
+	text := out.String()
+	assert.Contains(t, text, "process.pid: Int(2)")
+	assert.Contains(t, text, "process.executable.name: Str(jitburn)")
+	assert.Regexp(t, `(?m)^\s+call_jit$`, text, "the workload's own frames are symbolized")
+	pids := regexp.MustCompile(`process\.pid: Int\((\d+)\)`).FindAllStringSubmatch(text, -1)
+	for _, m := range pids {
+		assert.Equal(t, "2", m[1], "only the target is profiled")
+	}
+}
