@@ -2,18 +2,23 @@ package symbolize
 
 import "container/list"
 
-// lru is a small bounded least-recently-used map. It is not safe for
-// concurrent use; the Symbolizer's mutex guards it.
+// lru is a small bounded least-recently-used map. Besides the number of
+// entries it can bound their total weight (an estimate of the bytes each
+// holds); the most recently used entry is never evicted for its weight. It is
+// not safe for concurrent use; the Symbolizer's mutex guards it.
 type lru[K comparable, V any] struct {
-	max     int
-	ll      *list.List // front = most recently used
-	items   map[K]*list.Element
-	onEvict func(K, V)
+	max       int
+	maxWeight int64 // 0: no bound
+	weight    int64
+	ll        *list.List // front = most recently used
+	items     map[K]*list.Element
+	onEvict   func(K, V)
 }
 
 type lruEntry[K comparable, V any] struct {
-	key K
-	val V
+	key    K
+	val    V
+	weight int64
 }
 
 func newLRU[K comparable, V any](max int, onEvict func(K, V)) *lru[K, V] {
@@ -39,7 +44,25 @@ func (c *lru[K, V]) add(k K, v V) {
 		return
 	}
 	c.items[k] = c.ll.PushFront(&lruEntry[K, V]{key: k, val: v})
-	for c.ll.Len() > c.max {
+	c.trim()
+}
+
+// setWeight sets the weight of k, marks it most recently used and evicts
+// least recently used entries while the total is above the bound.
+func (c *lru[K, V]) setWeight(k K, w int64) {
+	e, ok := c.items[k]
+	if !ok {
+		return
+	}
+	c.ll.MoveToFront(e)
+	ent := e.Value.(*lruEntry[K, V])
+	c.weight += w - ent.weight
+	ent.weight = w
+	c.trim()
+}
+
+func (c *lru[K, V]) trim() {
+	for c.ll.Len() > c.max || c.maxWeight > 0 && c.weight > c.maxWeight && c.ll.Len() > 1 {
 		c.removeElement(c.ll.Back())
 	}
 }
@@ -54,8 +77,17 @@ func (c *lru[K, V]) removeElement(e *list.Element) {
 	c.ll.Remove(e)
 	ent := e.Value.(*lruEntry[K, V])
 	delete(c.items, ent.key)
+	c.weight -= ent.weight
 	if c.onEvict != nil {
 		c.onEvict(ent.key, ent.val)
+	}
+}
+
+// each calls fn for every entry, most recently used first.
+func (c *lru[K, V]) each(fn func(K, V)) {
+	for e := c.ll.Front(); e != nil; e = e.Next() {
+		ent := e.Value.(*lruEntry[K, V])
+		fn(ent.key, ent.val)
 	}
 }
 

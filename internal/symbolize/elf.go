@@ -7,37 +7,34 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"sort"
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
 )
 
-// elfSym is one function symbol of an ELF file.
-type elfSym struct {
-	addr, size uint64
-	name       string
-}
-
-// elfFile is what the symbolizer keeps of one parsed ELF file: its loadable
-// segments, sorted function symbols, build ids and, for Go binaries, the
-// pclntab reader.
+// elfFile is what the symbolizer keeps of one ELF file: its loadable
+// segments, build ids, the pclntab reader of Go binaries and the function
+// symbols, the latter built on first use. Symbol names, the pclntab and the
+// string tables stay in the file's mapping, outside the Go heap.
 type elfFile struct {
+	mapped     *mappedFile      // nil when parsed from a byte slice
 	loads      []elf.ProgHeader // PT_LOAD headers
-	syms       []elfSym         // sorted by addr
 	buildIDGNU string
 	buildIDGo  string
 	gotab      *goTable // nil unless the file is a Go binary with a usable .gopclntab
+
+	symSrc    []rawSymbols // .symtab, then .dynsym
+	syms      symbolTable
+	symsBuilt bool
 }
 
 // maxNoteSize bounds the notes read for build ids.
 const maxNoteSize = 1 << 16
 
-// parseELF parses the ELF file read by r. It never panics on malformed input
-// (debug/elf may; the caller recovers, see openELF).
-func parseELF(r io.ReaderAt) (*elfFile, error) {
-	f, err := elf.NewFile(r)
+// parseELF parses the ELF file data, in place. It never panics on
+// malformed input (debug/elf may; the caller recovers, see openELF).
+func parseELF(data []byte) (*elfFile, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, err
 	}
@@ -53,26 +50,39 @@ func parseELF(r io.ReaderAt) (*elfFile, error) {
 	ef.buildIDGNU = gnuBuildID(f)
 	ef.buildIDGo = goBuildID(f)
 
-	// .symtab first; fall back to .dynsym when there is no usable .symtab.
-	syms, symErr := f.Symbols()
-	ef.syms = functionSymbols(syms)
-	if len(ef.syms) == 0 {
-		dyn, _ := f.DynamicSymbols()
-		ef.syms = functionSymbols(dyn)
-	}
-	if f.Section(".gopclntab") != nil || hasSymbol(syms, "runtime.pclntab") {
-		gt, err := newGoTable(f, syms)
+	var symErrs []error
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		raw, ok, err := rawSymbolSection(f, data, typ)
 		if err != nil {
-			return nil, fmt.Errorf("go pclntab: %w", err)
+			symErrs = append(symErrs, fmt.Errorf("%s: %w", typ, err))
 		}
-		ef.gotab = gt
+		if ok {
+			ef.symSrc = append(ef.symSrc, raw)
+		}
 	}
-	if len(ef.syms) == 0 && ef.gotab == nil && symErr != nil && !errors.Is(symErr, elf.ErrNoSymbols) {
-		return nil, symErr
+	hasPclntab := f.Section(".gopclntab") != nil
+	if hasPclntab || ef.buildIDGo != "" {
+		var symtab *rawSymbols
+		if len(ef.symSrc) > 0 && ef.symSrc[0].typ == elf.SHT_SYMTAB {
+			symtab = &ef.symSrc[0]
+		}
+		gt, err := newGoTable(f, data, symtab)
+		switch {
+		case errors.Is(err, errNoPclntab) && !hasPclntab:
+			// A Go build id but no pclntab: symbols only.
+		case err != nil:
+			return nil, fmt.Errorf("go pclntab: %w", err)
+		default:
+			ef.gotab = gt
+		}
+	}
+	if len(ef.symSrc) == 0 && ef.gotab == nil && len(symErrs) > 0 {
+		return nil, errors.Join(symErrs...)
 	}
 	return ef, nil
 }
 
+// hasSymbol reports whether syms holds a symbol called name.
 func hasSymbol(syms []elf.Symbol, name string) bool {
 	for _, s := range syms {
 		if s.Name == name {
@@ -80,36 +90,6 @@ func hasSymbol(syms []elf.Symbol, name string) bool {
 		}
 	}
 	return false
-}
-
-// functionSymbols keeps defined function symbols, sorted by address, one per
-// address (the first with a size wins).
-func functionSymbols(in []elf.Symbol) []elfSym {
-	out := make([]elfSym, 0, len(in))
-	for _, s := range in {
-		typ := elf.ST_TYPE(s.Info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-			continue
-		}
-		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" {
-			continue
-		}
-		out = append(out, elfSym{addr: s.Value, size: s.Size, name: s.Name})
-	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].addr != out[j].addr {
-			return out[i].addr < out[j].addr
-		}
-		return out[i].size > out[j].size
-	})
-	dedup := out[:0]
-	for i, s := range out {
-		if i > 0 && s.addr == out[i-1].addr {
-			continue
-		}
-		dedup = append(dedup, s)
-	}
-	return dedup
 }
 
 // vaddr translates a file offset into the ELF virtual address through the
@@ -123,29 +103,34 @@ func (ef *elfFile) vaddr(off uint64) (uint64, bool) {
 	return 0, false
 }
 
-// How many preceding symbols to look at when the nearest one is too small
-// to contain the address (symbols nested in bigger functions).
-const maxSymbolBacktrack = 4
-
 // symbol returns the (raw) name of the function containing vaddr, or "".
-// A symbol with a size must contain the address; a symbol without a size
-// covers up to the next symbol.
+// The first call sorts the function symbols (.symtab, or .dynsym when the
+// former has none).
 func (ef *elfFile) symbol(vaddr uint64) string {
-	i := sort.Search(len(ef.syms), func(i int) bool { return ef.syms[i].addr > vaddr }) - 1
-	for j := i; j >= 0 && j > i-maxSymbolBacktrack; j-- {
-		s := ef.syms[j]
-		if s.size == 0 {
-			if j == i {
-				return s.name
+	if !ef.symsBuilt {
+		ef.symsBuilt = true
+		for _, src := range ef.symSrc {
+			if ef.syms = functionTable(src); len(ef.syms.entries) > 0 {
+				break
 			}
-			continue
 		}
-		if vaddr < s.addr+s.size {
-			return s.name
-		}
+		ef.symSrc = nil
 	}
-	return ""
+	return ef.syms.lookup(vaddr)
 }
+
+// heapCost estimates the Go heap held by ef, for the cache budget.
+func (ef *elfFile) heapCost() int64 {
+	const base = 1 << 10
+	cost := int64(base + len(ef.loads)*64 + len(ef.syms.entries)*16)
+	if ef.gotab != nil && ef.gotab.legacy != nil {
+		cost += int64(len(ef.gotab.legacy.Funcs)) * 256
+	}
+	return cost
+}
+
+// close releases the mapping of ef.
+func (ef *elfFile) close() error { return ef.mapped.close() }
 
 // demangleName returns the demangled C++ (or Rust) name, or name itself
 // when it is not mangled or demangling fails.

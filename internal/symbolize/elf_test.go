@@ -9,12 +9,13 @@ import (
 )
 
 func TestELFSymbolLookup(t *testing.T) {
-	ef := &elfFile{syms: []elfSym{
-		{addr: 0x1000, size: 0x100, name: "big"},
-		{addr: 0x1010, size: 0x10, name: "nested"},
-		{addr: 0x2000, size: 0, name: "nosize"},
-		{addr: 0x3000, size: 0x10, name: "last"},
-	}}
+	strtab := []byte("\x00big\x00nested\x00nosize\x00last\x00")
+	ef := &elfFile{symsBuilt: true, syms: symbolTable{strtab: strtab, entries: []symEntry{
+		{addr: 0x1000, size: 0x100, name: 1},
+		{addr: 0x1010, size: 0x10, name: 5},
+		{addr: 0x2000, size: 0, name: 12},
+		{addr: 0x3000, size: 0x10, name: 19},
+	}}}
 	tests := []struct {
 		addr uint64
 		want string
@@ -64,7 +65,7 @@ func TestFindNote(t *testing.T) {
 
 func TestParseELFGarbage(t *testing.T) {
 	for _, in := range [][]byte{nil, []byte("\x7fELF"), bytes.Repeat([]byte{0xff}, 4096)} {
-		_, err := parseELF(bytes.NewReader(in))
+		_, err := parseELF(in)
 		assert.Error(t, err)
 	}
 }

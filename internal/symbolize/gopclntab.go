@@ -57,36 +57,48 @@ type goTable struct {
 	legacy      *gosym.Table
 }
 
-// newGoTable reads the pclntab of Go binary f. syms is f's symbol table
-// (possibly nil), used to find go:func.* and runtime.pclntab.
-func newGoTable(f *elf.File, syms []elf.Symbol) (*goTable, error) {
-	var data []byte
-	if s := f.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
-		d, err := s.Data()
-		if err != nil {
-			return nil, err
+// errNoPclntab is returned by newGoTable for a file without a pclntab.
+var errNoPclntab = errors.New("no pclntab")
+
+// newGoTable reads the pclntab of Go binary f, in place in the file data.
+// symtab is f's .symtab (nil when stripped), used to find go:func.*,
+// runtime.text and runtime.pclntab.
+func newGoTable(f *elf.File, data []byte, symtab *rawSymbols) (*goTable, error) {
+	value := func(name string) (uint64, bool) {
+		if symtab == nil {
+			return 0, false
 		}
-		data = d
-	} else if start, ok := symbolValue(syms, "runtime.pclntab"); ok {
-		end, _ := symbolValue(syms, "runtime.epclntab")
-		data = readVaddr(f, start, end)
+		return symtab.find(name)
 	}
-	if len(data) < 8 {
-		return nil, errors.New("no pclntab")
+	var tab []byte
+	if s := f.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
+		b, ok := sectionBytes(data, s)
+		if !ok {
+			return nil, errors.New(".gopclntab out of bounds")
+		}
+		tab = b
+	} else if start, ok := value("runtime.pclntab"); ok {
+		end, _ := value("runtime.epclntab")
+		tab = vaddrBytes(f, data, start, end)
+	}
+	if len(tab) < 8 {
+		return nil, errNoPclntab
 	}
 	textStart := uint64(0)
 	if s := f.Section(".text"); s != nil {
 		textStart = s.Addr
 	}
-	if v, ok := symbolValue(syms, "runtime.text"); ok {
+	if v, ok := value("runtime.text"); ok {
 		textStart = v
 	}
-	t, err := parsePclntab(data, textStart)
+	t, err := parsePclntab(tab, textStart)
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := symbolValue(syms, "go:func.*"); ok && t.legacy == nil {
-		t.gofunc = readVaddr(f, v, 0)
+	if t.legacy == nil {
+		if v, ok := value("go:func.*"); ok {
+			t.gofunc = vaddrBytes(f, data, v, 0)
+		}
 	}
 	return t, nil
 }
@@ -184,31 +196,22 @@ func parseLegacyPclntab(data []byte, textStart uint64) (t *goTable, err error) {
 	return &goTable{legacy: tab}, nil
 }
 
-func symbolValue(syms []elf.Symbol, name string) (uint64, bool) {
-	for _, s := range syms {
-		if s.Name == name {
-			return s.Value, true
-		}
-	}
-	return 0, false
-}
-
-// readVaddr returns the file bytes from virtual address start to end (or to
-// the end of the containing section when end is 0).
-func readVaddr(f *elf.File, start, end uint64) []byte {
+// vaddrBytes returns the file bytes, in place in data, from virtual address
+// start to end (or to the end of the containing section when end is 0).
+func vaddrBytes(f *elf.File, data []byte, start, end uint64) []byte {
 	for _, s := range f.Sections {
 		if s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 || start < s.Addr || start >= s.Addr+s.Size {
 			continue
+		}
+		b, ok := sectionBytes(data, s)
+		if !ok {
+			return nil
 		}
 		stop := s.Addr + s.Size
 		if end > start && end < stop {
 			stop = end
 		}
-		buf := make([]byte, stop-start)
-		if _, err := s.ReadAt(buf, int64(start-s.Addr)); err != nil {
-			return nil
-		}
-		return buf
+		return b[start-s.Addr : stop-s.Addr]
 	}
 	return nil
 }

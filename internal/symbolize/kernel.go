@@ -2,11 +2,14 @@ package symbolize
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
@@ -14,11 +17,13 @@ import (
 // kernelMappingFile is the mapping file name of the core kernel image.
 const kernelMappingFile = "[kernel.kallsyms]"
 
-// ksym is one text symbol of /proc/kallsyms.
+// ksym is one text symbol of /proc/kallsyms, 16 bytes: its name is a
+// slice of kallsyms.names.
 type ksym struct {
-	addr   uint64
-	name   string
-	module int // index into kallsyms.modules; -1 for the core kernel
+	addr    uint64
+	nameOff uint32
+	nameLen uint16 // kernel symbol names are shorter than 512 bytes
+	module  int16  // index into kallsyms.modules; -1 for the core kernel
 }
 
 // kregion is the address range of the core kernel or of one module.
@@ -27,12 +32,17 @@ type kregion struct {
 	mapping      *report.Mapping
 }
 
-// kallsyms is a parsed /proc/kallsyms, sorted by address.
+// kallsyms is a parsed /proc/kallsyms, sorted by address, with all names
+// in one string.
 type kallsyms struct {
 	syms    []ksym
+	names   string
 	core    kregion
 	modules []kregion
 }
+
+// maxKernelModules bounds the modules of a kallsyms (ksym.module is 16 bits).
+const maxKernelModules = 1<<15 - 1
 
 // Slack past the last known symbol of a region that is still attributed
 // to it when no end marker is known.
@@ -46,50 +56,61 @@ const (
 // unprivileged read yields an empty table rather than wrong names.
 func parseKallsyms(r io.Reader) (*kallsyms, error) {
 	ks := &kallsyms{}
-	modIndex := map[string]int{}
+	modIndex := map[string]int16{}
+	var names []byte
 	var etext uint64
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	line := 0
 	for sc.Scan() {
 		line++
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
+		addrF, rest := nextField(sc.Bytes())
+		typ, rest := nextField(rest)
+		name, rest := nextField(rest)
+		mod, _ := nextField(rest)
+		if len(addrF) == 0 {
 			continue
 		}
-		if len(f) < 3 {
+		if len(name) == 0 {
 			return nil, fmt.Errorf("kallsyms line %d: too few fields", line)
 		}
-		addr, err := strconv.ParseUint(f[0], 16, 64)
+		addr, err := strconv.ParseUint(string(addrF), 16, 64)
 		if err != nil {
-			return nil, fmt.Errorf("kallsyms line %d: bad address %q", line, f[0])
+			return nil, fmt.Errorf("kallsyms line %d: bad address %q", line, addrF)
 		}
-		if f[2] == "_etext" {
+		if string(name) == "_etext" {
 			etext = addr
 		}
-		if addr == 0 || len(f[1]) != 1 || !strings.ContainsAny(f[1], "tTwW") {
+		if addr == 0 || len(typ) != 1 || !bytes.ContainsAny(typ, "tTwW") {
 			continue
 		}
-		mod := -1
-		if len(f) >= 4 && strings.HasPrefix(f[3], "[") {
-			name := strings.TrimSuffix(strings.TrimPrefix(f[3], "["), "]")
-			i, ok := modIndex[name]
+		m := int16(-1)
+		if len(mod) > 0 && mod[0] == '[' {
+			modName := bytes.TrimSuffix(mod[1:], []byte("]"))
+			i, ok := modIndex[string(modName)]
 			if !ok {
-				i = len(ks.modules)
-				modIndex[name] = i
+				if len(ks.modules) >= maxKernelModules {
+					return nil, fmt.Errorf("kallsyms line %d: too many modules", line)
+				}
+				i = int16(len(ks.modules))
+				modIndex[string(modName)] = i
 				ks.modules = append(ks.modules, kregion{
 					start: addr, limit: addr,
-					mapping: &report.Mapping{File: "[" + name + "]"},
+					mapping: &report.Mapping{File: "[" + string(modName) + "]"},
 				})
 			}
-			mod = i
+			m = i
 		}
-		ks.syms = append(ks.syms, ksym{addr: addr, name: f[2], module: mod})
+		name = name[:min(len(name), math.MaxUint16)]
+		ks.syms = append(ks.syms, ksym{addr: addr, nameOff: uint32(len(names)), nameLen: uint16(len(name)), module: m})
+		names = append(names, name...)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("kallsyms line %d: %w", line+1, err)
 	}
-	sort.SliceStable(ks.syms, func(i, j int) bool { return ks.syms[i].addr < ks.syms[j].addr })
+	ks.names = string(names)
+	ks.syms = slices.Clip(ks.syms)
+	slices.SortStableFunc(ks.syms, func(a, b ksym) int { return cmp.Compare(a.addr, b.addr) })
 
 	ks.core.mapping = &report.Mapping{File: kernelMappingFile}
 	first := true
@@ -140,6 +161,20 @@ func (ks *kallsyms) lookup(addr uint64) (name string, m *report.Mapping, ok bool
 	if addr < rg.start || addr >= rg.limit {
 		return "", nil, false
 	}
-	return s.name, rg.mapping, true
+	return ks.name(s), rg.mapping, true
+}
+
+// name returns the name of s. It shares the memory of ks.names.
+func (ks *kallsyms) name(s ksym) string { return ks.names[s.nameOff : s.nameOff+uint32(s.nameLen)] }
+
+// nextField returns the next field of b (separated by spaces or tabs) and
+// the rest.
+func nextField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeft(b, " \t")
+	i := bytes.IndexAny(b, " \t")
+	if i < 0 {
+		return b, nil
+	}
+	return b[:i], b[i:]
 }
 func (ks *kallsyms) len() int { return len(ks.syms) }

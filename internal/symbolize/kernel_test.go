@@ -145,7 +145,7 @@ func FuzzParseKallsyms(f *testing.F) {
 		}
 		for _, sym := range ks.syms {
 			if _, _, ok := ks.lookup(sym.addr); !ok {
-				t.Fatalf("symbol %q at %#x not found", sym.name, sym.addr)
+				t.Fatalf("symbol %q at %#x not found", ks.name(sym), sym.addr)
 			}
 		}
 	})
@@ -166,7 +166,7 @@ func TestKernelHost(t *testing.T) {
 	}
 	var addr uint64
 	for _, sym := range ks.syms {
-		if sym.name == "schedule" {
+		if ks.name(sym) == "schedule" {
 			addr = sym.addr
 		}
 	}

@@ -23,7 +23,11 @@ type Options struct {
 	Proc         procfs.FS
 	KallsymsPath string // default "/proc/kallsyms"
 	MaxFiles     int    // bound on cached parsed ELF files (LRU), default 256
-	MaxProcesses int    // bound on cached process maps (LRU), default 4096
+	// MaxFileBytes bounds the estimated Go heap held by cached ELF files
+	// (symbol indexes; names, pclntabs and string tables stay in the
+	// files' read-only mappings), default 32 MiB.
+	MaxFileBytes int64
+	MaxProcesses int // bound on cached process maps (LRU), default 4096
 	Logger       *zap.Logger
 }
 
@@ -39,11 +43,21 @@ type Stats struct {
 const (
 	DefaultKallsymsPath = "/proc/kallsyms"
 	DefaultMaxFiles     = 256
+	DefaultMaxFileBytes = 32 << 20
 	DefaultMaxProcesses = 4096
+
+	// Bounds on the resolved frames cached per process and in total
+	// (roughly 200 bytes each).
+	defaultMaxProcessFrames = 4096
+	defaultMaxCachedFrames  = 32768
 
 	defaultRefreshInterval = time.Second      // minimum time between re-reads of maps and perf maps on a miss
 	kernelRefreshInterval  = 30 * time.Second // minimum time between re-reads of kallsyms on a miss
-	logOnceSize            = 4096
+	// pageReleaseInterval is how often the pages of mapped files are
+	// dropped from the resident set, so that it holds the pages touched in
+	// the last interval only, not every page ever touched.
+	pageReleaseInterval = 10 * time.Second
+	logOnceSize         = 4096
 )
 
 // Symbolizer resolves addresses to frames. It is safe for concurrent use;
@@ -58,9 +72,6 @@ type Symbolizer struct {
 	// misses, kernelRefresh how often kallsyms is (it is large).
 	refreshInterval time.Duration
 	kernelRefresh   time.Duration
-	// namespacePID returns the pid a process sees itself as (used in the perf
-	// map file name). For now the identity; pid namespaces come later.
-	namespacePID func(pid uint32) uint32
 
 	kernel       *kallsyms
 	kernelLoaded time.Time
@@ -70,6 +81,11 @@ type Symbolizer struct {
 	procs *lru[uint32, *process]
 	once  *onceSet
 	stats Stats
+
+	pagesReleased    time.Time
+	cachedFrames     int // entries of all processes' frame caches
+	maxProcessFrames int
+	maxCachedFrames  int
 }
 
 // New returns a Symbolizer configured by opts.
@@ -80,24 +96,34 @@ func New(opts Options) *Symbolizer {
 	if opts.MaxFiles <= 0 {
 		opts.MaxFiles = DefaultMaxFiles
 	}
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = DefaultMaxFileBytes
+	}
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = DefaultMaxProcesses
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Symbolizer{
-		proc:            opts.Proc,
-		kpath:           opts.KallsymsPath,
-		log:             opts.Logger,
-		now:             time.Now,
-		refreshInterval: defaultRefreshInterval,
-		kernelRefresh:   kernelRefreshInterval,
-		namespacePID:    func(pid uint32) uint32 { return pid },
-		files:           newLRU[fileKey, *fileEntry](opts.MaxFiles, nil),
-		procs:           newLRU[uint32, *process](opts.MaxProcesses, nil),
-		once:            newOnceSet(logOnceSize),
+	s := &Symbolizer{
+		proc:             opts.Proc,
+		kpath:            opts.KallsymsPath,
+		log:              opts.Logger,
+		now:              time.Now,
+		refreshInterval:  defaultRefreshInterval,
+		kernelRefresh:    kernelRefreshInterval,
+		once:             newOnceSet(logOnceSize),
+		maxProcessFrames: defaultMaxProcessFrames,
+		maxCachedFrames:  defaultMaxCachedFrames,
 	}
+	s.files = newLRU(opts.MaxFiles, func(_ fileKey, e *fileEntry) {
+		if e.ef != nil {
+			_ = e.ef.close()
+		}
+	})
+	s.files.maxWeight = opts.MaxFileBytes
+	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) { s.dropFrames(p) })
+	return s
 }
 
 // Stats returns the cumulative counters.
@@ -107,15 +133,17 @@ func (s *Symbolizer) Stats() Stats {
 	return s.stats
 }
 
-// ForgetProcess drops what is cached about pid (call it when the process
-// exits). Parsed files stay cached: other processes may map them.
+// ForgetProcess drops what is cached about pid, its maps and resolved
+// frames (call it when the process exits). Parsed files stay cached: other
+// processes may map them.
 func (s *Symbolizer) ForgetProcess(pid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.procs.remove(pid)
 }
 
-// Close releases the caches. The Symbolizer stays usable.
+// Close releases the caches and unmaps every cached file. The Symbolizer
+// stays usable.
 func (s *Symbolizer) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -123,6 +151,21 @@ func (s *Symbolizer) Close() error {
 	s.procs.clear()
 	s.kernel = nil
 	return nil
+}
+
+// maybeReleasePages drops the resident pages of all cached files every
+// pageReleaseInterval. They stay in the page cache.
+func (s *Symbolizer) maybeReleasePages() {
+	now := s.now()
+	if now.Sub(s.pagesReleased) < pageReleaseInterval {
+		return
+	}
+	s.pagesReleased = now
+	s.files.each(func(_ fileKey, e *fileEntry) {
+		if e.ef != nil {
+			e.ef.mapped.releasePages()
+		}
+	})
 }
 
 // lookupAddr is the address used to find the function of stack entry i:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -29,6 +30,13 @@ type fileEntry struct {
 	err error
 }
 
+// cachedFrames are the frames of one lookup address of a process; Address
+// is set to the sampled address on use.
+type cachedFrames struct {
+	frames   []report.Frame
+	resolved bool
+}
+
 // process is what is cached about one process.
 type process struct {
 	maps       []procfs.Map
@@ -39,6 +47,9 @@ type process struct {
 	perfMap    *perfMap
 	perfMapErr error
 	perfMapAt  time.Time
+	// frames caches what addresses of file-backed mappings resolved to,
+	// keyed by lookup address; dropped when the maps change.
+	frames map[uint64]cachedFrames
 }
 
 // User symbolizes a user stack of process pid, leaf first in and out. An
@@ -46,11 +57,20 @@ type process struct {
 func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.maybeReleasePages()
 	p := s.process(pid)
 	refreshed := false
 	frames := make([]report.Frame, 0, len(addrs))
 	for i, addr := range addrs {
 		la := lookupAddr(i, addr)
+		if c, ok := p.frames[la]; ok {
+			for _, f := range c.frames {
+				f.Address = addr
+				frames = append(frames, f)
+			}
+			s.count(c.resolved)
+			continue
+		}
 		idx := p.find(la)
 		if idx < 0 && !refreshed && s.now().Sub(p.readAt) >= s.refreshInterval {
 			// A miss: the process may have mapped something new.
@@ -58,9 +78,36 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 			s.readMaps(pid, p)
 			idx = p.find(la)
 		}
+		n := len(frames)
 		frames = s.userFrames(frames, pid, p, idx, addr, la)
+		if idx >= 0 && p.maps[idx].FileBacked() {
+			s.cacheFrames(p, la, frames[n:])
+		}
 	}
 	return frames
+}
+
+// cacheFrames remembers the frames of lookup address la of p. The cache of
+// one process and the total over all processes are bounded; reaching a
+// bound drops the process's cache, or all of them.
+func (s *Symbolizer) cacheFrames(p *process, la uint64, frames []report.Frame) {
+	if len(p.frames) >= s.maxProcessFrames {
+		s.dropFrames(p)
+	}
+	if s.cachedFrames >= s.maxCachedFrames {
+		s.procs.each(func(_ uint32, q *process) { s.dropFrames(q) })
+	}
+	if p.frames == nil {
+		p.frames = make(map[uint64]cachedFrames)
+	}
+	p.frames[la] = cachedFrames{frames: slices.Clone(frames), resolved: len(frames) > 0 && frames[0].Function != ""}
+	s.cachedFrames++
+}
+
+// dropFrames forgets the cached frames of p.
+func (s *Symbolizer) dropFrames(p *process) {
+	s.cachedFrames -= len(p.frames)
+	p.frames = nil
 }
 
 // process returns the cached process pid, reading its maps on first use.
@@ -111,6 +158,9 @@ func (s *Symbolizer) readMaps(pid uint32, p *process) {
 		}
 	}
 	sort.Slice(exec, func(i, j int) bool { return exec[i].Start < exec[j].Start })
+	if !slices.Equal(p.maps, exec) {
+		s.dropFrames(p)
+	}
 	p.maps = exec
 	p.mappings = make([]*report.Mapping, len(exec))
 	for i, m := range exec {
@@ -144,7 +194,7 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 		s.count(name != "")
 		return append(out, report.Frame{Address: addr, Function: name, Type: p.jitType, Mapping: s.mapping(p, idx, nil)})
 	}
-	ef := s.elf(pid, m)
+	ef, key := s.elf(pid, m)
 	mapping := s.mapping(p, idx, ef)
 	unresolved := report.Frame{Address: addr, Type: report.FrameNative, Mapping: mapping}
 	if ef == nil {
@@ -156,17 +206,15 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 		s.count(false)
 		return append(out, unresolved)
 	}
-	if ef.gotab != nil {
-		if gfs := s.goLookup(ef, m.Path, vaddr); len(gfs) > 0 {
-			s.count(true)
-			for _, g := range gfs {
-				out = append(out, report.Frame{Address: addr, Function: g.function, File: g.file, Line: g.line,
-					Type: report.FrameGo, Inlined: g.inlined, Mapping: mapping})
-			}
-			return out
+	gfs, name := s.resolveFile(ef, key, vaddr)
+	if len(gfs) > 0 {
+		s.count(true)
+		for _, g := range gfs {
+			out = append(out, report.Frame{Address: addr, Function: g.function, File: g.file, Line: g.line,
+				Type: report.FrameGo, Inlined: g.inlined, Mapping: mapping})
 		}
+		return out
 	}
-	name := ef.symbol(vaddr)
 	s.count(name != "")
 	unresolved.Function = demangleName(name)
 	return append(out, unresolved)
@@ -186,12 +234,12 @@ func (s *Symbolizer) mapping(p *process, idx int, ef *elfFile) *report.Mapping {
 	return mp
 }
 
-// elf returns the parsed file of mapping m of pid, or nil when it cannot be
-// read (logged once per file).
-func (s *Symbolizer) elf(pid uint32, m procfs.Map) *elfFile {
+// elf returns the parsed file of mapping m of pid and its cache key, or nil
+// when it cannot be read (logged once per file).
+func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 	key := fileKey{devMajor: m.DevMajor, devMinor: m.DevMinor, inode: m.Inode, path: m.Path}
 	if e, ok := s.files.get(key); ok {
-		return e.ef
+		return e.ef, key
 	}
 	ef, err := s.openELF(pid, m)
 	s.files.add(key, &fileEntry{ef: ef, err: err})
@@ -200,39 +248,77 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) *elfFile {
 		if s.once.first("file:" + m.Path) {
 			s.log.Info("cannot symbolize file", zap.String("file", m.Path), zap.Uint32("pid", pid), zap.Error(err))
 		}
-		return nil
+		return nil, key
 	}
-	return ef
+	s.files.setWeight(key, ef.heapCost())
+	return ef, key
 }
 
 func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
 	name := s.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
-	f, err := os.Open(name)
+	mf, err := openMapped(name)
 	if err != nil && m.Deleted() {
 		// The file is gone from the file system but still mapped.
 		name = s.proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
-		f, err = os.Open(name)
+		mf, err = openMapped(name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	ef, err := parseELFSafe(f)
+	var ef *elfFile
+	if ferr := withFaultPanic(func() { ef, err = parseELF(mf.data) }); ferr != nil {
+		err = fmt.Errorf("malformed ELF: %w", ferr)
+	}
 	if err != nil {
+		mf.close()
 		return nil, fmt.Errorf("parse %s: %w", name, err)
 	}
+	ef.mapped = mf
+	mf.releasePages()
 	return ef, nil
 }
 
-// parseELFSafe is parseELF turning a panic of debug/elf on hostile input
-// into an error.
-func parseELFSafe(f *os.File) (ef *elfFile, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			ef, err = nil, fmt.Errorf("malformed ELF: %v", r)
+// resolveFile resolves vaddr of ef: Go frames, or else the symbol name. A
+// panic on a crafted file, or a fault on a file truncated since it was
+// mapped, leaves the address unresolved (logged once per file).
+func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []goFrame, name string) {
+	built := ef.symsBuilt
+	err := withFaultPanic(func() {
+		if ef.gotab != nil {
+			if gfs = ef.gotab.lookup(vaddr); len(gfs) > 0 {
+				return
+			}
 		}
-	}()
-	return parseELF(f)
+		name = ef.symbol(vaddr)
+	})
+	if err != nil {
+		// Unmap the file and remember the error: it is not read again
+		// while cached.
+		s.files.remove(key)
+		s.files.add(key, &fileEntry{err: err})
+		s.stats.FileErrors++
+		if s.once.first("filepanic:" + key.path) {
+			s.log.Warn("malformed or truncated file", zap.String("file", key.path), zap.Error(err))
+		}
+		return nil, ""
+	}
+	if !built && ef.symsBuilt {
+		ef.mapped.releasePages()
+		s.files.setWeight(key, ef.heapCost())
+	}
+	return gfs, name
+}
+
+// innermostPID returns the pid the process sees itself as, which JIT
+// runtimes put in their perf map's name: the last NSpid column of its status
+// (NSpid lists the pid from our namespace inwards). Without NSpid (old
+// kernels, or an unreadable status) it is pid.
+func (s *Symbolizer) innermostPID(pid uint32) uint32 {
+	st, err := s.proc.Status(pid)
+	if err != nil || len(st.NSpid) == 0 {
+		return pid
+	}
+	return st.NSpid[len(st.NSpid)-1]
 }
 
 // perfMapLookup resolves addr through the perf map of pid.
@@ -240,7 +326,7 @@ func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
 	// Stat the file at most once per refresh interval.
 	if p.perfMapAt.IsZero() || s.now().Sub(p.perfMapAt) >= s.refreshInterval {
 		p.perfMapAt = s.now()
-		file := s.proc.RootPath(pid, fmt.Sprintf("/tmp/perf-%d.map", s.namespacePID(pid)))
+		file := s.proc.RootPath(pid, fmt.Sprintf("/tmp/perf-%d.map", s.innermostPID(pid)))
 		pm, err := loadPerfMap(file, p.perfMap)
 		if err != nil {
 			if !errors.Is(err, os.ErrNotExist) && p.perfMapErr == nil {
@@ -258,18 +344,4 @@ func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
 		return ""
 	}
 	return p.perfMap.lookup(addr)
-}
-
-// goLookup is goTable.lookup turning a panic on a crafted pclntab into an
-// unresolved frame (logged once per file).
-func (s *Symbolizer) goLookup(ef *elfFile, file string, pc uint64) (frames []goFrame) {
-	defer func() {
-		if r := recover(); r != nil {
-			frames = nil
-			if s.once.first("gopanic:" + file) {
-				s.log.Warn("malformed Go pclntab", zap.String("file", file), zap.Any("panic", r))
-			}
-		}
-	}()
-	return ef.gotab.lookup(pc)
 }

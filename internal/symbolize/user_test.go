@@ -227,3 +227,29 @@ func TestForgetProcessAndBounds(t *testing.T) {
 	assert.Equal(t, before+1, s.Stats().MapRefreshes)
 	require.NoError(t, s.Close())
 }
+
+// A process in a nested pid namespace names its perf map with the pid it
+// sees itself as: the innermost NSpid column, not the pid we see.
+func TestUserPerfMapInNestedPIDNamespace(t *testing.T) {
+	maps := "7f0000000000-7f0000100000 r-xp 00000000 00:00 0 \n"
+	tests := []struct {
+		name, status, mapFile string
+	}{
+		{name: "host process", status: "Name:\tnode\nNSpid:\t4242\n", mapFile: "/tmp/perf-4242.map"},
+		{name: "two levels", status: "Name:\tnode\nNSpid:\t4242\t7\n", mapFile: "/tmp/perf-7.map"},
+		{name: "three levels", status: "Name:\tnode\nNSpid:\t4242\t70\t1\n", mapFile: "/tmp/perf-1.map"},
+		{name: "no NSpid line", status: "Name:\tnode\n", mapFile: "/tmp/perf-4242.map"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := fakeProcess(t, 4242, maps, "/usr/bin/node", map[string][]byte{
+				tt.mapFile: []byte("7f0000001000 100 LazyCompile:*handler\n"),
+			})
+			require.NoError(t, os.WriteFile(fs.Path(4242, "status"), []byte(tt.status), 0o644))
+			s := New(Options{Proc: fs})
+			frames := s.User(4242, []uint64{0x7f0000001010})
+			require.Len(t, frames, 1)
+			assert.Equal(t, "LazyCompile:*handler", frames[0].Function)
+		})
+	}
+}

@@ -4,6 +4,8 @@ package bpfprofilerreceiver
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +179,36 @@ func TestTooHighFrequencyNamesBothNumbers(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, rcv.Shutdown(context.Background()))
+}
+
+// A JIT workload in a nested pid namespace (a container, as a DaemonSet
+// collector sees it) writes /tmp/perf-1.map: it is pid 1 there. The receiver
+// finds it through the innermost NSpid column and resolves the JIT frame.
+func TestJITFramesOfProcessInNestedPIDNamespace(t *testing.T) {
+	testutil.RequireBPF(t)
+	jit := testutil.BuildC(t, "jitburn.c")
+	unshare := testutil.StartWorkload(t, "unshare", "--pid", "--fork", "--mount-proc", jit, "60")
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", unshare.Process.Pid, unshare.Process.Pid))
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscan(string(b), &pid)
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d/root/tmp/perf-1.map", pid))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the workload did not write its perf map")
+
+	all, _ := profileWorkload(t, pid, 99, 2*time.Second)
+	fn := totals(all, true)
+	var total int64
+	for _, pd := range all {
+		total += pdata.Total(pd)
+	}
+	t.Logf("jit_hot_loop=%d of %d samples (leaf)", fn["jit_hot_loop"], total)
+	require.Positive(t, total)
+	assert.Greater(t, float64(fn["jit_hot_loop"])/float64(total), 0.8, "leaf functions: %v", fn)
 }

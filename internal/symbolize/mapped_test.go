@@ -1,0 +1,143 @@
+package symbolize
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+// copyTestBinary copies the test binary (a Go binary) into dir.
+func copyTestBinary(t *testing.T, dir, name string) string {
+	t.Helper()
+	src, err := testBinary()
+	require.NoError(t, err)
+	in, err := os.Open(src)
+	require.NoError(t, err)
+	defer in.Close()
+	dst := filepath.Join(dir, name)
+	out, err := os.Create(dst)
+	require.NoError(t, err)
+	_, err = io.Copy(out, in)
+	require.NoError(t, err)
+	require.NoError(t, out.Close())
+	return dst
+}
+
+// realFileProcess writes a fake /proc/<pid> whose root is "/" and whose maps
+// map bin, and returns addresses spread over its code.
+func realFileProcess(t *testing.T, fs procfs.FS, pid uint32, bin string) []uint64 {
+	t.Helper()
+	maps, addrs, ok := fixtureMaps(bin)
+	require.True(t, ok)
+	dir := fs.Path(pid)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.Symlink("/", filepath.Join(dir, "root")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644))
+	return addrs
+}
+
+// selfMaps reports whether the running process maps path.
+func selfMaps(t *testing.T, path string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return strings.Contains(string(b), path)
+}
+
+func TestMappedFilesReleased(t *testing.T) {
+	if _, err := os.Stat("/proc/self/maps"); err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	a, b := copyTestBinary(t, dir, "a.bin"), copyTestBinary(t, dir, "b.bin")
+	fs := procfs.FS{Root: t.TempDir()}
+	addrsA, addrsB := realFileProcess(t, fs, 1, a), realFileProcess(t, fs, 2, b)
+
+	s := New(Options{Proc: fs, MaxFiles: 1})
+	frames := s.User(1, addrsA[100:108])
+	require.NotEmpty(t, frames)
+	assert.NotEmpty(t, frames[0].Function)
+	assert.True(t, selfMaps(t, a), "a is mapped while cached")
+
+	s.User(2, addrsB[100:108]) // evicts a
+	assert.False(t, selfMaps(t, a), "an evicted file is unmapped")
+	assert.True(t, selfMaps(t, b))
+
+	require.NoError(t, s.Close())
+	assert.False(t, selfMaps(t, b), "Close unmaps every file")
+}
+
+func TestMappedFileBudget(t *testing.T) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	var addrs [][]uint64
+	for i := range 3 {
+		bin := copyTestBinary(t, dir, string(rune('a'+i))+".bin")
+		addrs = append(addrs, realFileProcess(t, fs, uint32(i+1), bin))
+	}
+	s := New(Options{Proc: fs, MaxFileBytes: 1})
+	defer s.Close()
+	for i, a := range addrs {
+		s.User(uint32(i+1), a[:4])
+		assert.Equal(t, 1, s.files.len(), "over budget, only the newest file stays")
+	}
+}
+
+// A file truncated while mapped raises SIGBUS on access: the frames are left
+// unresolved and the process survives.
+func TestMappedFileTruncated(t *testing.T) {
+	bin := copyTestBinary(t, t.TempDir(), "trunc.bin")
+	fs := procfs.FS{Root: t.TempDir()}
+	addrs := realFileProcess(t, fs, 1, bin)
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	frames := s.User(1, addrs[100:101])
+	require.NotEmpty(t, frames[0].Function)
+
+	require.NoError(t, os.Truncate(bin, 4096))
+	frames = s.User(1, addrs[len(addrs)/2:len(addrs)/2+4])
+	require.Len(t, frames, 4)
+	for _, f := range frames {
+		assert.Empty(t, f.Function)
+	}
+	assert.NotZero(t, s.Stats().FileErrors)
+}
+
+func TestFrameCache(t *testing.T) {
+	bin := copyTestBinary(t, t.TempDir(), "cache.bin")
+	fs := procfs.FS{Root: t.TempDir()}
+	addrs := realFileProcess(t, fs, 1, bin)
+	s := New(Options{Proc: fs})
+	defer s.Close()
+
+	stack := []uint64{addrs[10], addrs[20], addrs[30]}
+	first := s.User(1, stack)
+	refreshes := s.Stats().MapRefreshes
+	assert.Equal(t, 3, s.cachedFrames)
+	again := s.User(1, stack)
+	assert.Equal(t, first, again)
+	assert.Equal(t, refreshes, s.Stats().MapRefreshes, "maps are not re-read on hits")
+	assert.EqualValues(t, 6, s.Stats().FramesResolved)
+
+	// The cached Address is the sampled one.
+	leaf := s.User(1, []uint64{addrs[20]})
+	require.NotEmpty(t, leaf)
+	assert.Equal(t, addrs[20], leaf[0].Address)
+
+	s.ForgetProcess(1)
+	assert.Zero(t, s.cachedFrames)
+
+	// Bounds: reaching the total drops every cache.
+	s.maxCachedFrames = 4
+	s.User(1, addrs[:4])
+	assert.Equal(t, 4, s.cachedFrames)
+	s.User(1, addrs[4:5])
+	assert.Equal(t, 1, s.cachedFrames)
+}
