@@ -3,13 +3,8 @@
 package sampler
 
 import (
-	"bufio"
-	"debug/elf"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,36 +12,17 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-const workloadDir = "../../testdata/workloads"
-
-// skipOrFail skips, unless BPFPROFILER_REQUIRE_BPF=1 makes the missing
-// capability a failure (CI runs these tests as root).
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("BPFPROFILER_REQUIRE_BPF") == "1" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
-
-// requireRoot skips (or fails, see skipOrFail) unless running as root.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "BPF sampling needs root")
-	}
-}
-
-// openSampler opens a sampler, skipping when BPF is unavailable.
+// openSampler opens a sampler (root is required, see testutil.RequireBPF).
 func openSampler(t *testing.T, opts Options) *Sampler {
 	t.Helper()
-	requireRoot(t)
+	testutil.RequireBPF(t)
 	s, err := Open(opts)
-	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
-		skipOrFail(t, "BPF unavailable: %v", err)
-	}
 	if err != nil {
 		t.Fatalf("Open(%+v): %v", opts, err)
 	}
@@ -54,46 +30,12 @@ func openSampler(t *testing.T, opts Options) *Sampler {
 	return s
 }
 
-// buildC compiles a workload with frame pointers into a temporary directory.
-func buildC(t *testing.T, name string) string {
+// startWorkload builds testdata/workloads/<name>.c, runs it for the given
+// seconds and returns its pid.
+func startWorkload(t *testing.T, name string, seconds float64) uint32 {
 	t.Helper()
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		skipOrFail(t, "no C compiler: %v", err)
-	}
-	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command(cc, "-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", out, filepath.Join(workloadDir, name+".c"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, b)
-	}
-	return out
-}
-
-// startWorkload runs bin for the given seconds and returns its pid (the first line it prints).
-func startWorkload(t *testing.T, bin string, seconds float64) uint32 {
-	t.Helper()
-	cmd := exec.Command(bin, strconv.FormatFloat(seconds, 'f', -1, 64))
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("read pid of %s: %v", bin, err)
-	}
-	pid, err := strconv.ParseUint(strings.TrimSpace(line), 10, 32)
-	if err != nil || int(pid) != cmd.Process.Pid {
-		t.Fatalf("%s printed pid %q, started %d", bin, line, cmd.Process.Pid)
-	}
-	return uint32(pid)
+	cmd := testutil.StartWorkload(t, testutil.BuildC(t, name+".c"), strconv.FormatFloat(seconds, 'f', -1, 64))
+	return uint32(cmd.Process.Pid)
 }
 
 // sampleFor drains once after d and returns the samples and the elapsed time.
@@ -150,14 +92,13 @@ func TestOpenCloseTwice(t *testing.T) {
 }
 
 func TestCPUBurn(t *testing.T) {
-	requireRoot(t)
+	testutil.RequireBPF(t)
 	const hz = 99
-	bin := buildC(t, "cpuburn")
-	pid := startWorkload(t, bin, 60)
+	pid := startWorkload(t, "cpuburn", 60)
 	s := openSampler(t, Options{SamplesPerSecond: hz, TargetPIDs: []uint32{pid}})
-	cpuBefore := processCPU(t, pid)
+	cpuBefore := testutil.ProcessCPU(t, int(pid))
 	samples, st, elapsed := sampleFor(t, s, 3*time.Second)
-	cpuUsed := processCPU(t, pid) - cpuBefore
+	cpuUsed := testutil.ProcessCPU(t, int(pid)) - cpuBefore
 
 	var total uint64
 	tids := map[uint32]string{}
@@ -197,29 +138,27 @@ func TestCPUBurn(t *testing.T) {
 	if float64(stacks) < 0.9*float64(total) {
 		t.Errorf("only %d of %d samples have a user stack of more than one frame", stacks, total)
 	}
-	checkBurnSymbols(t, bin, pid, samples)
+	checkBurnSymbols(t, pid, samples)
 }
 
-// checkBurnSymbols resolves the innermost frames with the binary's symbol
-// table and checks that burn_hot and burn_cold dominate, about 3:1.
-func checkBurnSymbols(t *testing.T, bin string, pid uint32, samples []RawSample) {
+// checkBurnSymbols resolves the innermost frames with the project's
+// symbolizer and checks that burn_hot and burn_cold dominate, about 3:1.
+func checkBurnSymbols(t *testing.T, pid uint32, samples []RawSample) {
 	t.Helper()
-	res, err := newResolver(bin, pid)
-	if err != nil {
-		t.Fatalf("symbol resolver: %v", err)
-	}
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
 	var hot, cold, total uint64
 	for _, smp := range samples {
 		total += smp.Value
 		// The leaf may be in libc's clock_gettime, which keeps no frame
 		// pointer, so look at the first few frames.
-		for _, pc := range smp.UserStack[:min(3, len(smp.UserStack))] {
-			name := res.symbol(pc)
-			if name == "burn_hot" {
+		frames := sym.User(pid, smp.UserStack[:min(3, len(smp.UserStack))])
+		for _, f := range frames {
+			if f.Function == "burn_hot" {
 				hot += smp.Value
 				break
 			}
-			if name == "burn_cold" {
+			if f.Function == "burn_cold" {
 				cold += smp.Value
 				break
 			}
@@ -234,78 +173,9 @@ func checkBurnSymbols(t *testing.T, bin string, pid uint32, samples []RawSample)
 	}
 }
 
-type resolver struct {
-	syms  []elf.Symbol
-	progs []*elf.Prog
-	maps  []mapping
-}
-
-type mapping struct{ start, end, offset uint64 }
-
-func newResolver(bin string, pid uint32) (*resolver, error) {
-	f, err := elf.Open(bin)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		return nil, err
-	}
-	r := &resolver{syms: syms}
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			r.progs = append(r.progs, p)
-		}
-	}
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		return nil, err
-	}
-	for line := range strings.Lines(string(maps)) {
-		fields := strings.Fields(line)
-		if len(fields) < 6 || fields[5] != bin {
-			continue
-		}
-		var m mapping
-		lo, hi, _ := strings.Cut(fields[0], "-")
-		m.start, _ = strconv.ParseUint(lo, 16, 64)
-		m.end, _ = strconv.ParseUint(hi, 16, 64)
-		m.offset, _ = strconv.ParseUint(fields[2], 16, 64)
-		r.maps = append(r.maps, m)
-	}
-	if len(r.maps) == 0 {
-		return nil, fmt.Errorf("%s not mapped in pid %d", bin, pid)
-	}
-	return r, nil
-}
-
-// symbol maps a runtime address to the function containing it, or "".
-func (r *resolver) symbol(pc uint64) string {
-	for _, m := range r.maps {
-		if pc < m.start || pc >= m.end {
-			continue
-		}
-		off := pc - m.start + m.offset
-		for _, p := range r.progs {
-			if off < p.Off || off >= p.Off+p.Filesz {
-				continue
-			}
-			vaddr := off - p.Off + p.Vaddr
-			for _, s := range r.syms {
-				if elf.ST_TYPE(s.Info) == elf.STT_FUNC && vaddr >= s.Value && vaddr < s.Value+s.Size {
-					return s.Name
-				}
-			}
-		}
-	}
-	return ""
-}
-
 func TestKernelStacks(t *testing.T) {
-	requireRoot(t)
-	bin := buildC(t, "syscalls")
-	pid := startWorkload(t, bin, 60)
+	testutil.RequireBPF(t)
+	pid := startWorkload(t, "syscalls", 60)
 	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}})
 
 	// Collect at least 100 samples; a loaded machine may need longer.
@@ -339,9 +209,9 @@ func TestKernelStacks(t *testing.T) {
 }
 
 func TestHostWideAndRetarget(t *testing.T) {
-	requireRoot(t)
-	burn := startWorkload(t, buildC(t, "cpuburn"), 60)
-	sys := startWorkload(t, buildC(t, "syscalls"), 60)
+	testutil.RequireBPF(t)
+	burn := startWorkload(t, "cpuburn", 60)
+	sys := startWorkload(t, "syscalls", 60)
 	s := openSampler(t, Options{SamplesPerSecond: 99})
 
 	samples, _, _ := sampleFor(t, s, time.Second)
@@ -374,29 +244,6 @@ func TestHostWideAndRetarget(t *testing.T) {
 	}
 }
 
-// processCPU sums the on-CPU time of all threads of pid (schedstat, ns).
-func processCPU(t *testing.T, pid uint32) time.Duration {
-	t.Helper()
-	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no schedstat for pid %d: %v", pid, err)
-	}
-	var total time.Duration
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // thread exited
-		}
-		first, _, _ := strings.Cut(string(b), " ")
-		ns, err := strconv.ParseInt(first, 10, 64)
-		if err != nil {
-			t.Fatalf("parse %s: %v", f, err)
-		}
-		total += time.Duration(ns)
-	}
-	return total
-}
-
 func pidCounts(samples []RawSample) map[uint32]uint64 {
 	out := map[uint32]uint64{}
 	for _, s := range samples {
@@ -408,9 +255,8 @@ func pidCounts(samples []RawSample) map[uint32]uint64 {
 // TestDrainLosesNothing drains repeatedly while a target runs; once it has
 // exited every recorded sample must have been drained exactly once.
 func TestDrainLosesNothing(t *testing.T) {
-	requireRoot(t)
-	bin := buildC(t, "cpuburn")
-	pid := startWorkload(t, bin, 1.5)
+	testutil.RequireBPF(t)
+	pid := startWorkload(t, "cpuburn", 1.5)
 	s := openSampler(t, Options{SamplesPerSecond: 999, TargetPIDs: []uint32{pid}})
 
 	var drained, recorded uint64
