@@ -24,18 +24,25 @@ type collectorConfig struct {
 	dir          string        // scratch directory: config, pprof files, logs
 	readyTimeout time.Duration // how long to wait for readyMessage
 	settle       time.Duration // wait after ready before measuring
+	profile      profileConfig // what the receiver profiles
 }
 
-// collectorYAML is the configuration of every collector the bench starts:
-// host-wide CPU profiling at 99 Hz, a report every 2 s, written as pprof
-// files and summarized by the debug exporter. %s is the pprof directory.
-const collectorYAML = `receivers:
+// profileConfig is what the receiver of a bench collector profiles, always
+// host-wide.
+type profileConfig struct {
+	cpuHz    int           // CPU sampling frequency; 0 disables CPU profiling
+	offCPU   bool          // off-CPU profiling
+	minBlock time.Duration // off_cpu min_block (with offCPU)
+}
+
+// collectorYAMLTemplate is the configuration of every collector the bench
+// starts: a report every 2 s, written as pprof files and summarized by the
+// debug exporter. %s is the receiver's profiling section, %q the pprof
+// directory.
+const collectorYAMLTemplate = `receivers:
   bpfprofiler:
     report_interval: 2s
-    cpu:
-      enabled: true
-      samples_per_second: 99
-    pprof:
+%s    pprof:
       directory: %q
 processors:
   memory_limiter:
@@ -55,15 +62,32 @@ service:
       exporters: [debug]
 `
 
+// collectorYAML returns the configuration of a collector profiling p and
+// writing pprof files into profiles.
+func collectorYAML(p profileConfig, profiles string) string {
+	var b strings.Builder
+	if p.cpuHz > 0 {
+		fmt.Fprintf(&b, "    cpu:\n      enabled: true\n      samples_per_second: %d\n", p.cpuHz)
+	} else {
+		b.WriteString("    cpu:\n      enabled: false\n")
+	}
+	if p.offCPU {
+		fmt.Fprintf(&b, "    off_cpu:\n      enabled: true\n      min_block: %s\n", p.minBlock)
+	} else {
+		b.WriteString("    off_cpu:\n      enabled: false\n")
+	}
+	return fmt.Sprintf(collectorYAMLTemplate, b.String(), profiles)
+}
+
 // writeCollectorConfig writes the config file of collector run n into dir
 // and returns its path and the run's pprof directory.
-func writeCollectorConfig(dir string, n int) (conf, profiles string, err error) {
+func writeCollectorConfig(dir string, n int, p profileConfig) (conf, profiles string, err error) {
 	profiles = filepath.Join(dir, fmt.Sprintf("profiles-%d", n))
 	if err := os.MkdirAll(profiles, 0o755); err != nil {
 		return "", "", err
 	}
 	conf = filepath.Join(dir, fmt.Sprintf("collector-%d.yaml", n))
-	return conf, profiles, os.WriteFile(conf, fmt.Appendf(nil, collectorYAML, profiles), 0o644)
+	return conf, profiles, os.WriteFile(conf, []byte(collectorYAML(p, profiles)), 0o644)
 }
 
 // collector is a running collector process.
@@ -86,7 +110,7 @@ var collectorRuns int
 // not part of what the caller measures next.
 func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error) {
 	collectorRuns++
-	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns)
+	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns, cfg.profile)
 	if err != nil {
 		return nil, err
 	}

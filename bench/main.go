@@ -1,16 +1,31 @@
 // Command bench measures the overhead of the bpfprofiler collector against
-// the workload alone and against `perf record -F 99 -a -g`, in one run of
-// several rounds, and prints a report (`make bench`). It asserts nothing: it
-// exits 0 unless something failed to run.
+// the workload alone and against perf, and prints a report (`make bench`). It
+// asserts nothing: it exits 0 unless something failed to run. It has two
+// suites (-suite cpu|offcpu|all, default all), each measured in several
+// rounds.
 //
-// Each round runs every scenario once on a fixed amount of work
-// (workloads/fixedwork.c, two threads), in an order rotated from round to
-// round so that drift in the host's load spreads over all scenarios:
+// Each round runs every scenario of the suite once on a fixed amount of
+// work, in an order rotated from round to round so that drift in the host's
+// load spreads over all scenarios.
+//
+// Suite cpu (CPU sampling; workloads/fixedwork.c, two CPU-bound threads):
 //
 //   - baseline: the workload alone;
 //   - perf: the workload under `perf record -F 99 -a -g`;
 //   - bpfprofiler: the workload beside the collector, profiling the whole
 //     host at 99 Hz per CPU, reporting every 2 s.
+//
+// Suite offcpu (off-CPU profiling; workloads/pingpong.c, two threads on one
+// CPU passing a byte back and forth through pipes, ~50k context switches/s):
+//
+//   - baseline: the workload alone;
+//   - bpfprofiler off-CPU: beside the collector with off-CPU profiling only
+//     (cpu disabled, off_cpu min_block -min-block, default 1ms), host-wide;
+//   - perf sched_switch: under `perf record -e sched:sched_switch -a -g`, if
+//     perf can open the tracepoint. It needs tracefs: if perf fails and
+//     tracefs is not mounted, the bench mounts it once, and unmounts it after
+//     the suite if it (or perf) mounted it. If perf still fails, the report
+//     says "perf sched_switch: unavailable (<reason>)".
 //
 // The collector is started once per round, right before its scenario, and
 // stopped with SIGTERM right after: it must not run during the baseline or
@@ -19,11 +34,11 @@
 // growing over the bench. Its start-up is not measured: the workload starts
 // only after the collector has logged "Everything is ready" and a settle time
 // longer than one report interval has passed. Its CPU time is measured over
-// the workload's lifetime. Note that the BPF program itself runs in the
-// sampled task's context: its cost shows as the workload's slowdown, not as
-// collector CPU.
+// the workload's lifetime. Note that the BPF programs run in the context of
+// the sampled or switching task: their cost shows as the workload's slowdown,
+// not as collector CPU.
 //
-// The workload reports its own wall time (CLOCK_MONOTONIC around thread
+// The workloads report their own wall time (CLOCK_MONOTONIC around thread
 // creation and join), so perf's and the collector's start-up and shut-down
 // are not counted. Ratios are medians of per-round ratios to that round's
 // baseline.
@@ -44,8 +59,12 @@ import (
 )
 
 type options struct {
+	suite         string
 	rounds        int
 	iterations    uint64
+	roundTrips    uint64
+	spin          uint64
+	minBlock      time.Duration
 	collector     string
 	skipPerf      bool
 	skipCollector bool
@@ -57,15 +76,19 @@ type options struct {
 
 func main() {
 	var o options
-	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario once")
-	flag.Uint64Var(&o.iterations, "iterations", 5600000, "workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), offcpu (off-CPU) or all")
+	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
+	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
+	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
-	flag.BoolVar(&o.skipPerf, "skip-perf", false, "do not run the perf record scenario")
+	flag.BoolVar(&o.skipPerf, "skip-perf", false, "do not run the perf record scenarios")
 	flag.BoolVar(&o.skipCollector, "skip-collector", false, "do not run the collector scenarios")
-	flag.BoolVar(&o.skipIdle, "skip-idle", false, "do not measure the collector's idle CPU")
+	flag.BoolVar(&o.skipIdle, "skip-idle", false, "cpu suite: do not measure the collector's idle CPU")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "window of the idle CPU measurement")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the collector is ready before measuring (more than one report interval)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workload, collector config and logs)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "bench: unexpected arguments %q\n", flag.Args())
@@ -80,16 +103,16 @@ func main() {
 	}
 }
 
-// scenario names, also the order of the first round.
-const (
-	scBaseline    = "baseline"
-	scPerf        = "perf -F99 -a -g"
-	scBpfprofiler = "bpfprofiler 99Hz"
-)
-
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 {
-		return fmt.Errorf("-rounds and -iterations must be positive")
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 {
+		return fmt.Errorf("-rounds, -iterations, -round-trips and -spin must be positive")
+	}
+	if o.minBlock < 0 {
+		return fmt.Errorf("-min-block must not be negative")
+	}
+	suites, err := selectSuites(o.suite)
+	if err != nil {
+		return err
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -107,70 +130,40 @@ func run(ctx context.Context, o options) (err error) {
 		}
 		os.RemoveAll(dir)
 	}()
-	bin, err := buildWorkload(ctx, dir)
-	if err != nil {
-		return err
-	}
-	cfg := collectorConfig{binary: o.collector, dir: dir, readyTimeout: 60 * time.Second, settle: o.settle}
 
-	scenarios := []string{scBaseline}
-	if !o.skipPerf {
-		scenarios = append(scenarios, scPerf)
-	}
-	if !o.skipCollector {
-		scenarios = append(scenarios, scBpfprofiler)
-	}
-	fmt.Printf("bpfprofiler bench: %d rounds, %d iterations x 2 threads, %d CPUs, kernel %s, load %s\n",
-		o.rounds, o.iterations, runtime.NumCPU(), kernelRelease(), loadAvg())
+	fmt.Printf("bpfprofiler bench: suites %s, %d rounds, %d CPUs, kernel %s, load %s\n",
+		strings.Join(suites, ", "), o.rounds, runtime.NumCPU(), kernelRelease(), loadAvg())
 	if !o.skipCollector {
 		fmt.Printf("collector: %s\n", o.collector)
 	}
-
-	rep := newReport(scenarios)
-	if !o.skipCollector && !o.skipIdle {
-		fmt.Printf("measuring the collector's idle CPU over %v...\n", o.idleWindow)
-		ticks, sched, err := measureIdle(ctx, cfg, o.idleWindow)
-		if err != nil {
-			return fmt.Errorf("idle measurement: %w", err)
+	e := env{o: o, dir: dir, perf: perf}
+	for i, name := range suites {
+		if i > 0 {
+			fmt.Println()
 		}
-		rep.idleTicks, rep.idleSched, rep.haveIdle = ticks, sched, true
-		fmt.Printf("idle: collector CPU over %v: %s of a core\n", o.idleWindow, fmtCPU(ticks, sched))
-	}
-
-	for r := range o.rounds {
-		order := append(append([]string{}, scenarios[r%len(scenarios):]...), scenarios[:r%len(scenarios)]...)
-		round := map[string]runResult{}
-		var cr collectorRun
-		for _, sc := range order {
-			var res runResult
-			var err error
-			switch sc {
-			case scBaseline:
-				res, err = runBaseline(ctx, bin, o.iterations)
-			case scPerf:
-				res, err = runPerf(ctx, perf, dir, bin, o.iterations)
-			case scBpfprofiler:
-				cr, err = runWithCollector(ctx, cfg, bin, o.iterations)
-				res = cr.runResult
-			}
-			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", r+1, sc, err)
-			}
-			round[sc] = res
-			// Let perf's post-processing or the collector's exit settle.
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(500 * time.Millisecond):
-			}
+		if err := runNamedSuite(ctx, e, name); err != nil {
+			return fmt.Errorf("suite %s: %w", name, err)
 		}
-		rep.add(round, cr, !o.skipCollector)
-		fmt.Println(rep.roundLine(r, o.rounds, order))
 	}
-
-	fmt.Printf("load at the end: %s\n\n", loadAvg())
-	rep.print(os.Stdout)
 	return nil
+}
+
+// runNamedSuite sets up suite name, runs it and undoes its setup.
+func runNamedSuite(ctx context.Context, e env, name string) error {
+	var s *suite
+	cleanup := func() {}
+	var err error
+	switch name {
+	case suiteCPU:
+		s, err = newCPUSuite(ctx, e)
+	case suiteOffCPU:
+		s, cleanup, err = newOffCPUSuite(ctx, e)
+	}
+	defer cleanup()
+	if err != nil {
+		return err
+	}
+	return runSuite(ctx, s, e.o.rounds, e.o.idleWindow)
 }
 
 // preflight checks the tools each scenario needs before anything runs, and

@@ -142,11 +142,12 @@ func parseWallNS(stdout string) (time.Duration, error) {
 	return time.Duration(ns), nil
 }
 
-// parseCPUNS finds the "fixedwork: cpu_ns N" line the workload prints on
+// parseCPUNS finds the "<name>: cpu_ns N" line workload name prints on
 // stderr (among perf's own messages) and returns N.
-func parseCPUNS(stderr string) (time.Duration, error) {
+func parseCPUNS(stderr, name string) (time.Duration, error) {
+	prefix := name + ": cpu_ns "
 	for line := range strings.Lines(stderr) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "fixedwork: cpu_ns ")
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
 		if !ok {
 			continue
 		}
@@ -156,7 +157,23 @@ func parseCPUNS(stderr string) (time.Duration, error) {
 		}
 		return time.Duration(ns), nil
 	}
-	return 0, fmt.Errorf("workload printed no \"fixedwork: cpu_ns\" line on stderr")
+	return 0, fmt.Errorf("workload printed no %q line on stderr", strings.TrimSpace(prefix))
+}
+
+// parseSwitchRate finds the "<name>: switches_per_s X" line workload name
+// prints on stderr and returns X, or 0 if there is none or it is malformed
+// (the rate is informative only).
+func parseSwitchRate(stderr, name string) float64 {
+	prefix := name + ": switches_per_s "
+	for line := range strings.Lines(stderr) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			if v, err := strconv.ParseFloat(rest, 64); err == nil && v > 0 {
+				return v
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // median returns the median of xs (the mean of the two middle values for an

@@ -175,11 +175,38 @@ func TestParseCPUNS(t *testing.T) {
 		{"fixedwork: cpu_ns 12\n[ perf record: Woken up 1 times to write data ]\n", 12, false},
 		{"[ perf record: Captured and wrote 0.037 MB perf.data ]\n", 0, true},
 		{"fixedwork: cpu_ns lots\n", 0, true},
+		{"pingpong: cpu_ns 8000000000\n", 0, true}, // another workload's line
 	}
 	for _, tt := range tests {
-		got, err := parseCPUNS(tt.in)
+		got, err := parseCPUNS(tt.in, "fixedwork")
 		if (err != nil) != tt.wantErr || got != tt.want {
 			t.Errorf("parseCPUNS(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestParseCPUNSOtherWorkload(t *testing.T) {
+	in := "pingpong: 100000 round trips, spin 17000, checksum 00ff\npingpong: switches_per_s 49587\npingpong: cpu_ns 3936657000\n"
+	if got, err := parseCPUNS(in, "pingpong"); err != nil || got != 3936657000 {
+		t.Errorf("parseCPUNS(pingpong) = %v, %v; want 3.936657s", got, err)
+	}
+}
+
+func TestParseSwitchRate(t *testing.T) {
+	tests := []struct {
+		in   string
+		want float64
+	}{
+		{"pingpong: cpu_ns 12\npingpong: switches_per_s 49587\n", 49587},
+		{"[ perf record: Woken up 1 times ]\n  pingpong: switches_per_s 1e5\n", 100000},
+		{"pingpong: switches_per_s fast\n", 0},
+		{"pingpong: switches_per_s -3\n", 0},
+		{"fixedwork: switches_per_s 10\n", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := parseSwitchRate(tt.in, "pingpong"); got != tt.want {
+			t.Errorf("parseSwitchRate(%q) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
 }

@@ -10,17 +10,26 @@ import (
 
 // Targets the report checks (as text; nothing fails on them).
 const (
-	targetCPUPercent = 0.5 // collector CPU, % of one core, while profiling
-	targetRSSMiB     = 60  // collector peak RSS
+	targetCPUPercent      = 0.5 // collector CPU, % of one core, while profiling
+	targetRSSMiB          = 60  // collector peak RSS
+	targetOffCPUSlowdown  = 1.03
+	targetOffCPUMinBlock  = "1ms" // the min_block the off-CPU target is set for
+	noisyBaselineMaxRatio = 1.1   // baseline max/min above which wall ratios are noise
 )
 
-// report accumulates the rounds.
+// report accumulates the rounds of one suite.
 type report struct {
-	scenarios []string
+	scenarios   []string // scenarios[0] is the baseline
+	collectorSc string   // the scenario run beside the collector ("" if none)
+	marker      string   // function the collector's pprof files must name
+	checks      func(w io.Writer, r *report)
+	notes       []string // printed under the table
+
 	walls     map[string][]float64 // seconds, per round
 	ratios    map[string][]float64 // wall / same round's baseline wall
 	cpus      map[string][]float64 // workload CPU seconds, per round
 	cpuRatios map[string][]float64 // workload CPU / same round's baseline's
+	switches  []float64            // baseline's context switches per second, per round
 
 	cpuTicks []float64 // collector CPU per round, % of a core
 	cpuSched []float64 // same from schedstat; nil once a round lacked it
@@ -33,26 +42,37 @@ type report struct {
 	idleTicks, idleSched float64
 }
 
-func newReport(scenarios []string) *report {
+func newReport(scenarios []string, collectorSc, marker string, checks func(io.Writer, *report)) *report {
 	return &report{
-		scenarios: scenarios,
-		walls:     map[string][]float64{},
-		ratios:    map[string][]float64{},
-		cpus:      map[string][]float64{},
-		cpuRatios: map[string][]float64{},
-		schedOK:   true,
+		scenarios:   scenarios,
+		collectorSc: collectorSc,
+		marker:      marker,
+		checks:      checks,
+		walls:       map[string][]float64{},
+		ratios:      map[string][]float64{},
+		cpus:        map[string][]float64{},
+		cpuRatios:   map[string][]float64{},
+		schedOK:     true,
 	}
 }
 
-func (r *report) add(round map[string]runResult, cr collectorRun, withCollector bool) {
-	base, baseCPU := round[scBaseline].wall.Seconds(), round[scBaseline].cpu.Seconds()
+func (r *report) baseline() string { return r.scenarios[0] }
+
+// add records one round: a result per scenario, and the collector's figures
+// if cr is not nil.
+func (r *report) add(round map[string]runResult, cr *collectorRun) {
+	b := round[r.baseline()]
+	base, baseCPU := b.wall.Seconds(), b.cpu.Seconds()
 	for sc, res := range round {
 		r.walls[sc] = append(r.walls[sc], res.wall.Seconds())
 		r.ratios[sc] = append(r.ratios[sc], res.wall.Seconds()/base)
 		r.cpus[sc] = append(r.cpus[sc], res.cpu.Seconds())
 		r.cpuRatios[sc] = append(r.cpuRatios[sc], res.cpu.Seconds()/baseCPU)
 	}
-	if !withCollector {
+	if b.switchRate > 0 {
+		r.switches = append(r.switches, b.switchRate)
+	}
+	if cr == nil {
 		return
 	}
 	r.cpuTicks = append(r.cpuTicks, cr.cpuTicks)
@@ -74,7 +94,7 @@ func (r *report) roundLine(i, n int, order []string) string {
 	for _, sc := range order {
 		k := len(r.walls[sc]) - 1
 		fmt.Fprintf(&b, "  %s %s", sc, fmtWall(r.walls[sc][k]))
-		if sc != scBaseline {
+		if sc != r.baseline() {
 			fmt.Fprintf(&b, " (x%.3f, cpu x%.3f)", r.ratios[sc][k], r.cpuRatios[sc][k])
 		}
 	}
@@ -82,7 +102,7 @@ func (r *report) roundLine(i, n int, order []string) string {
 		fmt.Fprintf(&b, "  | collector CPU %s, peak RSS %.1f MiB",
 			fmtCPU(r.cpuTicks[k], r.cpuSched[k]), mib(r.rss[k]))
 		if !r.saw[k] {
-			b.WriteString(", WARNING: work_hot missing from its pprof files")
+			fmt.Fprintf(&b, ", WARNING: %s missing from its pprof files", r.marker)
 		}
 	}
 	return b.String()
@@ -109,7 +129,13 @@ func (r *report) print(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "(ratios: medians over %d rounds of each run / that round's baseline; workload CPU is its\n"+
 		" user+system time, which also holds the profilers' sampling interrupts and BPF program,\n"+
-		" and is less sensitive than wall time to other load on the host)\n", len(r.walls[scBaseline]))
+		" and is less sensitive than wall time to other load on the host)\n", len(r.walls[r.baseline()]))
+	if len(r.switches) > 0 {
+		fmt.Fprintf(w, "workload context switches: %.0f/s (baseline median)\n", median(r.switches))
+	}
+	for _, n := range r.notes {
+		fmt.Fprintln(w, n)
+	}
 
 	if len(r.cpuTicks) == 0 {
 		fmt.Fprintln(w, "collector: not run (-skip-collector)")
@@ -123,18 +149,26 @@ func (r *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w, line)
 		if r.blind > 0 {
-			fmt.Fprintf(w, "warning: in %d of %d rounds the collector's pprof files do not name work_hot: it did not\n"+
-				" profile the workload, so its overhead is understated\n", r.blind, len(r.cpuTicks))
+			fmt.Fprintf(w, "warning: in %d of %d rounds the collector's pprof files do not name %s: it did not\n"+
+				" profile the workload, so its overhead is understated\n", r.blind, len(r.cpuTicks), r.marker)
 		}
 	}
 
-	if base := r.walls[scBaseline]; slices.Max(base) > 1.1*slices.Min(base) {
+	if base := r.walls[r.baseline()]; slices.Max(base) > noisyBaselineMaxRatio*slices.Min(base) {
 		fmt.Fprintf(w, "warning: the baseline's wall time ranged from %s to %s: the host is busy with\n"+
 			" other work, so wall ratios are unreliable; the CPU ratios are the better guide.\n",
 			fmtWall(slices.Min(base)), fmtWall(slices.Max(base)))
 	}
 
 	fmt.Fprintln(w)
+	if r.checks != nil {
+		r.checks(w, r)
+	}
+}
+
+// cpuChecks are the verdicts of the CPU suite: slowdown against perf's, the
+// collector's CPU and RSS.
+func cpuChecks(w io.Writer, r *report) {
 	bpf, hasBpf := r.ratios[scBpfprofiler]
 	perf, hasPerf := r.ratios[scPerf]
 	switch {
@@ -153,6 +187,30 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "collector CPU ≤ %.1f%% of a core: %s (%.2f%%, %s)\n", targetCPUPercent, yesNo(cpu <= targetCPUPercent), cpu, source)
 		peak := mib(slices.Max(r.rss))
 		fmt.Fprintf(w, "RSS ≤ %d MiB: %s (%.1f MiB)\n", targetRSSMiB, yesNo(peak <= targetRSSMiB), peak)
+	}
+}
+
+// offCPUChecks returns the verdicts of the off-CPU suite, whose collector
+// ran with min_block minBlock: the slowdown target (set for 1 ms) and the
+// comparison with perf's sched_switch tracing.
+func offCPUChecks(minBlock string) func(io.Writer, *report) {
+	return func(w io.Writer, r *report) {
+		head := "off-CPU slowdown ≤ 3% at min_block " + targetOffCPUMinBlock
+		if minBlock != targetOffCPUMinBlock {
+			head += " (collector ran with min_block " + minBlock + ")"
+		}
+		if ratios, ok := r.ratios[scOffCPU]; ok {
+			wall, cpu := median(ratios), median(r.cpuRatios[scOffCPU])
+			fmt.Fprintf(w, "%s: %s (wall ratio %.3f; by workload CPU: %s, CPU ratio %.3f)\n",
+				head, yesNo(wall <= targetOffCPUSlowdown), wall, yesNo(cpu <= targetOffCPUSlowdown), cpu)
+		} else {
+			fmt.Fprintf(w, "%s: n/a (collector skipped)\n", head)
+		}
+		bpf, hasBpf := r.ratios[scOffCPU]
+		if perf, ok := r.ratios[scPerfSwitch]; ok && hasBpf {
+			b, p := median(bpf), median(perf)
+			fmt.Fprintf(w, "slowdown no worse than perf sched_switch's: %s (wall ratio: bpfprofiler %.3f, perf %.3f)\n", yesNo(b <= p), b, p)
+		}
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -17,10 +16,22 @@ import (
 //go:embed workloads/fixedwork.c
 var fixedworkSource []byte
 
-// buildWorkload writes the embedded fixedwork.c into dir and compiles it with
-// frame pointers and debug info, so every profiler can unwind and symbolize
-// it. It returns the path of the binary.
-func buildWorkload(ctx context.Context, dir string) (string, error) {
+//go:embed workloads/pingpong.c
+var pingpongSource []byte
+
+// workload is a compiled workload and the arguments of each of its runs.
+type workload struct {
+	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")
+	bin  string
+	args []string
+}
+
+func (w workload) argv() []string { return append([]string{w.bin}, w.args...) }
+
+// buildWorkload writes the embedded C source of workload name into dir and
+// compiles it with frame pointers and debug info, so every profiler can
+// unwind and symbolize it. It returns the path of the binary.
+func buildWorkload(ctx context.Context, dir, name string, source []byte) (string, error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
@@ -28,14 +39,14 @@ func buildWorkload(ctx context.Context, dir string) (string, error) {
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", fmt.Errorf("no C compiler %q to build the workload (set CC): %w", cc, err)
 	}
-	src := filepath.Join(dir, "fixedwork.c")
-	if err := os.WriteFile(src, fixedworkSource, 0o644); err != nil {
+	src := filepath.Join(dir, name+".c")
+	if err := os.WriteFile(src, source, 0o644); err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "fixedwork")
+	bin := filepath.Join(dir, name)
 	cmd := exec.CommandContext(ctx, cc, "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, src)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("compiling the workload: %v\n%s", err, out)
+		return "", fmt.Errorf("compiling the workload %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }
@@ -45,13 +56,16 @@ type runResult struct {
 	wall    time.Duration // as printed by the workload itself
 	cpu     time.Duration // the workload's user+system time, as printed by it
 	outside time.Duration // from our start of the command to its exit
+	// switchRate: context switches per second, as printed by the workload
+	// (pingpong only; 0 if it printed none).
+	switchRate float64
 }
 
-// runCommand runs argv (the workload, possibly behind perf) to completion and
+// runCommand runs argv (workload w, possibly behind perf) to completion and
 // returns the wall time the workload printed on stdout. before, if not nil,
 // is called right before the process starts; the time between before and the
 // return is what runResult.outside measures.
-func runCommand(ctx context.Context, argv []string, before func()) (runResult, error) {
+func runCommand(ctx context.Context, w workload, argv []string, before func()) (runResult, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -68,31 +82,26 @@ func runCommand(ctx context.Context, argv []string, before func()) (runResult, e
 	if err != nil {
 		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
 	}
-	cpu, err := parseCPUNS(stderr.String())
+	cpu, err := parseCPUNS(stderr.String(), w.name)
 	if err != nil {
 		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
 	}
-	return runResult{wall: wall, cpu: cpu, outside: outside}, nil
-}
-
-// workloadArgv is the command line of one workload run.
-func workloadArgv(bin string, iterations uint64) []string {
-	return []string{bin, strconv.FormatUint(iterations, 10)}
+	return runResult{wall: wall, cpu: cpu, outside: outside, switchRate: parseSwitchRate(stderr.String(), w.name)}, nil
 }
 
 // runBaseline runs the workload alone.
-func runBaseline(ctx context.Context, bin string, iterations uint64) (runResult, error) {
-	return runCommand(ctx, workloadArgv(bin, iterations), nil)
+func runBaseline(ctx context.Context, w workload) (runResult, error) {
+	return runCommand(ctx, w, w.argv(), nil)
 }
 
-// runPerf runs the workload under `perf record -F 99 -a -g` writing into dir,
+// runPerf runs the workload under `perf record <args> -o <dir>/perf.data`
 // and removes perf.data afterwards.
-func runPerf(ctx context.Context, perf, dir, bin string, iterations uint64) (runResult, error) {
+func runPerf(ctx context.Context, perf string, args []string, dir string, w workload) (runResult, error) {
 	data := filepath.Join(dir, "perf.data")
 	defer os.Remove(data)
 	defer os.Remove(data + ".old")
-	argv := append([]string{perf, "record", "-F", "99", "-a", "-g", "-o", data, "--"}, workloadArgv(bin, iterations)...)
-	return runCommand(ctx, argv, nil)
+	argv := append(append(append([]string{perf, "record"}, args...), "-o", data, "--"), w.argv()...)
+	return runCommand(ctx, w, argv, nil)
 }
 
 // collectorRun is one run of the workload beside a ready collector.
@@ -101,15 +110,16 @@ type collectorRun struct {
 	cpuTicks float64 // collector CPU, % of a core, from utime+stime
 	cpuSched float64 // collector CPU, % of a core, from schedstat (-1: n/a)
 	peakRSS  uint64  // collector VmHWM at the end, bytes
-	// sawWorkload: the collector's pprof files name work_hot, so it did
-	// profile the workload.
+	// sawWorkload: the collector's pprof files name the workload's marker
+	// function, so it did profile the workload.
 	sawWorkload bool
 }
 
 // runWithCollector starts the collector, waits until it is ready and settled,
 // runs the workload once while measuring the collector's CPU time over the
-// workload's lifetime, reads its peak RSS and stops it with SIGTERM.
-func runWithCollector(ctx context.Context, cfg collectorConfig, bin string, iterations uint64) (collectorRun, error) {
+// workload's lifetime, reads its peak RSS and stops it with SIGTERM. marker is
+// a function of the workload its pprof files must name.
+func runWithCollector(ctx context.Context, cfg collectorConfig, w workload, marker string) (collectorRun, error) {
 	c, err := startCollector(ctx, cfg)
 	if err != nil {
 		return collectorRun{}, err
@@ -118,7 +128,7 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, bin string, iter
 
 	var before cpuSample
 	var beforeErr error
-	res, err := runCommand(ctx, workloadArgv(bin, iterations), func() {
+	res, err := runCommand(ctx, w, w.argv(), func() {
 		before, beforeErr = readCPU(c.pid())
 	})
 	if err != nil {
@@ -140,7 +150,7 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, bin string, iter
 	if err := c.stop(); err != nil {
 		return collectorRun{}, err
 	}
-	seen, err := c.profilesMention("work_hot")
+	seen, err := c.profilesMention(marker)
 	if err != nil {
 		return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
 	}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Scenario names. Every suite's first scenario is scBaseline.
+const (
+	scBaseline    = "baseline"
+	scPerf        = "perf -F99 -a -g"
+	scBpfprofiler = "bpfprofiler 99Hz"
+	scPerfSwitch  = "perf sched_switch -a -g"
+	scOffCPU      = "bpfprofiler off-CPU"
+)
+
+// Suite names, as -suite takes them.
+const (
+	suiteCPU    = "cpu"
+	suiteOffCPU = "offcpu"
+	suiteAll    = "all"
+)
+
+// selectSuites turns the -suite flag into the suites to run, in order.
+func selectSuites(flag string) ([]string, error) {
+	switch flag {
+	case suiteCPU, suiteOffCPU:
+		return []string{flag}, nil
+	case suiteAll:
+		return []string{suiteCPU, suiteOffCPU}, nil
+	}
+	return nil, fmt.Errorf("-suite must be %s, %s or %s, not %q", suiteCPU, suiteOffCPU, suiteAll, flag)
+}
+
+// scenario is one way of running a suite's workload. run returns the
+// collector's figures when the collector ran beside the workload.
+type scenario struct {
+	name string
+	run  func(ctx context.Context) (runResult, *collectorRun, error)
+}
+
+// suite is a workload measured under several scenarios, in rounds.
+type suite struct {
+	title     string           // printed before the rounds
+	scenarios []scenario       // scenarios[0] is the baseline
+	idle      *collectorConfig // measure the collector's idle CPU with it first (nil: don't)
+	rep       *report
+}
+
+// rotated returns names rotated left by r (mod len), the order of round r:
+// drift in the host's load then spreads over all scenarios.
+func rotated[T any](names []T, r int) []T {
+	if len(names) == 0 {
+		return nil
+	}
+	k := r % len(names)
+	return append(append([]T{}, names[k:]...), names[:k]...)
+}
+
+// runSuite runs s for the given number of rounds and prints its report.
+func runSuite(ctx context.Context, s *suite, rounds int, idleWindow time.Duration) error {
+	fmt.Println(s.title)
+	if s.idle != nil {
+		fmt.Printf("measuring the collector's idle CPU over %v...\n", idleWindow)
+		ticks, sched, err := measureIdle(ctx, *s.idle, idleWindow)
+		if err != nil {
+			return fmt.Errorf("idle measurement: %w", err)
+		}
+		s.rep.idleTicks, s.rep.idleSched, s.rep.haveIdle = ticks, sched, true
+		fmt.Printf("idle: collector CPU over %v: %s of a core\n", idleWindow, fmtCPU(ticks, sched))
+	}
+	for r := range rounds {
+		order := rotated(s.scenarios, r)
+		round := map[string]runResult{}
+		var cr *collectorRun
+		for _, sc := range order {
+			res, c, err := sc.run(ctx)
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", r+1, sc.name, err)
+			}
+			round[sc.name] = res
+			if c != nil {
+				cr = c
+			}
+			// Let perf's post-processing or the collector's exit settle.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		s.rep.add(round, cr)
+		fmt.Println(s.rep.roundLine(r, rounds, scenarioNames(order)))
+	}
+	fmt.Printf("load at the end: %s\n\n", loadAvg())
+	s.rep.print(os.Stdout)
+	return nil
+}
+
+// env is what every suite shares.
+type env struct {
+	o    options
+	dir  string // scratch directory
+	perf string // perf's path ("" with -skip-perf)
+}
+
+func (e env) collector(p profileConfig) collectorConfig {
+	return collectorConfig{binary: e.o.collector, dir: e.dir, readyTimeout: 60 * time.Second, settle: e.o.settle, profile: p}
+}
+
+func baselineScenario(w workload) scenario {
+	return scenario{scBaseline, func(ctx context.Context) (runResult, *collectorRun, error) {
+		res, err := runBaseline(ctx, w)
+		return res, nil, err
+	}}
+}
+
+func perfScenario(name string, e env, args []string, w workload) scenario {
+	return scenario{name, func(ctx context.Context) (runResult, *collectorRun, error) {
+		res, err := runPerf(ctx, e.perf, args, e.dir, w)
+		return res, nil, err
+	}}
+}
+
+func collectorScenario(name string, cfg collectorConfig, w workload, marker string) scenario {
+	return scenario{name, func(ctx context.Context) (runResult, *collectorRun, error) {
+		cr, err := runWithCollector(ctx, cfg, w, marker)
+		if err != nil {
+			return runResult{}, nil, err
+		}
+		return cr.runResult, &cr, nil
+	}}
+}
+
+// newCPUSuite is the CPU-sampling suite: fixedwork (two CPU-bound threads)
+// alone, under `perf record -F 99 -a -g` and beside the collector sampling
+// the host at 99 Hz.
+func newCPUSuite(ctx context.Context, e env) (*suite, error) {
+	bin, err := buildWorkload(ctx, e.dir, "fixedwork", fixedworkSource)
+	if err != nil {
+		return nil, err
+	}
+	w := workload{name: "fixedwork", bin: bin, args: []string{strconv.FormatUint(e.o.iterations, 10)}}
+	const marker = "work_hot"
+	s := &suite{
+		title:     fmt.Sprintf("== suite cpu: fixedwork, %d iterations x 2 threads ==", e.o.iterations),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	if !e.o.skipPerf {
+		s.scenarios = append(s.scenarios, perfScenario(scPerf, e, []string{"-F", "99", "-a", "-g"}, w))
+	}
+	collectorSc := ""
+	if !e.o.skipCollector {
+		cfg := e.collector(profileConfig{cpuHz: 99})
+		s.scenarios = append(s.scenarios, collectorScenario(scBpfprofiler, cfg, w, marker))
+		collectorSc = scBpfprofiler
+		if !e.o.skipIdle {
+			s.idle = &cfg
+		}
+	}
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, cpuChecks)
+	return s, nil
+}
+
+// newOffCPUSuite is the off-CPU suite: pingpong (two threads switching
+// ~50k times a second) alone, beside the collector with only off-CPU
+// profiling on, and under `perf record -e sched:sched_switch -a -g` when perf
+// can open that tracepoint. The returned cleanup undoes a tracefs mount the
+// probe for perf caused; call it after the suite.
+func newOffCPUSuite(ctx context.Context, e env) (s *suite, cleanup func(), err error) {
+	cleanup = func() {}
+	bin, err := buildWorkload(ctx, e.dir, "pingpong", pingpongSource)
+	if err != nil {
+		return nil, cleanup, err
+	}
+	w := workload{name: "pingpong", bin: bin, args: []string{
+		strconv.FormatUint(e.o.roundTrips, 10), strconv.FormatUint(e.o.spin, 10)}}
+	const marker = "pingpong_nap"
+	s = &suite{
+		title: fmt.Sprintf("== suite offcpu: pingpong, %d round trips x spin %d, 2 threads on one CPU; off_cpu min_block %v ==",
+			e.o.roundTrips, e.o.spin, e.o.minBlock),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	var notes []string
+	collectorSc := ""
+	if !e.o.skipCollector {
+		cfg := e.collector(profileConfig{offCPU: true, minBlock: e.o.minBlock})
+		s.scenarios = append(s.scenarios, collectorScenario(scOffCPU, cfg, w, marker))
+		collectorSc = scOffCPU
+	}
+	if !e.o.skipPerf {
+		var probe perfProbe
+		probe, cleanup = probePerfSwitch(ctx, e.perf, e.dir)
+		if probe.unavailable != "" {
+			notes = append(notes, "perf sched_switch: unavailable ("+probe.unavailable+")")
+		} else {
+			s.scenarios = append(s.scenarios, perfScenario(scPerfSwitch, e, perfSwitchArgs, w))
+		}
+		if probe.note != "" {
+			notes = append(notes, "perf sched_switch: "+probe.note)
+		}
+		for _, n := range notes {
+			fmt.Println(n)
+		}
+	}
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, offCPUChecks(e.o.minBlock.String()))
+	s.rep.notes = notes
+	return s, cleanup, nil
+}
+
+func scenarioNames(scs []scenario) []string {
+	names := make([]string, len(scs))
+	for i, sc := range scs {
+		names[i] = sc.name
+	}
+	return names
+}
