@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 )
 
 // recordSize is sizeof(struct probe_record) in bpf/probe.bpf.c.
@@ -42,14 +41,14 @@ func decodeExec(b []byte) (uint32, error) {
 // ringReader is the part of a ring buffer reader the read loops use; tests
 // replace the BPF ring buffer with a fake.
 type ringReader interface {
-	// Read blocks for the next sample. It returns errClosed once the
-	// reader is closed and os.ErrDeadlineExceeded when interrupted.
+	// Read blocks for the next sample. It returns errInterrupted when
+	// flushed or closed.
 	Read() ([]byte, error)
 	// Pending reports whether more samples can be read without blocking.
 	Pending() bool
 }
 
-var errClosed = errors.New("ring buffer closed")
+var errInterrupted = errors.New("ring buffer read interrupted")
 
 // maxBatch bounds the records handed to the caller at once.
 const maxBatch = 1024
@@ -62,8 +61,9 @@ type counters struct {
 // readRecords reads records from r until it is closed or interrupted and
 // hands them to deliver in batches: a batch ends when the ring buffer is
 // empty or maxBatch records were read. Records with an index >= nprobes are
-// malformed. It returns nil when the reader is closed or interrupted.
-func readRecords(r ringReader, nprobes int, deliver func([]Record), c counters) error {
+// malformed. When a Read is interrupted and stopped reports true, it returns
+// nil.
+func readRecords(r ringReader, nprobes int, stopped func() bool, deliver func([]Record), c counters) error {
 	var batch []Record
 	flush := func() {
 		if len(batch) > 0 {
@@ -76,8 +76,11 @@ func readRecords(r ringReader, nprobes int, deliver func([]Record), c counters) 
 		b, err := r.Read()
 		if err != nil {
 			flush()
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, errClosed) {
-				return nil
+			if errors.Is(err, errInterrupted) {
+				if stopped() {
+					return nil
+				}
+				continue
 			}
 			return fmt.Errorf("read probe records: %w", err)
 		}

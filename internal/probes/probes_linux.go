@@ -10,7 +10,6 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -31,6 +30,7 @@ type Manager struct {
 	att     *attacher
 
 	delivered, malformed atomic.Uint64
+	closing              atomic.Bool
 
 	runMu     sync.Mutex // one Run at a time
 	closeOnce sync.Once
@@ -121,10 +121,12 @@ func (m *Manager) Run(ctx context.Context, deliver func([]Record)) error {
 	if m.records == nil {
 		return errors.New("probes: manager is closed")
 	}
-	m.records.SetDeadline(time.Time{})
-	stop := context.AfterFunc(ctx, func() { m.records.SetDeadline(time.Now()) })
+	// Flush interrupts a blocked Read (a deadline cannot: Read holds the
+	// reader's lock while it waits).
+	stop := context.AfterFunc(ctx, func() { _ = m.records.Flush() })
 	defer stop()
-	return readRecords(ringAdapter{m.records}, len(m.specs), deliver, counters{
+	stopped := func() bool { return ctx.Err() != nil || m.closing.Load() }
+	return readRecords(ringAdapter{m.records}, len(m.specs), stopped, deliver, counters{
 		delivered: func(n uint64) { m.delivered.Add(n) },
 		malformed: func(n uint64) { m.malformed.Add(n) },
 	})
@@ -175,11 +177,10 @@ func (m *Manager) Stats() Stats {
 func (m *Manager) Close() error {
 	m.closeOnce.Do(func() {
 		var errs []error
+		m.closing.Store(true)
 		close(m.stop)
-		for _, r := range []*ringbuf.Reader{m.records, m.execs} {
-			if r != nil {
-				errs = append(errs, r.Close())
-			}
+		if m.execs != nil {
+			errs = append(errs, m.execs.Close())
 		}
 		m.wg.Wait()
 		if m.att != nil {
@@ -188,9 +189,15 @@ func (m *Manager) Close() error {
 		for _, l := range m.tpLinks {
 			errs = append(errs, l.Close())
 		}
-		m.runMu.Lock() // wait for Run to return before the maps go
+		if m.records != nil {
+			_ = m.records.Flush() // interrupt Run
+		}
+		m.runMu.Lock() // Run has returned: the reader can go
+		if m.records != nil {
+			errs = append(errs, m.records.Close())
+			m.records = nil
+		}
 		errs = append(errs, m.objs.Close())
-		m.records = nil
 		m.runMu.Unlock()
 		m.closeErr = errors.Join(errs...)
 	})
@@ -202,11 +209,8 @@ type ringAdapter struct{ r *ringbuf.Reader }
 
 func (a ringAdapter) Read() ([]byte, error) {
 	rec, err := a.r.Read()
-	if errors.Is(err, ringbuf.ErrClosed) {
-		return nil, errClosed
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return nil, os.ErrDeadlineExceeded
+	if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
+		return nil, errInterrupted
 	}
 	return rec.RawSample, err
 }

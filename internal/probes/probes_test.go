@@ -1,0 +1,178 @@
+package probes
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	ctorC1     = "_ZN4node21InternalCallbackScopeC1EPNS_11EnvironmentEN2v85LocalINS3_6ObjectEEERKNS_13async_contextEi"
+	ctorC2     = "_ZN4node21InternalCallbackScopeC2EPNS_11EnvironmentEN2v85LocalINS3_6ObjectEEERKNS_13async_contextEi"
+	ctorWrap   = "_ZN4node21InternalCallbackScopeC1EPNS_9AsyncWrapEi"
+	dtorD1     = "_ZN4node21InternalCallbackScopeD1Ev"
+	dtorD2     = "_ZN4node21InternalCallbackScopeD2Ev"
+	closeFn    = "_ZN4node21InternalCallbackScope5CloseEv"
+	ctorDemang = "node::InternalCallbackScope::InternalCallbackScope(node::Environment*, v8::Local<v8::Object>, node::async_context const&, int)"
+)
+
+func TestMatchSymbol(t *testing.T) {
+	all := []string{ctorC1, ctorC2, ctorWrap, dtorD1, dtorD2, closeFn, "timed_scope", "main.handle", ctorC1 + ".cold"}
+	tests := []struct {
+		query string
+		want  []string
+	}{
+		{ctorC1, []string{ctorC1}}, // mangled: exact only
+		{ctorDemang, []string{ctorC1, ctorC2}},
+		{"node::InternalCallbackScope::InternalCallbackScope(node::Environment *,v8::Local<v8::Object>,node::async_context const &,int)", []string{ctorC1, ctorC2}},
+		{"node::InternalCallbackScope::InternalCallbackScope", []string{ctorC1, ctorC2, ctorWrap}},
+		{"node::InternalCallbackScope::InternalCallbackScope(...)", []string{ctorC1, ctorC2, ctorWrap}},
+		{"node::InternalCallbackScope::~InternalCallbackScope()", []string{dtorD1, dtorD2}},
+		{"node::InternalCallbackScope::Close()", []string{closeFn}},
+		{"node::InternalCallbackScope::Close(int)", nil},
+		{"timed_scope", []string{"timed_scope"}},
+		{"main.handle", []string{"main.handle"}},
+		{"InternalCallbackScope", nil}, // not qualified
+	}
+	for _, tc := range tests {
+		var got []string
+		for _, name := range all {
+			if MatchSymbol(tc.query, name) {
+				got = append(got, name)
+			}
+		}
+		require.Equal(t, tc.want, got, tc.query)
+	}
+}
+
+func TestLongestIdentifier(t *testing.T) {
+	require.Equal(t, "InternalCallbackScope", longestIdentifier("node::InternalCallbackScope::~InternalCallbackScope"))
+	require.Equal(t, "push_back", longestIdentifier("std::vector<unsigned int>::push_back"))
+	require.Equal(t, "f", longestIdentifier("operator f"))
+}
+
+func encodeRecord(start, end uint64, pid, tid, idx uint32, comm string) []byte {
+	b := make([]byte, recordSize)
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], start)
+	le.PutUint64(b[8:], end)
+	le.PutUint32(b[16:], pid)
+	le.PutUint32(b[20:], tid)
+	le.PutUint32(b[24:], idx)
+	copy(b[28:44], comm)
+	return b
+}
+
+func TestDecodeRecord(t *testing.T) {
+	r, err := decodeRecord(encodeRecord(1000, 251000, 42, 43, 2, "node"))
+	require.NoError(t, err)
+	require.Equal(t, Record{ProbeIndex: 2, PID: 42, TID: 43, Comm: "node", Start: 1000, End: 251000}, r)
+	require.Equal(t, 250*time.Microsecond, r.Duration())
+	require.False(t, r.MainThread())
+
+	r, err = decodeRecord(encodeRecord(1, 2, 7, 7, 0, "0123456789abcdef")) // comm without NUL
+	require.NoError(t, err)
+	require.Equal(t, "0123456789abcdef", r.Comm)
+	require.True(t, r.MainThread())
+
+	_, err = decodeRecord(make([]byte, recordSize-1))
+	require.Error(t, err)
+
+	pid, err := decodeExec([]byte{1, 2, 0, 0})
+	require.NoError(t, err)
+	require.Equal(t, uint32(0x201), pid)
+	_, err = decodeExec([]byte{1})
+	require.Error(t, err)
+}
+
+// fakeRing replays samples, then reports an interruption, like a flushed
+// BPF ring buffer.
+type fakeRing struct {
+	samples [][]byte
+	fail    error
+}
+
+func (f *fakeRing) Read() ([]byte, error) {
+	if len(f.samples) == 0 {
+		if f.fail != nil {
+			return nil, f.fail
+		}
+		return nil, errInterrupted
+	}
+	b := f.samples[0]
+	f.samples = f.samples[1:]
+	return b, nil
+}
+
+func (f *fakeRing) Pending() bool { return len(f.samples) > 0 }
+
+func TestReadRecords(t *testing.T) {
+	ring := &fakeRing{samples: [][]byte{
+		encodeRecord(1, 2, 10, 10, 0, "a"),
+		encodeRecord(3, 4, 10, 11, 1, "b"),
+		{1, 2, 3},                          // short
+		encodeRecord(5, 6, 10, 10, 9, "c"), // no such probe
+		encodeRecord(7, 8, 10, 10, 1, "d"),
+	}}
+	var batches [][]Record
+	var delivered, malformed uint64
+	err := readRecords(ring, 2, func() bool { return true }, func(rs []Record) {
+		batches = append(batches, append([]Record(nil), rs...))
+	}, counters{
+		delivered: func(n uint64) { delivered += n },
+		malformed: func(n uint64) { malformed += n },
+	})
+	require.NoError(t, err)
+	require.Len(t, batches, 1, "one batch while the ring had data")
+	require.Len(t, batches[0], 3)
+	require.Equal(t, "d", batches[0][2].Comm)
+	require.Equal(t, uint64(3), delivered)
+	require.Equal(t, uint64(2), malformed)
+
+	// An interruption without stop goes on reading; other errors end Run.
+	boom := errors.New("boom")
+	calls := 0
+	err = readRecords(&fakeRing{fail: boom}, 1, func() bool { calls++; return false }, func([]Record) {}, counters{
+		delivered: func(uint64) {}, malformed: func(uint64) {},
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, calls)
+}
+
+func TestValidateSpecs(t *testing.T) {
+	ok := Spec{ID: "a", FileMatch: "/node$", EntrySymbol: "f", ExitSymbol: "g"}
+	require.NoError(t, ValidateSpecs([]Spec{ok, {ID: "b", FileMatch: "x", EntrySymbol: "f", Return: true}}))
+
+	err := ValidateSpecs([]Spec{
+		ok,
+		{ID: "a", FileMatch: "(", EntrySymbol: "f"},
+		{FileMatch: "x"},
+		{ID: "c", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "f", MinDuration: -time.Second},
+		{ID: "d", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "g", Return: true},
+	})
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		`probes[1]::id: "a" already used by probes[0]`,
+		"probes[1]::file_match: invalid regexp",
+		"probes[1]::exit_symbol: must not be empty with entry_symbol",
+		"probes[2]::id: must not be empty",
+		"probes[2]: set either symbol or entry_symbol+exit_symbol",
+		"probes[3]::exit_symbol: must differ from entry_symbol",
+		"probes[3]::min_duration: must not be negative",
+		"probes[4]::exit_symbol: must be empty with symbol",
+	} {
+		require.Contains(t, msg, want)
+	}
+	require.Len(t, strings.Split(msg, "\n"), 8, msg)
+
+	var fe *FieldError
+	require.ErrorAs(t, Spec{ID: "x", FileMatch: "x", EntrySymbol: "", Return: true}.Validate(), &fe)
+	require.Equal(t, "symbol", fe.Key)
+
+	require.ErrorContains(t, ValidateSpecs(make([]Spec, MaxProbes+1)), "at most 64 probes")
+}
