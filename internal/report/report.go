@@ -88,3 +88,22 @@ func (k Kind) SampleType() (typ, unit string) {
 func (k Kind) PeriodType() (typ, unit string) {
 	return "cpu", "nanoseconds"
 }
+
+// ScopeRecord is one completed outermost scope of a uprobe duration probe.
+// Times are unix nanoseconds converted from the kernel's monotonic clock
+// with the offset shared with profile timestamps.
+type ScopeRecord struct {
+	ProbeID     string
+	EntrySymbol string
+	ExitSymbol  string
+	Start, End  uint64
+	TID         uint32
+	ThreadName  string
+	MainThread  bool
+}
+
+// ProcessScopes groups the scope records of one process.
+type ProcessScopes struct {
+	Identity Identity
+	Records  []ScopeRecord
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/collector/component"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 )
 
 // Config is the receiver's configuration; keys follow shared/DESIGN.md.
@@ -17,6 +19,7 @@ type Config struct {
 	Targets        TargetsConfig `mapstructure:"targets"`
 	CPU            CPUConfig     `mapstructure:"cpu"`
 	OffCPU         OffCPUConfig  `mapstructure:"off_cpu"`
+	Probes         []ProbeConfig `mapstructure:"probes"`
 	Pprof          PprofConfig   `mapstructure:"pprof"`
 	Kubernetes     K8sConfig     `mapstructure:"kubernetes"`
 
@@ -49,6 +52,20 @@ type OffCPUConfig struct {
 	Enabled bool `mapstructure:"enabled"`
 	// MinBlock drops blocks shorter than this, in BPF.
 	MinBlock time.Duration `mapstructure:"min_block"`
+}
+
+// ProbeConfig declares one uprobe duration probe: either Symbol (a
+// function's entry and return) or EntrySymbol and ExitSymbol (two different
+// functions, e.g. a C++ constructor and destructor), in every executable or
+// library whose path matches FileMatch.
+type ProbeConfig struct {
+	ID             string        `mapstructure:"id"`
+	FileMatch      string        `mapstructure:"file_match"`
+	Symbol         string        `mapstructure:"symbol"`
+	EntrySymbol    string        `mapstructure:"entry_symbol"`
+	ExitSymbol     string        `mapstructure:"exit_symbol"`
+	MainThreadOnly bool          `mapstructure:"main_thread_only"`
+	MinDuration    time.Duration `mapstructure:"min_duration"`
 }
 
 // PprofConfig configures the optional pprof file output.
@@ -124,11 +141,38 @@ func (c *Config) Validate() error {
 	if c.OffCPU.MinBlock < 0 {
 		errs = append(errs, fmt.Errorf("off_cpu::min_block: must not be negative, got %v", c.OffCPU.MinBlock))
 	}
-	if !c.CPU.Enabled && !c.OffCPU.Enabled {
-		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled: nothing to do: enable cpu or off_cpu"))
+	for i, p := range c.Probes {
+		if p.Symbol != "" && p.EntrySymbol != "" {
+			errs = append(errs, fmt.Errorf("probes[%d]: set either symbol or entry_symbol+exit_symbol, not both", i))
+		}
+	}
+	errs = append(errs, probes.ValidateSpecs(c.probeSpecs()))
+	if !c.CPU.Enabled && !c.OffCPU.Enabled && len(c.Probes) == 0 {
+		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, probes: nothing to do: enable cpu or off_cpu, or declare probes"))
 	}
 	if !filepath.IsAbs(c.Kubernetes.HostRoot) {
 		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))
 	}
 	return errors.Join(errs...)
+}
+
+// probeSpecs turns probes into the specs of the probes package, in order
+// (a record's probe index is its position here).
+func (c *Config) probeSpecs() []probes.Spec {
+	specs := make([]probes.Spec, 0, len(c.Probes))
+	for _, p := range c.Probes {
+		spec := probes.Spec{
+			ID:             p.ID,
+			FileMatch:      p.FileMatch,
+			EntrySymbol:    p.EntrySymbol,
+			ExitSymbol:     p.ExitSymbol,
+			MainThreadOnly: p.MainThreadOnly,
+			MinDuration:    p.MinDuration,
+		}
+		if p.Symbol != "" {
+			spec.EntrySymbol, spec.Return = p.Symbol, true
+		}
+		specs = append(specs, spec)
+	}
+	return specs
 }

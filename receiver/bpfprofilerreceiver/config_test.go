@@ -43,7 +43,7 @@ func TestLoadConfig(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "short_interval"), errorMessage: "report_interval: must be between 100ms and 1h0m0s, got 1ms"},
 		{id: component.NewIDWithName(metadata.Type, "bad_regexp"), errorMessage: `targets::executables[0]: invalid regexp "("`},
 		{id: component.NewIDWithName(metadata.Type, "zero_pid"), errorMessage: "targets::pids[0]: must be a positive pid"},
-		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled, off_cpu::enabled: nothing to do"},
+		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled, off_cpu::enabled, probes: nothing to do"},
 		{
 			id: component.NewIDWithName(metadata.Type, "off_cpu_only"),
 			expected: &Config{
@@ -51,6 +51,24 @@ func TestLoadConfig(t *testing.T) {
 				CPU:            CPUConfig{Enabled: false, SamplesPerSecond: 19},
 				OffCPU:         OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond},
 				Kubernetes:     K8sConfig{HostRoot: "/"},
+			},
+		},
+		{
+			id: component.NewIDWithName(metadata.Type, "probes"),
+			expected: &Config{
+				ReportInterval: 10 * time.Second,
+				CPU:            CPUConfig{SamplesPerSecond: 19},
+				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond},
+				Probes: []ProbeConfig{
+					{
+						ID: "node.callback_scope", FileMatch: "/node$",
+						EntrySymbol:    "node::InternalCallbackScope::InternalCallbackScope(...)",
+						ExitSymbol:     "node::InternalCallbackScope::~InternalCallbackScope()",
+						MainThreadOnly: true, MinDuration: 10 * time.Millisecond,
+					},
+					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle"},
+				},
+				Kubernetes: K8sConfig{HostRoot: "/"},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},
@@ -96,5 +114,27 @@ func TestValidateJoinsAllErrors(t *testing.T) {
 	require.Error(t, err)
 	for _, key := range []string{"report_interval", "targets::pids[0]", "targets::executables[0]", "cpu::samples_per_second"} {
 		assert.Contains(t, err.Error(), key)
+	}
+}
+
+func TestProbeValidationNamesEveryKey(t *testing.T) {
+	cm, err := confmaptest.LoadConf(filepath.Join("testdata", "config.yaml"))
+	require.NoError(t, err)
+	sub, err := cm.Sub(component.NewIDWithName(metadata.Type, "bad_probes").String())
+	require.NoError(t, err)
+	cfg := NewFactory().CreateDefaultConfig()
+	require.NoError(t, sub.Unmarshal(cfg))
+	err = confmap.Validate(cfg)
+	require.Error(t, err)
+	for _, want := range []string{
+		"probes[0]::id: must not be empty",
+		"probes[0]::file_match: invalid regexp",
+		"probes[1]: set either symbol or entry_symbol+exit_symbol",
+		"probes[2]: set either symbol or entry_symbol+exit_symbol, not both",
+		`probes[2]::id: "b" already used by probes[1]`,
+		"probes[3]::exit_symbol: must differ from entry_symbol",
+		"probes[3]::min_duration: must not be negative",
+	} {
+		assert.Contains(t, err.Error(), want)
 	}
 }

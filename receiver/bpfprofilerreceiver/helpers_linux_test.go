@@ -3,6 +3,7 @@
 package bpfprofilerreceiver
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -60,3 +61,5 @@ func isKernel(dict pprofile.ProfilesDictionary, loc pprofile.Location) bool {
 	}
 	return false
 }
+
+func fmtSscanf(s, format string, args ...any) (int, error) { return fmt.Sscanf(s, format, args...) }

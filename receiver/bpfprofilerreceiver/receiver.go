@@ -65,6 +65,7 @@ type profilerReceiver struct {
 	assembler *assemble.Assembler
 	symbols   *symbolize.Symbolizer
 	ids       *identity.Resolver
+	probes    *probeRunner
 	lastDrain time.Time
 }
 
@@ -150,9 +151,14 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		zap.Bool("child_pid_namespace", !pidns.IsZero()))
 
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := r.startProbes(ctx); err != nil {
+		cancel()
+		r.closeAll()
+		return err
+	}
 	r.cancel = cancel
 	r.done = make(chan struct{})
-	r.lastDrain = time.Now()
+	r.lastDrain = now()
 	go r.reportLoop(ctx)
 	return nil
 }
@@ -195,9 +201,9 @@ func (r *profilerReceiver) reportLoop(ctx context.Context) {
 
 // report drains every source, builds the profiles and hands them on.
 func (r *profilerReceiver) report(ctx context.Context) {
-	now := time.Now()
+	end := now()
 	start := r.lastDrain
-	r.lastDrain = now
+	r.lastDrain = end
 	var profiles []report.Profile
 	for _, kind := range []report.Kind{report.KindCPU, report.KindOffCPU} {
 		src, ok := r.sources[kind]
@@ -211,7 +217,7 @@ func (r *profilerReceiver) report(ctx context.Context) {
 			r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
 			continue
 		}
-		prof, ast := r.assembler.Assemble(kind, start, now, r.period(kind), stacks)
+		prof, ast := r.assembler.Assemble(kind, start, end, r.period(kind), stacks)
 		r.telemetry.BpfprofilerProcessesSeen.Add(ctx, int64(ast.Processes))
 		r.telemetry.BpfprofilerFramesUnsymbolized.Add(ctx, int64(ast.Unsymbolized))
 		if len(prof.Processes) > 0 {
@@ -289,7 +295,17 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+func (r *profilerReceiver) logsConsumer() consumer.Logs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.logs
+}
+
 func (r *profilerReceiver) closeAll() {
+	if r.probes != nil {
+		r.probes.stop()
+		r.probes = nil
+	}
 	for kind, src := range r.sources {
 		if err := src.Close(); err != nil {
 			r.settings.Logger.Warn("close source", zap.String("kind", string(kind)), zap.Error(err))

@@ -23,14 +23,16 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                         metric.Meter
-	mu                            sync.Mutex
-	registrations                 []metric.Registration
-	BpfprofilerFramesUnsymbolized metric.Int64Counter
-	BpfprofilerProcessesSeen      metric.Int64Counter
-	BpfprofilerReportsFailed      metric.Int64Counter
-	BpfprofilerSamplesLost        metric.Int64Counter
-	BpfprofilerSamplesRecorded    metric.Int64Counter
+	meter                          metric.Meter
+	mu                             sync.Mutex
+	registrations                  []metric.Registration
+	BpfprofilerFramesUnsymbolized  metric.Int64Counter
+	BpfprofilerProbeRecords        metric.Int64Counter
+	BpfprofilerProbeRecordsDropped metric.Int64Counter
+	BpfprofilerProcessesSeen       metric.Int64Counter
+	BpfprofilerReportsFailed       metric.Int64Counter
+	BpfprofilerSamplesLost         metric.Int64Counter
+	BpfprofilerSamplesRecorded     metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -66,6 +68,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_frames_unsymbolized",
 		metric.WithDescription("Stack frames emitted without a function name (address and mapping kept). [Development]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProbeRecords, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_probe_records",
+		metric.WithDescription("Completed probe scopes read from the kernel and turned into log records. [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProbeRecordsDropped, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_probe_records_dropped",
+		metric.WithDescription("Completed probe scopes lost because the kernel ring buffer was full. [Development]"),
+		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerProcessesSeen, err = builder.meter.Int64Counter(

@@ -20,11 +20,19 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.BpfprofilerFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
+	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerReportsFailed.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProbeRecords(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProbeRecordsDropped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProcessesSeen(t, testTel,

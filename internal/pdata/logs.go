@@ -1,0 +1,65 @@
+package pdata
+
+import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// ProbeEventName is the event name of every probe log record.
+const ProbeEventName = "bpfprofiler.probe"
+
+// Probe log record attribute keys.
+const (
+	AttrProbeID         = "probe.id"
+	AttrProbeDuration   = "probe.duration_ns"
+	AttrProbeStartTime  = "probe.start_time_unix_nano"
+	AttrProbeMainThread = "probe.main_thread"
+	AttrProbeEntry      = "probe.entry_symbol"
+	AttrProbeExit       = "probe.exit_symbol"
+	AttrThreadID        = "thread.id"
+	AttrThreadName      = "thread.name"
+)
+
+// BuildProbeLogs turns completed probe scopes into one log record each, one
+// ResourceLogs per process with its identity; observed is when they were
+// read from the kernel.
+func BuildProbeLogs(scope Scope, observed time.Time, processes ...report.ProcessScopes) (plog.Logs, error) {
+	logs := plog.NewLogs()
+	for _, p := range processes {
+		if len(p.Records) == 0 {
+			continue
+		}
+		rl := logs.ResourceLogs().AppendEmpty()
+		if err := putResourceAttributes(rl.Resource().Attributes(), p.Identity); err != nil {
+			return plog.Logs{}, fmt.Errorf("resource of pid %d: %w", p.Identity.PID, err)
+		}
+		sl := rl.ScopeLogs().AppendEmpty()
+		sl.Scope().SetName(scope.Name)
+		sl.Scope().SetVersion(scope.Version)
+		for _, r := range p.Records {
+			putScopeRecord(sl.LogRecords().AppendEmpty(), r, observed)
+		}
+	}
+	return logs, nil
+}
+
+func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time) {
+	lr.SetEventName(ProbeEventName)
+	lr.Body().SetStr(r.ProbeID)
+	lr.SetTimestamp(pcommon.Timestamp(r.End))
+	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(observed))
+	attrs := lr.Attributes()
+	attrs.PutStr(AttrProbeID, r.ProbeID)
+	attrs.PutInt(AttrProbeDuration, int64(r.End-r.Start))
+	attrs.PutInt(AttrProbeStartTime, int64(r.Start))
+	attrs.PutInt(AttrThreadID, int64(r.TID))
+	attrs.PutStr(AttrThreadName, r.ThreadName)
+	attrs.PutBool(AttrProbeMainThread, r.MainThread)
+	attrs.PutStr(AttrProbeEntry, r.EntrySymbol)
+	attrs.PutStr(AttrProbeExit, r.ExitSymbol)
+}
