@@ -125,7 +125,12 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 
 	r.sources = map[report.Kind]stackSource{}
-	if r.cfg.CPU.Enabled {
+	profiling := r.cfg.CPU.Enabled || r.cfg.OffCPU.Enabled
+	if profiling && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
+		logger.Warn("cpu or off_cpu is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: not profiling")
+		profiling = false
+	}
+	if profiling && r.cfg.CPU.Enabled {
 		src, err := r.openSource(r.cfg, report.KindCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
@@ -133,7 +138,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		}
 		r.sources[report.KindCPU] = src
 	}
-	if r.cfg.OffCPU.Enabled {
+	if profiling && r.cfg.OffCPU.Enabled {
 		src, err := r.openSource(r.cfg, report.KindOffCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
@@ -263,9 +268,7 @@ func (r *profilerReceiver) writePprof(ctx context.Context, profiles []report.Pro
 }
 
 func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []report.Profile) {
-	r.mu.Lock()
-	next := r.profiles
-	r.mu.Unlock()
+	next := r.profilesConsumer()
 	if next == nil {
 		return
 	}
@@ -293,6 +296,12 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	r.closeAll()
 	r.telemetry.Shutdown()
 	return nil
+}
+
+func (r *profilerReceiver) profilesConsumer() xconsumer.Profiles {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.profiles
 }
 
 func (r *profilerReceiver) logsConsumer() consumer.Logs {

@@ -121,6 +121,7 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 func TestStartFailsWhenSourceFails(t *testing.T) {
 	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(componenttest.NewTelemetry()))
 	require.NoError(t, err)
+	rcv.setProfilesConsumer(consumertest.NewNop())
 	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
 		return nil, errors.New("cpu::samples_per_second 200000 exceeds kernel.perf_event_max_sample_rate 100000")
 	}
@@ -148,4 +149,20 @@ func TestSharedInstanceForProfilesAndLogs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, p, l)
 	require.NoError(t, p.Shutdown(context.Background()))
+}
+
+// In a logs pipeline only, profiling would be wasted: no kernel source is
+// opened.
+func TestNoProfilingWithoutProfilesPipeline(t *testing.T) {
+	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(componenttest.NewTelemetry()))
+	require.NoError(t, err)
+	rcv.setLogsConsumer(consumertest.NewNop())
+	opened := 0
+	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
+		opened++
+		return &fakeSource{}, nil
+	}
+	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
+	require.NoError(t, rcv.Shutdown(context.Background()))
+	assert.Zero(t, opened)
 }
