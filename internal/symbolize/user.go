@@ -345,3 +345,23 @@ func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
 	}
 	return p.perfMap.lookup(addr)
 }
+
+// Prefetch reads the maps of pid and opens the files its code is mapped
+// from, so its stacks still resolve after it exits: a short-lived process
+// (a compiler, a test binary) is usually gone by the time its samples are
+// drained. Files already cached are not read again.
+func (s *Symbolizer) Prefetch(pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.procs.get(pid)
+	if ok {
+		s.readMaps(pid, p)
+	} else {
+		p = s.process(pid)
+	}
+	for _, m := range p.maps {
+		if m.FileBacked() {
+			s.elf(pid, m)
+		}
+	}
+}

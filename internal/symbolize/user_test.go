@@ -1,8 +1,12 @@
 package symbolize
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -252,4 +256,39 @@ func TestUserPerfMapInNestedPIDNamespace(t *testing.T) {
 			assert.Equal(t, "LazyCompile:*handler", frames[0].Function)
 		})
 	}
+}
+
+// A process prefetched while it ran still symbolizes after it exited and
+// its binary was deleted; one that was not, does not.
+func TestPrefetchResolvesAfterExit(t *testing.T) {
+	bin := buildC(t, "cc", "cprog.c", "-no-pie")
+	cmd := exec.Command(bin)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var leaf uint64
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "ready") {
+		if v, ok := strings.CutPrefix(sc.Text(), "leaf_func="); ok {
+			leaf, err = strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
+			require.NoError(t, err)
+		}
+	}
+	require.NotZero(t, leaf)
+	pid := uint32(cmd.Process.Pid)
+
+	prefetched := New(Options{Proc: procfs.FS{Root: "/proc"}})
+	defer prefetched.Close()
+	prefetched.Prefetch(pid)
+	late := New(Options{Proc: procfs.FS{Root: "/proc"}})
+	defer late.Close()
+
+	require.NoError(t, stdin.Close())
+	require.NoError(t, cmd.Wait())
+	require.NoError(t, os.Remove(bin))
+
+	assert.Equal(t, "leaf_func", prefetched.User(pid, []uint64{leaf})[0].Function)
+	assert.Empty(t, late.User(pid, []uint64{leaf})[0].Function)
 }
