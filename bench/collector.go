@@ -33,12 +33,21 @@ type profileConfig struct {
 	cpuHz    int           // CPU sampling frequency; 0 disables CPU profiling
 	offCPU   bool          // off-CPU profiling
 	minBlock time.Duration // off_cpu min_block (with offCPU)
+	// probes, when not empty, are declared in the receiver and a logs
+	// pipeline sends their records to the debug exporter.
+	probes []benchProbe
+}
+
+// benchProbe is one `probes:` entry of a bench collector (symbol mode).
+type benchProbe struct {
+	id, fileMatch, symbol string
+	minDuration           time.Duration
 }
 
 // collectorYAMLTemplate is the configuration of every collector the bench
 // starts: a report every 2 s, written as pprof files and summarized by the
 // debug exporter. %s is the receiver's profiling section, %q the pprof
-// directory.
+// directory, the last %s more service telemetry settings.
 const collectorYAMLTemplate = `receivers:
   bpfprofiler:
     report_interval: 2s
@@ -55,7 +64,7 @@ service:
   telemetry:
     metrics:
       level: none
-  pipelines:
+%s  pipelines:
     profiles:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
@@ -76,7 +85,29 @@ func collectorYAML(p profileConfig, profiles string) string {
 	} else {
 		b.WriteString("    off_cpu:\n      enabled: false\n")
 	}
-	return fmt.Sprintf(collectorYAMLTemplate, b.String(), profiles)
+	if len(p.probes) > 0 {
+		b.WriteString("    probes:\n")
+		for _, pr := range p.probes {
+			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n        symbol: %s\n        min_duration: %s\n",
+				yamlQuote(pr.id), yamlQuote(pr.fileMatch), yamlQuote(pr.symbol), pr.minDuration)
+		}
+	}
+	telemetry := ""
+	if len(p.probes) > 0 {
+		// The bench counts the debug exporter's lines: no log sampling.
+		telemetry = "    logs:\n      sampling:\n        enabled: false\n"
+	}
+	conf := fmt.Sprintf(collectorYAMLTemplate, b.String(), profiles, telemetry)
+	if len(p.probes) > 0 {
+		conf += "    logs:\n      receivers: [bpfprofiler]\n      exporters: [debug]\n"
+	}
+	return conf
+}
+
+// yamlQuote returns s as a single-quoted YAML scalar: no escapes apply
+// inside but a doubled quote, so regular expressions pass unchanged.
+func yamlQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
 
 // writeCollectorConfig writes the config file of collector run n into dir

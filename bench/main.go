@@ -1,8 +1,8 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
-// asserts nothing: it exits 0 unless something failed to run. It has two
-// suites (-suite cpu|offcpu|all, default all), each measured in several
-// rounds.
+// asserts nothing: it exits 0 unless something failed to run. It has three
+// suites (-suite cpu|offcpu|probes|all, default all), each measured in
+// several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
 // work, in an order rotated from round to round so that drift in the host's
@@ -26,6 +26,10 @@
 //     tracefs is not mounted, the bench mounts it once, and unmounts it after
 //     the suite if it (or perf) mounted it. If perf still fails, the report
 //     says "perf sched_switch: unavailable (<reason>)".
+//
+// Suite probes (uprobe duration probes; workloads/probeloop.c, one thread
+// calling a tiny function -probe-calls times): the cost per probed call, see
+// probes.go.
 //
 // The collector is started once per round, right before its scenario, and
 // stopped with SIGTERM right after: it must not run during the baseline or
@@ -64,6 +68,7 @@ type options struct {
 	iterations    uint64
 	roundTrips    uint64
 	spin          uint64
+	probeCalls    uint64
 	minBlock      time.Duration
 	collector     string
 	skipPerf      bool
@@ -76,11 +81,12 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), offcpu (off-CPU) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), offcpu (off-CPU), probes (uprobe duration probes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
+	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
 	flag.BoolVar(&o.skipPerf, "skip-perf", false, "do not run the perf record scenarios")
@@ -104,8 +110,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 {
-		return fmt.Errorf("-rounds, -iterations, -round-trips and -spin must be positive")
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 {
+		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin and -probe-calls must be positive")
 	}
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
@@ -158,6 +164,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newCPUSuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
+	case suiteProbes:
+		return runProbesSuite(ctx, e)
 	}
 	defer cleanup()
 	if err != nil {

@@ -78,15 +78,22 @@ func runCommand(ctx context.Context, w workload, argv []string, before func()) (
 	if err != nil {
 		return runResult{}, fmt.Errorf("%s: %v\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
 	}
-	wall, err := parseWallNS(stdout.String())
+	res, err := parseRun(w, argv, stdout.String(), stderr.String())
+	res.outside = outside
+	return res, err
+}
+
+// parseRun reads the figures workload w printed (run as argv).
+func parseRun(w workload, argv []string, stdout, stderr string) (runResult, error) {
+	wall, err := parseWallNS(stdout)
 	if err != nil {
-		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
+		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr, 10))
 	}
-	cpu, err := parseCPUNS(stderr.String(), w.name)
+	cpu, err := parseCPUNS(stderr, w.name)
 	if err != nil {
-		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr.String(), 10))
+		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr, 10))
 	}
-	return runResult{wall: wall, cpu: cpu, outside: outside, switchRate: parseSwitchRate(stderr.String(), w.name)}, nil
+	return runResult{wall: wall, cpu: cpu, switchRate: parseSwitchRate(stderr, w.name)}, nil
 }
 
 // runBaseline runs the workload alone.

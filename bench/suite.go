@@ -21,18 +21,19 @@ const (
 const (
 	suiteCPU    = "cpu"
 	suiteOffCPU = "offcpu"
+	suiteProbes = "probes"
 	suiteAll    = "all"
 )
 
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU:
+	case suiteCPU, suiteOffCPU, suiteProbes:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteOffCPU}, nil
+		return []string{suiteCPU, suiteOffCPU, suiteProbes}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s or %s, not %q", suiteCPU, suiteOffCPU, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s or %s, not %q", suiteCPU, suiteOffCPU, suiteProbes, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the

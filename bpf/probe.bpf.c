@@ -29,8 +29,8 @@ struct probe_config {
 struct probe_record {
 	u64 start_ns;
 	u64 end_ns;
-	u32 pid; /* host tgid */
-	u32 tid; /* host thread id */
+	u32 pid; /* tgid as the collector sees it (see pidns_dev) */
+	u32 tid; /* thread id as the collector sees it */
 	u32 probe_index;
 	char comm[TASK_COMM_LEN];
 	u32 pad;
@@ -60,6 +60,24 @@ const struct probe_record *unused_probe_record __attribute__((unused));
 /* Number of probes in use (entries of probe_configs); set at load time. */
 const volatile u32 nr_probes = 0;
 
+/*
+ * Non-zero when the collector runs in a child pid namespace: the nsfs device
+ * and inode of that namespace, set at load time. Records and exec events then
+ * carry ids as seen from it (current_ids), and threads outside it are not
+ * reported. Scope state stays keyed by host thread id, which thread exit and
+ * exec know without translation.
+ */
+const volatile u64 pidns_dev = 0;
+const volatile u64 pidns_ino = 0;
+
+/* The current thread's ids as the collector sees them; non-zero outside its pid namespace. */
+static __always_inline int collector_ids(u32 *tgid, u32 *tid)
+{
+	struct sampler_config ns = { .pidns_dev = pidns_dev, .pidns_ino = pidns_ino };
+
+	return current_ids(&ns, tgid, tid);
+}
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_PROBES);
@@ -80,7 +98,7 @@ struct {
 	__uint(max_entries, 256 * 1024);
 } records SEC(".maps");
 
-/* Host tgids of processes that just exec'ed (u32 each). */
+/* Tgids (as the collector sees them) of processes that just exec'ed (u32 each). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -131,7 +149,7 @@ int probe_exit(struct pt_regs *ctx)
 	struct probe_config *cfg;
 	struct probe_stats *cnt;
 	struct scope_state *st;
-	u32 zero = 0;
+	u32 zero = 0, pid, tid;
 	u64 now;
 
 	st = bpf_map_lookup_elem(&scopes, &key);
@@ -146,6 +164,8 @@ int probe_exit(struct pt_regs *ctx)
 		return 0;
 	if (now - st->start_ns < cfg->min_duration_ns)
 		return 0;
+	if (collector_ids(&pid, &tid)) /* a process the collector cannot see */
+		return 0;
 	rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
 	if (!rec) {
 		cnt->dropped++;
@@ -153,8 +173,8 @@ int probe_exit(struct pt_regs *ctx)
 	}
 	rec->start_ns = st->start_ns;
 	rec->end_ns = now;
-	rec->pid = id >> 32;
-	rec->tid = (u32)id;
+	rec->pid = pid;
+	rec->tid = tid;
 	rec->probe_index = index;
 	rec->pad = 0;
 	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
@@ -187,7 +207,7 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(probe_exec, struct task_struct *p, int old_pid)
 {
 	struct probe_stats *cnt;
-	u32 zero = 0;
+	u32 zero = 0, tgid, tid;
 	u32 *pid;
 
 	/* The new image starts with no open scopes. */
@@ -195,6 +215,9 @@ int BPF_PROG(probe_exec, struct task_struct *p, int old_pid)
 	if ((u32)old_pid != (u32)BPF_CORE_READ(p, pid))
 		forget_thread(old_pid);
 
+	/* p is current: its tgid as the collector sees it, if it can. */
+	if (collector_ids(&tgid, &tid))
+		return 0;
 	pid = bpf_ringbuf_reserve(&execs, sizeof(*pid), 0);
 	if (!pid) {
 		cnt = bpf_map_lookup_elem(&stats, &zero);
@@ -202,7 +225,7 @@ int BPF_PROG(probe_exec, struct task_struct *p, int old_pid)
 			cnt->exec_dropped++;
 		return 0;
 	}
-	*pid = BPF_CORE_READ(p, tgid);
+	*pid = tgid;
 	bpf_ringbuf_submit(pid, 0);
 	return 0;
 }

@@ -65,6 +65,8 @@ const (
 	ProbeProgProbeExit        = "probe_exit"
 	ProbeProgProbeThreadExit  = "probe_thread_exit"
 	ProbeVarNrProbes          = "nr_probes"
+	ProbeVarPidnsDev          = "pidns_dev"
+	ProbeVarPidnsIno          = "pidns_ino"
 	ProbeVarUnusedProbeRecord = "unused_probe_record"
 )
 
@@ -132,6 +134,8 @@ type ProbeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeVariableSpecs struct {
 	NrProbes          *ebpf.VariableSpec `ebpf:"nr_probes"`
+	PidnsDev          *ebpf.VariableSpec `ebpf:"pidns_dev"`
+	PidnsIno          *ebpf.VariableSpec `ebpf:"pidns_ino"`
 	UnusedProbeRecord *ebpf.VariableSpec `ebpf:"unused_probe_record"`
 }
 
@@ -177,6 +181,8 @@ func (m *ProbeMaps) Close() error {
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeVariables struct {
 	NrProbes          *ebpf.Variable `ebpf:"nr_probes"`
+	PidnsDev          *ebpf.Variable `ebpf:"pidns_dev"`
+	PidnsIno          *ebpf.Variable `ebpf:"pidns_ino"`
 	UnusedProbeRecord *ebpf.Variable `ebpf:"unused_probe_record"`
 }
 

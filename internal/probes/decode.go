@@ -30,7 +30,8 @@ func decodeRecord(b []byte) (Record, error) {
 	}, nil
 }
 
-// decodeExec decodes one exec event: the new process's host pid.
+// decodeExec decodes one exec event: the new process's pid (in
+// Options.PIDNamespace).
 func decodeExec(b []byte) (uint32, error) {
 	if len(b) < 4 {
 		return 0, fmt.Errorf("exec event of %d bytes, want 4", len(b))

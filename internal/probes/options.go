@@ -16,6 +16,11 @@ type Options struct {
 	// for matching files (libraries loaded with dlopen, lost exec events).
 	// 0 means 30s; negative disables the rescan.
 	RescanInterval time.Duration
+	// PIDNamespace, when set, is the collector's own (child) pid namespace:
+	// Records and exec events carry pids and tids as seen from it (those
+	// Proc resolves there), and processes outside it are not reported. The
+	// zero value reports host ids.
+	PIDNamespace procfs.PIDNamespace
 }
 
 func (o Options) withDefaults() Options {

@@ -48,7 +48,7 @@ type Spec struct {
 // Record is one completed outermost scope.
 type Record struct {
 	ProbeIndex int    // index of the Spec given to Open
-	PID, TID   uint32 // host pid (tgid) and thread id
+	PID, TID   uint32 // pid (tgid) and thread id, in Options.PIDNamespace
 	Comm       string // thread name at the end of the scope
 	Start, End uint64 // CLOCK_MONOTONIC nanoseconds
 }

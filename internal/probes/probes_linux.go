@@ -56,8 +56,14 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe BPF spec: %w", err)
 	}
-	if err := spec.Variables["nr_probes"].Set(uint32(len(specs))); err != nil {
-		return nil, fmt.Errorf("set nr_probes: %w", err)
+	for name, v := range map[string]any{
+		"nr_probes": uint32(len(specs)),
+		"pidns_dev": opts.PIDNamespace.Dev,
+		"pidns_ino": opts.PIDNamespace.Ino,
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 	}
 	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
 		var verr *ebpf.VerifierError

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +50,15 @@ func (c *collector) byProbe(i int) []Record {
 
 func openAndRun(t *testing.T, specs []Spec) (*Manager, *collector) {
 	t.Helper()
-	m, err := Open(specs, Options{Logger: zaptest.NewLogger(t), RescanInterval: -1})
+	return openAndRunWith(t, specs, Options{})
+}
+
+// openAndRunWith is openAndRun with opts (its Logger and RescanInterval are
+// set here).
+func openAndRunWith(t *testing.T, specs []Spec, opts Options) (*Manager, *collector) {
+	t.Helper()
+	opts.Logger, opts.RescanInterval = zaptest.NewLogger(t), -1
+	m, err := Open(specs, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	c := &collector{}
@@ -102,7 +111,7 @@ func filterMeasured(ms []measured, keep func(measured) bool) []measured {
 
 // requireMatches checks that every record lies inside the workload's own
 // measurement of the same call and has its duration within ±1% or ±100 µs.
-func requireMatches(t *testing.T, name string, recs []Record, truth []measured, pid int) {
+func requireMatches(t *testing.T, name string, recs []Record, truth []measured, pid int, comm string) {
 	t.Helper()
 	require.Len(t, recs, len(truth), "%s: records %+v", name, recs)
 	for i, r := range recs {
@@ -116,12 +125,12 @@ func requireMatches(t *testing.T, name string, recs []Record, truth []measured, 
 		require.LessOrEqual(t, r.End, m.end, "%s[%d] ends after the call", name, i)
 		require.Equal(t, uint32(pid), r.PID)
 		require.Equal(t, m.tid, r.TID)
-		require.Equal(t, "scopes", r.Comm)
+		require.Equal(t, comm, r.Comm)
 	}
 }
 
 func scopeSpecs(bin string) []Spec {
-	file := "^" + regexpQuote(bin) + "$"
+	file := "^" + regexp.QuoteMeta(bin) + "$"
 	return []Spec{
 		{ID: "timed", FileMatch: file, EntrySymbol: "timed_scope", Return: true},
 		{ID: "timed.main.min", FileMatch: file, EntrySymbol: "timed_scope", Return: true, MainThreadOnly: true, MinDuration: 10 * time.Millisecond},
@@ -129,11 +138,6 @@ func scopeSpecs(bin string) []Spec {
 		{ID: "pair", FileMatch: file, EntrySymbol: "scope_begin", ExitSymbol: "scope_end"},
 		{ID: "missing", FileMatch: file, EntrySymbol: "no_such_function", Return: true},
 	}
-}
-
-func regexpQuote(s string) string {
-	r := strings.NewReplacer(".", `\.`, "+", `\+`, "(", `\(`, ")", `\)`)
-	return r.Replace(s)
 }
 
 func checkScopes(t *testing.T, c *collector, out string, pid int) {
@@ -154,10 +158,10 @@ func checkScopes(t *testing.T, c *collector, out string, pid int) {
 
 	require.Eventually(t, func() bool { return len(c.byProbe(3)) >= 1 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive
-	requireMatches(t, "timed", c.byProbe(0), timed, pid)
-	requireMatches(t, "timed.main.min", c.byProbe(1), mainMin, pid)
-	requireMatches(t, "nested", c.byProbe(2), nested, pid)
-	requireMatches(t, "pair", c.byProbe(3), pair, pid)
+	requireMatches(t, "timed", c.byProbe(0), timed, pid, "scopes")
+	requireMatches(t, "timed.main.min", c.byProbe(1), mainMin, pid, "scopes")
+	requireMatches(t, "nested", c.byProbe(2), nested, pid, "scopes")
+	requireMatches(t, "pair", c.byProbe(3), pair, pid, "scopes")
 	require.Empty(t, c.byProbe(4))
 }
 
@@ -249,7 +253,7 @@ func TestGoBinaryRefusesReturnProbes(t *testing.T) {
 		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
 		return p == bin
 	}, 5*time.Second, 10*time.Millisecond)
-	file := "^" + regexpQuote(bin) + "$"
+	file := "^" + regexp.QuoteMeta(bin) + "$"
 	m, _ := openAndRun(t, []Spec{
 		{ID: "go.return", FileMatch: file, EntrySymbol: "main.(*Cruncher).hotLoop", Return: true},
 		{ID: "go.pair", FileMatch: file, EntrySymbol: "main.main", ExitSymbol: "main.(*Cruncher).hotLoop"},

@@ -3,6 +3,7 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"time"
 
@@ -34,7 +35,13 @@ func (r *profilerReceiver) startProbes(ctx context.Context) error {
 		r.settings.Logger.Warn("probes are configured but the receiver is in no logs pipeline: probes are not attached")
 		return nil
 	}
-	m, err := probes.Open(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger})
+	// Records then carry pids as the collector's /proc (and identity
+	// resolver) knows them, like the profiles.
+	pidns, err := r.proc.PIDNamespace(uint32(os.Getpid()))
+	if err != nil {
+		return fmt.Errorf("start probes: find the collector's pid namespace: %w", err)
+	}
+	m, err := probes.Open(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger, PIDNamespace: pidns})
 	if err != nil {
 		return fmt.Errorf("start probes: %w", err)
 	}
