@@ -13,6 +13,10 @@
  * ringbuf) so probes can be attached to files newly started processes map.
  */
 #include "common.h"
+
+#define RECORDS_BYTES (256 * 1024)
+/* Wake the reader once a quarter of the records buffer is in use. */
+#define RECORDS_WAKEUP_BYTES (RECORDS_BYTES / 4)
 #include <bpf/bpf_tracing.h>
 
 #define MAX_PROBES 64
@@ -95,7 +99,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, RECORDS_BYTES);
 } records SEC(".maps");
 
 /* Tgids (as the collector sees them) of processes that just exec'ed (u32 each). */
@@ -178,7 +182,15 @@ int probe_exit(struct pt_regs *ctx)
 	rec->probe_index = index;
 	rec->pad = 0;
 	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-	bpf_ringbuf_submit(rec, 0);
+	/*
+	 * Waking the reader for every record costs the traced thread more than
+	 * the probe itself (a cross-CPU wakeup, expensive in a VM): wake it only
+	 * when the buffer fills up; user space also polls it every few tens of
+	 * milliseconds.
+	 */
+	bpf_ringbuf_submit(rec, bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= RECORDS_WAKEUP_BYTES
+					? BPF_RB_FORCE_WAKEUP
+					: BPF_RB_NO_WAKEUP);
 	cnt->records++;
 	return 0;
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -118,6 +119,10 @@ func (m *Manager) openKernelSide() error {
 	return nil
 }
 
+// pollInterval bounds how long a record waits in the ring buffer when the
+// BPF side did not wake the reader.
+const pollInterval = 50 * time.Millisecond
+
 // Run reads records and hands them to deliver, in batches, until ctx is done
 // or the Manager is closed; then it returns nil. deliver runs on Run's
 // goroutine and must not keep the slice. One Run at a time.
@@ -131,6 +136,22 @@ func (m *Manager) Run(ctx context.Context, deliver func([]Record)) error {
 	// reader's lock while it waits).
 	stop := context.AfterFunc(ctx, func() { _ = m.records.Flush() })
 	defer stop()
+	// The BPF side wakes the reader only when its buffer fills up; a poll
+	// picks up the rest with at most pollInterval of delay.
+	poll := time.NewTicker(pollInterval)
+	defer poll.Stop()
+	pollDone := make(chan struct{})
+	defer close(pollDone)
+	go func() {
+		for {
+			select {
+			case <-poll.C:
+				_ = m.records.Flush()
+			case <-pollDone:
+				return
+			}
+		}
+	}()
 	stopped := func() bool { return ctx.Err() != nil || m.closing.Load() }
 	return readRecords(ringAdapter{m.records}, len(m.specs), stopped, deliver, counters{
 		delivered: func(n uint64) { m.delivered.Add(n) },
