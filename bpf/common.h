@@ -51,8 +51,8 @@ struct bpf_perf_event_data;
 /*
  * Aggregation key for sampled stacks, shared by the CPU and off-CPU programs.
  * Stack ids are negative when no stack was recorded (-1: not attempted, e.g.
- * the user stack of a kernel thread; other negatives: -errno from
- * bpf_get_stackid).
+ * the user stack of a kernel thread; other negatives: -errno of the capture
+ * or of storing it, see each program).
  */
 struct stack_key {
 	u32 pid; /* host tgid */
@@ -119,5 +119,51 @@ struct inflight_seq {
 	u64 enter;
 	u64 exit;
 };
+
+/*
+ * Stores a thread's name in comms (tid -> struct thread_comm) unless the
+ * stored one is already equal, so the map is written only when a name
+ * changes.
+ */
+static __always_inline void store_comm(void *comms, u32 tid, const struct thread_comm *cur)
+{
+	struct thread_comm *old;
+	int diff = 0;
+
+	old = bpf_map_lookup_elem(comms, &tid);
+	if (old) {
+#pragma unroll
+		for (int i = 0; i < TASK_COMM_LEN; i++)
+			diff |= old->comm[i] ^ cur->comm[i];
+		if (!diff)
+			return;
+	}
+	bpf_map_update_elem(comms, &tid, cur, BPF_ANY);
+}
+
+/*
+ * Adds delta to counts[key] (a hash of struct stack_key -> u64); returns 0
+ * when it was counted, non-zero when the map is full. A race with the same
+ * key created on another CPU is resolved by adding to that entry.
+ */
+static __always_inline int add_delta(void *counts, struct stack_key *key, u64 delta)
+{
+	u64 *total;
+	long err;
+
+	total = bpf_map_lookup_elem(counts, key);
+	if (total) {
+		__sync_fetch_and_add(total, delta);
+		return 0;
+	}
+	err = bpf_map_update_elem(counts, key, &delta, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		total = bpf_map_lookup_elem(counts, key);
+		if (total)
+			__sync_fetch_and_add(total, delta);
+		return 0;
+	}
+	return err ? -1 : 0;
+}
 
 #endif /* BPFPROFILER_COMMON_H */

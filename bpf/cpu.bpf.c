@@ -77,24 +77,13 @@ struct {
 	__type(value, struct inflight_seq);
 } inflight SEC(".maps");
 
-/* Stores the current thread's name unless the stored one is already equal. */
+/* Stores the current thread's name (see store_comm). */
 static __always_inline void remember_comm(u32 tid)
 {
 	struct thread_comm cur = {};
-	struct thread_comm *old;
-	int diff = 0;
 
-	if (bpf_get_current_comm(cur.comm, sizeof(cur.comm)))
-		return;
-	old = bpf_map_lookup_elem(&comms, &tid);
-	if (old) {
-#pragma unroll
-		for (int i = 0; i < TASK_COMM_LEN; i++)
-			diff |= old->comm[i] ^ cur.comm[i];
-		if (!diff)
-			return;
-	}
-	bpf_map_update_elem(&comms, &tid, &cur, BPF_ANY);
+	if (!bpf_get_current_comm(cur.comm, sizeof(cur.comm)))
+		store_comm(&comms, tid, &cur);
 }
 
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
@@ -104,9 +93,6 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	struct stack_key key = {};
 	struct sampler_stats *st;
 	struct task_struct *task;
-	u64 one = 1;
-	u64 *count;
-	long err;
 
 	if ((id >> 32) == 0) /* idle */
 		return;
@@ -136,20 +122,9 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	else if (key.kernel_stack_id < 0)
 		st->kernel_stack_errors++;
 
-	count = bpf_map_lookup_elem(counts, &key);
-	if (count) {
-		__sync_fetch_and_add(count, 1);
-	} else {
-		err = bpf_map_update_elem(counts, &key, &one, BPF_NOEXIST);
-		if (err == -EEXIST) {
-			/* Raced with the same thread key on another CPU. */
-			count = bpf_map_lookup_elem(counts, &key);
-			if (count)
-				__sync_fetch_and_add(count, 1);
-		} else if (err) {
-			st->lost_map_full++;
-			return;
-		}
+	if (add_delta(counts, &key, 1)) {
+		st->lost_map_full++;
+		return;
 	}
 	st->recorded++;
 	remember_comm(key.tid);

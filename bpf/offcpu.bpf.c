@@ -3,49 +3,113 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * Off-CPU time: on tp_btf/sched_switch, a targeted thread that goes to sleep
- * (prev) gets its timestamp and stack ids stored by thread id; when it is
- * switched back in (next, on any CPU) the time it was away is added to
- * (pid, tid, user stack id, kernel stack id) if it is at least min_block_ns.
+ * (prev) gets its switch-out timestamp and ids stored in its task storage;
+ * when it is switched back in (next, on any CPU) the time it was away is
+ * added to (pid, tid, user stack id, kernel stack id) if it is at least
+ * min_block_ns.
  *
  * Only voluntary sleeps are recorded: a thread preempted while runnable
  * (preempt, or prev_state == TASK_RUNNING) is waiting on a runqueue, not
  * blocked, and is left to the CPU profile's view of contention.
  *
- * The counts/stacks/stats maps are double-buffered exactly like cpu.bpf.c
- * (see there). One twist: stack ids are taken at switch-out, into the stack
- * map of the generation current then (start.generation), and a wait may
- * span a drain. Such a wait is counted in the current generation with its
- * stack ids marked STACK_ID_OTHER_GENERATION: user space looks those up in
- * the other stack map, and keeps (does not clear) the stacks of a drained
- * generation that pending starts or such marked counts still reference.
+ * Stacks are only taken for waits of at least min_block_ns, so the
+ * switch-out of a short sleep costs a timestamp and a task-storage write:
+ * - the kernel stack at switch-in, with bpf_get_task_stack(next): next is
+ *   not running yet, so its saved kernel stack is where it blocked (it may
+ *   start inside __schedule);
+ * - the user stack cannot be read from another task, so the switch-in
+ *   stores the wait (time and kernel frames) in "pending" and schedules a
+ *   BPF task work (TWA_RESUME) on next: offcpu_user_stack runs in next's own
+ *   context before it returns to user space, when its user registers are
+ *   still those of the kernel entry it blocked in (syscall, page fault or
+ *   interrupt), takes the user stack and counts the wait. Kernel threads
+ *   (and user workers, which never return to user space) are counted at
+ *   switch-in, without a user stack.
+ *
+ * Both stacks are stored by content: a hash of the frames, made
+ * non-negative, is the stack id in a BPF_MAP_TYPE_HASH (stacks_N); an id
+ * taken by other frames is resolved by probing the next ids, so a stack is
+ * never replaced nor confused with another (bpf_get_stackid would return
+ * -EEXIST on a bucket collision and lose it).
+ *
+ * The counts/stacks/stats maps are double-buffered like cpu.bpf.c (see
+ * there). A count and its stacks are written by one program invocation, in
+ * the generation it read after announcing itself in "inflight", so nothing
+ * refers across generations; a wait still pending at a drain is counted in
+ * the next window. The task work callback runs with preemption enabled: it
+ * disables preemption around that section, as the inflight protocol
+ * requires (invocations on one CPU must not interleave). offcpu_free, which
+ * may run in a softirq, writes no generation and stays out of the protocol.
+ *
+ * Starts live in task storage, freed with the task: nothing is evicted, and
+ * a sleep whose storage cannot be created is counted (lost_map_full).
+ *
+ * Kernel requirements: bpf_task_work_schedule_resume_impl (6.18),
+ * bpf_preempt_disable (6.10), task storage and bpf_get_task_stack in
+ * tracing programs (5.11/5.9).
  */
 #include "common.h"
+#include "stackstore.h"
 #include <bpf/bpf_tracing.h>
 
 #define MAX_COUNT_ENTRIES 16384
 #define MAX_STACK_ENTRIES 8192
+#define MAX_PENDING 1024
 #define MAX_THREADS 16384
 #define MAX_TARGETS 4096
 #define MAX_EXCLUDED 64
 
-/* Set on a non-negative stack id that refers to the other generation's stack map. */
-#define STACK_ID_OTHER_GENERATION 0x40000000
+/* include/linux/sched.h: threads that never return to user space. */
+#define PF_IO_WORKER 0x00000010
+#define PF_USER_WORKER 0x00004000
+
+#ifndef EINVAL
+#define EINVAL 22
+#endif
+#ifndef E2BIG
+#define E2BIG 7
+#endif
+#ifndef EBUSY
+#define EBUSY 16
+#endif
 
 typedef u64 stack_trace_t[MAX_STACK_DEPTH];
 
-/* A thread that went to sleep, stored by host tid until it runs again. */
+/* Kernel types of the BPF task work kfunc (kernel/bpf/helpers.c, 6.18+). */
+struct bpf_map {
+	int unused;
+} __attribute__((preserve_access_index));
+struct bpf_task_work {
+	u64 __opaque;
+};
+typedef int (*bpf_task_work_callback_t)(struct bpf_map *map, void *key, void *value);
+
+/* Task storage of a traced thread that went to sleep. */
 struct offcpu_start {
-	u64 timestamp; /* bpf_ktime_get_ns at switch-out */
+	u64 timestamp; /* bpf_ktime_get_ns at switch-out; 0: not sleeping */
 	u32 pid;       /* tgid as the collector sees it (see current_ids) */
 	u32 tid;       /* tid as the collector sees it */
-	u32 generation;
-	s32 user_stack_id;
-	s32 kernel_stack_id;
-	u32 reserved; /* explicit padding */
+};
+
+/* A long wait of a user thread, by host tid, until its task work counts it. */
+struct offcpu_pending {
+	struct bpf_task_work work;
+	u64 blocked_ns; /* 0: nothing pending */
+	u32 pid;
+	u32 tid;
+	s32 kernel_stack; /* frame hash, or -errno from bpf_get_task_stack */
+	u32 reserved;     /* explicit padding */
+	stack_trace_t kernel;
+	stack_trace_t user;
 };
 
 /* Blocks shorter than this are not recorded; set at load time. */
 const volatile u64 min_block_ns = 0;
+
+extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw, void *map__map,
+					      bpf_task_work_callback_t callback, void *aux__prog) __ksym;
+extern void bpf_preempt_disable(void) __ksym;
+extern void bpf_preempt_enable(void) __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -54,20 +118,52 @@ struct {
 	__type(value, u64);
 } counts_0 SEC(".maps"), counts_1 SEC(".maps");
 
+/* Stack id (frame hash) -> frames, zero-padded. */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_STACK_ENTRIES);
-	__uint(key_size, sizeof(u32));
-	__uint(value_size, sizeof(stack_trace_t));
+	__type(key, u32);
+	__type(value, stack_trace_t);
 } stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
 
-/* tid -> sleep start; LRU so threads that never run again cannot fill it. */
+/* Freed with the task: entries of exited threads cannot accumulate. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_THREADS);
-	__type(key, u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct offcpu_start);
 } starts SEC(".maps");
+
+/* Host tid -> wait whose user stack is not taken yet. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PENDING);
+	__type(key, u32);
+	__type(value, struct offcpu_pending);
+} pending SEC(".maps");
+
+/* Per-CPU kernel frames of a wait counted at switch-in (irqs are off there). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, stack_trace_t);
+} scratch SEC(".maps");
+
+/*
+ * All zeros, to create pending entries from (too large for the BPF stack);
+ * plain bytes, as a bpf_task_work field could not be read.
+ */
+struct pending_zero {
+	u8 bytes[sizeof(struct offcpu_pending)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct pending_zero);
+} zero_pending SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -114,165 +210,266 @@ struct {
 	__type(value, struct inflight_seq);
 } inflight SEC(".maps");
 
-/* prev (current) goes to sleep: remember when, and where (its stacks). */
-static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, u32 gen, void *stacks,
-				       const struct sampler_config *cfg)
+/*
+ * A sleep that cannot be measured: its task storage could not be created
+ * (no memory, or the storage busy on this CPU). Counted as lost_map_full of
+ * the current generation, inside the inflight protocol like a record.
+ */
+static __always_inline void count_lost_start(void)
 {
-	struct offcpu_start start = {};
+	struct sampler_config *cfg;
 	struct sampler_stats *st;
-	u32 tid = prev->pid;
+	struct inflight_seq *in;
+	u32 zero = 0, gen;
+
+	in = bpf_map_lookup_elem(&inflight, &zero);
+	if (!in)
+		return;
+	__sync_fetch_and_add(&in->enter, 1);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg) {
+		gen = cfg->generation & 1;
+		st = bpf_map_lookup_elem(&stats, &gen);
+		if (st)
+			st->lost_map_full++;
+	}
+	__sync_fetch_and_add(&in->exit, 1);
+}
+
+/* prev (current) goes to sleep: remember when. */
+static __always_inline void switch_out(u64 now, struct task_struct *prev, const struct sampler_config *cfg)
+{
+	struct offcpu_start *start;
+	u32 pid, tid;
 
 	if (prev->tgid == 0) /* idle */
 		return;
 	/* prev is still current here, so its ids can be translated. */
-	if (current_ids(cfg, &start.pid, &start.tid))
+	if (current_ids(cfg, &pid, &tid))
 		return;
-	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &start.pid))
+	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &pid))
 		return;
-	if (bpf_map_lookup_elem(&excluded_pids, &start.pid))
+	if (bpf_map_lookup_elem(&excluded_pids, &pid))
 		return;
-	st = bpf_map_lookup_elem(&stats, &gen);
-	if (!st)
+	start = bpf_task_storage_get(&starts, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!start) {
+		count_lost_start();
 		return;
-
-	start.generation = gen;
-	start.user_stack_id = -1;
-	if (!(prev->flags & PF_KTHREAD)) {
-		start.user_stack_id = bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK);
-		if (start.user_stack_id < 0)
-			st->user_stack_errors++;
 	}
-	start.kernel_stack_id = bpf_get_stackid(ctx, stacks, 0);
-	if (start.kernel_stack_id < 0)
-		st->kernel_stack_errors++;
-	start.timestamp = now;
-	bpf_map_update_elem(&starts, &tid, &start, BPF_ANY);
+	start->pid = pid;
+	start->tid = tid;
+	start->timestamp = now;
 }
 
-static __always_inline s32 mark_other(s32 id)
-{
-	return id < 0 ? id : id | STACK_ID_OTHER_GENERATION;
-}
 
 static __always_inline void remember_comm(struct task_struct *task, u32 tid)
 {
 	struct thread_comm cur = {};
-	struct thread_comm *old;
-	int diff = 0;
 
-	if (bpf_probe_read_kernel_str(cur.comm, sizeof(cur.comm), task->comm) < 0)
-		return;
-	old = bpf_map_lookup_elem(&comms, &tid);
-	if (old) {
-#pragma unroll
-		for (int i = 0; i < TASK_COMM_LEN; i++)
-			diff |= old->comm[i] ^ cur.comm[i];
-		if (!diff)
-			return;
-	}
-	bpf_map_update_elem(&comms, &tid, &cur, BPF_ANY);
+	if (bpf_probe_read_kernel_str(cur.comm, sizeof(cur.comm), task->comm) >= 0)
+		store_comm(&comms, tid, &cur);
 }
 
-/* Adds delta to counts[key]; returns 0 when it was counted. */
-static __always_inline int add_delta(void *counts, struct stack_key *key, u64 delta)
+/*
+ * Counts one wait with its stacks in the current generation; the caller
+ * runs with preemption disabled. With user frames, user_id is their hash
+ * (or the capture's error); without, it is the user stack id to count: -1
+ * for a thread without user stack, another negative value for a user stack
+ * that could not be taken (counted as an error).
+ */
+static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
+				   s32 kernel_hash, const u64 *user, s32 user_id)
 {
-	u64 *total;
-	long err;
+	struct stack_key key = {.pid = pid, .tid = tid};
+	struct sampler_config *cfg;
+	struct sampler_stats *st;
+	struct inflight_seq *in;
+	u32 zero = 0, gen;
 
-	total = bpf_map_lookup_elem(counts, key);
-	if (total) {
-		__sync_fetch_and_add(total, delta);
-		return 0;
+	in = bpf_map_lookup_elem(&inflight, &zero);
+	if (!in)
+		return;
+	/* Atomic add: a full barrier before config is read (x86 lock add). */
+	__sync_fetch_and_add(&in->enter, 1);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		goto out;
+	gen = cfg->generation & 1;
+	st = bpf_map_lookup_elem(&stats, &gen);
+	if (!st)
+		goto out;
+	key.user_stack_id = user_id;
+	if (gen) {
+		key.kernel_stack_id = store_stack(&stacks_1, kernel, kernel_hash);
+		if (user)
+			key.user_stack_id = store_stack(&stacks_1, user, user_id);
+	} else {
+		key.kernel_stack_id = store_stack(&stacks_0, kernel, kernel_hash);
+		if (user)
+			key.user_stack_id = store_stack(&stacks_0, user, user_id);
 	}
-	err = bpf_map_update_elem(counts, key, &delta, BPF_NOEXIST);
-	if (err == -EEXIST) {
-		total = bpf_map_lookup_elem(counts, key);
-		if (total)
-			__sync_fetch_and_add(total, delta);
-		return 0;
+	if (key.kernel_stack_id < 0)
+		st->kernel_stack_errors++;
+	if (key.user_stack_id < -1)
+		st->user_stack_errors++;
+	if (add_delta(gen ? (void *)&counts_1 : (void *)&counts_0, &key, blocked_ns)) {
+		st->lost_map_full++;
+	} else {
+		st->recorded++;
+		remember_comm(task, tid);
 	}
-	return err ? -1 : 0;
+out:
+	__sync_fetch_and_add(&in->exit, 1);
+}
+
+/*
+ * Task work of a thread with a pending wait, in its own context on its way
+ * back to user space: its user stack is still the one it blocked with. The
+ * entry is deleted once counted, so pending only holds waits in flight.
+ */
+static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
+{
+	struct offcpu_pending *p = value;
+	struct task_struct *task = bpf_get_current_task_btf();
+	u32 tid = *(u32 *)key;
+	long n;
+
+	/*
+	 * Not preemptible from here: record() requires it, and the capture
+	 * uses this CPU's callchain buffer, which a preempting sched_switch
+	 * capture would otherwise find busy.
+	 */
+	bpf_preempt_disable();
+	if (p->blocked_ns) {
+		n = bpf_get_task_stack(task, p->user, sizeof(p->user), BPF_F_USER_STACK);
+		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, p->user,
+		       hash_frames(p->user, n));
+	}
+	bpf_preempt_enable();
+	bpf_map_delete_elem(&pending, &tid);
+	return 0;
+}
+
+/* Counts a wait at switch-in, with next's kernel stack and the given user stack id (negative). */
+static __always_inline void record_now(struct task_struct *next, u32 pid, u32 tid, u64 delta, s32 user_id)
+{
+	u32 zero = 0;
+	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
+	long n;
+
+	if (!frames)
+		return;
+	n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
+	record(next, pid, tid, delta, frames, hash_frames(frames, n), 0, user_id);
+}
+
+/*
+ * A user thread's wait: its user stack is taken by a task work when it
+ * returns to user space. A second long wait before that (in the same kernel
+ * entry, so with the same user stack) is added to the pending one if its
+ * kernel stack is the same, else counted now without user stack (-EBUSY).
+ */
+static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, u32 tid, u64 delta)
+{
+	struct offcpu_pending *p;
+	u32 host_tid = next->pid, zero = 0;
+	long n;
+	int err;
+
+	p = bpf_map_lookup_elem(&pending, &host_tid);
+	if (!p) {
+		struct pending_zero *empty = bpf_map_lookup_elem(&zero_pending, &zero);
+
+		if (!empty)
+			return;
+		/* -E2BIG when full, counted as a user stack error. */
+		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
+		if (err && err != -EEXIST) {
+			record_now(next, pid, tid, delta, err);
+			return;
+		}
+		p = bpf_map_lookup_elem(&pending, &host_tid);
+		if (!p)
+			return;
+	}
+	if (p->blocked_ns) {
+		u32 zero = 0;
+		u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
+		s32 kernel_hash;
+
+		if (!frames)
+			return;
+		n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
+		kernel_hash = hash_frames(frames, n);
+		if (kernel_hash == p->kernel_stack && p->pid == pid && p->tid == tid && same_frames(frames, p->kernel)) {
+			p->blocked_ns += delta;
+			return;
+		}
+		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY);
+		return;
+	}
+	n = bpf_get_task_stack(next, p->kernel, sizeof(p->kernel), 0);
+	p->kernel_stack = hash_frames(p->kernel, n);
+	p->pid = pid;
+	p->tid = tid;
+	p->blocked_ns = delta;
+	err = bpf_task_work_schedule_resume_impl(next, &p->work, &pending, offcpu_user_stack, 0);
+	if (err) {
+		/* Count it now, without user stack. */
+		p->blocked_ns = 0;
+		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL);
+	}
 }
 
 /* next runs again: count how long it was away. */
-static __always_inline void switch_in(u64 now, struct task_struct *next, u32 gen, void *counts)
+static __always_inline void switch_in(u64 now, struct task_struct *next)
 {
 	struct offcpu_start *start;
-	struct sampler_stats *st;
-	struct stack_key key = {};
 	u64 delta;
-	u32 tid = next->pid;
 
-	if (tid == 0)
+	if (next->pid == 0)
 		return;
-	start = bpf_map_lookup_elem(&starts, &tid);
-	if (!start)
+	start = bpf_task_storage_get(&starts, next, 0, 0);
+	if (!start || !start->timestamp)
 		return;
 	delta = now - start->timestamp;
-	key.pid = start->pid;
-	key.tid = start->tid;
-	key.user_stack_id = start->user_stack_id;
-	key.kernel_stack_id = start->kernel_stack_id;
-	if (start->generation != gen) {
-		key.user_stack_id = mark_other(key.user_stack_id);
-		key.kernel_stack_id = mark_other(key.kernel_stack_id);
-	}
-	/*
-	 * The count is written before the start is deleted: a drain that no
-	 * longer finds the start (to keep its stacks) then finds the count.
-	 */
-	st = bpf_map_lookup_elem(&stats, &gen);
-	if (st && delta >= min_block_ns) {
-		if (add_delta(counts, &key, delta)) {
-			st->lost_map_full++;
-		} else {
-			st->recorded++;
-			remember_comm(next, key.tid);
-		}
-	}
-	bpf_map_delete_elem(&starts, &tid);
+	start->timestamp = 0;
+	if (delta < min_block_ns)
+		return;
+	if (next->flags & (PF_KTHREAD | PF_IO_WORKER | PF_USER_WORKER))
+		record_now(next, start->pid, start->tid, delta, -1);
+	else
+		defer_user_stack(next, start->pid, start->tid, delta);
 }
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 {
 	struct sampler_config *cfg;
-	struct inflight_seq *in;
 	u32 zero = 0;
-	int sleeps = !preempt && prev_state != TASK_RUNNING;
-	/*
-	 * One timestamp for both ends, taken before the stack capture, so its
-	 * cost is charged to neither the sleeping nor the waking thread.
-	 */
+	/* One timestamp for both ends, so the program's cost is charged to neither thread. */
 	u64 now = bpf_ktime_get_ns();
 
-	in = bpf_map_lookup_elem(&inflight, &zero);
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!in || !cfg)
-		return 0;
-
-	/* Atomic add: a full barrier before config is read (x86 lock add). */
-	__sync_fetch_and_add(&in->enter, 1);
-	if (cfg->generation & 1) {
-		if (sleeps)
-			switch_out(ctx, now, prev, 1, &stacks_1, cfg);
-		switch_in(now, next, 1, &counts_1);
-	} else {
-		if (sleeps)
-			switch_out(ctx, now, prev, 0, &stacks_0, cfg);
-		switch_in(now, next, 0, &counts_0);
+	if (!preempt && prev_state != TASK_RUNNING) {
+		cfg = bpf_map_lookup_elem(&config, &zero);
+		if (cfg)
+			switch_out(now, prev, cfg);
 	}
-	__sync_fetch_and_add(&in->exit, 1);
+	switch_in(now, next);
 	return 0;
 }
 
-/* A thread's task is freed: it never runs again, drop its start if any. */
+/*
+ * A thread's task is freed: drop its pending wait, if any (its task work can
+ * no longer run: the thread exited between its wake-up and its return to
+ * user space, after its task works ran). Its start goes with its task storage.
+ */
 SEC("tp_btf/sched_process_free")
 int BPF_PROG(offcpu_free, struct task_struct *p)
 {
 	u32 tid = p->pid;
 
-	bpf_map_delete_elem(&starts, &tid);
+	bpf_map_delete_elem(&pending, &tid);
 	return 0;
 }
 

@@ -19,15 +19,31 @@ type OffcpuInflightSeq struct {
 	Exit  uint64
 }
 
+type OffcpuOffcpuPending struct {
+	_    structs.HostLayout
+	Work struct {
+		_      structs.HostLayout
+		Opaque uint64
+	}
+	BlockedNs   uint64
+	Pid         uint32
+	Tid         uint32
+	KernelStack int32
+	Reserved    uint32
+	Kernel      [127]uint64
+	User        [127]uint64
+}
+
 type OffcpuOffcpuStart struct {
-	_             structs.HostLayout
-	Timestamp     uint64
-	Pid           uint32
-	Tid           uint32
-	Generation    uint32
-	UserStackId   int32
-	KernelStackId int32
-	Reserved      uint32
+	_         structs.HostLayout
+	Timestamp uint64
+	Pid       uint32
+	Tid       uint32
+}
+
+type OffcpuPendingZero struct {
+	_     structs.HostLayout
+	Bytes [2064]uint8
 }
 
 type OffcpuSamplerConfig struct {
@@ -69,11 +85,14 @@ const (
 	OffcpuMapCounts1       = "counts_1"
 	OffcpuMapExcludedPids  = "excluded_pids"
 	OffcpuMapInflight      = "inflight"
+	OffcpuMapPending       = "pending"
+	OffcpuMapScratch       = "scratch"
 	OffcpuMapStacks0       = "stacks_0"
 	OffcpuMapStacks1       = "stacks_1"
 	OffcpuMapStarts        = "starts"
 	OffcpuMapStats         = "stats"
 	OffcpuMapTargetPids    = "target_pids"
+	OffcpuMapZeroPending   = "zero_pending"
 	OffcpuProgOffcpuFree   = "offcpu_free"
 	OffcpuProgOffcpuSwitch = "offcpu_switch"
 	OffcpuVarMinBlockNs    = "min_block_ns"
@@ -135,11 +154,14 @@ type OffcpuMapSpecs struct {
 	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids *ebpf.MapSpec `ebpf:"excluded_pids"`
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
+	Pending      *ebpf.MapSpec `ebpf:"pending"`
+	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
 	Starts       *ebpf.MapSpec `ebpf:"starts"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids   *ebpf.MapSpec `ebpf:"target_pids"`
+	ZeroPending  *ebpf.MapSpec `ebpf:"zero_pending"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -175,11 +197,14 @@ type OffcpuMaps struct {
 	Counts1      *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids *ebpf.Map `ebpf:"excluded_pids"`
 	Inflight     *ebpf.Map `ebpf:"inflight"`
+	Pending      *ebpf.Map `ebpf:"pending"`
+	Scratch      *ebpf.Map `ebpf:"scratch"`
 	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
 	Starts       *ebpf.Map `ebpf:"starts"`
 	Stats        *ebpf.Map `ebpf:"stats"`
 	TargetPids   *ebpf.Map `ebpf:"target_pids"`
+	ZeroPending  *ebpf.Map `ebpf:"zero_pending"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -190,11 +215,14 @@ func (m *OffcpuMaps) Close() error {
 		m.Counts1,
 		m.ExcludedPids,
 		m.Inflight,
+		m.Pending,
+		m.Scratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.Starts,
 		m.Stats,
 		m.TargetPids,
+		m.ZeroPending,
 	)
 }
 

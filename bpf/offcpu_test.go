@@ -9,7 +9,9 @@ import (
 
 // TestOffcpuSpecLayout checks, without loading anything into the kernel, that
 // the committed object matches the Go types and the shared drain's
-// assumptions (same map names and layouts as the CPU program).
+// assumptions (same map names and key/value layouts as the CPU program; the
+// stacks are hash maps keyed by content hash instead of stack-trace maps,
+// which the drain reads the same way).
 func TestOffcpuSpecLayout(t *testing.T) {
 	spec, err := LoadOffcpu()
 	if err != nil {
@@ -24,9 +26,12 @@ func TestOffcpuSpecLayout(t *testing.T) {
 	}{
 		{OffcpuMapCounts0, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
 		{OffcpuMapCounts1, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
-		{OffcpuMapStacks0, ebpf.StackTrace, 4, stackDepth * 8},
-		{OffcpuMapStacks1, ebpf.StackTrace, 4, stackDepth * 8},
-		{OffcpuMapStarts, ebpf.LRUHash, 4, unsafe.Sizeof(OffcpuOffcpuStart{})},
+		{OffcpuMapStacks0, ebpf.Hash, 4, stackDepth * 8},
+		{OffcpuMapStacks1, ebpf.Hash, 4, stackDepth * 8},
+		{OffcpuMapStarts, ebpf.TaskStorage, 4, unsafe.Sizeof(OffcpuOffcpuStart{})},
+		{OffcpuMapPending, ebpf.Hash, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
+		{OffcpuMapZeroPending, ebpf.Array, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
+		{OffcpuMapScratch, ebpf.PerCPUArray, 4, stackDepth * 8},
 		{OffcpuMapComms, ebpf.LRUHash, 4, unsafe.Sizeof(CpuThreadComm{})},
 		{OffcpuMapConfig, ebpf.Array, 4, unsafe.Sizeof(CpuSamplerConfig{})},
 		{OffcpuMapTargetPids, ebpf.Hash, 4, 1},
@@ -45,8 +50,11 @@ func TestOffcpuSpecLayout(t *testing.T) {
 				tt.name, m.Type, m.KeySize, m.ValueSize, tt.typ, tt.keySize, tt.valueSize)
 		}
 	}
-	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 32 {
-		t.Errorf("offcpu_start is %d bytes, want 32 (explicit padding only)", got)
+	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 16 {
+		t.Errorf("offcpu_start is %d bytes, want 16 (explicit padding only)", got)
+	}
+	if got, want := unsafe.Sizeof(OffcpuOffcpuPending{}), uintptr(8+8+16+2*stackDepth*8); got != want {
+		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
 	}
 	for _, name := range []string{OffcpuProgOffcpuSwitch, OffcpuProgOffcpuFree} {
 		p, ok := spec.Programs[name]

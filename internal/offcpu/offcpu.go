@@ -7,6 +7,10 @@
 // preempted, still runnable thread waits on a runqueue is not off-CPU time
 // here. Each wait is charged to the stack the thread blocked in, when it runs
 // again, so a wait spanning a Drain is reported by the later Drain in full.
+// Stacks are only taken for waits of at least MinBlock: the kernel stack when
+// the thread is switched back in, the user stack (by a BPF task work) just
+// before it returns to user space, while its user registers are still those
+// it blocked with; see bpf/offcpu.bpf.c.
 //
 // Kernel-facing code lives in offcpu_linux.go; this file holds the options,
 // the result types and the pure helpers, which are tested without root.
@@ -49,7 +53,9 @@ type Options struct {
 type RawSample = stackdrain.Sample
 
 // Stats describe one Drain window: Recorded counts waits at least MinBlock
-// long; the error counters are those of the stack captures at switch-out.
+// long; the error counters are those of their stack captures (a user stack
+// error also covers a wait counted without its user stack: see
+// bpf/offcpu.bpf.c).
 type Stats = stackdrain.Stats
 
 func (o Options) validate() error {
@@ -63,30 +69,4 @@ func (o Options) validate() error {
 		return fmt.Errorf("off_cpu: %d excluded pids exceed the BPF capacity %d", len(o.ExcludePIDs), MaxExcluded)
 	}
 	return nil
-}
-
-// start mirrors struct offcpu_start of bpf/offcpu.bpf.c.
-type start struct {
-	Timestamp                  uint64
-	PID, TID, Generation       uint32
-	UserStackID, KernelStackID int32
-	_                          uint32
-}
-
-// pinnedIDs returns the stack ids that pending starts of generation gen
-// still refer to; their waits are counted after the drain of gen, so their
-// stacks must stay in gen's stack map.
-func pinnedIDs(starts []start, gen uint32) map[uint32]struct{} {
-	out := map[uint32]struct{}{}
-	for _, s := range starts {
-		if s.Generation != gen {
-			continue
-		}
-		for _, id := range []int32{s.UserStackID, s.KernelStackID} {
-			if id >= 0 {
-				out[uint32(id)] = struct{}{}
-			}
-		}
-	}
-	return out
 }

@@ -65,12 +65,12 @@ func Open(opts Options) (*Tracer, error) {
 		Comms:      t.objs.Comms,
 		Counts:     [2]*ebpf.Map{t.objs.Counts0, t.objs.Counts1},
 		Stacks:     [2]*ebpf.Map{t.objs.Stacks0, t.objs.Stacks1},
-	}, opts.PIDNamespace, opts.TargetPIDs, t.pinnedStacks)
+	}, opts.PIDNamespace, opts.TargetPIDs)
 	if err != nil {
 		_ = t.objs.Close()
 		return nil, err
 	}
-	// The free hook goes first, so no start of an exited thread is left behind.
+	// The free hook goes first, so no pending wait of an exited thread is left behind.
 	for _, p := range []*ebpf.Program{t.objs.OffcpuFree, t.objs.OffcpuSwitch} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
@@ -80,23 +80,6 @@ func Open(opts Options) (*Tracer, error) {
 		t.links = append(t.links, l)
 	}
 	return t, nil
-}
-
-// pinnedStacks lists the stack ids that pending waits of generation gen refer to.
-func (t *Tracer) pinnedStacks(gen uint32) (map[uint32]struct{}, error) {
-	var (
-		tid     uint32
-		s       start
-		pending []start
-	)
-	it := t.objs.Starts.Iterate()
-	for it.Next(&tid, &s) {
-		pending = append(pending, s)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read pending off-CPU starts: %w", err)
-	}
-	return pinnedIDs(pending, gen), nil
 }
 
 // SetTargets replaces the pid filter; an empty list traces every process.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -40,6 +41,7 @@ type sleepersRun struct {
 	over    map[string]uint64 // blocked ns in sleeps of at least 1 ms
 	overN   map[string]int64  // number of those sleeps
 	cross   int64             // migrate mode: sleeps that woke on another CPU
+	pending int               // waits still pending (user stack not taken) after the last drain
 	samples []RawSample
 	stats   Stats
 	drains  int
@@ -132,8 +134,29 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 		}
 	}
 	drain()
+	r.pending = pendingWaits(t, tr)
 	r.functions = functionTotals(t, r.pid, r.samples)
 	return r
+}
+
+// pendingWaits counts the waits whose user stack is not taken yet.
+func pendingWaits(t *testing.T, tr *Tracer) int {
+	t.Helper()
+	var (
+		tid uint32
+		p   bpf.OffcpuOffcpuPending
+		n   int
+	)
+	it := tr.objs.Pending.Iterate()
+	for it.Next(&tid, &p) {
+		if p.BlockedNs != 0 {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("read pending waits: %v", err)
+	}
+	return n
 }
 
 func readLine(t *testing.T, r *bufio.Reader) string {
@@ -255,8 +278,13 @@ func TestSleepersRatio(t *testing.T) {
 	if math.Abs(ratio-3)/3 > 0.05 {
 		t.Errorf("ratio %.3f, want 3 ± 5%%", ratio)
 	}
-	if r.stats.StackMissing != 0 || r.stats.LostMapFull != 0 {
-		t.Errorf("stats %+v: want no missing stacks and no lost records", r.stats)
+	if r.stats.StackMissing != 0 || r.stats.LostMapFull != 0 || r.stats.UserStackErrors != 0 || r.stats.KernelStackErrors != 0 {
+		t.Errorf("stats %+v: want no missing stacks, no stack errors and no lost records", r.stats)
+	}
+	// The workload's threads returned to user space before it reported, so
+	// every user stack was taken and every wait counted.
+	if r.pending != 0 {
+		t.Errorf("%d waits still pending after the workload reported", r.pending)
 	}
 	var recorded uint64
 	for _, s := range r.samples {

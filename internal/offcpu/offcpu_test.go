@@ -1,14 +1,9 @@
 package offcpu
 
 import (
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"github.com/bpfprofiler/bpfprofiler/bpf"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -34,42 +29,5 @@ func TestOptionsValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: error = %v, want it to contain %q", tt.name, err, tt.wantErr)
 		}
-	}
-}
-
-func TestPinnedIDs(t *testing.T) {
-	starts := []start{
-		{Generation: 0, UserStackID: 5, KernelStackID: 6},
-		{Generation: 0, UserStackID: -1, KernelStackID: 6},  // kernel thread
-		{Generation: 0, UserStackID: -14, KernelStackID: 0}, // stack error, id 0 is valid
-		{Generation: 1, UserStackID: 7, KernelStackID: 8},
-	}
-	tests := []struct {
-		gen  uint32
-		want []uint32
-	}{
-		{gen: 0, want: []uint32{0, 5, 6}},
-		{gen: 1, want: []uint32{7, 8}},
-	}
-	for _, tt := range tests {
-		got := slices.Sorted(maps.Keys(pinnedIDs(starts, tt.gen)))
-		if !slices.Equal(got, tt.want) {
-			t.Errorf("gen %d: pinned %v, want %v", tt.gen, got, tt.want)
-		}
-	}
-	if got := pinnedIDs(nil, 0); len(got) != 0 {
-		t.Errorf("no starts: pinned %v", got)
-	}
-}
-
-func TestStartLayout(t *testing.T) {
-	if got, want := unsafe.Sizeof(start{}), unsafe.Sizeof(bpf.OffcpuOffcpuStart{}); got != want {
-		t.Errorf("start mirror is %d bytes, generated offcpu_start %d", got, want)
-	}
-	g := bpf.OffcpuOffcpuStart{}
-	if unsafe.Offsetof(start{}.Generation) != unsafe.Offsetof(g.Generation) ||
-		unsafe.Offsetof(start{}.UserStackID) != unsafe.Offsetof(g.UserStackId) ||
-		unsafe.Offsetof(start{}.KernelStackID) != unsafe.Offsetof(g.KernelStackId) {
-		t.Error("start mirror field offsets differ from offcpu_start")
 	}
 }

@@ -79,7 +79,7 @@ func Open(opts Options) (*Sampler, error) {
 		Comms:      s.objs.Comms,
 		Counts:     [2]*ebpf.Map{s.objs.Counts0, s.objs.Counts1},
 		Stacks:     [2]*ebpf.Map{s.objs.Stacks0, s.objs.Stacks1},
-	}, opts.PIDNamespace, opts.TargetPIDs, nil)
+	}, opts.PIDNamespace, opts.TargetPIDs)
 	if err != nil {
 		_ = s.objs.Close()
 		return nil, err

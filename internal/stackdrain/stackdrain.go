@@ -17,10 +17,6 @@ import (
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
 const MaxTargets = 4096
 
-// otherGeneration marks a non-negative stack id that refers to the stack map
-// of the other generation (STACK_ID_OTHER_GENERATION in offcpu.bpf.c).
-const otherGeneration int32 = 0x40000000
-
 // Sample is one aggregated stack of one thread, as captured.
 type Sample struct {
 	PID, TID    uint32
@@ -35,8 +31,8 @@ type Sample struct {
 type Stats struct {
 	Recorded          uint64 // records aggregated (samples, or waits)
 	LostMapFull       uint64 // records dropped because the counts map was full
-	UserStackErrors   uint64 // bpf_get_stackid failures for user stacks
-	KernelStackErrors uint64 // bpf_get_stackid failures for kernel stacks
+	UserStackErrors   uint64 // user stacks that could not be captured or stored
+	KernelStackErrors uint64 // kernel stacks that could not be captured or stored
 	StackMissing      uint64 // values whose stack id was absent from the stack map at drain
 }
 
@@ -93,24 +89,8 @@ func commString[T ~int8 | ~uint8](comm []T) string {
 	return string(b)
 }
 
-// otherGenerationIDs returns the stack ids of counts that refer to the other
-// generation's stack map, without the marker bit, sorted.
-func otherGenerationIDs(counts map[stackKey]uint64) []int32 {
-	var ids []int32
-	for k := range counts {
-		for _, id := range []int32{k.UserStackID, k.KernelStackID} {
-			if id >= 0 && id&otherGeneration != 0 {
-				ids = append(ids, id&^otherGeneration)
-			}
-		}
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
 // assembleSamples joins drained counts with their stacks (already trimmed,
-// keyed by stack id as it appears in the counts, marker bit included) and
-// thread names. Negative stack ids mean "no stack" (the error, if any, was
+// keyed by stack id) and thread names. Negative stack ids mean "no stack" (the error, if any, was
 // counted in BPF); a non-negative id absent from stacks yields an empty stack
 // and is counted in the returned missing total.
 // The result is sorted by pid, tid, then descending value.

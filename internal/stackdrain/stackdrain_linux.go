@@ -23,6 +23,13 @@ const (
 
 // Maps are the kernel objects of one double-buffered stack aggregation; the
 // names are those of the maps in bpf/cpu.bpf.c and bpf/offcpu.bpf.c.
+//
+// The stack maps hold u32 stack id -> zero-padded frames: either
+// BPF_MAP_TYPE_STACK_TRACE maps filled by bpf_get_stackid (cpu.bpf.c) or
+// hash maps whose ids the program assigns itself (offcpu.bpf.c stores
+// stacks by content hash). Both are read and cleared the same way. Every
+// stack id in counts_N refers to stacks_N: a program writes a count and its
+// stacks in the same generation.
 type Maps struct {
 	Config     *ebpf.Map // array[1] of struct sampler_config
 	TargetPIDs *ebpf.Map // host tgid -> u8
@@ -33,17 +40,10 @@ type Maps struct {
 	Stacks     [2]*ebpf.Map
 }
 
-// PinnedStacks returns the ids of the stacks in the given (idle) generation's
-// stack map that must survive its drain because a pending record still
-// refers to them. It is only called after the flip, when no new reference to
-// that generation can appear.
-type PinnedStacks func(gen uint32) (map[uint32]struct{}, error)
-
 // Buffers drains one program's aggregation. It is not safe for concurrent
 // use; its owner serializes calls.
 type Buffers struct {
 	maps    Maps
-	pinned  PinnedStacks
 	gen     uint32 // generation the program currently writes
 	filter  bool
 	pidns   procfs.PIDNamespace
@@ -52,9 +52,9 @@ type Buffers struct {
 
 // New takes over the maps of a loaded (not yet attached) program: it writes
 // the config with generation 0, the pid namespace ids are reported in (zero:
-// host ids) and the given targets (pids in that namespace). pinned may be nil.
-func New(maps Maps, pidns procfs.PIDNamespace, targets []uint32, pinned PinnedStacks) (*Buffers, error) {
-	b := &Buffers{maps: maps, pinned: pinned, pidns: pidns, targets: map[uint32]struct{}{}}
+// host ids) and the given targets (pids in that namespace).
+func New(maps Maps, pidns procfs.PIDNamespace, targets []uint32) (*Buffers, error) {
+	b := &Buffers{maps: maps, pidns: pidns, targets: map[uint32]struct{}{}}
 	if err := b.SetTargets(targets); err != nil {
 		return nil, err
 	}
@@ -114,8 +114,7 @@ func (b *Buffers) writeConfig(gen uint32, filter bool) error {
 //  1. flip config.generation, so new invocations write the other set;
 //  2. after a short grace period, wait until every CPU finished the
 //     invocation it was running, which may still use the old set;
-//  3. read and clear the old set, which nothing writes any more (stacks that
-//     PinnedStacks reports are kept).
+//  3. read and clear the old set, which nothing writes any more.
 func (b *Buffers) Drain() ([]Sample, Stats, error) {
 	old := b.gen
 	if err := b.writeConfig(old^1, b.filter); err != nil {
@@ -132,14 +131,7 @@ func (b *Buffers) Drain() ([]Sample, Stats, error) {
 	if err != nil {
 		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
 	}
-	// Waits that began before the previous flip refer to the stacks of the
-	// generation written now; those stacks were pinned at the previous drain.
-	for _, id := range otherGenerationIDs(counts) {
-		if frames, ok := lookupStack(b.maps.Stacks[old^1], uint32(id)); ok {
-			stacks[id|otherGeneration] = frames
-		}
-	}
-	if err := b.clearStacks(old, stacks); err != nil {
+	if err := clearStacks(b.maps.Stacks[old], stacks); err != nil {
 		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
 	}
 	st, err := b.drainStats(old)
@@ -221,47 +213,10 @@ func readStacks(m *ebpf.Map) (map[int32][]uint64, error) {
 	return out, nil
 }
 
-func lookupStack(m *ebpf.Map, id uint32) ([]uint64, bool) {
-	frames := make([]uint64, m.ValueSize()/8)
-	if err := m.Lookup(id, &frames); err != nil {
-		return nil, false
-	}
-	return trimStack(frames), true
-}
-
-// clearStacks deletes the stacks read from generation gen, including those
-// whose count update failed, except those still referenced: by pending
-// records (PinnedStacks) and by counts of the current generation marked as
-// referring to gen. The pending set is read first: a record that leaves it
-// has written its count before (see offcpu.bpf.c), so it is in the counts
-// read next. When either cannot be read nothing is deleted: stack ids are
-// stable, so leftovers only take space until the next drain of gen.
-func (b *Buffers) clearStacks(gen uint32, read map[int32][]uint64) error {
-	keep := map[uint32]struct{}{}
-	if b.pinned != nil {
-		pinned, err := b.pinned(gen)
-		if err != nil {
-			return nil
-		}
-		live, err := readCounts(b.maps.Counts[gen^1])
-		if err != nil {
-			return nil
-		}
-		for id := range pinned {
-			keep[id] = struct{}{}
-		}
-		for _, id := range otherGenerationIDs(live) {
-			keep[uint32(id)] = struct{}{}
-		}
-	}
-	m := b.maps.Stacks[gen]
+// clearStacks deletes the stacks read from an idle generation, including
+// those whose count update failed.
+func clearStacks(m *ebpf.Map, read map[int32][]uint64) error {
 	for id := range read {
-		if id&otherGeneration != 0 {
-			continue
-		}
-		if _, ok := keep[uint32(id)]; ok {
-			continue
-		}
 		if err := m.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return err
 		}

@@ -114,52 +114,6 @@ func TestQuiescent(t *testing.T) {
 	}
 }
 
-func TestOtherGenerationIDs(t *testing.T) {
-	tests := []struct {
-		name   string
-		counts map[stackKey]uint64
-		want   []int32
-	}{
-		{name: "none", counts: map[stackKey]uint64{{UserStackID: 1, KernelStackID: 2}: 1}},
-		{name: "errors are not marked ids", counts: map[stackKey]uint64{{UserStackID: -14, KernelStackID: -1}: 1}},
-		{
-			name: "marked user and kernel",
-			counts: map[stackKey]uint64{
-				{TID: 1, UserStackID: 7 | otherGeneration, KernelStackID: 3 | otherGeneration}: 1,
-				{TID: 2, UserStackID: 7 | otherGeneration, KernelStackID: -1}:                  1,
-				{TID: 3, UserStackID: 0 | otherGeneration, KernelStackID: 9}:                   1,
-			},
-			want: []int32{0, 3, 7},
-		},
-	}
-	for _, tt := range tests {
-		if got := otherGenerationIDs(tt.counts); !slices.Equal(got, tt.want) {
-			t.Errorf("%s: otherGenerationIDs = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
-func TestAssembleSamplesOtherGeneration(t *testing.T) {
-	// Id 1 in the drained generation and id 1 in the other one are
-	// different stacks; the marker selects the right one.
-	counts := map[stackKey]uint64{
-		{PID: 1, TID: 1, UserStackID: 1, KernelStackID: -1}:                   10,
-		{PID: 1, TID: 2, UserStackID: 1 | otherGeneration, KernelStackID: -1}: 20,
-		{PID: 1, TID: 3, UserStackID: 2 | otherGeneration, KernelStackID: -1}: 30, // not found
-	}
-	stacks := map[int32][]uint64{1: {0x1000}, 1 | otherGeneration: {0x2000}}
-	got, missing := assembleSamples(counts, stacks, nil)
-	if missing != 30 {
-		t.Errorf("missing = %d, want 30", missing)
-	}
-	want := map[uint32][]uint64{1: {0x1000}, 2: {0x2000}, 3: nil}
-	for _, s := range got {
-		if !slices.Equal(s.UserStack, want[s.TID]) {
-			t.Errorf("tid %d: user stack %#x, want %#x", s.TID, s.UserStack, want[s.TID])
-		}
-	}
-}
-
 // TestMirrorLayouts checks the Go mirrors against the types bpf2go generated
 // from bpf/common.h, which both programs use.
 func TestMirrorLayouts(t *testing.T) {
