@@ -58,13 +58,21 @@ func TestNodeCallbackScope(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("node script did not finish")
 	}
-	time.Sleep(100 * time.Millisecond) // the last records reach Run
-
+	// Records reach Run within the reader's poll interval; on a busy
+	// machine give them time.
 	var recs []Record
-	for _, r := range c.byProbe(0) {
-		if r.PID == uint32(cmd.Process.Pid) {
-			recs = append(recs, r)
+	collect := func() bool {
+		recs = recs[:0]
+		for _, r := range c.byProbe(0) {
+			if r.PID == uint32(cmd.Process.Pid) {
+				recs = append(recs, r)
+			}
 		}
+		return len(recs) >= nodeLongBlocks
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for !collect() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
 	}
 	for i, r := range recs {
 		t.Logf("record %d: tid %d comm %q duration %v", i, r.TID, r.Comm, r.Duration())
