@@ -24,6 +24,7 @@ typedef __u64 u64;
 
 #define TASK_COMM_LEN 16
 /* include/linux/sched.h */
+#define PF_EXITING 0x00000004
 #define PF_KTHREAD 0x00200000
 #define TASK_RUNNING 0x00000000
 
@@ -37,12 +38,21 @@ typedef __u64 u64;
 #define EEXIST 17
 #endif
 
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live; /* threads of the group that have not started to exit */
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	unsigned int __state;
 	unsigned int flags;
 	int pid;
 	int tgid;
 	char comm[TASK_COMM_LEN];
+	struct signal_struct *signal;
 } __attribute__((preserve_access_index));
 
 /* perf_event program context; only a pointer is needed. */
@@ -108,6 +118,7 @@ struct sampler_stats {
 	u64 lost_map_full;
 	u64 user_stack_errors;
 	u64 kernel_stack_errors;
+	u64 new_pid_drops; /* cpu.bpf.c only: new_pids ring buffer full */
 };
 
 /*

@@ -5,6 +5,11 @@
  * On-CPU sampling: attached to one cpu-clock perf event per CPU, counts
  * (pid, tid, user stack id, kernel stack id) and stores the stacks.
  *
+ * Stacks are stored by content like offcpu.bpf.c (stackstore.h): captured
+ * with bpf_get_stack into a per-CPU scratch buffer, then kept in a
+ * BPF_MAP_TYPE_HASH (stacks_N) under a hash of their frames, so a stack is
+ * never lost to a bucket collision as with bpf_get_stackid.
+ *
  * Draining is double-buffered: there are two sets of maps (counts_N, stacks_N).
  * config.generation selects the set the program writes. To drain, user space
  * 1. writes the other generation into config,
@@ -15,13 +20,25 @@
  * Nothing is lost or double-counted across a drain. The stats counters are
  * kept per generation too (stats[generation]), so the counters user space
  * reads and zeroes describe exactly the samples it drained.
+ *
+ * New processes: the first sample of a user process (host tgid not in
+ * seen_pids) sends its pid, as the collector sees it, through the new_pids
+ * ring buffer, so user space can read its mappings while it still runs.
+ * cpu_process_exit forgets the tgid once the whole thread group is exiting,
+ * so a reused pid is announced again.
  */
 #include "common.h"
+#include "stackstore.h"
+#include <bpf/bpf_tracing.h>
 
 #define MAX_COUNT_ENTRIES 16384
 #define MAX_STACK_ENTRIES 8192
 #define MAX_THREADS 16384
 #define MAX_TARGETS 4096
+#define MAX_SEEN_PIDS 16384
+#define NEW_PIDS_BYTES (16 * 1024)
+/* Wake the reader once a quarter of new_pids is in use; it also polls. */
+#define NEW_PIDS_WAKEUP_BYTES (NEW_PIDS_BYTES / 4)
 
 typedef u64 stack_trace_t[MAX_STACK_DEPTH];
 
@@ -32,12 +49,35 @@ struct {
 	__type(value, u64);
 } counts_0 SEC(".maps"), counts_1 SEC(".maps");
 
+/* Stack id (frame hash) -> frames, zero-padded. */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_STACK_ENTRIES);
-	__uint(key_size, sizeof(u32));
-	__uint(value_size, sizeof(stack_trace_t));
+	__type(key, u32);
+	__type(value, stack_trace_t);
 } stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
+
+/* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, stack_trace_t);
+} scratch SEC(".maps");
+
+/* Host tgids already announced in new_pids. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SEEN_PIDS);
+	__type(key, u32);
+	__type(value, u8);
+} seen_pids SEC(".maps");
+
+/* Pids (u32, as the collector sees them) of newly sampled processes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, NEW_PIDS_BYTES);
+} new_pids SEC(".maps");
 
 /* tid -> thread name; names outlive their threads until evicted. */
 struct {
@@ -86,6 +126,51 @@ static __always_inline void remember_comm(u32 tid)
 		store_comm(&comms, tid, &cur);
 }
 
+/*
+ * Captures the current stack (user or kernel, per flags) into frames and
+ * stores it; returns its id or a negative error. An empty capture is -EFAULT
+ * (what bpf_get_stackid returns for it). bpf_get_stack zero-fills the unused
+ * tail of frames (all of it on error), so hashing and comparing stop at the
+ * last frame and the stored value is zero-padded.
+ */
+static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *stacks, u64 *frames, u64 flags)
+{
+	long n = bpf_get_stack(ctx, frames, sizeof(stack_trace_t), flags);
+
+	if (n == 0)
+		n = -EFAULT;
+	return store_stack(stacks, frames, hash_frames(frames, n));
+}
+
+/*
+ * Announces a process on its first sample: inserts its host tgid in
+ * seen_pids and sends pid (as the collector sees it) to new_pids. When the
+ * ring buffer is full the drop is counted and the tgid forgotten again, so
+ * a later sample retries. Exiting threads announce nothing: their group may
+ * already have been forgotten by cpu_process_exit, and must stay so.
+ */
+static __always_inline void announce(u32 host_tgid, u32 pid, struct sampler_stats *st)
+{
+	u8 one = 1;
+	u32 *rec;
+
+	if (bpf_map_lookup_elem(&seen_pids, &host_tgid))
+		return;
+	/* Another CPU inserted it first: it announces. */
+	if (bpf_map_update_elem(&seen_pids, &host_tgid, &one, BPF_NOEXIST))
+		return;
+	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
+	if (!rec) {
+		st->new_pid_drops++;
+		bpf_map_delete_elem(&seen_pids, &host_tgid);
+		return;
+	}
+	*rec = pid;
+	bpf_ringbuf_submit(rec, bpf_ringbuf_query(&new_pids, BPF_RB_AVAIL_DATA) >= NEW_PIDS_WAKEUP_BYTES
+					? BPF_RB_FORCE_WAKEUP
+					: BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
 				   const struct sampler_config *cfg)
 {
@@ -93,6 +178,9 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	struct stack_key key = {};
 	struct sampler_stats *st;
 	struct task_struct *task;
+	unsigned int flags;
+	u32 zero = 0;
+	u64 *frames;
 
 	if ((id >> 32) == 0) /* idle */
 		return;
@@ -101,22 +189,24 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &key.pid))
 		return;
 	st = bpf_map_lookup_elem(&stats, &gen);
-	if (!st)
+	frames = bpf_map_lookup_elem(&scratch, &zero);
+	if (!st || !frames)
 		return;
 
 	/*
-	 * Kernel threads have no user stack (bpf_get_stackid returns -EFAULT),
-	 * so it is not requested and not counted as an error.
+	 * Kernel threads have no user stack (the capture would fail), so it is
+	 * not requested and not counted as an error.
 	 */
 	task = (struct task_struct *)bpf_get_current_task();
+	flags = BPF_CORE_READ(task, flags);
 	key.user_stack_id = -1;
-	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD)) {
-		key.user_stack_id = bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK);
+	if (!(flags & PF_KTHREAD)) {
+		key.user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
 		if (key.user_stack_id < 0)
 			st->user_stack_errors++;
 	}
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
-	key.kernel_stack_id = bpf_get_stackid(ctx, stacks, 0);
+	key.kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
 	if (key.kernel_stack_id == -EFAULT)
 		key.kernel_stack_id = -1;
 	else if (key.kernel_stack_id < 0)
@@ -128,6 +218,9 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	}
 	st->recorded++;
 	remember_comm(key.tid);
+	/* Kernel threads have nothing to symbolize. */
+	if (!(flags & (PF_KTHREAD | PF_EXITING)))
+		announce(id >> 32, key.pid, st);
 }
 
 SEC("perf_event")
@@ -149,6 +242,25 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	else
 		record(ctx, 0, &counts_0, &stacks_0, cfg);
 	__sync_fetch_and_add(&in->exit, 1);
+	return 0;
+}
+
+/*
+ * A thread exits: once no thread of its group is left running (signal->live,
+ * decremented before this tracepoint, reached 0), its tgid is forgotten, so
+ * the process that reuses the pid is announced. Waiting for the last thread,
+ * not the leader, matters: a leader may exit before its threads, and other
+ * threads run (and are sampled) until they handle exit_group's kill. Every
+ * thread is marked PF_EXITING before it decrements live, so no sample can
+ * insert the tgid again after this.
+ */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(cpu_process_exit, struct task_struct *p)
+{
+	u32 tgid = p->tgid;
+
+	if (BPF_CORE_READ(p, signal, live.counter) == 0)
+		bpf_map_delete_elem(&seen_pids, &tgid);
 	return 0;
 }
 

@@ -33,6 +33,7 @@ type CpuSamplerStats struct {
 	LostMapFull       uint64
 	UserStackErrors   uint64
 	KernelStackErrors uint64
+	NewPidDrops       uint64
 }
 
 type CpuStackKey struct {
@@ -52,16 +53,20 @@ type CpuThreadComm struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CpuMapComms      = "comms"
-	CpuMapConfig     = "config"
-	CpuMapCounts0    = "counts_0"
-	CpuMapCounts1    = "counts_1"
-	CpuMapInflight   = "inflight"
-	CpuMapStacks0    = "stacks_0"
-	CpuMapStacks1    = "stacks_1"
-	CpuMapStats      = "stats"
-	CpuMapTargetPids = "target_pids"
-	CpuProgSampleCpu = "sample_cpu"
+	CpuMapComms           = "comms"
+	CpuMapConfig          = "config"
+	CpuMapCounts0         = "counts_0"
+	CpuMapCounts1         = "counts_1"
+	CpuMapInflight        = "inflight"
+	CpuMapNewPids         = "new_pids"
+	CpuMapScratch         = "scratch"
+	CpuMapSeenPids        = "seen_pids"
+	CpuMapStacks0         = "stacks_0"
+	CpuMapStacks1         = "stacks_1"
+	CpuMapStats           = "stats"
+	CpuMapTargetPids      = "target_pids"
+	CpuProgCpuProcessExit = "cpu_process_exit"
+	CpuProgSampleCpu      = "sample_cpu"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -106,7 +111,8 @@ type CpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuProgramSpecs struct {
-	SampleCpu *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	CpuProcessExit *ebpf.ProgramSpec `ebpf:"cpu_process_exit"`
+	SampleCpu      *ebpf.ProgramSpec `ebpf:"sample_cpu"`
 }
 
 // CpuMapSpecs contains maps before they are loaded into the kernel.
@@ -118,6 +124,9 @@ type CpuMapSpecs struct {
 	Counts0    *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1    *ebpf.MapSpec `ebpf:"counts_1"`
 	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids    *ebpf.MapSpec `ebpf:"new_pids"`
+	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids   *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0    *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1    *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats      *ebpf.MapSpec `ebpf:"stats"`
@@ -155,6 +164,9 @@ type CpuMaps struct {
 	Counts0    *ebpf.Map `ebpf:"counts_0"`
 	Counts1    *ebpf.Map `ebpf:"counts_1"`
 	Inflight   *ebpf.Map `ebpf:"inflight"`
+	NewPids    *ebpf.Map `ebpf:"new_pids"`
+	Scratch    *ebpf.Map `ebpf:"scratch"`
+	SeenPids   *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0    *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1    *ebpf.Map `ebpf:"stacks_1"`
 	Stats      *ebpf.Map `ebpf:"stats"`
@@ -168,6 +180,9 @@ func (m *CpuMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.Inflight,
+		m.NewPids,
+		m.Scratch,
+		m.SeenPids,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats,
@@ -185,11 +200,13 @@ type CpuVariables struct {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuPrograms struct {
-	SampleCpu *ebpf.Program `ebpf:"sample_cpu"`
+	CpuProcessExit *ebpf.Program `ebpf:"cpu_process_exit"`
+	SampleCpu      *ebpf.Program `ebpf:"sample_cpu"`
 }
 
 func (p *CpuPrograms) Close() error {
 	return _CpuClose(
+		p.CpuProcessExit,
 		p.SampleCpu,
 	)
 }

@@ -23,8 +23,11 @@ func TestCpuSpecLayout(t *testing.T) {
 	}{
 		{CpuMapCounts0, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
 		{CpuMapCounts1, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
-		{CpuMapStacks0, ebpf.StackTrace, 4, stackDepth * 8},
-		{CpuMapStacks1, ebpf.StackTrace, 4, stackDepth * 8},
+		{CpuMapStacks0, ebpf.Hash, 4, stackDepth * 8},
+		{CpuMapStacks1, ebpf.Hash, 4, stackDepth * 8},
+		{CpuMapScratch, ebpf.PerCPUArray, 4, stackDepth * 8},
+		{CpuMapSeenPids, ebpf.LRUHash, 4, 1},
+		{CpuMapNewPids, ebpf.RingBuf, 0, 0},
 		{CpuMapComms, ebpf.LRUHash, 4, unsafe.Sizeof(CpuThreadComm{})},
 		{CpuMapConfig, ebpf.Array, 4, unsafe.Sizeof(CpuSamplerConfig{})},
 		{CpuMapTargetPids, ebpf.Hash, 4, 1},
@@ -45,8 +48,18 @@ func TestCpuSpecLayout(t *testing.T) {
 	if got := unsafe.Sizeof(CpuStackKey{}); got != 16 {
 		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
 	}
+	if got := unsafe.Sizeof(CpuSamplerStats{}); got != 5*8 {
+		t.Errorf("sampler_stats is %d bytes, want 40", got)
+	}
+	if m := spec.Maps[CpuMapNewPids]; m != nil && m.MaxEntries != 16*1024 {
+		t.Errorf("new_pids is %d bytes, want 16 KiB", m.MaxEntries)
+	}
 	p, ok := spec.Programs[CpuProgSampleCpu]
 	if !ok || p.Type != ebpf.PerfEvent {
 		t.Fatalf("program %s missing or not a perf_event program: %+v", CpuProgSampleCpu, p)
+	}
+	p, ok = spec.Programs[CpuProgCpuProcessExit]
+	if !ok || p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp || p.AttachTo != "sched_process_exit" {
+		t.Errorf("program %s missing or not a tp_btf/sched_process_exit program: %+v", CpuProgCpuProcessExit, p)
 	}
 }

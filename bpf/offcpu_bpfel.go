@@ -60,6 +60,7 @@ type OffcpuSamplerStats struct {
 	LostMapFull       uint64
 	UserStackErrors   uint64
 	KernelStackErrors uint64
+	NewPidDrops       uint64
 }
 
 type OffcpuStackKey struct {

@@ -3,15 +3,19 @@
 package sampler
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
@@ -24,13 +28,23 @@ const (
 	onlineCPUsPath = "/sys/devices/system/cpu/online"
 )
 
+// newPidsPoll bounds how long a new-process notification waits in the ring
+// buffer: the BPF side wakes the reader only when a quarter of it is used.
+const newPidsPoll = 50 * time.Millisecond
+
 // Sampler samples on-CPU stacks with BPF. Its methods are safe for concurrent use.
 type Sampler struct {
-	mu     sync.Mutex
-	objs   bpf.CpuObjects
-	bufs   *stackdrain.Buffers
-	events []*perfEvent
-	closed bool
+	mu       sync.Mutex
+	objs     bpf.CpuObjects
+	bufs     *stackdrain.Buffers
+	events   []*perfEvent
+	exitLink link.Link
+	closed   bool
+
+	newPids    *ringbuf.Reader
+	procs      chan uint32
+	readerDone chan struct{}
+	procDrops  atomic.Uint64 // notifications dropped because procs was full, since the last Drain
 }
 
 type perfEvent struct {
@@ -84,6 +98,10 @@ func Open(opts Options) (*Sampler, error) {
 		_ = s.objs.Close()
 		return nil, err
 	}
+	if err := s.startNewProcesses(); err != nil {
+		_ = s.Close()
+		return nil, err
+	}
 	for _, cpu := range cpus {
 		ev, err := openPerfEvent(cpu, opts.SamplesPerSecond, s.objs.SampleCpu)
 		if err != nil {
@@ -93,6 +111,58 @@ func Open(opts Options) (*Sampler, error) {
 		s.events = append(s.events, ev)
 	}
 	return s, nil
+}
+
+// startNewProcesses attaches the exit program that forgets exited processes
+// and starts the goroutine reading new_pids into s.procs.
+func (s *Sampler) startNewProcesses() error {
+	var err error
+	if s.exitLink, err = link.AttachTracing(link.TracingOptions{Program: s.objs.CpuProcessExit}); err != nil {
+		return fmt.Errorf("attach %s: %w", s.objs.CpuProcessExit, err)
+	}
+	if s.newPids, err = ringbuf.NewReader(s.objs.NewPids); err != nil {
+		return fmt.Errorf("open new-process ring buffer: %w", err)
+	}
+	s.procs = make(chan uint32, NewProcessesBuffer)
+	s.readerDone = make(chan struct{})
+	go s.readNewPids()
+	return nil
+}
+
+// readNewPids forwards new_pids to s.procs until the reader is closed, then
+// closes s.procs. It never blocks on s.procs: a notification that does not
+// fit is dropped and counted.
+func (s *Sampler) readNewPids() {
+	defer close(s.readerDone)
+	defer close(s.procs)
+	var rec ringbuf.Record
+	for {
+		s.newPids.SetDeadline(time.Now().Add(newPidsPoll))
+		err := s.newPids.ReadInto(&rec)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed):
+			continue
+		case err != nil: // closed
+			return
+		case len(rec.RawSample) < 4:
+			continue
+		}
+		select {
+		case s.procs <- binary.NativeEndian.Uint32(rec.RawSample):
+		default:
+			s.procDrops.Add(1)
+		}
+	}
+}
+
+// NewProcesses returns the channel on which the pid (in
+// Options.PIDNamespace) of each newly sampled user process is sent once,
+// on its first sample after Open (and again if its pid is reused after it
+// exited), so it can be inspected while it still runs. The channel is
+// buffered (NewProcessesBuffer); notifications that find it full are
+// dropped and counted in Stats.NewProcessDrops. It is closed by Close.
+func (s *Sampler) NewProcesses() <-chan uint32 {
+	return s.procs
 }
 
 func readSampleRate() (uint64, error) {
@@ -173,7 +243,11 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) {
 	if s.closed {
 		return nil, Stats{}, errors.New("sampler is closed")
 	}
-	return s.bufs.Drain()
+	samples, st, err := s.bufs.Drain()
+	if err == nil {
+		st.NewProcessDrops += s.procDrops.Swap(0)
+	}
+	return samples, st, err
 }
 
 // Close stops sampling and releases every kernel object. It is idempotent.
@@ -191,6 +265,18 @@ func (s *Sampler) Close() error {
 		}
 	}
 	s.events = nil
+	if s.exitLink != nil {
+		if err := s.exitLink.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.newPids != nil {
+		// Interrupts the reader, which then closes s.procs.
+		if err := s.newPids.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		<-s.readerDone
+	}
 	if err := s.objs.Close(); err != nil {
 		errs = append(errs, err)
 	}

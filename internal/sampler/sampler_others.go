@@ -23,5 +23,8 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, err
 // SetTargets always fails on this platform.
 func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
 
+// NewProcesses returns nil on this platform (a nil channel never delivers).
+func (s *Sampler) NewProcesses() <-chan uint32 { return nil }
+
 // Close does nothing on this platform.
 func (s *Sampler) Close() error { return nil }

@@ -34,6 +34,11 @@ type Stats struct {
 	UserStackErrors   uint64 // user stacks that could not be captured or stored
 	KernelStackErrors uint64 // kernel stacks that could not be captured or stored
 	StackMissing      uint64 // values whose stack id was absent from the stack map at drain
+	// NewProcessDrops counts new-process notifications lost (CPU sampler
+	// only; see sampler.Sampler.NewProcesses): the BPF ring buffer was full
+	// (that process is announced again on a later sample) or the Go channel
+	// was full (that notification is gone).
+	NewProcessDrops uint64
 }
 
 // stackKey mirrors struct stack_key of bpf/common.h.
@@ -51,7 +56,7 @@ type config struct {
 
 // counters mirrors struct sampler_stats.
 type counters struct {
-	Recorded, LostMapFull, UserStackErrors, KernelStackErrors uint64
+	Recorded, LostMapFull, UserStackErrors, KernelStackErrors, NewPidDrops uint64
 }
 
 // threadComm mirrors struct thread_comm.
@@ -65,7 +70,7 @@ type inflightSeq struct {
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first
-// zero entry (bpf_get_stackid zero-fills unused slots).
+// zero entry (the programs store frames zero-padded).
 func trimStack(frames []uint64) []uint64 {
 	n := slices.Index(frames, 0)
 	if n < 0 {

@@ -24,10 +24,10 @@ const (
 // Maps are the kernel objects of one double-buffered stack aggregation; the
 // names are those of the maps in bpf/cpu.bpf.c and bpf/offcpu.bpf.c.
 //
-// The stack maps hold u32 stack id -> zero-padded frames: either
-// BPF_MAP_TYPE_STACK_TRACE maps filled by bpf_get_stackid (cpu.bpf.c) or
-// hash maps whose ids the program assigns itself (offcpu.bpf.c stores
-// stacks by content hash). Both are read and cleared the same way. Every
+// The stack maps hold u32 stack id -> zero-padded frames: hash maps whose
+// ids the program assigns itself (cpu.bpf.c and offcpu.bpf.c store stacks by
+// content hash, bpf/stackstore.h) or BPF_MAP_TYPE_STACK_TRACE maps filled by
+// bpf_get_stackid. Both are read and cleared the same way. Every
 // stack id in counts_N refers to stacks_N: a program writes a count and its
 // stacks in the same generation.
 type Maps struct {
@@ -253,6 +253,7 @@ func (b *Buffers) drainStats(gen uint32) (Stats, error) {
 		st.LostMapFull += c.LostMapFull
 		st.UserStackErrors += c.UserStackErrors
 		st.KernelStackErrors += c.KernelStackErrors
+		st.NewProcessDrops += c.NewPidDrops
 	}
 	if err := b.maps.Stats.Put(gen, make([]counters, len(perCPU))); err != nil {
 		return Stats{}, err

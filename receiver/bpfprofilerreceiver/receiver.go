@@ -33,6 +33,12 @@ type stackSource interface {
 	Close() error
 }
 
+// processAnnouncer is a stackSource that also announces, soon after their
+// first sample, processes it has not seen before.
+type processAnnouncer interface {
+	NewProcesses() <-chan uint32
+}
+
 // sourceStats are deltas since the previous drain.
 type sourceStats struct {
 	Recorded uint64
@@ -67,6 +73,8 @@ type profilerReceiver struct {
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
+	// prefetching counts the prefetchProcesses goroutines.
+	prefetching sync.WaitGroup
 }
 
 func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver, error) {
@@ -165,6 +173,12 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	r.done = make(chan struct{})
 	r.lastDrain = now()
 	go r.reportLoop(ctx)
+	for _, src := range r.sources {
+		if a, ok := src.(processAnnouncer); ok {
+			r.prefetching.Add(1)
+			go r.prefetchProcesses(ctx, a.NewProcesses())
+		}
+	}
 	return nil
 }
 
@@ -188,6 +202,25 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, error) {
 		}
 	}
 	return r.cfg.Targets.PIDs, errors.Join(errs...)
+}
+
+// prefetchProcesses reads the maps, files and identity of each process as
+// soon as it is first sampled, so stacks of short-lived processes still
+// resolve when they are drained after the process exited.
+func (r *profilerReceiver) prefetchProcesses(ctx context.Context, pids <-chan uint32) {
+	defer r.prefetching.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case pid, ok := <-pids:
+			if !ok {
+				return
+			}
+			r.symbols.Prefetch(pid)
+			_, _ = r.ids.Resolve(pid)
+		}
+	}
 }
 
 func (r *profilerReceiver) reportLoop(ctx context.Context) {
@@ -290,6 +323,7 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
+		r.prefetching.Wait()
 		r.cancel = nil
 		r.report(ctx)
 	}

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -211,4 +213,37 @@ func TestJITFramesOfProcessInNestedPIDNamespace(t *testing.T) {
 	t.Logf("jit_hot_loop=%d of %d samples (leaf)", fn["jit_hot_loop"], total)
 	require.Positive(t, total)
 	assert.Greater(t, float64(fn["jit_hot_loop"])/float64(total), 0.8, "leaf functions: %v", fn)
+}
+
+// A process that lives for a fraction of a report interval and is gone
+// (binary deleted too) when its samples are drained is still named and
+// symbolized: the sampler announces it at its first sample and the receiver
+// reads its maps, files and identity right away.
+func TestShortLivedProcessIsSymbolized(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "cpuburn.c")
+	cfg := createDefaultConfig().(*Config)
+	cfg.ReportInterval = 3 * time.Second
+	cfg.CPU.SamplesPerSecond = 199
+	cfg.Targets.Executables = []string{"^" + regexp.QuoteMeta(bin) + "$"}
+	sink := new(consumertest.ProfilesSink)
+	rcv, err := NewFactory().(xreceiver.Factory).CreateProfiles(context.Background(),
+		metadatatest.NewSettings(componenttest.NewTelemetry()), cfg, sink)
+	require.NoError(t, err)
+	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
+	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
+
+	work := exec.Command(bin, "0.4")
+	require.NoError(t, work.Run())
+	require.NoError(t, os.Remove(bin))
+	require.Eventually(t, func() bool { return len(sink.AllProfiles()) > 0 }, 10*time.Second, 50*time.Millisecond)
+
+	pd := sink.AllProfiles()[0]
+	require.Equal(t, 1, pd.ResourceProfiles().Len())
+	attrs := pd.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	assert.Equal(t, int64(work.Process.Pid), attrs["process.pid"])
+	assert.Equal(t, "cpuburn", attrs["process.executable.name"])
+	fn := pdata.FunctionTotals(pd)
+	t.Logf("burn_hot=%d burn_cold=%d of %d samples", fn["burn_hot"], fn["burn_cold"], pdata.Total(pd))
+	assert.Greater(t, float64(fn["burn_hot"]+fn["burn_cold"])/float64(pdata.Total(pd)), 0.8)
 }

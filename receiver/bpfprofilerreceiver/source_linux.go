@@ -24,7 +24,7 @@ func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 		if err != nil {
 			return nil, err
 		}
-		return drainSource{s}, nil
+		return cpuSource{drainSource{s}, s}, nil
 	case report.KindOffCPU:
 		t, err := offcpu.Open(offcpu.Options{
 			MinBlock:     cfg.OffCPU.MinBlock,
@@ -59,6 +59,7 @@ func (c drainSource) Drain() ([]assemble.Stack, sourceStats, error) {
 			"user_stack":    st.UserStackErrors,
 			"kernel_stack":  st.KernelStackErrors,
 			"stack_missing": st.StackMissing,
+			"new_process":   st.NewProcessDrops,
 		},
 	}
 	stacks := make([]assemble.Stack, 0, len(raw))
@@ -73,3 +74,11 @@ func (c drainSource) Drain() ([]assemble.Stack, sourceStats, error) {
 }
 
 func (c drainSource) Close() error { return c.d.Close() }
+
+// cpuSource also announces processes the moment they are first sampled.
+type cpuSource struct {
+	drainSource
+	s *sampler.Sampler
+}
+
+func (c cpuSource) NewProcesses() <-chan uint32 { return c.s.NewProcesses() }
