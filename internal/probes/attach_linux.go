@@ -5,7 +5,7 @@ package probes
 import (
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"slices"
 	"strings"
 	"sync"
@@ -170,11 +170,6 @@ func (a *attacher) attachFile(pid uint32, m procfs.Map, probes []int) {
 	if m.Deleted() {
 		name = a.proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
 	}
-	f, err := os.Open(name)
-	if err != nil {
-		return // the process is gone; another scan retries
-	}
-	defer f.Close()
 	queries := make([]symbolQuery, 0, 2*len(probes))
 	for _, i := range probes {
 		queries = append(queries, a.specs[i].entry)
@@ -182,9 +177,12 @@ func (a *attacher) attachFile(pid uint32, m procfs.Map, probes []int) {
 			queries = append(queries, a.specs[i].exit)
 		}
 	}
-	funcs, err := symbolize.FindFunctions(f, func(sym string) bool {
+	funcs, err := symbolize.FindFunctions(name, func(sym string) bool {
 		return slices.ContainsFunc(queries, func(q symbolQuery) bool { return q.match(sym) })
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return // the process is gone; another scan retries
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()

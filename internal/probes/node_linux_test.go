@@ -25,7 +25,7 @@ function tick() {
   if (++n < total) setTimeout(tick, 20);
   else setImmediate(() => console.log("done"));
 }
-setTimeout(tick, 300);
+setTimeout(tick, 800); // the probes attach after the exec event: leave them time
 `
 
 const nodeLongBlocks = 4

@@ -82,16 +82,6 @@ func parseELF(data []byte) (*elfFile, error) {
 	return ef, nil
 }
 
-// hasSymbol reports whether syms holds a symbol called name.
-func hasSymbol(syms []elf.Symbol, name string) bool {
-	for _, s := range syms {
-		if s.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
 // vaddr translates a file offset into the ELF virtual address through the
 // PT_LOAD segment containing it.
 func (ef *elfFile) vaddr(off uint64) (uint64, bool) {

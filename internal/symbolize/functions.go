@@ -1,10 +1,10 @@
 package symbolize
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 )
 
@@ -27,18 +27,30 @@ type ELFFunctions struct {
 	Go bool
 }
 
-// FindFunctions returns the defined function symbols of the ELF file read by
-// r whose raw name satisfies match, from .symtab and .dynsym (each name once),
-// with the file offset of each. Aliases (several names at one address, e.g.
-// C++ C1/C2 constructors) are all reported. Malformed input gives an error,
-// never a panic.
-func FindFunctions(r io.ReaderAt, match func(name string) bool) (res ELFFunctions, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			res, err = ELFFunctions{}, fmt.Errorf("malformed ELF: %v", p)
-		}
-	}()
-	f, err := elf.NewFile(r)
+// FindFunctions returns the defined function symbols of the ELF file at
+// path whose raw name satisfies match, from .symtab and .dynsym (each name
+// once), with the file offset of each. Aliases (several names at one
+// address, e.g. C++ C1/C2 constructors) are all reported. The symbol tables
+// are read in place in the mapped file, as the symbolizer reads them.
+// Malformed input gives an error, never a panic.
+func FindFunctions(path string, match func(name string) bool) (ELFFunctions, error) {
+	mf, err := openMapped(path)
+	if err != nil {
+		return ELFFunctions{}, err
+	}
+	defer mf.close()
+	var res ELFFunctions
+	if ferr := withFaultPanic(func() { res, err = findFunctions(mf.data, match) }); ferr != nil {
+		return ELFFunctions{}, fmt.Errorf("malformed ELF %s: %w", path, ferr)
+	}
+	if err != nil {
+		return ELFFunctions{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
+}
+
+func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return ELFFunctions{}, err
 	}
@@ -51,30 +63,40 @@ func FindFunctions(r io.ReaderAt, match func(name string) bool) (res ELFFunction
 	if len(loads) == 0 {
 		return ELFFunctions{}, errors.New("no PT_LOAD segment")
 	}
-	syms, symErr := f.Symbols()
-	dyn, dynErr := f.DynamicSymbols()
-	if len(syms) == 0 && len(dyn) == 0 && symErr != nil && !errors.Is(symErr, elf.ErrNoSymbols) {
-		return ELFFunctions{}, symErr
-	}
-	if len(syms) == 0 && len(dyn) == 0 && dynErr != nil && !errors.Is(dynErr, elf.ErrNoSymbols) {
-		return ELFFunctions{}, dynErr
-	}
-	res.Go = f.Section(".gopclntab") != nil || hasSymbol(syms, "runtime.pclntab")
+	var res ELFFunctions
+	res.Go = f.Section(".gopclntab") != nil
 	seen := make(map[string]bool)
-	for _, s := range append(syms, dyn...) {
-		typ := elf.ST_TYPE(s.Info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-			continue
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		raw, ok, err := rawSymbolSection(f, data, typ)
+		if err != nil {
+			return ELFFunctions{}, err
 		}
-		if s.Value == 0 || s.Section == elf.SHN_UNDEF || s.Name == "" || seen[s.Name] || !match(s.Name) {
-			continue
-		}
-		seen[s.Name] = true
-		off, ok := fileOffset(loads, s.Value)
 		if !ok {
 			continue
 		}
-		res.Symbols = append(res.Symbols, FunctionSymbol{Name: s.Name, Value: s.Value, Size: s.Size, Offset: off})
+		if !res.Go && typ == elf.SHT_SYMTAB {
+			_, res.Go = raw.find("runtime.pclntab")
+		}
+		for i := range raw.len() {
+			s := raw.sym(i)
+			typ := elf.ST_TYPE(s.info)
+			if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+				continue
+			}
+			if s.value == 0 || s.shndx == uint16(elf.SHN_UNDEF) || s.name == 0 {
+				continue
+			}
+			name := cstring(raw.strtab, uint64(s.name))
+			if name == "" || seen[name] || !match(name) {
+				continue
+			}
+			seen[name] = true
+			off, ok := fileOffset(loads, s.value)
+			if !ok {
+				continue
+			}
+			res.Symbols = append(res.Symbols, FunctionSymbol{Name: name, Value: s.value, Size: s.size, Offset: off})
+		}
 	}
 	sort.Slice(res.Symbols, func(i, j int) bool {
 		a, b := res.Symbols[i], res.Symbols[j]

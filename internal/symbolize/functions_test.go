@@ -1,9 +1,9 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -11,11 +11,8 @@ import (
 )
 
 func TestFindFunctionsGoBinary(t *testing.T) {
-	f, err := os.Open(buildGo(t))
-	require.NoError(t, err)
-	defer f.Close()
-
-	res, err := FindFunctions(f, func(name string) bool { return name == "main.crunch" || name == "no.such" })
+	bin := buildGo(t)
+	res, err := FindFunctions(bin, func(name string) bool { return name == "main.crunch" || name == "no.such" })
 	require.NoError(t, err)
 	require.True(t, res.Go)
 	require.Len(t, res.Symbols, 1)
@@ -23,6 +20,9 @@ func TestFindFunctionsGoBinary(t *testing.T) {
 	require.Equal(t, "main.crunch", s.Name)
 
 	// The file offset holds the function's first bytes.
+	f, err := os.Open(bin)
+	require.NoError(t, err)
+	defer f.Close()
 	ef, err := elf.NewFile(f)
 	require.NoError(t, err)
 	text := ef.Section(".text")
@@ -33,10 +33,7 @@ func TestFindFunctionsGoBinary(t *testing.T) {
 
 func TestFindFunctionsCAliases(t *testing.T) {
 	bin := buildC(t, "cc", "aliases.c", "-O1")
-	f, err := os.Open(bin)
-	require.NoError(t, err)
-	defer f.Close()
-	res, err := FindFunctions(f, func(name string) bool { return strings.HasPrefix(name, "probe_target") })
+	res, err := FindFunctions(bin, func(name string) bool { return strings.HasPrefix(name, "probe_target") })
 	require.NoError(t, err)
 	require.False(t, res.Go)
 	require.Len(t, res.Symbols, 2)
@@ -45,6 +42,10 @@ func TestFindFunctionsCAliases(t *testing.T) {
 }
 
 func TestFindFunctionsMalformed(t *testing.T) {
-	_, err := FindFunctions(bytes.NewReader([]byte("\x7fELF garbage")), func(string) bool { return true })
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	require.NoError(t, os.WriteFile(garbage, []byte("\x7fELF garbage garbage garbage garbage garbage garbage garbage"), 0o644))
+	_, err := FindFunctions(garbage, func(string) bool { return true })
+	require.Error(t, err)
+	_, err = FindFunctions(filepath.Join(t.TempDir(), "missing"), func(string) bool { return true })
 	require.Error(t, err)
 }
