@@ -303,7 +303,7 @@ func TestSleepersRatio(t *testing.T) {
 
 func TestMigration(t *testing.T) {
 	if runtime.NumCPU() < 2 {
-		t.Skip("needs 2 CPUs")
+		testutil.SkipOrFail(t, "needs 2 CPUs")
 	}
 	r := runSleepers(t, "migrate", 100, Options{MinBlock: time.Millisecond}, 0)
 	t.Logf("%d of %d sleeps woke on another CPU; stats %+v", r.cross, r.sleeps["sleep_migrate"], r.stats)

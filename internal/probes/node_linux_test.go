@@ -36,7 +36,7 @@ func TestNodeCallbackScope(t *testing.T) {
 	testutil.RequireBPF(t)
 	const node = "/usr/bin/node"
 	if _, err := os.Stat(node); err != nil {
-		t.Skipf("no %s: %v", node, err)
+		testutil.SkipOrFail(t, "no %s: %v", node, err)
 	}
 	script := filepath.Join(t.TempDir(), "blocks.js")
 	require.NoError(t, os.WriteFile(script, []byte(nodeScript), 0o644))

@@ -23,7 +23,7 @@ import (
 func TestScopesChildPIDNamespace(t *testing.T) {
 	testutil.RequireBPF(t)
 	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not found")
+		testutil.SkipOrFail(t, "unshare not found")
 	}
 	bin := testutil.BuildC(t, "scopes.c")
 	out := filepath.Join(t.TempDir(), "measured.txt")
