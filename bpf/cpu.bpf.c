@@ -37,8 +37,6 @@
 #define MAX_TARGETS 4096
 #define MAX_SEEN_PIDS 16384
 #define NEW_PIDS_BYTES (16 * 1024)
-/* Wake the reader once a quarter of new_pids is in use; it also polls. */
-#define NEW_PIDS_WAKEUP_BYTES (NEW_PIDS_BYTES / 4)
 
 typedef u64 stack_trace_t[MAX_STACK_DEPTH];
 
@@ -166,9 +164,12 @@ static __always_inline void announce(u32 host_tgid, u32 pid, struct sampler_stat
 		return;
 	}
 	*rec = pid;
-	bpf_ringbuf_submit(rec, bpf_ringbuf_query(&new_pids, BPF_RB_AVAIL_DATA) >= NEW_PIDS_WAKEUP_BYTES
-					? BPF_RB_FORCE_WAKEUP
-					: BPF_RB_NO_WAKEUP);
+	/*
+	 * New processes are rare next to samples: wake the reader at once, so
+	 * it reads the process's maps while it still runs, and it needs no
+	 * polling when the host is idle.
+	 */
+	bpf_ringbuf_submit(rec, 0);
 }
 
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,

@@ -48,8 +48,8 @@ func TestNewProcesses(t *testing.T) {
 				announcedWhileRunning = true
 			}
 		case <-exited:
-			// Collect what the poll may still deliver, then stop.
-			timeout = time.After(3 * newPidsPoll)
+			// Collect what may still be in flight, then stop.
+			timeout = time.After(200 * time.Millisecond)
 			exited = nil
 		case <-timeout:
 			if exited != nil {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -27,10 +26,6 @@ const (
 	sampleRatePath = "/proc/sys/kernel/perf_event_max_sample_rate"
 	onlineCPUsPath = "/sys/devices/system/cpu/online"
 )
-
-// newPidsPoll bounds how long a new-process notification waits in the ring
-// buffer: the BPF side wakes the reader only when a quarter of it is used.
-const newPidsPoll = 50 * time.Millisecond
 
 // Sampler samples on-CPU stacks with BPF. Its methods are safe for concurrent use.
 type Sampler struct {
@@ -137,10 +132,9 @@ func (s *Sampler) readNewPids() {
 	defer close(s.procs)
 	var rec ringbuf.Record
 	for {
-		s.newPids.SetDeadline(time.Now().Add(newPidsPoll))
 		err := s.newPids.ReadInto(&rec)
 		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed):
+		case errors.Is(err, ringbuf.ErrFlushed):
 			continue
 		case err != nil: // closed
 			return
