@@ -50,13 +50,10 @@
  */
 #include "common.h"
 #include "stackstore.h"
+#include "drainmaps.h"
 #include <bpf/bpf_tracing.h>
 
-#define MAX_COUNT_ENTRIES 16384
-#define MAX_STACK_ENTRIES 8192
 #define MAX_PENDING 1024
-#define MAX_THREADS 16384
-#define MAX_TARGETS 4096
 #define MAX_EXCLUDED 64
 
 /* include/linux/sched.h: threads that never return to user space. */
@@ -72,8 +69,6 @@
 #ifndef EBUSY
 #define EBUSY 16
 #endif
-
-typedef u64 stack_trace_t[MAX_STACK_DEPTH];
 
 /* Kernel types of the BPF task work kfunc (kernel/bpf/helpers.c, 6.18+). */
 struct bpf_map {
@@ -110,21 +105,6 @@ extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct b
 					      bpf_task_work_callback_t callback, void *aux__prog) __ksym;
 extern void bpf_preempt_disable(void) __ksym;
 extern void bpf_preempt_enable(void) __ksym;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_COUNT_ENTRIES);
-	__type(key, struct stack_key);
-	__type(value, u64);
-} counts_0 SEC(".maps"), counts_1 SEC(".maps");
-
-/* Stack id (frame hash) -> frames, zero-padded. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_STACK_ENTRIES);
-	__type(key, u32);
-	__type(value, stack_trace_t);
-} stacks_0 SEC(".maps"), stacks_1 SEC(".maps");
 
 /* Freed with the task: entries of exited threads cannot accumulate. */
 struct {
@@ -165,28 +145,6 @@ struct {
 	__type(value, struct pending_zero);
 } zero_pending SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_THREADS);
-	__type(key, u32);
-	__type(value, struct thread_comm);
-} comms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct sampler_config);
-} config SEC(".maps");
-
-/* tgid (as the collector sees it) -> 1; consulted only when config.filter_enabled is set. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_TARGETS);
-	__type(key, u32);
-	__type(value, u8);
-} target_pids SEC(".maps");
-
 /* tgid (as the collector sees it) -> 1: never recorded (the collector itself). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -194,21 +152,6 @@ struct {
 	__type(key, u32);
 	__type(value, u8);
 } excluded_pids SEC(".maps");
-
-/* Indexed by generation. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, u32);
-	__type(value, struct sampler_stats);
-} stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct inflight_seq);
-} inflight SEC(".maps");
 
 /*
  * A sleep that cannot be measured: its task storage could not be created
