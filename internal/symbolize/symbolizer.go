@@ -178,6 +178,16 @@ func lookupAddr(i int, addr uint64) uint64 {
 	return addr
 }
 
+// LoadKernel reads the kernel symbols now instead of at the first kernel
+// stack, so that cost falls at start-up, not into a report.
+func (s *Symbolizer) LoadKernel() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kernelLoaded.IsZero() {
+		s.loadKernel()
+	}
+}
+
 // Kernel symbolizes a kernel stack, leaf first in and out.
 func (s *Symbolizer) Kernel(addrs []uint64) []report.Frame {
 	s.mu.Lock()

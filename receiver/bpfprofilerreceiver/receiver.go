@@ -73,8 +73,9 @@ type profilerReceiver struct {
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
-	// prefetching counts the prefetchProcesses goroutines.
-	prefetching sync.WaitGroup
+	// background runs the kernel symbol preload and the prefetchProcesses
+	// goroutines.
+	background sync.WaitGroup
 }
 
 func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver, error) {
@@ -173,10 +174,13 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	r.done = make(chan struct{})
 	r.lastDrain = now()
 	go r.reportLoop(ctx)
+	if len(r.sources) > 0 {
+		r.background.Go(r.symbols.LoadKernel)
+	}
 	for _, src := range r.sources {
 		if a, ok := src.(processAnnouncer); ok {
-			r.prefetching.Add(1)
-			go r.prefetchProcesses(ctx, a.NewProcesses())
+			pids := a.NewProcesses()
+			r.background.Go(func() { r.prefetchProcesses(ctx, pids) })
 		}
 	}
 	return nil
@@ -208,7 +212,6 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, error) {
 // soon as it is first sampled, so stacks of short-lived processes still
 // resolve when they are drained after the process exited.
 func (r *profilerReceiver) prefetchProcesses(ctx context.Context, pids <-chan uint32) {
-	defer r.prefetching.Done()
 	for {
 		select {
 		case <-ctx.Done():
@@ -323,7 +326,7 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
 		<-r.done
-		r.prefetching.Wait()
+		r.background.Wait()
 		r.cancel = nil
 		r.report(ctx)
 	}
