@@ -179,12 +179,21 @@ func lookupAddr(i int, addr uint64) uint64 {
 }
 
 // LoadKernel reads the kernel symbols now instead of at the first kernel
-// stack, so that cost falls at start-up, not into a report.
+// stack, so that cost falls at start-up, not into a report. The file is
+// parsed without holding the symbolizer's lock, so user-space lookups and
+// prefetches go on meanwhile.
 func (s *Symbolizer) LoadKernel() {
+	s.mu.Lock()
+	loaded := !s.kernelLoaded.IsZero()
+	s.mu.Unlock()
+	if loaded {
+		return
+	}
+	ks, err := readKallsyms(s.kpath)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.kernelLoaded.IsZero() {
-		s.loadKernel()
+		s.setKernel(ks, err)
 	}
 }
 
@@ -219,22 +228,34 @@ func (s *Symbolizer) kernelLookup(addr uint64) (string, *report.Mapping, bool) {
 }
 
 func (s *Symbolizer) loadKernel() {
-	s.kernelLoaded = s.now()
-	f, err := os.Open(s.kpath)
-	if err == nil {
-		var ks *kallsyms
-		ks, err = parseKallsyms(f)
-		f.Close()
-		if err == nil {
-			s.kernel, s.kernelErr = ks, nil
-			if len(ks.syms) == 0 && s.once.first("kallsyms-empty:"+s.kpath) {
-				s.log.Warn("kallsyms has no usable symbols (addresses hidden?); kernel frames stay unsymbolized",
-					zap.String("file", s.kpath))
-			}
-			return
-		}
+	ks, err := readKallsyms(s.kpath)
+	s.setKernel(ks, err)
+}
+
+func readKallsyms(path string) (*kallsyms, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	err = fmt.Errorf("read %s: %w", s.kpath, err)
+	defer f.Close()
+	ks, err := parseKallsyms(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return ks, nil
+}
+
+// setKernel installs what readKallsyms returned; s.mu is held.
+func (s *Symbolizer) setKernel(ks *kallsyms, err error) {
+	s.kernelLoaded = s.now()
+	if err == nil {
+		s.kernel, s.kernelErr = ks, nil
+		if len(ks.syms) == 0 && s.once.first("kallsyms-empty:"+s.kpath) {
+			s.log.Warn("kallsyms has no usable symbols (addresses hidden?); kernel frames stay unsymbolized",
+				zap.String("file", s.kpath))
+		}
+		return
+	}
 	if s.kernelErr == nil {
 		s.stats.FileErrors++
 		s.log.Warn("cannot load kernel symbols", zap.Error(err))

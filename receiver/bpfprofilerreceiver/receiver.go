@@ -220,8 +220,8 @@ func (r *profilerReceiver) prefetchProcesses(ctx context.Context, pids <-chan ui
 			if !ok {
 				return
 			}
-			r.symbols.Prefetch(pid)
 			_, _ = r.ids.Resolve(pid)
+			r.symbols.Prefetch(pid)
 		}
 	}
 }

@@ -215,7 +215,7 @@ func TestJITFramesOfProcessInNestedPIDNamespace(t *testing.T) {
 	assert.Greater(t, float64(fn["jit_hot_loop"])/float64(total), 0.8, "leaf functions: %v", fn)
 }
 
-// A process that lives for a fraction of a report interval and is gone
+// A process that lives for a third of a report interval and is gone
 // (binary deleted too) when its samples are drained is still named and
 // symbolized: the sampler announces it at its first sample and the receiver
 // reads its maps, files and identity right away.
@@ -233,7 +233,7 @@ func TestShortLivedProcessIsSymbolized(t *testing.T) {
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
 	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
 
-	work := exec.Command(bin, "0.4")
+	work := exec.Command(bin, "1")
 	require.NoError(t, work.Run())
 	require.NoError(t, os.Remove(bin))
 	require.Eventually(t, func() bool { return len(sink.AllProfiles()) > 0 }, 10*time.Second, 50*time.Millisecond)
