@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 const kallsymsFixture = `0000000000000000 A fixed_percpu_data
@@ -156,13 +157,13 @@ func FuzzParseKallsyms(f *testing.F) {
 func TestKernelHost(t *testing.T) {
 	f, err := os.Open(DefaultKallsymsPath)
 	if err != nil {
-		t.Skip(err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	ks, err := parseKallsyms(f)
 	f.Close()
 	require.NoError(t, err)
 	if len(ks.syms) == 0 {
-		t.Skip("kallsyms addresses hidden")
+		testutil.SkipOrFail(t, "kallsyms addresses hidden (not root?)")
 	}
 	var addr uint64
 	for _, sym := range ks.syms {

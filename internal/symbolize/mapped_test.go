@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // copyTestBinary copies the test binary (a Go binary) into dir.
@@ -53,7 +54,7 @@ func selfMaps(t *testing.T, path string) bool {
 
 func TestMappedFilesReleased(t *testing.T) {
 	if _, err := os.Stat("/proc/self/maps"); err != nil {
-		t.Skip(err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	dir := t.TempDir()
 	a, b := copyTestBinary(t, dir, "a.bin"), copyTestBinary(t, dir, "b.bin")
