@@ -32,6 +32,40 @@ type ociAnnotations struct {
 	Annotations map[string]string `json:"annotations"`
 }
 
+// nameKeys are the annotation (or label) keys one runtime stores the pod
+// names under, and the value of typeKey that marks the pod sandbox.
+type nameKeys struct {
+	pod, namespace, uid, container string
+	typeKey, sandboxType           string
+}
+
+var (
+	containerdKeys = nameKeys{
+		pod: "io.kubernetes.cri.sandbox-name", namespace: "io.kubernetes.cri.sandbox-namespace",
+		uid: "io.kubernetes.cri.sandbox-uid", container: "io.kubernetes.cri.container-name",
+		typeKey: "io.kubernetes.cri.container-type", sandboxType: "sandbox",
+	}
+	crioKeys = nameKeys{
+		pod: "io.kubernetes.pod.name", namespace: "io.kubernetes.pod.namespace",
+		uid: "io.kubernetes.pod.uid", container: "io.kubernetes.container.name",
+		typeKey: "io.kubernetes.cri-o.ContainerType", sandboxType: "sandbox",
+	}
+	dockerKeys = nameKeys{
+		pod: "io.kubernetes.pod.name", namespace: "io.kubernetes.pod.namespace",
+		uid: "io.kubernetes.pod.uid", container: "io.kubernetes.container.name",
+		typeKey: "io.kubernetes.docker.type", sandboxType: "podsandbox",
+	}
+)
+
+// names reads the pod names from a runtime's annotations or labels.
+func (k nameKeys) names(a map[string]string) PodNames {
+	n := PodNames{PodName: a[k.pod], Namespace: a[k.namespace], PodUID: a[k.uid], ContainerName: a[k.container]}
+	if a[k.typeKey] == k.sandboxType {
+		n.ContainerName = ""
+	}
+	return n
+}
+
 // ParseContainerdSpec reads the pod names from the annotations of a
 // containerd bundle config.json.
 func ParseContainerdSpec(r io.Reader) (PodNames, error) {
@@ -39,17 +73,7 @@ func ParseContainerdSpec(r io.Reader) (PodNames, error) {
 	if err := decodeJSON(r, &spec); err != nil {
 		return PodNames{}, fmt.Errorf("containerd spec: %w", err)
 	}
-	a := spec.Annotations
-	n := PodNames{
-		PodName:       a["io.kubernetes.cri.sandbox-name"],
-		Namespace:     a["io.kubernetes.cri.sandbox-namespace"],
-		PodUID:        a["io.kubernetes.cri.sandbox-uid"],
-		ContainerName: a["io.kubernetes.cri.container-name"],
-	}
-	if a["io.kubernetes.cri.container-type"] == "sandbox" {
-		n.ContainerName = ""
-	}
-	return n, nil
+	return containerdKeys.names(spec.Annotations), nil
 }
 
 // ParseCRIOSpec reads the pod names from the annotations of a CRI-O
@@ -59,17 +83,7 @@ func ParseCRIOSpec(r io.Reader) (PodNames, error) {
 	if err := decodeJSON(r, &spec); err != nil {
 		return PodNames{}, fmt.Errorf("cri-o spec: %w", err)
 	}
-	a := spec.Annotations
-	n := PodNames{
-		PodName:       a["io.kubernetes.pod.name"],
-		Namespace:     a["io.kubernetes.pod.namespace"],
-		PodUID:        a["io.kubernetes.pod.uid"],
-		ContainerName: a["io.kubernetes.container.name"],
-	}
-	if a["io.kubernetes.cri-o.ContainerType"] == "sandbox" {
-		n.ContainerName = ""
-	}
-	return n, nil
+	return crioKeys.names(spec.Annotations), nil
 }
 
 // ParseDockerConfig reads the pod names from the labels of a docker
@@ -83,17 +97,7 @@ func ParseDockerConfig(r io.Reader) (PodNames, error) {
 	if err := decodeJSON(r, &cfg); err != nil {
 		return PodNames{}, fmt.Errorf("docker config: %w", err)
 	}
-	l := cfg.Config.Labels
-	n := PodNames{
-		PodName:       l["io.kubernetes.pod.name"],
-		Namespace:     l["io.kubernetes.pod.namespace"],
-		PodUID:        l["io.kubernetes.pod.uid"],
-		ContainerName: l["io.kubernetes.container.name"],
-	}
-	if l["io.kubernetes.docker.type"] == "podsandbox" {
-		n.ContainerName = ""
-	}
-	return n, nil
+	return dockerKeys.names(cfg.Config.Labels), nil
 }
 
 func decodeJSON(r io.Reader, v any) error {
