@@ -27,7 +27,7 @@ func TestCollectorReportsPodIdentity(t *testing.T) {
 receivers:
   bpfprofiler:
     report_interval: 1s
-    targets: {container_ids: [%s]}
+    targets: {container_ids: ['%s']}
     cpu: {samples_per_second: 49}
     kubernetes: {host_root: %s}
 exporters:
