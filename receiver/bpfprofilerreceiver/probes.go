@@ -3,7 +3,6 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 import (
 	"context"
 	"fmt"
-	"os"
 	"sort"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
@@ -26,7 +26,10 @@ type probeRunner struct {
 	dropped uint64 // ring buffer drops already reported
 }
 
-func (r *profilerReceiver) startProbes(ctx context.Context) error {
+// startProbes attaches the probes; pidns is the collector's pid namespace
+// (records then carry pids as the collector's /proc knows them, like the
+// profiles).
+func (r *profilerReceiver) startProbes(ctx context.Context, pidns procfs.PIDNamespace) error {
 	specs := r.cfg.probeSpecs()
 	if len(specs) == 0 {
 		return nil
@@ -34,12 +37,6 @@ func (r *profilerReceiver) startProbes(ctx context.Context) error {
 	if r.logsConsumer() == nil {
 		r.settings.Logger.Warn("probes are configured but the receiver is in no logs pipeline: probes are not attached")
 		return nil
-	}
-	// Records then carry pids as the collector's /proc (and identity
-	// resolver) knows them, like the profiles.
-	pidns, err := r.proc.PIDNamespace(uint32(os.Getpid()))
-	if err != nil {
-		return fmt.Errorf("start probes: find the collector's pid namespace: %w", err)
 	}
 	m, err := probes.Open(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger, PIDNamespace: pidns})
 	if err != nil {

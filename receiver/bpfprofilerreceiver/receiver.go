@@ -165,7 +165,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		zap.Bool("child_pid_namespace", !pidns.IsZero()))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.startProbes(ctx); err != nil {
+	if err := r.startProbes(ctx, pidns); err != nil {
 		cancel()
 		r.closeAll()
 		return err
