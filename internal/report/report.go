@@ -33,7 +33,8 @@ type Mapping struct {
 
 // Frame is one symbolized (or not) program counter. A single address may
 // expand to several frames when functions were inlined; inlined callees come
-// first and carry Inlined=true.
+// first, carry Inlined=true and share the address and mapping of the frame
+// they were inlined into.
 type Frame struct {
 	Address  uint64
 	Function string // "" when the address could not be resolved
@@ -58,7 +59,7 @@ type Identity struct {
 	PID        uint32 // pid as the collector's /proc sees it
 	ExeName    string
 	ExePath    string
-	Attributes map[string]any // string, int64 or bool values, keyed by attribute name
+	Attributes map[string]any // string, bool, integer or float values, keyed by attribute name
 }
 
 // Process groups the samples of one process in one report.
