@@ -31,11 +31,27 @@ typedef __u64 u64;
 /* Frames kept per stack; matches sysctl kernel.perf_event_max_stack default. */
 #define MAX_STACK_DEPTH 127
 
+/*
+ * Helper results compared with an errno are kept in an int: before Linux
+ * 6.4 helpers such as bpf_map_update_elem and bpf_get_stack return int, so
+ * the upper half of the 64-bit register is zero and -EEXIST arrives as
+ * 0x00000000ffffffef. Truncating to int gives the same value on every
+ * kernel.
+ */
 #ifndef EFAULT
 #define EFAULT 14
 #endif
 #ifndef EEXIST
 #define EEXIST 17
+#endif
+#ifndef E2BIG
+#define E2BIG 7
+#endif
+#ifndef EBUSY
+#define EBUSY 16
+#endif
+#ifndef EINVAL
+#define EINVAL 22
 #endif
 
 typedef struct {
@@ -160,7 +176,7 @@ static __always_inline void store_comm(void *comms, u32 tid, const struct thread
 static __always_inline int add_delta(void *counts, struct stack_key *key, u64 delta)
 {
 	u64 *total;
-	long err;
+	int err;
 
 	total = bpf_map_lookup_elem(counts, key);
 	if (total) {

@@ -75,7 +75,7 @@ static __always_inline void remember_comm(u32 tid)
  */
 static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *stacks, u64 *frames, u64 flags)
 {
-	long n = bpf_get_stack(ctx, frames, sizeof(stack_trace_t), flags);
+	int n = bpf_get_stack(ctx, frames, sizeof(stack_trace_t), flags); /* int: see common.h */
 
 	if (n == 0)
 		n = -EFAULT;

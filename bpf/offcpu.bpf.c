@@ -60,15 +60,6 @@
 #define PF_IO_WORKER 0x00000010
 #define PF_USER_WORKER 0x00004000
 
-#ifndef EINVAL
-#define EINVAL 22
-#endif
-#ifndef E2BIG
-#define E2BIG 7
-#endif
-#ifndef EBUSY
-#define EBUSY 16
-#endif
 
 /* Kernel types of the BPF task work kfunc (kernel/bpf/helpers.c, 6.18+). */
 struct bpf_map {
@@ -209,7 +200,7 @@ static __always_inline void remember_comm(struct task_struct *task, u32 tid)
 {
 	struct thread_comm cur = {};
 
-	if (bpf_probe_read_kernel_str(cur.comm, sizeof(cur.comm), task->comm) >= 0)
+	if ((int)bpf_probe_read_kernel_str(cur.comm, sizeof(cur.comm), task->comm) >= 0) /* int: see common.h */
 		store_comm(&comms, tid, &cur);
 }
 
@@ -275,7 +266,7 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	struct offcpu_pending *p = value;
 	struct task_struct *task = bpf_get_current_task_btf();
 	u32 tid = *(u32 *)key;
-	long n;
+	int n; /* int on every kernel: see common.h */
 
 	/*
 	 * Not preemptible from here: record() requires it, and the capture
@@ -298,7 +289,7 @@ static __always_inline void record_now(struct task_struct *next, u32 pid, u32 ti
 {
 	u32 zero = 0;
 	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
-	long n;
+	int n; /* int on every kernel: see common.h */
 
 	if (!frames)
 		return;
@@ -316,7 +307,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 {
 	struct offcpu_pending *p;
 	u32 host_tid = next->pid, zero = 0;
-	long n;
+	int n; /* int on every kernel: see common.h */
 	int err;
 
 	p = bpf_map_lookup_elem(&pending, &host_tid);

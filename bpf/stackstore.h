@@ -18,7 +18,7 @@
  * Hash of zero-padded frames, as a non-negative stack id. bytes is what
  * bpf_get_task_stack returned; a negative value (an error) is passed through.
  */
-static __always_inline s32 hash_frames(const u64 *frames, long bytes)
+static __always_inline s32 hash_frames(const u64 *frames, int bytes)
 {
 	u64 h = 0xcbf29ce484222325ULL;
 
@@ -61,7 +61,7 @@ static __always_inline s32 store_stack(void *stacks, const u64 *frames, s32 hash
 	for (int probe = 0; probe < STACK_PROBES; probe++) {
 		u32 id = ((u32)hash + probe) & 0x7fffffff;
 		const u64 *old;
-		long err;
+		int err; /* int on every kernel: see common.h */
 
 		err = bpf_map_update_elem(stacks, &id, frames, BPF_NOEXIST);
 		if (!err)
