@@ -10,7 +10,7 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean
+.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-kernels kernel-tools
 
 all: build
 
@@ -45,6 +45,19 @@ test: $(COLLECTOR)
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+# The kernel matrix: boots Debian's kernels under qemu (software emulation)
+# and runs the end-to-end checks in each, plus on the machine's own kernel.
+# KERNELS chooses (series of Debian kernel packages, or host); README=1 also
+# rewrites the README's kernel table from the result.
+KERNELS ?= 5.10,6.1,6.12,host
+test-kernels: $(COLLECTOR) kernel-tools
+	$(GO) run ./test/kernels -kernels "$(KERNELS)" -collector $(COLLECTOR) $(if $(README),-readme README.md)
+
+# What the kernel matrix needs besides Go: qemu and a static busybox.
+kernel-tools:
+	@need=""; for p in qemu-system-x86 busybox-static; do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
+	if [ -n "$$need" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; fi
 
 bench: $(COLLECTOR)
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)

@@ -21,19 +21,12 @@
  * kept per generation too (stats[generation]), so the counters user space
  * reads and zeroes describe exactly the samples it drained.
  *
- * New processes: the first sample of a user process (host tgid not in
- * seen_pids) sends its pid, as the collector sees it, through the new_pids
- * ring buffer, so user space can read its mappings while it still runs.
- * cpu_process_exit forgets the tgid once the whole thread group is exiting,
- * so a reused pid is announced again.
+ * New processes are announced at their first sample (announce.h).
  */
 #include "common.h"
 #include "stackstore.h"
 #include "drainmaps.h"
-#include <bpf/bpf_tracing.h>
-
-#define MAX_SEEN_PIDS 16384
-#define NEW_PIDS_BYTES (16 * 1024)
+#include "announce.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
 struct {
@@ -42,20 +35,6 @@ struct {
 	__type(key, u32);
 	__type(value, stack_trace_t);
 } scratch SEC(".maps");
-
-/* Host tgids already announced in new_pids. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SEEN_PIDS);
-	__type(key, u32);
-	__type(value, u8);
-} seen_pids SEC(".maps");
-
-/* Pids (u32, as the collector sees them) of newly sampled processes. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, NEW_PIDS_BYTES);
-} new_pids SEC(".maps");
 
 /* Stores the current thread's name (see store_comm). */
 static __always_inline void remember_comm(u32 tid)
@@ -80,38 +59,6 @@ static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *
 	if (n == 0)
 		n = -EFAULT;
 	return store_stack(stacks, frames, hash_frames(frames, n));
-}
-
-/*
- * Announces a process on its first sample: inserts its host tgid in
- * seen_pids and sends pid (as the collector sees it) to new_pids. When the
- * ring buffer is full the drop is counted and the tgid forgotten again, so
- * a later sample retries. Exiting threads announce nothing: their group may
- * already have been forgotten by cpu_process_exit, and must stay so.
- */
-static __always_inline void announce(u32 host_tgid, u32 pid, struct sampler_stats *st)
-{
-	u8 one = 1;
-	u32 *rec;
-
-	if (bpf_map_lookup_elem(&seen_pids, &host_tgid))
-		return;
-	/* Another CPU inserted it first: it announces. */
-	if (bpf_map_update_elem(&seen_pids, &host_tgid, &one, BPF_NOEXIST))
-		return;
-	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
-	if (!rec) {
-		st->new_pid_drops++;
-		bpf_map_delete_elem(&seen_pids, &host_tgid);
-		return;
-	}
-	*rec = pid;
-	/*
-	 * New processes are rare next to samples: wake the reader at once, so
-	 * it reads the process's maps while it still runs, and it needs no
-	 * polling when the host is idle.
-	 */
-	bpf_ringbuf_submit(rec, 0);
 }
 
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
@@ -161,9 +108,7 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	}
 	st->recorded++;
 	remember_comm(key.tid);
-	/* Kernel threads have nothing to symbolize. */
-	if (!(flags & (PF_KTHREAD | PF_EXITING)))
-		announce(id >> 32, key.pid, st);
+	announce(id >> 32, key.pid, flags, st);
 }
 
 SEC("perf_event")
@@ -185,25 +130,6 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	else
 		record(ctx, 0, &counts_0, &stacks_0, cfg);
 	__sync_fetch_and_add(&in->exit, 1);
-	return 0;
-}
-
-/*
- * A thread exits: once no thread of its group is left running (signal->live,
- * decremented before this tracepoint, reached 0), its tgid is forgotten, so
- * the process that reuses the pid is announced. Waiting for the last thread,
- * not the leader, matters: a leader may exit before its threads, and other
- * threads run (and are sampled) until they handle exit_group's kill. Every
- * thread is marked PF_EXITING before it decrements live, so no sample can
- * insert the tgid again after this.
- */
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(cpu_process_exit, struct task_struct *p)
-{
-	u32 tgid = p->tgid;
-
-	if (BPF_CORE_READ(p, signal, live.counter) == 0)
-		bpf_map_delete_elem(&seen_pids, &tgid);
 	return 0;
 }
 

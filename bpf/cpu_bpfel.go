@@ -53,20 +53,20 @@ type CpuThreadComm struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CpuMapComms           = "comms"
-	CpuMapConfig          = "config"
-	CpuMapCounts0         = "counts_0"
-	CpuMapCounts1         = "counts_1"
-	CpuMapInflight        = "inflight"
-	CpuMapNewPids         = "new_pids"
-	CpuMapScratch         = "scratch"
-	CpuMapSeenPids        = "seen_pids"
-	CpuMapStacks0         = "stacks_0"
-	CpuMapStacks1         = "stacks_1"
-	CpuMapStats           = "stats"
-	CpuMapTargetPids      = "target_pids"
-	CpuProgCpuProcessExit = "cpu_process_exit"
-	CpuProgSampleCpu      = "sample_cpu"
+	CpuMapComms          = "comms"
+	CpuMapConfig         = "config"
+	CpuMapCounts0        = "counts_0"
+	CpuMapCounts1        = "counts_1"
+	CpuMapInflight       = "inflight"
+	CpuMapNewPids        = "new_pids"
+	CpuMapScratch        = "scratch"
+	CpuMapSeenPids       = "seen_pids"
+	CpuMapStacks0        = "stacks_0"
+	CpuMapStacks1        = "stacks_1"
+	CpuMapStats          = "stats"
+	CpuMapTargetPids     = "target_pids"
+	CpuProgForgetProcess = "forget_process"
+	CpuProgSampleCpu     = "sample_cpu"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -111,8 +111,8 @@ type CpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuProgramSpecs struct {
-	CpuProcessExit *ebpf.ProgramSpec `ebpf:"cpu_process_exit"`
-	SampleCpu      *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
+	SampleCpu     *ebpf.ProgramSpec `ebpf:"sample_cpu"`
 }
 
 // CpuMapSpecs contains maps before they are loaded into the kernel.
@@ -200,13 +200,13 @@ type CpuVariables struct {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuPrograms struct {
-	CpuProcessExit *ebpf.Program `ebpf:"cpu_process_exit"`
-	SampleCpu      *ebpf.Program `ebpf:"sample_cpu"`
+	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
+	SampleCpu     *ebpf.Program `ebpf:"sample_cpu"`
 }
 
 func (p *CpuPrograms) Close() error {
 	return _CpuClose(
-		p.CpuProcessExit,
+		p.ForgetProcess,
 		p.SampleCpu,
 	)
 }

@@ -14,13 +14,7 @@ func TestCpuSpecLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stackDepth = 127
-	tests := []struct {
-		name      string
-		typ       ebpf.MapType
-		keySize   uintptr
-		valueSize uintptr
-	}{
+	checkMaps(t, spec, []mapLayout{
 		{CpuMapCounts0, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
 		{CpuMapCounts1, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
 		{CpuMapStacks0, ebpf.Hash, 4, stackDepth * 8},
@@ -33,18 +27,7 @@ func TestCpuSpecLayout(t *testing.T) {
 		{CpuMapTargetPids, ebpf.Hash, 4, 1},
 		{CpuMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
 		{CpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
-	}
-	for _, tt := range tests {
-		m, ok := spec.Maps[tt.name]
-		if !ok {
-			t.Errorf("map %s missing", tt.name)
-			continue
-		}
-		if m.Type != tt.typ || uintptr(m.KeySize) != tt.keySize || uintptr(m.ValueSize) != tt.valueSize {
-			t.Errorf("map %s: type %v key %d value %d, want %v key %d value %d",
-				tt.name, m.Type, m.KeySize, m.ValueSize, tt.typ, tt.keySize, tt.valueSize)
-		}
-	}
+	})
 	if got := unsafe.Sizeof(CpuStackKey{}); got != 16 {
 		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
 	}
@@ -58,8 +41,8 @@ func TestCpuSpecLayout(t *testing.T) {
 	if !ok || p.Type != ebpf.PerfEvent {
 		t.Fatalf("program %s missing or not a perf_event program: %+v", CpuProgSampleCpu, p)
 	}
-	p, ok = spec.Programs[CpuProgCpuProcessExit]
+	p, ok = spec.Programs[CpuProgForgetProcess]
 	if !ok || p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp || p.AttachTo != "sched_process_exit" {
-		t.Errorf("program %s missing or not a tp_btf/sched_process_exit program: %+v", CpuProgCpuProcessExit, p)
+		t.Errorf("program %s missing or not a tp_btf/sched_process_exit program: %+v", CpuProgForgetProcess, p)
 	}
 }

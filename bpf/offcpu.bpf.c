@@ -2,15 +2,12 @@
 
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * Off-CPU time: on tp_btf/sched_switch, a targeted thread that goes to sleep
- * (prev) gets its switch-out timestamp and ids stored in its task storage;
- * when it is switched back in (next, on any CPU) the time it was away is
- * added to (pid, tid, user stack id, kernel stack id) if it is at least
- * min_block_ns.
- *
- * Only voluntary sleeps are recorded: a thread preempted while runnable
- * (preempt, or prev_state == TASK_RUNNING) is waiting on a runqueue, not
- * blocked, and is left to the CPU profile's view of contention.
+ * Off-CPU time, Linux >= 6.18 (see offcpu.h for what both off-CPU programs
+ * share and offcpu_switchout.bpf.c for older kernels): on
+ * tp_btf/sched_switch, a targeted thread that goes to sleep (prev) gets its
+ * switch-out timestamp and ids stored in its task storage; when it is
+ * switched back in (next, on any CPU) the time it was away is added to
+ * (pid, tid, user stack id, kernel stack id) if it is at least min_block_ns.
  *
  * Stacks are only taken for waits of at least min_block_ns, so the
  * switch-out of a short sleep costs a timestamp and a task-storage write:
@@ -26,15 +23,8 @@
  *   (and user workers, which never return to user space) are counted at
  *   switch-in, without a user stack.
  *
- * Both stacks are stored by content: a hash of the frames, made
- * non-negative, is the stack id in a BPF_MAP_TYPE_HASH (stacks_N); an id
- * taken by other frames is resolved by probing the next ids, so a stack is
- * never replaced nor confused with another (bpf_get_stackid would return
- * -EEXIST on a bucket collision and lose it).
- *
- * The counts/stacks/stats maps are double-buffered like cpu.bpf.c (see
- * there). A count and its stacks are written by one program invocation, in
- * the generation it read after announcing itself in "inflight", so nothing
+ * A count and its stacks are written by one program invocation, in the
+ * generation it read after announcing itself in "inflight", so nothing
  * refers across generations; a wait still pending at a drain is counted in
  * the next window. The task work callback runs with preemption enabled: it
  * disables preemption around that section, as the inflight protocol
@@ -45,21 +35,12 @@
  * a sleep whose storage cannot be created is counted (lost_map_full).
  *
  * Kernel requirements: bpf_task_work_schedule_resume_impl (6.18),
- * bpf_preempt_disable (6.10), task storage and bpf_get_task_stack in
- * tracing programs (5.11/5.9).
+ * bpf_preempt_disable (6.10), the prev_state argument of sched_switch
+ * (5.18), task storage in tracing programs (5.11).
  */
-#include "common.h"
-#include "stackstore.h"
-#include "drainmaps.h"
-#include <bpf/bpf_tracing.h>
+#include "offcpu.h"
 
 #define MAX_PENDING 1024
-#define MAX_EXCLUDED 64
-
-/* include/linux/sched.h: threads that never return to user space. */
-#define PF_IO_WORKER 0x00000010
-#define PF_USER_WORKER 0x00004000
-
 
 /* Kernel types of the BPF task work kfunc (kernel/bpf/helpers.c, 6.18+). */
 struct bpf_map {
@@ -89,9 +70,6 @@ struct offcpu_pending {
 	stack_trace_t user;
 };
 
-/* Blocks shorter than this are not recorded; set at load time. */
-const volatile u64 min_block_ns = 0;
-
 extern int bpf_task_work_schedule_resume_impl(struct task_struct *task, struct bpf_task_work *tw, void *map__map,
 					      bpf_task_work_callback_t callback, void *aux__prog) __ksym;
 extern void bpf_preempt_disable(void) __ksym;
@@ -113,14 +91,6 @@ struct {
 	__type(value, struct offcpu_pending);
 } pending SEC(".maps");
 
-/* Per-CPU kernel frames of a wait counted at switch-in (irqs are off there). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, stack_trace_t);
-} scratch SEC(".maps");
-
 /*
  * All zeros, to create pending entries from (too large for the BPF stack);
  * plain bytes, as a bpf_task_work field could not be read.
@@ -136,54 +106,14 @@ struct {
 	__type(value, struct pending_zero);
 } zero_pending SEC(".maps");
 
-/* tgid (as the collector sees it) -> 1: never recorded (the collector itself). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_EXCLUDED);
-	__type(key, u32);
-	__type(value, u8);
-} excluded_pids SEC(".maps");
-
-/*
- * A sleep that cannot be measured: its task storage could not be created
- * (no memory, or the storage busy on this CPU). Counted as lost_map_full of
- * the current generation, inside the inflight protocol like a record.
- */
-static __always_inline void count_lost_start(void)
-{
-	struct sampler_config *cfg;
-	struct sampler_stats *st;
-	struct inflight_seq *in;
-	u32 zero = 0, gen;
-
-	in = bpf_map_lookup_elem(&inflight, &zero);
-	if (!in)
-		return;
-	__sync_fetch_and_add(&in->enter, 1);
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (cfg) {
-		gen = cfg->generation & 1;
-		st = bpf_map_lookup_elem(&stats, &gen);
-		if (st)
-			st->lost_map_full++;
-	}
-	__sync_fetch_and_add(&in->exit, 1);
-}
-
 /* prev (current) goes to sleep: remember when. */
 static __always_inline void switch_out(u64 now, struct task_struct *prev, const struct sampler_config *cfg)
 {
 	struct offcpu_start *start;
 	u32 pid, tid;
 
-	if (prev->tgid == 0) /* idle */
-		return;
 	/* prev is still current here, so its ids can be translated. */
-	if (current_ids(cfg, &pid, &tid))
-		return;
-	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &pid))
-		return;
-	if (bpf_map_lookup_elem(&excluded_pids, &pid))
+	if (traced_ids(cfg, prev, &pid, &tid))
 		return;
 	start = bpf_task_storage_get(&starts, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!start) {
@@ -195,66 +125,6 @@ static __always_inline void switch_out(u64 now, struct task_struct *prev, const 
 	start->timestamp = now;
 }
 
-
-static __always_inline void remember_comm(struct task_struct *task, u32 tid)
-{
-	struct thread_comm cur = {};
-
-	if ((int)bpf_probe_read_kernel_str(cur.comm, sizeof(cur.comm), task->comm) >= 0) /* int: see common.h */
-		store_comm(&comms, tid, &cur);
-}
-
-/*
- * Counts one wait with its stacks in the current generation; the caller
- * runs with preemption disabled. With user frames, user_id is their hash
- * (or the capture's error); without, it is the user stack id to count: -1
- * for a thread without user stack, another negative value for a user stack
- * that could not be taken (counted as an error).
- */
-static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
-				   s32 kernel_hash, const u64 *user, s32 user_id)
-{
-	struct stack_key key = {.pid = pid, .tid = tid};
-	struct sampler_config *cfg;
-	struct sampler_stats *st;
-	struct inflight_seq *in;
-	u32 zero = 0, gen;
-
-	in = bpf_map_lookup_elem(&inflight, &zero);
-	if (!in)
-		return;
-	/* Atomic add: a full barrier before config is read (x86 lock add). */
-	__sync_fetch_and_add(&in->enter, 1);
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
-		goto out;
-	gen = cfg->generation & 1;
-	st = bpf_map_lookup_elem(&stats, &gen);
-	if (!st)
-		goto out;
-	key.user_stack_id = user_id;
-	if (gen) {
-		key.kernel_stack_id = store_stack(&stacks_1, kernel, kernel_hash);
-		if (user)
-			key.user_stack_id = store_stack(&stacks_1, user, user_id);
-	} else {
-		key.kernel_stack_id = store_stack(&stacks_0, kernel, kernel_hash);
-		if (user)
-			key.user_stack_id = store_stack(&stacks_0, user, user_id);
-	}
-	if (key.kernel_stack_id < 0)
-		st->kernel_stack_errors++;
-	if (key.user_stack_id < -1)
-		st->user_stack_errors++;
-	if (add_delta(gen ? (void *)&counts_1 : (void *)&counts_0, &key, blocked_ns)) {
-		st->lost_map_full++;
-	} else {
-		st->recorded++;
-		remember_comm(task, tid);
-	}
-out:
-	__sync_fetch_and_add(&in->exit, 1);
-}
 
 /*
  * Task work of a thread with a pending wait, in its own context on its way
@@ -284,19 +154,6 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	return 0;
 }
 
-/* Counts a wait at switch-in, with next's kernel stack and the given user stack id (negative). */
-static __always_inline void record_now(struct task_struct *next, u32 pid, u32 tid, u64 delta, s32 user_id)
-{
-	u32 zero = 0;
-	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
-	int n; /* int on every kernel: see common.h */
-
-	if (!frames)
-		return;
-	n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
-	record(next, pid, tid, delta, frames, hash_frames(frames, n), 0, user_id);
-}
-
 /*
  * A user thread's wait: its user stack is taken by a task work when it
  * returns to user space. A second long wait before that (in the same kernel
@@ -319,7 +176,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 		/* -E2BIG when full, counted as a user stack error. */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_now(next, pid, tid, delta, err);
+			record_at_switch_in(next, pid, tid, delta, 0, err);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);
@@ -370,8 +227,8 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	start->timestamp = 0;
 	if (delta < min_block_ns)
 		return;
-	if (next->flags & (PF_KTHREAD | PF_IO_WORKER | PF_USER_WORKER))
-		record_now(next, start->pid, start->tid, delta, -1);
+	if (next->flags & PF_NO_USER_STACK)
+		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1);
 	else
 		defer_user_stack(next, start->pid, start->tid, delta);
 }

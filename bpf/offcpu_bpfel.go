@@ -80,23 +80,26 @@ type OffcpuThreadComm struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuMapComms         = "comms"
-	OffcpuMapConfig        = "config"
-	OffcpuMapCounts0       = "counts_0"
-	OffcpuMapCounts1       = "counts_1"
-	OffcpuMapExcludedPids  = "excluded_pids"
-	OffcpuMapInflight      = "inflight"
-	OffcpuMapPending       = "pending"
-	OffcpuMapScratch       = "scratch"
-	OffcpuMapStacks0       = "stacks_0"
-	OffcpuMapStacks1       = "stacks_1"
-	OffcpuMapStarts        = "starts"
-	OffcpuMapStats         = "stats"
-	OffcpuMapTargetPids    = "target_pids"
-	OffcpuMapZeroPending   = "zero_pending"
-	OffcpuProgOffcpuFree   = "offcpu_free"
-	OffcpuProgOffcpuSwitch = "offcpu_switch"
-	OffcpuVarMinBlockNs    = "min_block_ns"
+	OffcpuMapComms          = "comms"
+	OffcpuMapConfig         = "config"
+	OffcpuMapCounts0        = "counts_0"
+	OffcpuMapCounts1        = "counts_1"
+	OffcpuMapExcludedPids   = "excluded_pids"
+	OffcpuMapInflight       = "inflight"
+	OffcpuMapNewPids        = "new_pids"
+	OffcpuMapPending        = "pending"
+	OffcpuMapScratch        = "scratch"
+	OffcpuMapSeenPids       = "seen_pids"
+	OffcpuMapStacks0        = "stacks_0"
+	OffcpuMapStacks1        = "stacks_1"
+	OffcpuMapStarts         = "starts"
+	OffcpuMapStats          = "stats"
+	OffcpuMapTargetPids     = "target_pids"
+	OffcpuMapZeroPending    = "zero_pending"
+	OffcpuProgForgetProcess = "forget_process"
+	OffcpuProgOffcpuFree    = "offcpu_free"
+	OffcpuProgOffcpuSwitch  = "offcpu_switch"
+	OffcpuVarMinBlockNs     = "min_block_ns"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -141,8 +144,9 @@ type OffcpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuProgramSpecs struct {
-	OffcpuFree   *ebpf.ProgramSpec `ebpf:"offcpu_free"`
-	OffcpuSwitch *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
+	OffcpuFree    *ebpf.ProgramSpec `ebpf:"offcpu_free"`
+	OffcpuSwitch  *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
 }
 
 // OffcpuMapSpecs contains maps before they are loaded into the kernel.
@@ -155,8 +159,10 @@ type OffcpuMapSpecs struct {
 	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids *ebpf.MapSpec `ebpf:"excluded_pids"`
 	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids      *ebpf.MapSpec `ebpf:"new_pids"`
 	Pending      *ebpf.MapSpec `ebpf:"pending"`
 	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids     *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
 	Starts       *ebpf.MapSpec `ebpf:"starts"`
@@ -198,8 +204,10 @@ type OffcpuMaps struct {
 	Counts1      *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids *ebpf.Map `ebpf:"excluded_pids"`
 	Inflight     *ebpf.Map `ebpf:"inflight"`
+	NewPids      *ebpf.Map `ebpf:"new_pids"`
 	Pending      *ebpf.Map `ebpf:"pending"`
 	Scratch      *ebpf.Map `ebpf:"scratch"`
+	SeenPids     *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
 	Starts       *ebpf.Map `ebpf:"starts"`
@@ -216,8 +224,10 @@ func (m *OffcpuMaps) Close() error {
 		m.Counts1,
 		m.ExcludedPids,
 		m.Inflight,
+		m.NewPids,
 		m.Pending,
 		m.Scratch,
+		m.SeenPids,
 		m.Stacks0,
 		m.Stacks1,
 		m.Starts,
@@ -238,12 +248,14 @@ type OffcpuVariables struct {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuPrograms struct {
-	OffcpuFree   *ebpf.Program `ebpf:"offcpu_free"`
-	OffcpuSwitch *ebpf.Program `ebpf:"offcpu_switch"`
+	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
+	OffcpuFree    *ebpf.Program `ebpf:"offcpu_free"`
+	OffcpuSwitch  *ebpf.Program `ebpf:"offcpu_switch"`
 }
 
 func (p *OffcpuPrograms) Close() error {
 	return _OffcpuClose(
+		p.ForgetProcess,
 		p.OffcpuFree,
 		p.OffcpuSwitch,
 	)

@@ -7,39 +7,89 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// mapLayout is the expected type and key/value sizes of one map.
+type mapLayout struct {
+	name      string
+	typ       ebpf.MapType
+	keySize   uintptr
+	valueSize uintptr
+}
+
+const stackDepth = 127
+
+// sharedOffcpuMaps are the maps both off-CPU programs have (bpf/offcpu.h):
+// the drained maps with the same names and layouts as the CPU program's, and
+// the announcements.
+var sharedOffcpuMaps = []mapLayout{
+	{"counts_0", ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
+	{"counts_1", ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
+	{"stacks_0", ebpf.Hash, 4, stackDepth * 8},
+	{"stacks_1", ebpf.Hash, 4, stackDepth * 8},
+	{"scratch", ebpf.PerCPUArray, 4, stackDepth * 8},
+	{"comms", ebpf.LRUHash, 4, unsafe.Sizeof(CpuThreadComm{})},
+	{"config", ebpf.Array, 4, unsafe.Sizeof(CpuSamplerConfig{})},
+	{"target_pids", ebpf.Hash, 4, 1},
+	{"excluded_pids", ebpf.Hash, 4, 1},
+	{"stats", ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
+	{"inflight", ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
+	{"seen_pids", ebpf.LRUHash, 4, 1},
+	{"new_pids", ebpf.RingBuf, 0, 0},
+}
+
 // TestOffcpuSpecLayout checks, without loading anything into the kernel, that
-// the committed object matches the Go types and the shared drain's
-// assumptions (same map names and key/value layouts as the CPU program; the
-// stacks are hash maps keyed by content hash instead of stack-trace maps,
-// which the drain reads the same way).
+// the committed objects of both off-CPU mechanisms match the Go types and
+// the shared drain's assumptions.
 func TestOffcpuSpecLayout(t *testing.T) {
-	spec, err := LoadOffcpu()
+	taskWork, err := LoadOffcpu()
 	if err != nil {
 		t.Fatal(err)
 	}
-	const stackDepth = 127
-	tests := []struct {
-		name      string
-		typ       ebpf.MapType
-		keySize   uintptr
-		valueSize uintptr
-	}{
-		{OffcpuMapCounts0, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
-		{OffcpuMapCounts1, ebpf.Hash, unsafe.Sizeof(CpuStackKey{}), 8},
-		{OffcpuMapStacks0, ebpf.Hash, 4, stackDepth * 8},
-		{OffcpuMapStacks1, ebpf.Hash, 4, stackDepth * 8},
-		{OffcpuMapStarts, ebpf.TaskStorage, 4, unsafe.Sizeof(OffcpuOffcpuStart{})},
-		{OffcpuMapPending, ebpf.Hash, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
-		{OffcpuMapZeroPending, ebpf.Array, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
-		{OffcpuMapScratch, ebpf.PerCPUArray, 4, stackDepth * 8},
-		{OffcpuMapComms, ebpf.LRUHash, 4, unsafe.Sizeof(CpuThreadComm{})},
-		{OffcpuMapConfig, ebpf.Array, 4, unsafe.Sizeof(CpuSamplerConfig{})},
-		{OffcpuMapTargetPids, ebpf.Hash, 4, 1},
-		{OffcpuMapExcludedPids, ebpf.Hash, 4, 1},
-		{OffcpuMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
-		{OffcpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
+	switchOut, err := LoadOffcpuSwitchout()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
+	for _, tt := range []struct {
+		name string
+		spec *ebpf.CollectionSpec
+		own  []mapLayout
+	}{
+		{"task_work", taskWork, []mapLayout{
+			{OffcpuMapStarts, ebpf.TaskStorage, 4, unsafe.Sizeof(OffcpuOffcpuStart{})},
+			{OffcpuMapPending, ebpf.Hash, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
+			{OffcpuMapZeroPending, ebpf.Array, 4, unsafe.Sizeof(OffcpuOffcpuPending{})},
+		}},
+		{"switch_out", switchOut, []mapLayout{
+			{OffcpuSwitchoutMapSleeps, ebpf.Hash, 4, unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{})},
+			{OffcpuSwitchoutMapUserStacks, ebpf.LRUHash, 4, stackDepth * 8},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			checkMaps(t, tt.spec, append(append([]mapLayout{}, sharedOffcpuMaps...), tt.own...))
+			for _, name := range []string{"offcpu_switch", "offcpu_free", "forget_process"} {
+				p, ok := tt.spec.Programs[name]
+				if !ok || p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp {
+					t.Errorf("program %s missing or not a tp_btf program: %+v", name, p)
+				}
+			}
+			if _, ok := tt.spec.Variables["min_block_ns"]; !ok {
+				t.Error("variable min_block_ns missing")
+			}
+		})
+	}
+	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 16 {
+		t.Errorf("offcpu_start is %d bytes, want 16 (explicit padding only)", got)
+	}
+	if got, want := unsafe.Sizeof(OffcpuOffcpuPending{}), uintptr(8+8+16+2*stackDepth*8); got != want {
+		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
+	}
+	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 24 {
+		t.Errorf("offcpu_sleep is %d bytes, want 24 (explicit padding only)", got)
+	}
+}
+
+func checkMaps(t *testing.T, spec *ebpf.CollectionSpec, want []mapLayout) {
+	t.Helper()
+	for _, tt := range want {
 		m, ok := spec.Maps[tt.name]
 		if !ok {
 			t.Errorf("map %s missing", tt.name)
@@ -49,20 +99,5 @@ func TestOffcpuSpecLayout(t *testing.T) {
 			t.Errorf("map %s: type %v key %d value %d, want %v key %d value %d",
 				tt.name, m.Type, m.KeySize, m.ValueSize, tt.typ, tt.keySize, tt.valueSize)
 		}
-	}
-	if got := unsafe.Sizeof(OffcpuOffcpuStart{}); got != 16 {
-		t.Errorf("offcpu_start is %d bytes, want 16 (explicit padding only)", got)
-	}
-	if got, want := unsafe.Sizeof(OffcpuOffcpuPending{}), uintptr(8+8+16+2*stackDepth*8); got != want {
-		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
-	}
-	for _, name := range []string{OffcpuProgOffcpuSwitch, OffcpuProgOffcpuFree} {
-		p, ok := spec.Programs[name]
-		if !ok || p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp {
-			t.Errorf("program %s missing or not a tp_btf program: %+v", name, p)
-		}
-	}
-	if _, ok := spec.Variables[OffcpuVarMinBlockNs]; !ok {
-		t.Error("variable min_block_ns missing")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -17,6 +18,7 @@ import (
 // result is compared as a long again.
 func TestStackStoreHelpers(t *testing.T) {
 	testutil.RequireBPF(t)
+	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
 	var objs SelftestObjects
 	if err := LoadSelftestObjects(&objs, nil); err != nil {
 		t.Fatalf("load selftest program: %v", err)
@@ -64,6 +66,7 @@ func TestStackStoreHelpers(t *testing.T) {
 	if res.AddFirst != 0 || res.AddSecond != 0 || res.Count != 12 {
 		t.Errorf("add_delta: first %d, second %d, total %d; want 0, 0, 12", res.AddFirst, res.AddSecond, res.Count)
 	}
+	t.Logf("matrix: id %d twice, full map %d, count %d", res.SecondId, res.FullId, res.Count)
 	stored := make([]uint64, depth)
 	if err := objs.TestStacks.Lookup(uint32(res.FirstId), &stored); err != nil {
 		t.Fatalf("stored frames: %v", err)

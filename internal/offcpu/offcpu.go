@@ -7,10 +7,11 @@
 // preempted, still runnable thread waits on a runqueue is not off-CPU time
 // here. Each wait is charged to the stack the thread blocked in, when it runs
 // again, so a wait spanning a Drain is reported by the later Drain in full.
-// Stacks are only taken for waits of at least MinBlock: the kernel stack when
-// the thread is switched back in, the user stack (by a BPF task work) just
-// before it returns to user space, while its user registers are still those
-// it blocked with; see bpf/offcpu.bpf.c.
+// The kernel stack is taken when the thread is switched back in, for waits
+// of at least MinBlock; the user stack, depending on the Mechanism, by a BPF
+// task work just before the thread returns to user space (Linux >= 6.18,
+// bpf/offcpu.bpf.c) or when it goes to sleep (every kernel,
+// bpf/offcpu_switchout.bpf.c).
 //
 // Kernel-facing code lives in offcpu_linux.go; this file holds the options,
 // the result types and the pure helpers, which are tested without root.
@@ -18,9 +19,9 @@ package offcpu
 
 import (
 	"fmt"
-	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
@@ -45,6 +46,8 @@ type Options struct {
 	// samples then carry pids as seen from it, and processes outside it are
 	// not traced. Zero: host pids.
 	PIDNamespace procfs.PIDNamespace
+	// Mechanism chooses how user stacks are taken; "" is MechanismAuto.
+	Mechanism Mechanism
 }
 
 // RawSample is the blocked time of one thread in one stack; Value is in

@@ -5,73 +5,85 @@ package offcpu
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
 // Tracer measures off-CPU time with BPF. Its methods are safe for concurrent use.
 type Tracer struct {
-	mu     sync.Mutex
-	objs   bpf.OffcpuObjects
-	bufs   *stackdrain.Buffers
-	links  []link.Link
-	closed bool
+	mu        sync.Mutex
+	mechanism Mechanism
+	objs      kernelObjects
+	bufs      *stackdrain.Buffers
+	news      *stackdrain.Announcer
+	links     []link.Link
+	closed    bool
 }
 
-// Open loads the program, configures it and attaches it to the scheduler
-// tracepoints; waits are measured from then on.
+// kernelObjects are the maps and programs the two off-CPU programs have in
+// common (bpf/offcpu.h), whichever was loaded.
+type kernelObjects struct {
+	drain         stackdrain.Maps
+	excludedPIDs  *ebpf.Map
+	newPIDs       *ebpf.Map
+	sched, free   *ebpf.Program // tp_btf sched_switch, sched_process_free
+	forgetProcess *ebpf.Program
+	pending       *ebpf.Map // task_work only: waits whose user stack is not taken yet
+	closer        io.Closer
+}
+
+// Open loads the program of the chosen mechanism, configures it and
+// attaches it to the scheduler tracepoints; waits are measured from then on.
+// On a kernel that cannot run off-CPU profiling at all the error wraps
+// ebpf.ErrNotSupported.
 func Open(opts Options) (*Tracer, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	// Kernels >= 5.11 charge BPF memory to the memory cgroup; without
-	// CAP_SYS_RESOURCE this fails harmlessly, so the error is ignored.
-	_ = rlimit.RemoveMemlock()
-
-	spec, err := bpf.LoadOffcpu()
+	want, err := ParseMechanism(string(opts.Mechanism))
 	if err != nil {
-		return nil, fmt.Errorf("load off-CPU BPF spec: %w", err)
+		return nil, fmt.Errorf("off_cpu::mechanism: %w", err)
 	}
-	if err := spec.Variables["min_block_ns"].Set(uint64(opts.MinBlock.Nanoseconds())); err != nil {
-		return nil, fmt.Errorf("set off_cpu::min_block: %w", err)
+	mech, err := choose(want, missingTaskWorkFeatures())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", err, ebpf.ErrNotSupported)
 	}
-	t := &Tracer{}
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load off-CPU BPF program: %+v", verr)
-		}
-		return nil, fmt.Errorf("load off-CPU BPF program: %w", err)
+	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK; a failure
+	// to raise it is explained if a load then fails (memlock.Explain).
+	_ = memlock.Raise()
+
+	t := &Tracer{mechanism: mech}
+	if t.objs, err = load(mech, opts); err != nil {
+		return nil, err
 	}
 	one := uint8(1)
 	for _, pid := range opts.ExcludePIDs {
-		if err := t.objs.ExcludedPids.Put(pid, one); err != nil {
-			_ = t.objs.Close()
+		if err := t.objs.excludedPIDs.Put(pid, one); err != nil {
+			_ = t.objs.closer.Close()
 			return nil, fmt.Errorf("exclude pid %d: %w", pid, err)
 		}
 	}
-	t.bufs, err = stackdrain.New(stackdrain.Maps{
-		Config:     t.objs.Config,
-		TargetPIDs: t.objs.TargetPids,
-		Inflight:   t.objs.Inflight,
-		Stats:      t.objs.Stats,
-		Comms:      t.objs.Comms,
-		Counts:     [2]*ebpf.Map{t.objs.Counts0, t.objs.Counts1},
-		Stacks:     [2]*ebpf.Map{t.objs.Stacks0, t.objs.Stacks1},
-	}, opts.PIDNamespace, opts.TargetPIDs)
+	t.bufs, err = stackdrain.New(t.objs.drain, opts.PIDNamespace, opts.TargetPIDs)
 	if err != nil {
-		_ = t.objs.Close()
+		_ = t.objs.closer.Close()
 		return nil, err
 	}
-	// The free hook goes first, so no pending wait of an exited thread is left behind.
-	for _, p := range []*ebpf.Program{t.objs.OffcpuFree, t.objs.OffcpuSwitch} {
+	if t.news, err = stackdrain.StartAnnouncer(t.objs.newPIDs, t.objs.forgetProcess); err != nil {
+		_ = t.objs.closer.Close()
+		return nil, err
+	}
+	// The free hook goes first, so no wait of an exited thread is left behind.
+	for _, p := range []*ebpf.Program{t.objs.free, t.objs.sched} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			_ = t.Close()
@@ -81,6 +93,113 @@ func Open(opts Options) (*Tracer, error) {
 	}
 	return t, nil
 }
+
+// load loads the program of mech with min_block set.
+func load(mech Mechanism, opts Options) (kernelObjects, error) {
+	var (
+		spec *ebpf.CollectionSpec
+		err  error
+	)
+	if mech == MechanismTaskWork {
+		spec, err = bpf.LoadOffcpu()
+	} else {
+		spec, err = bpf.LoadOffcpuSwitchout()
+	}
+	if err != nil {
+		return kernelObjects{}, fmt.Errorf("load off-CPU BPF spec: %w", err)
+	}
+	if err := spec.Variables["min_block_ns"].Set(uint64(opts.MinBlock.Nanoseconds())); err != nil {
+		return kernelObjects{}, fmt.Errorf("set off_cpu::min_block: %w", err)
+	}
+	var o kernelObjects
+	if mech == MechanismTaskWork {
+		var objs bpf.OffcpuObjects
+		err = spec.LoadAndAssign(&objs, nil)
+		m := objs.OffcpuMaps
+		o = kernelObjects{
+			drain: stackdrain.Maps{
+				Config: m.Config, TargetPIDs: m.TargetPids, Inflight: m.Inflight, Stats: m.Stats, Comms: m.Comms,
+				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
+			},
+			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
+			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess,
+			pending: m.Pending, closer: &objs,
+		}
+	} else {
+		var objs bpf.OffcpuSwitchoutObjects
+		err = spec.LoadAndAssign(&objs, nil)
+		m := objs.OffcpuSwitchoutMaps
+		o = kernelObjects{
+			drain: stackdrain.Maps{
+				Config: m.Config, TargetPIDs: m.TargetPids, Inflight: m.Inflight, Stats: m.Stats, Comms: m.Comms,
+				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
+			},
+			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
+			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess,
+			closer: &objs,
+		}
+	}
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return kernelObjects{}, fmt.Errorf("load off-CPU BPF program (%s): %+v", mech, verr)
+		}
+		return kernelObjects{}, fmt.Errorf("load off-CPU BPF program (%s): %w", mech, memlock.Explain(err))
+	}
+	return o, nil
+}
+
+// missingTaskWorkFeatures returns what the running kernel lacks of
+// taskWorkNeeds, read from its BTF and probed with cilium/ebpf.
+func missingTaskWorkFeatures() []kernelFeature {
+	spec, err := btf.LoadKernelSpec()
+	var missing []kernelFeature
+	for _, f := range taskWorkNeeds {
+		var ok bool
+		switch {
+		case err != nil:
+		case f.kind == "kfunc":
+			var fn *btf.Func
+			ok = spec.TypeByName(f.name, &fn) == nil
+		case f.name == "prev_state":
+			ok = schedSwitchArgs(spec) >= 4
+		case f.name == "task storage":
+			ok = features.HaveMapType(ebpf.TaskStorage) == nil
+		}
+		if !ok {
+			missing = append(missing, f)
+		}
+	}
+	return missing
+}
+
+// schedSwitchArgs returns the number of arguments of the sched_switch
+// tracepoint (the first parameter of btf_trace_sched_switch is the probe's
+// data, not an argument), or -1 when it cannot be read.
+func schedSwitchArgs(spec *btf.Spec) int {
+	var td *btf.Typedef
+	if spec.TypeByName("btf_trace_sched_switch", &td) != nil {
+		return -1
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return -1
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok {
+		return -1
+	}
+	return len(proto.Params) - 1
+}
+
+// Mechanism returns the mechanism in use.
+func (t *Tracer) Mechanism() Mechanism { return t.mechanism }
+
+// NewProcesses returns the channel on which the pid (in
+// Options.PIDNamespace) of each newly recorded user process is sent once
+// (see stackdrain.Announcer), so it can be inspected while it still runs.
+// It is closed by Close.
+func (t *Tracer) NewProcesses() <-chan uint32 { return t.news.Pids() }
 
 // SetTargets replaces the pid filter; an empty list traces every process.
 // Waits that began before the change are still counted when they end.
@@ -102,7 +221,11 @@ func (t *Tracer) Drain() ([]RawSample, Stats, error) {
 	if t.closed {
 		return nil, Stats{}, errors.New("off-CPU tracer is closed")
 	}
-	return t.bufs.Drain()
+	samples, st, err := t.bufs.Drain()
+	if err == nil {
+		st.NewProcessDrops += t.news.TakeDrops()
+	}
+	return samples, st, err
 }
 
 // Close detaches the programs and releases every kernel object. It is idempotent.
@@ -118,7 +241,10 @@ func (t *Tracer) Close() error {
 		errs = append(errs, l.Close())
 	}
 	t.links = nil
-	errs = append(errs, t.objs.Close())
+	if t.news != nil {
+		errs = append(errs, t.news.Close())
+	}
+	errs = append(errs, t.objs.closer.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close off-CPU tracer: %w", err)
 	}

@@ -139,7 +139,26 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 	return r
 }
 
-// pendingWaits counts the waits whose user stack is not taken yet.
+// mechanisms returns the mechanisms the running kernel supports: switch_out
+// on every kernel, task_work where it has the features.
+func mechanisms(t *testing.T) []Mechanism {
+	t.Helper()
+	testutil.RequireBPF(t)
+	if missing := missingTaskWorkFeatures(); len(missing) > 0 {
+		t.Logf("this kernel lacks %v: task_work is not tested", missing)
+		return []Mechanism{MechanismSwitchOut}
+	}
+	return []Mechanism{MechanismTaskWork, MechanismSwitchOut}
+}
+
+// forEachMechanism runs test as a subtest for every supported mechanism.
+func forEachMechanism(t *testing.T, test func(t *testing.T, mech Mechanism)) {
+	for _, mech := range mechanisms(t) {
+		t.Run(string(mech), func(t *testing.T) { test(t, mech) })
+	}
+}
+
+// pendingWaits counts the waits whose user stack is not taken yet (task_work).
 func pendingWaits(t *testing.T, tr *Tracer) int {
 	t.Helper()
 	var (
@@ -147,7 +166,10 @@ func pendingWaits(t *testing.T, tr *Tracer) int {
 		p   bpf.OffcpuOffcpuPending
 		n   int
 	)
-	it := tr.objs.Pending.Iterate()
+	if tr.objs.pending == nil {
+		return 0
+	}
+	it := tr.objs.pending.Iterate()
 	for it.Next(&tid, &p) {
 		if p.BlockedNs != 0 {
 			n++
@@ -266,10 +288,12 @@ func checkTotal(t *testing.T, r *sleepersRun, fn string, tolerance float64) {
 	}
 }
 
-func TestSleepersRatio(t *testing.T) {
+func TestSleepersRatio(t *testing.T) { forEachMechanism(t, testSleepersRatio) }
+
+func testSleepersRatio(t *testing.T, mech Mechanism) {
 	// 100 × 30 ms and 100 × 10 ms; draining every 25 ms makes most 30 ms
 	// waits span a drain, which must neither lose time nor stacks.
-	r := runSleepers(t, "ratio", 100, Options{MinBlock: time.Millisecond}, 25*time.Millisecond)
+	r := runSleepers(t, "ratio", 100, Options{MinBlock: time.Millisecond, Mechanism: mech}, 25*time.Millisecond)
 	t.Logf("%d drains, stats %+v", r.drains, r.stats)
 	checkTotal(t, r, "sleep_long", 0.05)
 	checkTotal(t, r, "sleep_short", 0.05)
@@ -301,11 +325,13 @@ func TestSleepersRatio(t *testing.T) {
 	}
 }
 
-func TestMigration(t *testing.T) {
+func TestMigration(t *testing.T) { forEachMechanism(t, testMigration) }
+
+func testMigration(t *testing.T, mech Mechanism) {
 	if runtime.NumCPU() < 2 {
 		testutil.SkipOrFail(t, "needs 2 CPUs")
 	}
-	r := runSleepers(t, "migrate", 100, Options{MinBlock: time.Millisecond}, 0)
+	r := runSleepers(t, "migrate", 100, Options{MinBlock: time.Millisecond, Mechanism: mech}, 0)
 	t.Logf("%d of %d sleeps woke on another CPU; stats %+v", r.cross, r.sleeps["sleep_migrate"], r.stats)
 	if r.cross < 10 {
 		t.Errorf("only %d cross-CPU wakeups, the test does not exercise migration", r.cross)
@@ -313,8 +339,10 @@ func TestMigration(t *testing.T) {
 	checkTotal(t, r, "sleep_migrate", 0.05)
 }
 
-func TestMinBlock(t *testing.T) {
-	r := runSleepers(t, "minblock", 200, Options{MinBlock: time.Millisecond}, 0)
+func TestMinBlock(t *testing.T) { forEachMechanism(t, testMinBlock) }
+
+func testMinBlock(t *testing.T, mech Mechanism) {
+	r := runSleepers(t, "minblock", 200, Options{MinBlock: time.Millisecond, Mechanism: mech}, 0)
 	tiny := r.functions["sleep_tiny"]
 	t.Logf("sleep_tiny: profile %v; workload %v in %d sleeps, of which %d (%v) took >= 1ms",
 		time.Duration(tiny), time.Duration(r.truth["sleep_tiny"]), r.sleeps["sleep_tiny"],
@@ -336,10 +364,12 @@ func TestMinBlock(t *testing.T) {
 	checkTotal(t, r, "sleep_medium", 0.05)
 }
 
-func TestExcludeSelf(t *testing.T) {
+func TestExcludeSelf(t *testing.T) { forEachMechanism(t, testExcludeSelf) }
+
+func testExcludeSelf(t *testing.T, mech Mechanism) {
 	self := uint32(os.Getpid())
-	excluding := openTracer(t, Options{ExcludePIDs: []uint32{self}})
-	control := openTracer(t, Options{})
+	excluding := openTracer(t, Options{ExcludePIDs: []uint32{self}, Mechanism: mech})
+	control := openTracer(t, Options{Mechanism: mech})
 	for _, tr := range []*Tracer{excluding, control} {
 		if _, _, err := tr.Drain(); err != nil {
 			t.Fatal(err)
@@ -377,9 +407,14 @@ func TestExcludeSelf(t *testing.T) {
 	}
 }
 
-func TestOpenCloseTwice(t *testing.T) {
+func TestOpenCloseTwice(t *testing.T) { forEachMechanism(t, testOpenCloseTwice) }
+
+func testOpenCloseTwice(t *testing.T, mech Mechanism) {
 	for i := range 2 {
-		tr := openTracer(t, Options{MinBlock: time.Millisecond})
+		tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech})
+		if tr.Mechanism() != mech {
+			t.Fatalf("asked for %s, got %s", mech, tr.Mechanism())
+		}
 		if _, _, err := tr.Drain(); err != nil {
 			t.Fatalf("round %d: Drain: %v", i, err)
 		}

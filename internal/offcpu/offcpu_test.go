@@ -31,3 +31,36 @@ func TestOptionsValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestChooseMechanism(t *testing.T) {
+	lacksTaskWork := taskWorkNeeds[:1]
+	tests := []struct {
+		want    Mechanism
+		missing []kernelFeature
+		got     Mechanism
+		err     string
+	}{
+		{MechanismAuto, nil, MechanismTaskWork, ""},
+		{MechanismAuto, lacksTaskWork, MechanismSwitchOut, ""},
+		{MechanismSwitchOut, nil, MechanismSwitchOut, ""},
+		{MechanismTaskWork, nil, MechanismTaskWork, ""},
+		{MechanismTaskWork, lacksTaskWork, "", "off_cpu::mechanism task_work needs kfunc bpf_task_work_schedule_resume_impl (Linux 6.18)"},
+	}
+	for _, tt := range tests {
+		got, err := choose(tt.want, tt.missing)
+		if got != tt.got || (err == nil) != (tt.err == "") || (err != nil && !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("choose(%s, %v) = %s, %v; want %s, %q", tt.want, tt.missing, got, err, tt.got, tt.err)
+		}
+	}
+}
+
+func TestParseMechanism(t *testing.T) {
+	for in, want := range map[string]Mechanism{"": MechanismAuto, "auto": MechanismAuto, "task_work": MechanismTaskWork, "switch_out": MechanismSwitchOut} {
+		if got, err := ParseMechanism(in); err != nil || got != want {
+			t.Errorf("ParseMechanism(%q) = %s, %v", in, got, err)
+		}
+	}
+	if _, err := ParseMechanism("kprobe"); err == nil {
+		t.Error("no error for an unknown mechanism")
+	}
+}

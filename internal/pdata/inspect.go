@@ -98,3 +98,31 @@ func functionName(dict pprofile.ProfilesDictionary, fi int32) string {
 	}
 	return strs.At(int(ni))
 }
+
+// NamedStack is the stack of one sample as function names, leaf first, one
+// entry per line of each location (inlined frames included); "" stands for
+// a frame without a name.
+type NamedStack struct {
+	Functions []string
+	Value     int64
+}
+
+// Stacks returns the stacks of every sample in p with their first value, for
+// tests that check callers, not only totals.
+func Stacks(p pprofile.Profiles) []NamedStack {
+	var out []NamedStack
+	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
+		st := NamedStack{Value: v}
+		forEachLocation(dict, s, func(loc pprofile.Location) bool {
+			if loc.Lines().Len() == 0 {
+				st.Functions = append(st.Functions, "")
+			}
+			for _, l := range loc.Lines().All() {
+				st.Functions = append(st.Functions, functionName(dict, l.FunctionIndex()))
+			}
+			return true
+		})
+		out = append(out, st)
+	})
+	return out
+}

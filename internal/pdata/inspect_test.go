@@ -80,3 +80,22 @@ func TestTotalsToleratesBadIndices(t *testing.T) {
 	assert.Empty(t, LeafTotals(p))
 	assert.Equal(t, int64(1), Total(p))
 }
+
+func TestStacks(t *testing.T) {
+	unsymbolizedLeaf := []report.Frame{
+		{Address: 0x7f0000031234, Type: report.FrameNative, Mapping: libcMap},
+		{Address: 0x402000, Function: "main.main", Type: report.FrameGo, Mapping: appMap},
+	}
+	p, err := BuildProfiles(Scope{}, cpu(process(1, nil,
+		report.Sample{TID: 1, Frames: hotStack()[2:], Value: 4},
+		report.Sample{TID: 1, Frames: unsymbolizedLeaf, Value: 6})))
+	require.NoError(t, err)
+	got := Stacks(p)
+	require.Len(t, got, 2)
+	byValue := map[int64][]string{}
+	for _, s := range got {
+		byValue[s.Value] = s.Functions
+	}
+	assert.Equal(t, []string{"main.inner", "main.hot", "main.main"}, byValue[4])
+	assert.Equal(t, []string{"", "main.main"}, byValue[6])
+}

@@ -33,10 +33,10 @@ type attempt struct {
 // attacher finds files matching the probes in processes' maps and attaches
 // uprobes to them, once per (file, probe).
 type attacher struct {
-	proc        procfs.FS
-	log         *zap.Logger
-	specs       []compiledSpec
-	entry, exit *ebpf.Program
+	proc     procfs.FS
+	log      *zap.Logger
+	specs    []compiledSpec
+	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)
 
 	mu      sync.Mutex
 	done    map[attempt]bool // attach attempted with the file readable
@@ -46,9 +46,10 @@ type attacher struct {
 	closed  bool
 }
 
-func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec, entry, exit *ebpf.Program) *attacher {
+func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec,
+	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)) *attacher {
 	return &attacher{
-		proc: proc, log: log, specs: specs, entry: entry, exit: exit,
+		proc: proc, log: log, specs: specs, programs: programs,
 		done:  make(map[attempt]bool),
 		links: make(map[fileID][]link.Link),
 	}
@@ -254,6 +255,7 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset) ([]li
 	if err != nil {
 		return nil, err
 	}
+	entryProg, exitProg, cookie := a.programs(probe)
 	var links []link.Link
 	fail := func(err error) ([]link.Link, error) {
 		for _, l := range links {
@@ -262,12 +264,12 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset) ([]li
 		return nil, err
 	}
 	for _, o := range exit {
-		opts := &link.UprobeOptions{Address: o.offset, Cookie: uint64(probe)}
+		opts := &link.UprobeOptions{Address: o.offset, Cookie: cookie}
 		var l link.Link
 		if a.specs[probe].Return {
-			l, err = ex.Uretprobe(o.name, a.exit, opts)
+			l, err = ex.Uretprobe(o.name, exitProg, opts)
 		} else {
-			l, err = ex.Uprobe(o.name, a.exit, opts)
+			l, err = ex.Uprobe(o.name, exitProg, opts)
 		}
 		if err != nil {
 			return fail(fmt.Errorf("attach exit %s at %#x: %w", o.name, o.offset, err))
@@ -275,7 +277,7 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset) ([]li
 		links = append(links, l)
 	}
 	for _, o := range entry {
-		l, err := ex.Uprobe(o.name, a.entry, &link.UprobeOptions{Address: o.offset, Cookie: uint64(probe)})
+		l, err := ex.Uprobe(o.name, entryProg, &link.UprobeOptions{Address: o.offset, Cookie: cookie})
 		if err != nil {
 			return fail(fmt.Errorf("attach entry %s at %#x: %w", o.name, o.offset, err))
 		}

@@ -13,22 +13,25 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 )
 
 // Manager owns the loaded probe programs and their attachments. Its methods
 // are safe for concurrent use.
 type Manager struct {
-	specs   []Spec
-	objs    bpf.ProbeObjects
-	tpLinks []link.Link
-	records *ringbuf.Reader
-	execs   *ringbuf.Reader
-	att     *attacher
+	specs    []Spec
+	objs     bpf.ProbeObjects   // ProbeEntry and ProbeExit nil without cookies
+	perProbe [][2]*ebpf.Program // without cookies: entry and exit of each probe
+	tpLinks  []link.Link
+	records  *ringbuf.Reader
+	execs    *ringbuf.Reader
+	att      *attacher
 
 	delivered, malformed atomic.Uint64
 	closing              atomic.Bool
@@ -48,9 +51,9 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	// Kernels >= 5.11 charge BPF memory to the memory cgroup; without
-	// CAP_SYS_RESOURCE this fails harmlessly, so the error is ignored.
-	_ = rlimit.RemoveMemlock()
+	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK; a failure
+	// to raise it is explained if a load then fails (memlock.Explain).
+	_ = memlock.Raise()
 
 	m := &Manager{specs: specs, stop: make(chan struct{})}
 	spec, err := bpf.LoadProbe()
@@ -66,12 +69,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+	if err := m.load(spec); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load probe BPF programs: %+v", verr)
 		}
-		return nil, fmt.Errorf("load probe BPF programs (needs root or CAP_BPF+CAP_PERFMON): %w", err)
+		return nil, fmt.Errorf("load probe BPF programs (needs root or CAP_BPF+CAP_PERFMON): %w", memlock.Explain(err))
 	}
 	compiled := make([]compiledSpec, len(specs))
 	for i, s := range specs {
@@ -89,7 +92,7 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		_ = m.Close()
 		return nil, err
 	}
-	m.att = newAttacher(opts.Proc, opts.Logger, compiled, m.objs.ProbeEntry, m.objs.ProbeExit)
+	m.att = newAttacher(opts.Proc, opts.Logger, compiled, m.programs)
 	m.att.scanAll()
 
 	pids := make(chan uint32, 1024)
@@ -97,6 +100,53 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	go func() { defer m.wg.Done(); m.readExecs(pids) }()
 	go func() { defer m.wg.Done(); m.att.follow(m.stop, pids, opts.RescanInterval) }()
 	return m, nil
+}
+
+// load loads spec's maps and programs. Where the kernel has attach cookies
+// (5.15) one entry and one exit program serve every probe, the cookie
+// carrying the probe index; before, each probe gets its own copies.
+func (m *Manager) load(spec *ebpf.CollectionSpec) error {
+	cookies := haveAttachCookies()
+	if !cookies {
+		if err := splitPerProbe(spec, len(m.specs)); err != nil {
+			return err
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close() // what was not taken below
+	if err := coll.Assign(&m.objs.ProbeMaps); err != nil {
+		return err
+	}
+	p := &m.objs.ProbePrograms
+	p.ProbeExec, p.ProbeThreadExit = coll.DetachProgram("probe_exec"), coll.DetachProgram("probe_thread_exit")
+	if cookies {
+		p.ProbeEntry, p.ProbeExit = coll.DetachProgram(entryProgram), coll.DetachProgram(exitProgram)
+		return nil
+	}
+	for i := range m.specs {
+		m.perProbe = append(m.perProbe, [2]*ebpf.Program{
+			coll.DetachProgram(perProbeName(entryProgram, i)), coll.DetachProgram(perProbeName(exitProgram, i)),
+		})
+	}
+	return nil
+}
+
+// haveAttachCookies reports whether uprobe programs can read their attach
+// cookie (Linux 5.15); a variable so tests can take the other path.
+var haveAttachCookies = func() bool {
+	return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) == nil
+}
+
+// programs returns the entry and exit programs of probe index i and the
+// cookie to attach them with.
+func (m *Manager) programs(i int) (entry, exit *ebpf.Program, cookie uint64) {
+	if m.perProbe == nil {
+		return m.objs.ProbeEntry, m.objs.ProbeExit, uint64(i)
+	}
+	return m.perProbe[i][0], m.perProbe[i][1], 0
 }
 
 // openKernelSide attaches the thread exit and exec tracepoints and opens the
@@ -225,6 +275,9 @@ func (m *Manager) Close() error {
 			m.records = nil
 		}
 		errs = append(errs, m.objs.Close())
+		for _, pair := range m.perProbe {
+			errs = append(errs, pair[0].Close(), pair[1].Close())
+		}
 		m.runMu.Unlock()
 		m.closeErr = errors.Join(errs...)
 	})

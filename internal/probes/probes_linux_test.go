@@ -243,6 +243,22 @@ func TestScopesExecedProcess(t *testing.T) {
 	checkScopes(t, c, out, cmd.Process.Pid)
 }
 
+// Without attach cookies (kernels before 5.15) each probe has its own copy
+// of the programs; every record still reaches its own probe.
+func TestScopesWithoutAttachCookies(t *testing.T) {
+	testutil.RequireBPF(t)
+	saved := haveAttachCookies
+	haveAttachCookies = func() bool { return false }
+	t.Cleanup(func() { haveAttachCookies = saved })
+	bin := testutil.BuildC(t, "scopes.c")
+	out := filepath.Join(t.TempDir(), "measured.txt")
+	m, c := openAndRun(t, scopeSpecs(bin))
+	require.Len(t, m.perProbe, len(scopeSpecs(bin)))
+	cmd := testutil.StartWorkload(t, "chrt", realtime(bin, out, "150")...)
+	require.Eventually(t, func() bool { return m.Stats().Links == 8 }, 2*time.Second, 5*time.Millisecond)
+	checkScopes(t, c, out, cmd.Process.Pid)
+}
+
 // symbol mode (uretprobe) is refused on Go binaries; entry/exit pairs
 // (plain uprobes) attach.
 func TestGoBinaryRefusesReturnProbes(t *testing.T) {

@@ -35,10 +35,6 @@ type Options struct {
 	PIDNamespace procfs.PIDNamespace
 }
 
-// NewProcessesBuffer is the capacity of the channel returned by
-// Sampler.NewProcesses.
-const NewProcessesBuffer = 1024
-
 // RawSample is one aggregated stack of one thread, as captured; Value is
 // the number of samples.
 type RawSample = stackdrain.Sample

@@ -3,22 +3,19 @@
 package sampler
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
@@ -29,17 +26,12 @@ const (
 
 // Sampler samples on-CPU stacks with BPF. Its methods are safe for concurrent use.
 type Sampler struct {
-	mu       sync.Mutex
-	objs     bpf.CpuObjects
-	bufs     *stackdrain.Buffers
-	events   []*perfEvent
-	exitLink link.Link
-	closed   bool
-
-	newPids    *ringbuf.Reader
-	procs      chan uint32
-	readerDone chan struct{}
-	procDrops  atomic.Uint64 // notifications dropped because procs was full, since the last Drain
+	mu     sync.Mutex
+	objs   bpf.CpuObjects
+	bufs   *stackdrain.Buffers
+	events []*perfEvent
+	news   *stackdrain.Announcer
+	closed bool
 }
 
 type perfEvent struct {
@@ -68,9 +60,9 @@ func Open(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("read online cpus: %w", err)
 	}
 
-	// Kernels >= 5.11 charge BPF memory to the memory cgroup; without
-	// CAP_SYS_RESOURCE this fails harmlessly, so the error is ignored.
-	_ = rlimit.RemoveMemlock()
+	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK; a failure
+	// to raise it is explained if a load then fails (memlock.Explain).
+	_ = memlock.Raise()
 
 	s := &Sampler{}
 	if err := bpf.LoadCpuObjects(&s.objs, nil); err != nil {
@@ -78,7 +70,7 @@ func Open(opts Options) (*Sampler, error) {
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load cpu sampler BPF program: %+v", verr)
 		}
-		return nil, fmt.Errorf("load cpu sampler BPF program: %w", err)
+		return nil, fmt.Errorf("load cpu sampler BPF program: %w", memlock.Explain(err))
 	}
 	s.bufs, err = stackdrain.New(stackdrain.Maps{
 		Config:     s.objs.Config,
@@ -93,7 +85,7 @@ func Open(opts Options) (*Sampler, error) {
 		_ = s.objs.Close()
 		return nil, err
 	}
-	if err := s.startNewProcesses(); err != nil {
+	if s.news, err = stackdrain.StartAnnouncer(s.objs.NewPids, s.objs.ForgetProcess); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -108,55 +100,14 @@ func Open(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
-// startNewProcesses attaches the exit program that forgets exited processes
-// and starts the goroutine reading new_pids into s.procs.
-func (s *Sampler) startNewProcesses() error {
-	var err error
-	if s.exitLink, err = link.AttachTracing(link.TracingOptions{Program: s.objs.CpuProcessExit}); err != nil {
-		return fmt.Errorf("attach %s: %w", s.objs.CpuProcessExit, err)
-	}
-	if s.newPids, err = ringbuf.NewReader(s.objs.NewPids); err != nil {
-		return fmt.Errorf("open new-process ring buffer: %w", err)
-	}
-	s.procs = make(chan uint32, NewProcessesBuffer)
-	s.readerDone = make(chan struct{})
-	go s.readNewPids()
-	return nil
-}
-
-// readNewPids forwards new_pids to s.procs until the reader is closed, then
-// closes s.procs. It never blocks on s.procs: a notification that does not
-// fit is dropped and counted.
-func (s *Sampler) readNewPids() {
-	defer close(s.readerDone)
-	defer close(s.procs)
-	var rec ringbuf.Record
-	for {
-		err := s.newPids.ReadInto(&rec)
-		switch {
-		case errors.Is(err, ringbuf.ErrFlushed):
-			continue
-		case err != nil: // closed
-			return
-		case len(rec.RawSample) < 4:
-			continue
-		}
-		select {
-		case s.procs <- binary.NativeEndian.Uint32(rec.RawSample):
-		default:
-			s.procDrops.Add(1)
-		}
-	}
-}
-
 // NewProcesses returns the channel on which the pid (in
 // Options.PIDNamespace) of each newly sampled user process is sent once,
 // on its first sample after Open (and again if its pid is reused after it
 // exited), so it can be inspected while it still runs. The channel is
-// buffered (NewProcessesBuffer); notifications that find it full are
-// dropped and counted in Stats.NewProcessDrops. It is closed by Close.
+// buffered (stackdrain.NewProcessesBuffer); notifications that find it full
+// are dropped and counted in Stats.NewProcessDrops. It is closed by Close.
 func (s *Sampler) NewProcesses() <-chan uint32 {
-	return s.procs
+	return s.news.Pids()
 }
 
 func readSampleRate() (uint64, error) {
@@ -239,7 +190,7 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) {
 	}
 	samples, st, err := s.bufs.Drain()
 	if err == nil {
-		st.NewProcessDrops += s.procDrops.Swap(0)
+		st.NewProcessDrops += s.news.TakeDrops()
 	}
 	return samples, st, err
 }
@@ -259,17 +210,10 @@ func (s *Sampler) Close() error {
 		}
 	}
 	s.events = nil
-	if s.exitLink != nil {
-		if err := s.exitLink.Close(); err != nil {
+	if s.news != nil {
+		if err := s.news.Close(); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if s.newPids != nil {
-		// Interrupts the reader, which then closes s.procs.
-		if err := s.newPids.Close(); err != nil {
-			errs = append(errs, err)
-		}
-		<-s.readerDone
 	}
 	if err := s.objs.Close(); err != nil {
 		errs = append(errs, err)

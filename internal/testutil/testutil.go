@@ -3,16 +3,27 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 )
 
 // RequireBPFEnv is the environment variable that turns a BPF test skip into a
 // failure; .ci/run sets it.
 const RequireBPFEnv = "BPFPROFILER_REQUIRE_BPF"
+
+// PrebuiltWorkloadsEnv names a directory of workloads compiled beforehand
+// (CompileC with default flags, named without extension): the kernel matrix
+// runs the tests in virtual machines that have no C compiler.
+const PrebuiltWorkloadsEnv = "BPFPROFILER_PREBUILT_WORKLOADS"
+
+// CFlags are the flags every C workload is compiled with: frame pointers, so
+// that frame-pointer unwinding walks the workloads' own functions.
+var CFlags = []string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread"}
 
 // RequireBPF skips the test when it cannot load BPF programs (not root, not
 // Linux), unless BPFPROFILER_REQUIRE_BPF=1, where that is a failure.
@@ -47,13 +58,32 @@ func Workload(t testing.TB, name string) string {
 }
 
 // BuildC compiles testdata/workloads/<src> with frame pointers into a
-// temporary directory and returns the binary's path.
+// temporary directory and returns the binary's path. With
+// BPFPROFILER_PREBUILT_WORKLOADS set (and no extra flags) it returns the
+// prebuilt binary instead.
 func BuildC(t testing.TB, src string, extraFlags ...string) string {
 	t.Helper()
+	if dir := os.Getenv(PrebuiltWorkloadsEnv); dir != "" && len(extraFlags) == 0 {
+		bin := filepath.Join(dir, trimExt(src))
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("prebuilt workload: %v", err)
+		}
+		return bin
+	}
 	out := filepath.Join(t.TempDir(), trimExt(src))
-	args := append([]string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", out, Workload(t, src)}, extraFlags...)
-	run(t, exec.Command("cc", args...))
+	if err := CompileC(Workload(t, src), out, extraFlags...); err != nil {
+		t.Fatal(err)
+	}
 	return out
+}
+
+// CompileC compiles the C file src into out with CFlags and extraFlags.
+func CompileC(src, out string, extraFlags ...string) error {
+	args := append(append(slices.Clone(CFlags), "-o", out, src), extraFlags...)
+	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("cc %v: %w\n%s", args, err, b)
+	}
+	return nil
 }
 
 // BuildGo builds the Go program in testdata/workloads/<dir> and returns the

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 )
 
@@ -52,6 +53,9 @@ type OffCPUConfig struct {
 	Enabled bool `mapstructure:"enabled"`
 	// MinBlock drops blocks shorter than this, in BPF.
 	MinBlock time.Duration `mapstructure:"min_block"`
+	// Mechanism chooses how the user stack of a blocked thread is taken:
+	// auto, task_work (Linux >= 6.18) or switch_out (every kernel).
+	Mechanism string `mapstructure:"mechanism"`
 }
 
 // ProbeConfig declares one uprobe duration probe: either Symbol (a
@@ -99,7 +103,7 @@ func createDefaultConfig() component.Config {
 	return &Config{
 		ReportInterval: 10 * time.Second,
 		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
-		OffCPU:         OffCPUConfig{MinBlock: time.Millisecond},
+		OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
 		Kubernetes:     K8sConfig{HostRoot: "/"},
 	}
 }
@@ -140,6 +144,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OffCPU.MinBlock < 0 {
 		errs = append(errs, fmt.Errorf("off_cpu::min_block: must not be negative, got %v", c.OffCPU.MinBlock))
+	}
+	if _, err := offcpu.ParseMechanism(c.OffCPU.Mechanism); err != nil {
+		errs = append(errs, fmt.Errorf("off_cpu::mechanism: %w", err))
 	}
 	for i, p := range c.Probes {
 		if p.Symbol != "" && p.EntrySymbol != "" {

@@ -34,7 +34,7 @@ func TestLoadConfig(t *testing.T) {
 				Targets:        TargetsConfig{PIDs: []uint32{1}, Executables: []string{"/usr/bin/.*"}},
 				CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 99},
 				Pprof:          PprofConfig{Directory: "/tmp/profiles"},
-				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond},
+				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
 				Kubernetes:     K8sConfig{HostRoot: "/host"},
 			},
 		},
@@ -49,7 +49,7 @@ func TestLoadConfig(t *testing.T) {
 			expected: &Config{
 				ReportInterval: 10 * time.Second,
 				CPU:            CPUConfig{Enabled: false, SamplesPerSecond: 19},
-				OffCPU:         OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond},
+				OffCPU:         OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond, Mechanism: "switch_out"},
 				Kubernetes:     K8sConfig{HostRoot: "/"},
 			},
 		},
@@ -58,7 +58,7 @@ func TestLoadConfig(t *testing.T) {
 			expected: &Config{
 				ReportInterval: 10 * time.Second,
 				CPU:            CPUConfig{SamplesPerSecond: 19},
-				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond},
+				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
 				Probes: []ProbeConfig{
 					{
 						ID: "node.callback_scope", FileMatch: "/node$",
@@ -72,6 +72,7 @@ func TestLoadConfig(t *testing.T) {
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},
+		{id: component.NewIDWithName(metadata.Type, "bad_mechanism"), errorMessage: `off_cpu::mechanism: want auto, task_work or switch_out, got "kprobe"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_container_id"), errorMessage: `targets::container_ids[0]: want 12 to 64 lowercase hex digits, got "abc"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_pod_uid"), errorMessage: `targets::k8s_pod_uids[0]: want a pod uid`},
 		{id: component.NewIDWithName(metadata.Type, "relative_host_root"), errorMessage: `kubernetes::host_root: must be an absolute path, got "host"`},

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
@@ -139,21 +141,31 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Warn("cpu or off_cpu is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: not profiling")
 		profiling = false
 	}
-	if profiling && r.cfg.CPU.Enabled {
-		src, err := r.openSource(r.cfg, report.KindCPU, srcOpts)
-		if err != nil {
-			r.closeAll()
-			return fmt.Errorf("start cpu sampling: %w", err)
+	var unsupported []error
+	for _, k := range []struct {
+		kind    report.Kind
+		enabled bool
+		key     string
+	}{{report.KindCPU, r.cfg.CPU.Enabled, "cpu"}, {report.KindOffCPU, r.cfg.OffCPU.Enabled, "off_cpu"}} {
+		if !profiling || !k.enabled {
+			continue
 		}
-		r.sources[report.KindCPU] = src
-	}
-	if profiling && r.cfg.OffCPU.Enabled {
-		src, err := r.openSource(r.cfg, report.KindOffCPU, srcOpts)
-		if err != nil {
+		src, err := r.openSource(r.cfg, k.kind, srcOpts)
+		switch {
+		case errors.Is(err, ebpf.ErrNotSupported):
+			// The kernel lacks a feature: the rest keeps running.
+			logger.Error(k.key+" profiling is not supported on this kernel; the receiver runs without it",
+				zap.String("kernel", kernelRelease()), zap.Error(err))
+			unsupported = append(unsupported, fmt.Errorf("%s: %w", k.key, err))
+			continue
+		case err != nil:
 			r.closeAll()
-			return fmt.Errorf("start off-cpu profiling: %w", err)
+			return fmt.Errorf("start %s profiling: %w", k.key, err)
 		}
-		r.sources[report.KindOffCPU] = src
+		if m, ok := src.(interface{ Mechanism() string }); ok {
+			logger.Info(k.key+" profiling started", zap.String("mechanism", m.Mechanism()))
+		}
+		r.sources[k.kind] = src
 	}
 	logger.Info("bpfprofiler started",
 		zap.Bool("cpu", r.cfg.CPU.Enabled),
@@ -170,6 +182,11 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		r.closeAll()
 		return err
 	}
+	if len(r.sources) == 0 && r.probes == nil && len(unsupported) > 0 {
+		cancel()
+		r.closeAll()
+		return fmt.Errorf("nothing this kernel supports is enabled: %w", errors.Join(unsupported...))
+	}
 	r.cancel = cancel
 	r.done = make(chan struct{})
 	r.lastDrain = now()
@@ -184,6 +201,15 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		}
 	}
 	return nil
+}
+
+// kernelRelease is the running kernel's release, for messages.
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // hostName names the node: NODE_NAME (set by the DaemonSet through the

@@ -3,6 +3,7 @@ package bpfprofilerreceiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,19 +11,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pprofiletest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/receiver/receivertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
 )
 
@@ -165,4 +171,45 @@ func TestNoProfilingWithoutProfilesPipeline(t *testing.T) {
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
 	require.NoError(t, rcv.Shutdown(context.Background()))
 	assert.Zero(t, opened)
+}
+
+// A kernel that lacks what off-CPU profiling needs: Start logs which feature
+// is missing and runs the CPU profile; with nothing else enabled it fails.
+func TestUnsupportedSourceKeepsTheRestRunning(t *testing.T) {
+	unsupported := fmt.Errorf("off_cpu::mechanism task_work needs kfunc x (Linux 6.18): %w", ebpf.ErrNotSupported)
+	open := func(_ *Config, kind report.Kind, _ sourceOptions) (stackSource, error) {
+		if kind == report.KindOffCPU {
+			return nil, unsupported
+		}
+		return &fakeSource{}, nil
+	}
+	for _, tt := range []struct {
+		name    string
+		cpu     bool
+		wantErr bool
+	}{{"cpu keeps running", true, false}, {"nothing left", false, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			cfg.CPU.Enabled = tt.cpu
+			cfg.OffCPU.Enabled = true
+			core, logs := observer.New(zap.InfoLevel)
+			set := receivertest.NewNopSettings(metadata.Type)
+			set.Logger = zap.New(core)
+			rcv, err := newProfilerReceiver(cfg, set)
+			require.NoError(t, err)
+			rcv.openSource = open
+			rcv.setProfilesConsumer(new(consumertest.ProfilesSink))
+			err = rcv.Start(context.Background(), componenttest.NewNopHost())
+			t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
+			if tt.wantErr {
+				require.ErrorIs(t, err, ebpf.ErrNotSupported)
+				return
+			}
+			require.NoError(t, err)
+			assert.Len(t, rcv.sources, 1)
+			found := logs.FilterMessageSnippet("off_cpu profiling is not supported on this kernel").All()
+			require.Len(t, found, 1)
+			assert.Contains(t, found[0].ContextMap()["error"], "kfunc x (Linux 6.18)")
+		})
+	}
 }

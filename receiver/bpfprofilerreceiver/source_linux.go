@@ -31,11 +31,12 @@ func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			TargetPIDs:   opts.targets,
 			ExcludePIDs:  []uint32{uint32(os.Getpid())},
 			PIDNamespace: opts.pidns,
+			Mechanism:    offcpu.Mechanism(cfg.OffCPU.Mechanism),
 		})
 		if err != nil {
 			return nil, err
 		}
-		return drainSource{t}, nil
+		return offCPUSource{drainSource{t}, t}, nil
 	default:
 		return nil, fmt.Errorf("profile kind %q is not supported", kind)
 	}
@@ -82,3 +83,15 @@ type cpuSource struct {
 }
 
 func (c cpuSource) NewProcesses() <-chan uint32 { return c.s.NewProcesses() }
+
+func (c cpuSource) Mechanism() string { return "perf_event" }
+
+// offCPUSource announces processes too, and says which mechanism runs.
+type offCPUSource struct {
+	drainSource
+	t *offcpu.Tracer
+}
+
+func (o offCPUSource) NewProcesses() <-chan uint32 { return o.t.NewProcesses() }
+
+func (o offCPUSource) Mechanism() string { return string(o.t.Mechanism()) }

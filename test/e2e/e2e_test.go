@@ -7,7 +7,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -143,11 +142,15 @@ service:
 		assert.Contains(t, out.String(), `"resource profiles": 1`)
 	})
 
-	t.Run("OTLP endpoint has the hot function at 75%", func(t *testing.T) {
+	t.Run("OTLP endpoint has the hot function at 75% with whole stacks", func(t *testing.T) {
 		hot, cold := hotCold(otlp)
 		share := float64(hot) / float64(hot+cold)
+		st := burnStacks(otlp)
 		t.Logf("burn_hot=%d burn_cold=%d share=%.3f", hot, cold, share)
+		matrixFigure(t, "hot %.3f, named %.1f%%, chains %.1f%%", share, 100*st.named(), 100*st.chains())
 		assert.InDelta(t, 0.75, share, 0.05)
+		assert.GreaterOrEqual(t, st.named(), 0.95, "samples of the workload naming burn_hot or burn_cold")
+		assert.GreaterOrEqual(t, st.chains(), 0.95, "burn_* samples whose caller is run")
 	})
 
 	t.Run("own metrics on the collector's endpoint", func(t *testing.T) {
@@ -159,16 +162,55 @@ service:
 	})
 
 	t.Run("pprof files open and show the hot function", func(t *testing.T) {
-		files, err := filepath.Glob(filepath.Join(pprofDir, "cpu-*.pb.gz"))
-		require.NoError(t, err)
-		require.NotEmpty(t, files)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", files[len(files)-1]).CombinedOutput()
-		require.NoError(t, err, string(top))
-		assert.Contains(t, string(top), "burn_hot")
-		assert.Contains(t, string(top), "burn_cold")
+		totals := pprofTotals(t, pprofDir, "cpu")
+		assert.Positive(t, totals["burn_hot"])
+		assert.Positive(t, totals["burn_cold"])
 	})
+}
+
+// burnTotals are the samples of the cpuburn workload: all of them, those
+// naming burn_hot or burn_cold, and those of the latter whose caller is run.
+type burnTotals struct{ all, burning, chained int64 }
+
+// named is the share of the workload's samples that name a burn function.
+func (b burnTotals) named() float64 { return ratio(b.burning, b.all) }
+
+// chains is the share of those whose caller is run.
+func (b burnTotals) chains() float64 { return ratio(b.chained, b.burning) }
+
+func ratio(n, d int64) float64 {
+	if d == 0 {
+		return 0
+	}
+	return float64(n) / float64(d)
+}
+
+// burnStacks checks the stacks the OTLP endpoint received from cpuburn.
+func burnStacks(s *otlpProfilesServer) burnTotals {
+	var b burnTotals
+	for _, pd := range s.all() {
+		for _, st := range pdata.Stacks(pd) {
+			b.all += st.Value
+			for i, fn := range st.Functions {
+				if fn != "burn_hot" && fn != "burn_cold" {
+					continue
+				}
+				b.burning += st.Value
+				if i+1 < len(st.Functions) && st.Functions[i+1] == "run" {
+					b.chained += st.Value
+				}
+				break
+			}
+		}
+	}
+	return b
+}
+
+// matrixFigure logs the figure the kernel matrix (make test-kernels) shows
+// for this test in its table.
+func matrixFigure(t *testing.T, format string, args ...any) {
+	t.Helper()
+	t.Logf("matrix: "+format, args...)
 }
 
 // hotCold sums the samples of the workload's two functions over every

@@ -3,7 +3,9 @@
 // Usage: sleepers MODE ITERATIONS
 // Prints its pid, then waits for a line on stdin before the threads start,
 // so a tracer can be attached first. At exit it prints, per function, the
-// blocked time it measured itself (CLOCK_MONOTONIC around each sleep):
+// off-CPU time it measured itself: the CLOCK_MONOTONIC time around each
+// sleep less the thread's CPU time in it (the system call's own cost, large
+// under emulation), i.e. the time from going to sleep until running again:
 //   <function> <total ns> <sleeps> <ns in sleeps >= 1 ms> <sleeps >= 1 ms>
 // (the last two let a test with min_block 1ms tell which short sleeps a busy
 // machine stretched past the threshold)
@@ -34,12 +36,14 @@
 
 #define OVER_NS 1000000u
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t clock)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+static uint64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 static inline __attribute__((always_inline)) long raw_nanosleep(const struct timespec *req)
 {
@@ -73,16 +77,21 @@ struct sleeper {
 	long cross_cpu;
 };
 
-/* Each sleep_* blocks once for ns and returns the time it was away. */
+/*
+ * Each sleep_* blocks once for ns and returns the time it was off the CPU:
+ * the wall time around the sleep less the thread's CPU time in it.
+ */
 #define SLEEPER(name)                                                     \
 	__attribute__((noinline)) uint64_t name(uint64_t ns)              \
 	{                                                                 \
 		struct timespec req = {ns / 1000000000u, ns % 1000000000u}; \
+		uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);          \
 		uint64_t t0 = now_ns();                                   \
 		raw_nanosleep(&req);                                      \
 		uint64_t t1 = now_ns();                                   \
+		uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);          \
 		__asm__ volatile("" ::: "memory");                        \
-		return t1 - t0;                                           \
+		return (t1 - t0) - (c1 - c0);                             \
 	}
 
 SLEEPER(sleep_long)

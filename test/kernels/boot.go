@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// runGuest boots the newest Debian kernel of series under qemu with the
+// payload as initramfs and parses the checks' output from the serial
+// console.
+func runGuest(ctx context.Context, series string, p *payload, dir string, opts options) kernelResult {
+	res := kernelResult{kernel: series}
+	pkg, vmlinuz, err := fetchKernel(ctx, opts.cache, series)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	res.kernel = strings.TrimPrefix(pkg, "linux-image-")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.err = err
+		return res
+	}
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	defer cancel()
+	var console bytes.Buffer
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
+		// Software emulation: the host's KVM cannot boot these kernels.
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "2048",
+		"-kernel", vmlinuz, "-initrd", p.initramfs,
+		"-append", "console=ttyS0 panic=-1 loglevel=3",
+		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio", "-monitor", "none")
+	cmd.Stdout, cmd.Stderr = &console, &console
+	err = cmd.Run()
+	_ = os.WriteFile(filepath.Join(dir, "console.log"), console.Bytes(), 0o644)
+	res.log = console.String()
+	parseRun(&res, res.log)
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		res.err = fmt.Errorf("no result within %v", opts.timeout)
+	case err != nil:
+		res.err = fmt.Errorf("qemu: %w", err)
+	case !res.done:
+		res.err = errors.New("the guest stopped before running every check")
+	}
+	return res
+}
+
+// runHost runs the checks on the machine's own kernel, with the same
+// binaries and workloads.
+func runHost(ctx context.Context, p *payload, timeout time.Duration) kernelResult {
+	res := kernelResult{kernel: "host"}
+	release := "host"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		release = strings.TrimSpace(string(b)) + " (host)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "%s%s\n", markKernel, release)
+	for _, c := range checks {
+		fmt.Fprintf(&out, "%s%s\n", markCheck, c.test)
+		cmd := exec.CommandContext(ctx, filepath.Join(p.root, "bin", c.binary),
+			"-test.v", "-test.count=1", "-test.timeout=5m", "-test.run", "^"+c.test+"$")
+		cmd.Env = append(os.Environ(), testEnv(p.root)...)
+		cmd.Dir = os.TempDir()
+		cmd.Stdout, cmd.Stderr = &out, &out
+		code := 0
+		if err := cmd.Run(); err != nil {
+			code = 1
+			if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+				code = ee.ExitCode()
+			}
+		}
+		fmt.Fprintf(&out, "%s%s %d\n", markExit, c.test, code)
+	}
+	fmt.Fprintf(&out, "%s\n", markDone)
+	res.log = out.String()
+	parseRun(&res, res.log)
+	if ctx.Err() != nil {
+		res.err = fmt.Errorf("no result within %v", timeout)
+	}
+	return res
+}

@@ -1,0 +1,125 @@
+// Command kernels is the kernel matrix (make test-kernels): it boots Debian's
+// kernels under qemu (software emulation) with an initramfs holding the
+// ocb-built collector, the end-to-end test binaries and their workloads, runs
+// the checks inside each, and prints one table: kernel x check -> ✔/✗ with the
+// figure each check measured. The machine's own kernel runs the same checks
+// without qemu. It exits non-zero when a check fails on any kernel.
+//
+//	go run ./test/kernels -kernels 5.10,6.1,6.12,host -collector _build/otelcol-bpfprofiler
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	var (
+		kernels   = flag.String("kernels", "5.10,6.1,6.12,host", "kernel series to boot (Debian packages), or host for the running kernel")
+		collector = flag.String("collector", "_build/otelcol-bpfprofiler", "the ocb-built collector")
+		cache     = flag.String("cache", "/var/cache/bpfprofiler/kernels", "where kernel packages and apt lists are kept (outside the repository)")
+		timeout   = flag.Duration("timeout", 8*time.Minute, "time allowed for one kernel: boot and every check")
+		readme    = flag.String("readme", "", "when set, rewrite the kernel table between the matrix markers of this file")
+		keep      = flag.Bool("keep", false, "keep the work directory (initramfs, serial logs)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, options{
+		kernels:   splitList(*kernels),
+		collector: *collector,
+		cache:     *cache,
+		timeout:   *timeout,
+		readme:    *readme,
+		keep:      *keep,
+	}); err != nil {
+		fmt.Fprintln(os.Stderr, "kernels:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	kernels   []string
+	collector string
+	cache     string
+	timeout   time.Duration
+	readme    string
+	keep      bool
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		out = append(out, f)
+	}
+	return out
+}
+
+func run(ctx context.Context, opts options) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the kernel matrix needs root (BPF in the host run, apt for kernel packages)")
+	}
+	work, err := os.MkdirTemp("", "kernel-matrix-")
+	if err != nil {
+		return err
+	}
+	if opts.keep {
+		fmt.Println("work directory:", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	payload, err := buildPayload(ctx, filepath.Join(work, "payload"), opts.collector)
+	if err != nil {
+		return fmt.Errorf("build the guest payload: %w", err)
+	}
+	var results []kernelResult
+	for _, k := range opts.kernels {
+		start := time.Now()
+		var res kernelResult
+		if k == "host" {
+			res = runHost(ctx, payload, opts.timeout)
+		} else {
+			res = runGuest(ctx, k, payload, filepath.Join(work, k), opts)
+		}
+		res.took = time.Since(start)
+		fmt.Printf("%s: %s in %v\n", res.label(), res.summary(), res.took.Round(time.Second))
+		if res.err != nil || res.failed() {
+			fmt.Print(indent(res.log))
+		}
+		results = append(results, res)
+	}
+	table := renderTable(results)
+	fmt.Println()
+	fmt.Print(table)
+	if opts.readme != "" {
+		if err := updateReadme(opts.readme, table); err != nil {
+			return err
+		}
+	}
+	for _, r := range results {
+		if r.err != nil || r.failed() {
+			return errors.New("a check failed (see above)")
+		}
+	}
+	return nil
+}
+
+func indent(s string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l != "" {
+			b.WriteString("    | " + l)
+		}
+	}
+	if !strings.HasSuffix(b.String(), "\n") {
+		b.WriteString("\n")
+	}
+	return b.String()
+}

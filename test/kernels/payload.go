@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// check is one column of the table: a test of one of the test binaries.
+type check struct {
+	name   string // column title
+	binary string // test binary in the payload's /bin
+	test   string // test function
+}
+
+// checks are the end-to-end checks run on every kernel, in table order.
+var checks = []check{
+	{"stack store", "bpf.test", "TestStackStoreHelpers"},
+	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd"},
+	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile"},
+	{"probe", "e2e.test", "TestCollectorProbeLogs"},
+	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
+}
+
+// testPackages are the packages compiled into the test binaries of checks.
+var testPackages = map[string]string{"bpf.test": "./bpf", "e2e.test": "./test/e2e"}
+
+// busyboxApplets are the commands the guest's init and the tests run.
+var busyboxApplets = []string{
+	"sh", "mount", "mkdir", "ip", "hostname", "uname", "echo", "cat", "poweroff", "sleep", "unshare", "sysctl", "ls",
+}
+
+// payload is what every run of the checks needs.
+type payload struct {
+	root      string // the guest's root file system
+	initramfs string // root packed for qemu
+}
+
+const (
+	guestCollector = "/bin/otelcol-bpfprofiler"
+	guestWorkloads = "/workloads"
+)
+
+// buildPayload assembles the guest root under dir: busybox, the collector,
+// the test binaries (static, CGO_ENABLED=0), the C workloads compiled with
+// the tests' flags and the shared libraries they load, and /init.
+func buildPayload(ctx context.Context, dir, collector string) (*payload, error) {
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{"bin", "proc", "sys", "dev", "tmp", "run", guestWorkloads[1:]} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		return nil, fmt.Errorf("busybox (Debian's busybox-static) is needed for the guest: %w", err)
+	}
+	if err := copyFile(busybox, filepath.Join(root, "bin", "busybox"), 0o755); err != nil {
+		return nil, err
+	}
+	for _, a := range busyboxApplets {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", a)); err != nil {
+			return nil, err
+		}
+	}
+	if err := copyFile(collector, filepath.Join(root, guestCollector), 0o755); err != nil {
+		return nil, fmt.Errorf("the collector (make collector): %w", err)
+	}
+	for bin, pkg := range testPackages {
+		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", filepath.Join(root, "bin", bin), pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go test -c %s: %w\n%s", pkg, err, out)
+		}
+	}
+	sources, err := filepath.Glob("testdata/workloads/*.c")
+	if err != nil || len(sources) == 0 {
+		return nil, fmt.Errorf("no C workloads in testdata/workloads (run from the repository root): %v", err)
+	}
+	var bins []string
+	for _, src := range sources {
+		out := filepath.Join(root, guestWorkloads[1:], strings.TrimSuffix(filepath.Base(src), ".c"))
+		if err := testutil.CompileC(src, out); err != nil {
+			return nil, err
+		}
+		bins = append(bins, out)
+	}
+	if err := copyLibraries(ctx, root, bins); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript()), 0o755); err != nil {
+		return nil, err
+	}
+	p := &payload{root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
+	if err := writeInitramfs(root, p.initramfs); err != nil {
+		return nil, fmt.Errorf("initramfs: %w", err)
+	}
+	return p, nil
+}
+
+// copyLibraries copies the shared libraries (and the dynamic loader) that
+// ldd lists for bins into root, at the same paths.
+func copyLibraries(ctx context.Context, root string, bins []string) error {
+	libs := map[string]bool{}
+	for _, b := range bins {
+		out, err := exec.CommandContext(ctx, "ldd", b).Output()
+		if err != nil {
+			return fmt.Errorf("ldd %s: %w", b, err)
+		}
+		for _, l := range parseLDD(out) {
+			libs[l] = true
+		}
+	}
+	for l := range libs {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(l)), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(l, filepath.Join(root, l), 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseLDD returns the absolute library paths in ldd output: "name => /path
+// (addr)" and the loader's "/path (addr)".
+func parseLDD(out []byte) []string {
+	var libs []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			libs = append(libs, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			libs = append(libs, f[0])
+		}
+	}
+	return libs
+}
+
+// copyFile copies src (following symlinks) to dst.
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Markers the guest prints around each check, parsed by parseRun.
+const (
+	markKernel = "@@matrix kernel "
+	markCheck  = "@@matrix check "
+	markExit   = "@@matrix exit "
+	markDone   = "@@matrix done"
+)
+
+// testEnv is the environment of the test binaries, in the guest and on the
+// host (with the payload's paths under root).
+func testEnv(root string) []string {
+	return []string{
+		testutil.RequireBPFEnv + "=1",
+		"BPFPROFILER_COLLECTOR=" + filepath.Join(root, guestCollector),
+		testutil.PrebuiltWorkloadsEnv + "=" + filepath.Join(root, guestWorkloads),
+	}
+}
+
+// initScript is the guest's /init: mount what the collector reads, run each
+// check's test, print the markers, power off.
+func initScript() string {
+	var b strings.Builder
+	b.WriteString(`#!/bin/sh
+export PATH=/bin HOME=/tmp TMPDIR=/tmp
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /sys/fs/cgroup /sys/fs/bpf /sys/kernel/debug
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+ip link set lo up
+hostname kernel-matrix
+`)
+	for _, e := range testEnv("/") {
+		fmt.Fprintf(&b, "export %s\n", e)
+	}
+	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)
+	for _, c := range checks {
+		fmt.Fprintf(&b, "echo '%s%s'\n", markCheck, c.test)
+		fmt.Fprintf(&b, "/bin/%s -test.v -test.count=1 -test.timeout=5m -test.run '^%s$' 2>&1\n", c.binary, c.test)
+		fmt.Fprintf(&b, "echo \"%s%s $?\"\n", markExit, c.test)
+	}
+	fmt.Fprintf(&b, "echo '%s'\npoweroff -f\n", markDone)
+	return b.String()
+}
