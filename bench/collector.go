@@ -33,6 +33,8 @@ type profileConfig struct {
 	cpuHz    int           // CPU sampling frequency; 0 disables CPU profiling
 	offCPU   bool          // off-CPU profiling
 	minBlock time.Duration // off_cpu min_block (with offCPU)
+	// mechanism is the off_cpu mechanism (with offCPU); "" is auto.
+	mechanism string
 	// probes, when not empty, are declared in the receiver and a logs
 	// pipeline sends their records to the debug exporter.
 	probes []benchProbe
@@ -82,6 +84,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 	}
 	if p.offCPU {
 		fmt.Fprintf(&b, "    off_cpu:\n      enabled: true\n      min_block: %s\n", p.minBlock)
+		if p.mechanism != "" {
+			fmt.Fprintf(&b, "      mechanism: %s\n", p.mechanism)
+		}
 	} else {
 		b.WriteString("    off_cpu:\n      enabled: false\n")
 	}

@@ -70,6 +70,7 @@ type options struct {
 	spin          uint64
 	probeCalls    uint64
 	minBlock      time.Duration
+	mechanism     string
 	collector     string
 	skipPerf      bool
 	skipCollector bool
@@ -88,6 +89,7 @@ func main() {
 	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
 	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
+	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
 	flag.BoolVar(&o.skipPerf, "skip-perf", false, "do not run the perf record scenarios")
 	flag.BoolVar(&o.skipCollector, "skip-collector", false, "do not run the collector scenarios")

@@ -181,14 +181,14 @@ func newOffCPUSuite(ctx context.Context, e env) (s *suite, cleanup func(), err e
 		strconv.FormatUint(e.o.roundTrips, 10), strconv.FormatUint(e.o.spin, 10)}}
 	const marker = "pingpong_nap"
 	s = &suite{
-		title: fmt.Sprintf("== suite offcpu: pingpong, %d round trips x spin %d, 2 threads on one CPU; off_cpu min_block %v ==",
-			e.o.roundTrips, e.o.spin, e.o.minBlock),
+		title: fmt.Sprintf("== suite offcpu: pingpong, %d round trips x spin %d, 2 threads on one CPU; off_cpu min_block %v, mechanism %s ==",
+			e.o.roundTrips, e.o.spin, e.o.minBlock, e.o.mechanism),
 		scenarios: []scenario{baselineScenario(w)},
 	}
 	var notes []string
 	collectorSc := ""
 	if !e.o.skipCollector {
-		cfg := e.collector(profileConfig{offCPU: true, minBlock: e.o.minBlock})
+		cfg := e.collector(profileConfig{offCPU: true, minBlock: e.o.minBlock, mechanism: e.o.mechanism})
 		s.scenarios = append(s.scenarios, collectorScenario(scOffCPU, cfg, w, marker))
 		collectorSc = scOffCPU
 	}
