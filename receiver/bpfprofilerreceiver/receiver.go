@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
@@ -73,6 +74,8 @@ type profilerReceiver struct {
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
+	// targetWatch warns once when every target pid has exited.
+	targetWatch targetWatch
 	// background runs the kernel symbol preload and the prefetchProcesses
 	// goroutines.
 	background sync.WaitGroup
@@ -106,10 +109,15 @@ func (r *profilerReceiver) setLogsConsumer(next consumer.Logs) {
 
 // Start loads and attaches the kernel programs and starts the report loop.
 func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
-	targets, err := r.resolveTargets()
+	targets, starts, err := r.resolveTargets()
 	if err != nil {
 		return err
 	}
+	if err := checkPprofDirectory(r.cfg.Pprof.Directory); err != nil {
+		return err
+	}
+	warnMissingRuntimeDirs(r.settings.Logger, r.cfg.Kubernetes.HostRoot)
+	r.targetWatch = targetWatch{starts: starts}
 	pidns, err := r.proc.PIDNamespace(uint32(os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("find the collector's pid namespace: %w", err)
@@ -143,7 +151,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		src, err := r.openSource(r.cfg, report.KindCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
-			return fmt.Errorf("start cpu sampling: %w", err)
+			return fmt.Errorf("start cpu sampling: %w", explainSourceError(err))
 		}
 		r.sources[report.KindCPU] = src
 	}
@@ -151,7 +159,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		src, err := r.openSource(r.cfg, report.KindOffCPU, srcOpts)
 		if err != nil {
 			r.closeAll()
-			return fmt.Errorf("start off-cpu profiling: %w", err)
+			return fmt.Errorf("start off-cpu profiling: %w", explainSourceError(err))
 		}
 		r.sources[report.KindOffCPU] = src
 	}
@@ -197,15 +205,25 @@ func hostName() string {
 	return n
 }
 
-// resolveTargets checks that every target pid exists.
-func (r *profilerReceiver) resolveTargets() ([]uint32, error) {
+// resolveTargets checks that every target pid exists and returns the pids
+// with their start times.
+func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error) {
 	var errs []error
+	starts := make(map[uint32]uint64, len(r.cfg.Targets.PIDs))
 	for _, pid := range r.cfg.Targets.PIDs {
-		if _, err := r.proc.StartTime(pid); err != nil {
+		start, err := r.proc.StartTime(pid)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("targets::pids: process %d does not exist: %w", pid, err))
 		}
+		starts[pid] = start
 	}
-	return r.cfg.Targets.PIDs, errors.Join(errs...)
+	return r.cfg.Targets.PIDs, starts, errors.Join(errs...)
+}
+
+// explainSourceError names the capabilities the collector lacks when a
+// profile source failed to load or attach for want of permission.
+func explainSourceError(err error) error {
+	return capabilities.Explain(err, capabilities.BPF, capabilities.Perfmon)
 }
 
 // prefetchProcesses reads the maps, files and identity of each process as
@@ -245,6 +263,9 @@ func (r *profilerReceiver) report(ctx context.Context) {
 	end := now()
 	start := r.lastDrain
 	r.lastDrain = end
+	if len(r.sources) > 0 {
+		r.targetWatch.check(r.proc, r.settings.Logger)
+	}
 	var profiles []report.Profile
 	for _, kind := range []report.Kind{report.KindCPU, report.KindOffCPU} {
 		src, ok := r.sources[kind]
