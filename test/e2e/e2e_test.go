@@ -116,7 +116,7 @@ processors:
   memory_limiter: {check_interval: 1s, limit_mib: 256}
 exporters:
   debug: {verbosity: basic}
-  otlp:
+  otlp_grpc:
     endpoint: %s
     tls: {insecure: true}
 service:
@@ -129,7 +129,7 @@ service:
     profiles:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
-      exporters: [debug, otlp]
+      exporters: [debug, otlp_grpc]
 `, work.Process.Pid, pprofDir, addr, metricsPort)
 	out := startCollector(t, bin, config)
 
