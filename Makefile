@@ -10,7 +10,7 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean
+.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-tools
 
 all: build
 
@@ -39,12 +39,21 @@ run: $(COLLECTOR)
 # collector. BPF tests skip without root unless BPFPROFILER_REQUIRE_BPF=1.
 # Packages run one at a time (-p 1): the BPF tests compare measured times
 # and shares with the truth, and must not compete for the 2 CPUs.
-test: $(COLLECTOR)
+test: $(COLLECTOR) test-tools
 	$(GO) vet ./...
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -p 1 -timeout 40m ./...
 
-unit:
+unit: test-tools
 	$(GO) test -race -count=1 ./...
+
+# What the tests run besides Go, installed with apt when missing: gcc and g++
+# build the workloads and symbolizer fixtures, util-linux has chrt, unshare
+# and setpriv. No test needs bpftool, bpftrace or clang.
+TEST_PACKAGES := gcc g++ util-linux
+test-tools:
+	@need=""; for p in $(TEST_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
+	if [ -n "$$need" ]; then echo "installing$$need for the tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; fi
 
 bench: $(COLLECTOR)
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)
