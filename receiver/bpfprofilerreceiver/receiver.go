@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
-	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
@@ -218,12 +217,6 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error)
 		starts[pid] = start
 	}
 	return r.cfg.Targets.PIDs, starts, errors.Join(errs...)
-}
-
-// explainSourceError names the capabilities the collector lacks when a
-// profile source failed to load or attach for want of permission.
-func explainSourceError(err error) error {
-	return capabilities.Explain(err, capabilities.BPF, capabilities.Perfmon)
 }
 
 // prefetchProcesses reads the maps, files and identity of each process as

@@ -36,6 +36,12 @@ func checkPprofDirectory(dir string) error {
 	return nil
 }
 
+// explainSourceError names the capabilities the collector lacks when a
+// profile source failed to load or attach for want of permission.
+func explainSourceError(err error) error {
+	return capabilities.Explain(err, capabilities.BPF, capabilities.Perfmon)
+}
+
 // warnMissingRuntimeDirs warns when kubernetes::host_root shows none of the
 // container runtimes' state directories: pod, namespace and container names
 // would then be missing without any other sign (e.g. host_root: /host with the
