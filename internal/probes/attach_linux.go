@@ -227,6 +227,10 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			continue
 		}
 		links, err := a.attachFile(name, i, entry, exit)
+		if errors.Is(err, fs.ErrNotExist) {
+			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
+			continue
+		}
 		if err != nil {
 			a.failed(key, log, "cannot attach probe; tried again at the next rescan",
 				capabilities.Explain(err, capabilities.SysAdmin))
