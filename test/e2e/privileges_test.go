@@ -51,8 +51,6 @@ type unprivilegedSetup struct {
 	dir, collector           string
 	burner, syscalls, scopes string // in dir
 	private                  string // cpuburn with secret_hot/secret_cold, under dir/private (0700)
-	burnerPID, syscallsPID   int
-	privatePID               int
 }
 
 func newUnprivilegedSetup(t *testing.T) *unprivilegedSetup {
@@ -74,12 +72,14 @@ func newUnprivilegedSetup(t *testing.T) *unprivilegedSetup {
 	require.NoError(t, os.Mkdir(private, 0o700))
 	s.private = filepath.Join(private, "secretburn")
 	copyFile(t, testutil.BuildC(t, "cpuburn.c", "-Dburn_hot=secret_hot", "-Dburn_cold=secret_cold"), s.private, 0o755)
-	// Root's processes: uid nobody reads their maps and binaries only with
-	// CAP_SYS_PTRACE.
-	s.burnerPID = testutil.StartWorkload(t, s.burner, "120").Process.Pid
-	s.syscallsPID = testutil.StartWorkload(t, s.syscalls, "120").Process.Pid
-	s.privatePID = testutil.StartWorkload(t, s.private, "120").Process.Pid
 	return s
+}
+
+// start runs workload bin as root (uid nobody reads its maps and binary only
+// with CAP_SYS_PTRACE) until the test ends, at a low priority: the burners
+// must not starve the collector of the shared CPUs. It returns the pid.
+func (s *unprivilegedSetup) start(t *testing.T, bin string) int {
+	return testutil.StartWorkload(t, "nice", "-n", "10", bin, "120").Process.Pid
 }
 
 // publicDir returns a new directory every user may read and search
@@ -158,7 +158,7 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 	s := newUnprivilegedSetup(t)
 
 	t.Run("profiles with CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, CAP_SYSLOG", func(t *testing.T) {
-		cfg := s.config(t, []int{s.burnerPID, s.syscallsPID, s.privatePID}, true)
+		cfg := s.config(t, []int{s.start(t, s.burner), s.start(t, s.syscalls), s.start(t, s.private)}, true)
 		out := runCollector(t, asNobody(context.Background(), profileCaps, s.collectorArgs(cfg)...))
 		require.Eventually(t, func() bool {
 			text := out.String()
@@ -178,12 +178,13 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 	})
 
 	t.Run("probes with CAP_SYS_ADMIN added", func(t *testing.T) {
-		cfg := s.config(t, []int{s.burnerPID}, true)
+		cfg := s.config(t, []int{s.start(t, s.burner)}, true)
 		out := runCollector(t, asNobody(context.Background(), probeCaps, s.collectorArgs(cfg)...))
 		require.Eventually(t, func() bool { return strings.Contains(out.String(), "probes attached") },
 			30*time.Second, 100*time.Millisecond)
-		// Started now, as root: attached through its exec event.
-		require.NoError(t, exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "300").Run())
+		// Started now, as root: attached through its exec event, within the
+		// second scopes waits before its first call.
+		require.NoError(t, exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "1000").Run())
 		durations := regexp.MustCompile(`probe\.duration_ns: Int\(\d+\)`)
 		// scopes.c's main thread runs timed_scope 5 times for at least 10 ms.
 		require.Eventually(t, func() bool { return len(durations.FindAllString(out.String(), -1)) == 5 },
@@ -194,7 +195,7 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 	})
 
 	t.Run("binaries under root-only directories with CAP_DAC_READ_SEARCH added", func(t *testing.T) {
-		cfg := s.config(t, []int{s.privatePID}, false)
+		cfg := s.config(t, []int{s.start(t, s.private)}, false)
 		out := runCollector(t, asNobody(context.Background(), privateCaps, s.collectorArgs(cfg)...))
 		require.Eventually(t, func() bool { return stringTableEntry("secret_hot").MatchString(out.String()) },
 			30*time.Second, 200*time.Millisecond, "the private binary's frames")
@@ -211,7 +212,7 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			b, err := asNobody(ctx, caps, s.collectorArgs(s.config(t, []int{s.burnerPID}, false))...).CombinedOutput()
+			b, err := asNobody(ctx, caps, s.collectorArgs(s.config(t, []int{os.Getpid()}, false))...).CombinedOutput()
 			out := string(b)
 			require.Error(t, err, "the collector must not start")
 			assert.Contains(t, out, `failed to start "bpfprofiler" receiver`)
