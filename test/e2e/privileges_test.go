@@ -186,8 +186,9 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 		// second scopes waits before its first call.
 		require.NoError(t, exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "1000").Run())
 		durations := regexp.MustCompile(`probe\.duration_ns: Int\(\d+\)`)
-		// scopes.c's main thread runs timed_scope 5 times for at least 10 ms.
-		require.Eventually(t, func() bool { return len(durations.FindAllString(out.String(), -1)) == 5 },
+		// scopes.c's main thread runs timed_scope 5 times for at least 10 ms
+		// (and an 8 ms call may last 10 on a loaded machine).
+		require.Eventually(t, func() bool { return len(durations.FindAllString(out.String(), -1)) >= 5 },
 			30*time.Second, 100*time.Millisecond, "probe records")
 		require.Eventually(t, func() bool { return stringTableEntry("burn_hot").MatchString(out.String()) },
 			30*time.Second, 200*time.Millisecond, "profiles too")
