@@ -10,7 +10,12 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-kernels kernel-tools
+.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-tools test-kernels kernel-tools
+
+# apt_install installs those of the Debian packages $(1) that are missing.
+apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
+	if [ -n "$$need" ]; then echo "installing$$need"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; fi
 
 all: build
 
@@ -39,11 +44,11 @@ run: $(COLLECTOR)
 # collector. BPF tests skip without root unless BPFPROFILER_REQUIRE_BPF=1.
 # Packages run one at a time (-p 1): the BPF tests compare measured times
 # and shares with the truth, and must not compete for the 2 CPUs.
-test: $(COLLECTOR)
+test: $(COLLECTOR) test-tools
 	$(GO) vet ./...
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -p 1 -timeout 40m ./...
 
-unit:
+unit: test-tools
 	$(GO) test -race -count=1 ./...
 
 # The kernel matrix: boots Debian's kernels under qemu (software emulation)
@@ -51,13 +56,18 @@ unit:
 # KERNELS chooses (series of Debian kernel packages, or host); README=1 also
 # rewrites the README's kernel table from the result.
 KERNELS ?= 5.10,6.1,6.12,host
-test-kernels: $(COLLECTOR) kernel-tools
+test-kernels: $(COLLECTOR) test-tools kernel-tools
 	$(GO) run ./test/kernels -kernels "$(KERNELS)" -collector $(COLLECTOR) $(if $(README),-readme README.md)
 
 # What the kernel matrix needs besides Go: qemu and a static busybox.
 kernel-tools:
-	@need=""; for p in qemu-system-x86 busybox-static; do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
-	if [ -n "$$need" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; fi
+	$(call apt_install,qemu-system-x86 busybox-static)
+
+# What the tests run besides Go, installed with apt when missing: gcc and g++
+# build the workloads and symbolizer fixtures, util-linux has chrt, unshare
+# and setpriv. No test needs bpftool, bpftrace or clang.
+test-tools:
+	$(call apt_install,gcc g++ util-linux)
 
 bench: $(COLLECTOR)
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)

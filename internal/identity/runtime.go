@@ -112,20 +112,30 @@ func decodeJSON(r io.Reader, v any) error {
 // how to read it.
 type runtimeFile struct {
 	runtime string
-	path    func(id string) string // relative to the host root
+	dir     string // the runtime's state directory, relative to the host root
+	file    string // the spec, relative to the container's directory in dir
 	parse   func(io.Reader) (PodNames, error)
 }
 
+func (rf runtimeFile) path(id string) string { return filepath.Join(rf.dir, id, rf.file) }
+
 var runtimeFiles = []runtimeFile{
-	{RuntimeContainerd, func(id string) string {
-		return filepath.Join("run/containerd/io.containerd.runtime.v2.task/k8s.io", id, "config.json")
-	}, ParseContainerdSpec},
-	{RuntimeCRIO, func(id string) string {
-		return filepath.Join("run/containers/storage/overlay-containers", id, "userdata/config.json")
-	}, ParseCRIOSpec},
-	{RuntimeDocker, func(id string) string {
-		return filepath.Join("var/lib/docker/containers", id, "config.v2.json")
-	}, ParseDockerConfig},
+	{RuntimeContainerd, "run/containerd/io.containerd.runtime.v2.task/k8s.io", "config.json", ParseContainerdSpec},
+	{RuntimeCRIO, "run/containers/storage/overlay-containers", "userdata/config.json", ParseCRIOSpec},
+	{RuntimeDocker, "var/lib/docker/containers", "config.v2.json", ParseDockerConfig},
+}
+
+// RuntimeStateDirs returns the directories below hostRoot ("/" when empty)
+// whose container specs name pods and containers, one per runtime.
+func RuntimeStateDirs(hostRoot string) []string {
+	if hostRoot == "" {
+		hostRoot = "/"
+	}
+	dirs := make([]string, len(runtimeFiles))
+	for i, rf := range runtimeFiles {
+		dirs[i] = filepath.Join(hostRoot, rf.dir)
+	}
+	return dirs
 }
 
 // RuntimeNames finds the pod names of containers in the runtimes' files

@@ -168,3 +168,17 @@ func TestRuntimeNamesDefaultRoot(t *testing.T) {
 	n := NewRuntimeNames("", nil)
 	assert.Equal(t, "/", n.hostRoot)
 }
+
+// Every spec Lookup reads lies in one of RuntimeStateDirs.
+func TestRuntimeStateDirsHoldTheSpecs(t *testing.T) {
+	root := t.TempDir()
+	dirs := RuntimeStateDirs(root)
+	require.Len(t, dirs, 3)
+	assert.Equal(t, filepath.Join(root, "run/containerd/io.containerd.runtime.v2.task/k8s.io"), dirs[0])
+	assert.Equal(t, filepath.Join(root, "var/lib/docker/containers"), dirs[2])
+	for i, rf := range runtimeFiles {
+		spec := filepath.Join(root, rf.path(idCtrd))
+		assert.True(t, strings.HasPrefix(spec, filepath.Join(dirs[i], idCtrd)+"/"), "%s: %s not below %s", rf.runtime, spec, dirs[i])
+	}
+	assert.Equal(t, "/run/containers/storage/overlay-containers", RuntimeStateDirs("")[1])
+}

@@ -17,7 +17,24 @@ var (
 	raiseErr error
 	// remove is rlimit.RemoveMemlock, replaced in tests.
 	remove = rlimit.RemoveMemlock
+	// chargesMemlock reports whether the running kernel charges BPF memory
+	// to RLIMIT_MEMLOCK (before 5.11), replaced in tests. RemoveMemlock
+	// itself cannot tell without CAP_BPF, so its error alone says nothing.
+	chargesMemlock = func() bool { return kernelBefore(5, 11) }
 )
+
+// kernelBefore reports whether the running kernel is older than major.minor.
+func kernelBefore(major, minor int) bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var maj, min int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &maj, &min); err != nil {
+		return false
+	}
+	return maj < major || maj == major && min < minor
+}
 
 // Raise lifts RLIMIT_MEMLOCK once per process if the kernel charges BPF
 // memory to it. It returns why that failed (typically: no
@@ -31,7 +48,7 @@ func Raise() error {
 // error, when it is a permission error on a kernel whose RLIMIT_MEMLOCK
 // could not be raised. Other errors are returned as they are.
 func Explain(err error) error {
-	if err == nil || !errors.Is(err, unix.EPERM) {
+	if err == nil || !errors.Is(err, unix.EPERM) || !chargesMemlock() {
 		return err
 	}
 	if rerr := Raise(); rerr != nil {

@@ -15,17 +15,20 @@ func TestExplain(t *testing.T) {
 	other := errors.New("verifier says no")
 	for _, tt := range []struct {
 		name      string
+		old       bool // the kernel charges BPF memory to RLIMIT_MEMLOCK
 		raise     error
 		err       error
 		explained bool
 	}{
-		{"raised", nil, denied, false},
-		{"not raised, permission error", errors.New("setrlimit: operation not permitted"), denied, true},
-		{"not raised, other error", errors.New("setrlimit: operation not permitted"), other, false},
-		{"no error", errors.New("x"), nil, false},
+		{"raised", true, nil, denied, false},
+		{"not raised, permission error", true, errors.New("setrlimit: operation not permitted"), denied, true},
+		{"not raised, other error", true, errors.New("setrlimit: operation not permitted"), other, false},
+		{"new kernel: a missing capability, not memlock", false, errors.New("detect memcg accounting: operation not permitted"), denied, false},
+		{"no error", true, errors.New("x"), nil, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			once, remove = sync.Once{}, func() error { return tt.raise }
+			chargesMemlock = func() bool { return tt.old }
 			t.Cleanup(func() { once = sync.Once{} })
 			got := Explain(tt.err)
 			if !errors.Is(got, tt.err) && tt.err != nil {

@@ -15,44 +15,40 @@ import (
 	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 )
 
-// fileID identifies a file independently of the path a process sees it by.
-type fileID struct {
-	dev   uint64 // major<<32 | minor
-	inode uint64
-}
-
-type attempt struct {
-	file  fileID
-	probe int
-}
-
 // attacher finds files matching the probes in processes' maps and attaches
-// uprobes to them, once per (file, probe).
+// uprobes to them, once per (file, probe); failed attaches are tried again
+// at each rescan (see attempts).
 type attacher struct {
 	proc     procfs.FS
 	log      *zap.Logger
 	specs    []compiledSpec
 	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)
+	// attachFile attaches one probe to the file at path (a.attach; replaced
+	// in tests to fail like a missing permission).
+	attachFile func(path string, probe int, entry, exit []symOffset) ([]link.Link, error)
 
-	mu      sync.Mutex
-	done    map[attempt]bool // attach attempted with the file readable
-	links   map[fileID][]link.Link
-	missing int
-	refused int
-	closed  bool
+	mu       sync.Mutex
+	attempts *attempts
+	links    map[fileID][]link.Link
+	missing  int
+	refused  int
+	closed   bool
 }
 
 func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec,
 	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)) *attacher {
-	return &attacher{
+	a := &attacher{
 		proc: proc, log: log, specs: specs, programs: programs,
-		done:  make(map[attempt]bool),
-		links: make(map[fileID][]link.Link),
+		attempts: newAttempts(),
+		links:    make(map[fileID][]link.Link),
 	}
+	a.attachFile = a.attach
+	return a
 }
 
 // Times after an exec at which the process's maps are scanned: the
@@ -110,8 +106,11 @@ func (a *attacher) follow(stop <-chan struct{}, execs <-chan uint32, rescan time
 	}
 }
 
-// scanAll scans every process.
+// scanAll scans every process, trying failed attaches again.
 func (a *attacher) scanAll() {
+	a.mu.Lock()
+	a.attempts.rescan()
+	a.mu.Unlock()
 	pids, err := a.proc.PIDs()
 	if err != nil {
 		a.log.Warn("cannot list processes for probes", zap.Error(err))
@@ -148,7 +147,7 @@ func (a *attacher) scanPID(pid uint32) bool {
 		path := strings.TrimSuffix(m.Path, " (deleted)")
 		var probes []int
 		for i, s := range a.specs {
-			if !a.done[attempt{id, i}] && s.file.MatchString(path) {
+			if a.attempts.due(attempt{id, i}) && s.file.MatchString(path) {
 				probes = append(probes, i)
 			}
 		}
@@ -158,14 +157,14 @@ func (a *attacher) scanPID(pid uint32) bool {
 	}
 	a.mu.Unlock()
 	for _, c := range cands {
-		a.attachFile(pid, c.m, c.probes)
+		a.probeFile(pid, c.m, c.probes)
 	}
 	return true
 }
 
-// attachFile resolves the symbols of probes in the file of mapping m and
+// probeFile resolves the symbols of probes in the file of mapping m and
 // attaches them.
-func (a *attacher) attachFile(pid uint32, m procfs.Map, probes []int) {
+func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	id := fileID{dev: uint64(m.DevMajor)<<32 | uint64(m.DevMinor), inode: m.Inode}
 	name := a.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	if m.Deleted() {
@@ -192,17 +191,23 @@ func (a *attacher) attachFile(pid uint32, m procfs.Map, probes []int) {
 	}
 	for _, i := range probes {
 		key := attempt{id, i}
-		if a.done[key] {
-			continue // attached by a concurrent scan
+		if !a.attempts.due(key) {
+			continue // attached (or failed) in a concurrent scan
 		}
-		a.done[key] = true
 		s := a.specs[i]
 		log := a.log.With(zap.String("probe", s.ID), zap.String("file", m.Path), zap.Uint32("pid", pid))
 		if err != nil {
-			log.Warn("cannot read symbols of probed file", zap.Error(err))
+			if !transientReadError(err) {
+				a.attempts.finish(key) // a malformed ELF file stays so
+				log.Warn("cannot read symbols of probed file", zap.Error(err))
+				continue
+			}
+			a.failed(key, log, "cannot read symbols of probed file; tried again at the next rescan",
+				capabilities.Explain(err, capabilities.SysPtrace, capabilities.DACReadSearch))
 			continue
 		}
 		if s.Return && funcs.Go {
+			a.attempts.finish(key)
 			a.refused++
 			log.Warn("probe not attached: symbol mode (uretprobe) is refused on Go binaries because Go moves stacks; use entry_symbol and exit_symbol")
 			continue
@@ -217,18 +222,35 @@ func (a *attacher) attachFile(pid uint32, m procfs.Map, probes []int) {
 			if len(entry) > 0 {
 				missing = s.ExitSymbol
 			}
+			a.attempts.finish(key)
 			a.missing++
 			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
 			continue
 		}
-		links, err := a.attach(name, i, entry, exit)
-		if err != nil {
-			log.Warn("cannot attach probe", zap.Error(err))
+		links, err := a.attachFile(name, i, entry, exit)
+		if errors.Is(err, fs.ErrNotExist) {
+			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
 			continue
 		}
+		if err != nil {
+			a.failed(key, log, "cannot attach probe; tried again at the next rescan",
+				capabilities.Explain(err, capabilities.SysAdmin))
+			continue
+		}
+		a.attempts.finish(key)
 		a.links[id] = append(a.links[id], links...)
 		log.Debug("probe attached", zap.Int("uprobes", len(links)))
 	}
+}
+
+// failed records a failed attempt of key: a warning the first time, debug
+// after that.
+func (a *attacher) failed(key attempt, log *zap.Logger, msg string, err error) {
+	if a.attempts.fail(key) {
+		log.Warn(msg, zap.Error(err))
+		return
+	}
+	log.Debug(msg, zap.Error(err))
 }
 
 type symOffset struct {
@@ -295,6 +317,7 @@ func (a *attacher) stats(st *Stats) {
 	}
 	st.Missing = a.missing
 	st.Refused = a.refused
+	st.Failed = a.attempts.failing()
 }
 
 // close detaches every probe.

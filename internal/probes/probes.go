@@ -70,6 +70,7 @@ type Stats struct {
 	Links       int    // uprobes/uretprobes attached
 	Missing     int    // (probe, file) pairs skipped because a symbol is missing
 	Refused     int    // (probe, file) pairs refused: Return on a Go binary
+	Failed      int    // (probe, file) pairs whose last attach failed (tried again at each rescan)
 }
 
 // FieldError is an invalid value of one Spec key, named as in the collector

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 )
 
 // Manager owns the loaded probe programs and their attachments. Its methods
@@ -74,7 +75,7 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load probe BPF programs: %+v", verr)
 		}
-		return nil, fmt.Errorf("load probe BPF programs (needs root or CAP_BPF+CAP_PERFMON): %w", memlock.Explain(err))
+		return nil, capabilities.Explain(fmt.Errorf("load probe BPF programs: %w", memlock.Explain(err)), capabilities.BPF, capabilities.Perfmon)
 	}
 	compiled := make([]compiledSpec, len(specs))
 	for i, s := range specs {
@@ -155,7 +156,7 @@ func (m *Manager) openKernelSide() error {
 	for _, p := range []*ebpf.Program{m.objs.ProbeThreadExit, m.objs.ProbeExec} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
-			return fmt.Errorf("attach %s: %w", p, err)
+			return capabilities.Explain(fmt.Errorf("attach %s: %w", p, err), capabilities.BPF, capabilities.Perfmon)
 		}
 		m.tpLinks = append(m.tpLinks, l)
 	}

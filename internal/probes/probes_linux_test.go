@@ -5,7 +5,6 @@ package probes
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -165,26 +166,53 @@ func checkScopes(t *testing.T, c *collector, out string, pid int) {
 	require.Empty(t, c.byProbe(4))
 }
 
-// uprobesOf returns the uprobes `bpftool perf` lists for this process on file.
+// uprobesOf counts the uprobe links the kernel holds on file (any process):
+// the attacher opens files as /proc/<pid>/root<file>, and file is in a
+// directory of its own test.
 func uprobesOf(t *testing.T, file string) int {
 	t.Helper()
-	out, err := exec.Command("bpftool", "-j", "perf", "list").Output()
-	require.NoError(t, err)
-	var entries []struct {
-		PID      int    `json:"pid"`
-		FdType   string `json:"fd_type"`
-		Filename string `json:"filename"`
-	}
-	require.NoError(t, json.Unmarshal(out, &entries), "%s", out)
 	n := 0
-	for _, e := range entries {
-		probe := strings.HasPrefix(e.FdType, "uprobe") || strings.HasPrefix(e.FdType, "uretprobe")
-		// The kernel reports the path the uprobe was opened by: /proc/<pid>/root<file>.
-		if probe && e.PID == os.Getpid() && strings.HasSuffix(e.Filename, file) {
-			n++
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // detached meanwhile
+		}
+		if pe := info.PerfEvent(); pe != nil {
+			if u := pe.Uprobe(); u != nil && strings.HasSuffix(u.File, file) {
+				n++
+			}
 		}
 	}
+	require.NoError(t, it.Err())
 	return n
+}
+
+// programIDs returns the kernel ids of the Manager's probe programs.
+func programIDs(t *testing.T, m *Manager) []ebpf.ProgramID {
+	t.Helper()
+	var ids []ebpf.ProgramID
+	for _, p := range []*ebpf.Program{m.objs.ProbeEntry, m.objs.ProbeExit, m.objs.ProbeExec, m.objs.ProbeThreadExit} {
+		info, err := p.Info()
+		require.NoError(t, err)
+		id, ok := info.ID()
+		require.True(t, ok, "program id")
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// programsGone reports whether no program of ids is loaded any more.
+func programsGone(ids []ebpf.ProgramID) bool {
+	for _, id := range ids {
+		p, err := ebpf.NewProgramFromID(id)
+		if err == nil {
+			_ = p.Close()
+			return false
+		}
+	}
+	return true
 }
 
 // realtime returns chrt arguments running cmd with SCHED_FIFO: the workload
@@ -225,9 +253,12 @@ func TestScopesRunningProcess(t *testing.T) {
 	require.Equal(t, uint64(12+5+1+1), st.Records)
 	require.Zero(t, st.Dropped)
 
+	ids := programIDs(t, m)
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close()) // idempotent
 	require.Zero(t, uprobesOf(t, bin))
+	require.Eventually(t, func() bool { return programsGone(ids) }, 5*time.Second, 10*time.Millisecond,
+		"probe programs %v still loaded after Close", ids)
 }
 
 // A process started after Open is found through its exec event.

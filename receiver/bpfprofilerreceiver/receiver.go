@@ -75,6 +75,8 @@ type profilerReceiver struct {
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
+	// targetWatch warns once when every target pid has exited.
+	targetWatch targetWatch
 	// background runs the kernel symbol preload and the prefetchProcesses
 	// goroutines.
 	background sync.WaitGroup
@@ -108,10 +110,15 @@ func (r *profilerReceiver) setLogsConsumer(next consumer.Logs) {
 
 // Start loads and attaches the kernel programs and starts the report loop.
 func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
-	targets, err := r.resolveTargets()
+	targets, starts, err := r.resolveTargets()
 	if err != nil {
 		return err
 	}
+	if err := checkPprofDirectory(r.cfg.Pprof.Directory); err != nil {
+		return err
+	}
+	warnMissingRuntimeDirs(r.settings.Logger, r.cfg.Kubernetes.HostRoot)
+	r.targetWatch = targetWatch{starts: starts}
 	pidns, err := r.proc.PIDNamespace(uint32(os.Getpid()))
 	if err != nil {
 		return fmt.Errorf("find the collector's pid namespace: %w", err)
@@ -160,7 +167,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 			continue
 		case err != nil:
 			r.closeAll()
-			return fmt.Errorf("start %s profiling: %w", k.key, err)
+			return fmt.Errorf("start %s profiling: %w", k.key, explainSourceError(err))
 		}
 		if m, ok := src.(interface{ Mechanism() string }); ok {
 			logger.Info(k.key+" profiling started", zap.String("mechanism", m.Mechanism()))
@@ -223,15 +230,19 @@ func hostName() string {
 	return n
 }
 
-// resolveTargets checks that every target pid exists.
-func (r *profilerReceiver) resolveTargets() ([]uint32, error) {
+// resolveTargets checks that every target pid exists and returns the pids
+// with their start times.
+func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error) {
 	var errs []error
+	starts := make(map[uint32]uint64, len(r.cfg.Targets.PIDs))
 	for _, pid := range r.cfg.Targets.PIDs {
-		if _, err := r.proc.StartTime(pid); err != nil {
+		start, err := r.proc.StartTime(pid)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("targets::pids: process %d does not exist: %w", pid, err))
 		}
+		starts[pid] = start
 	}
-	return r.cfg.Targets.PIDs, errors.Join(errs...)
+	return r.cfg.Targets.PIDs, starts, errors.Join(errs...)
 }
 
 // prefetchProcesses reads the maps, files and identity of each process as
@@ -271,6 +282,9 @@ func (r *profilerReceiver) report(ctx context.Context) {
 	end := now()
 	start := r.lastDrain
 	r.lastDrain = end
+	if len(r.sources) > 0 {
+		r.targetWatch.check(r.proc, r.settings.Logger)
+	}
 	var profiles []report.Profile
 	for _, kind := range []report.Kind{report.KindCPU, report.KindOffCPU} {
 		src, ok := r.sources[kind]

@@ -64,8 +64,14 @@ func startCollector(t *testing.T, bin, config string) *syncBuffer {
 	t.Helper()
 	cfgPath := filepath.Join(t.TempDir(), "collector.yaml")
 	require.NoError(t, os.WriteFile(cfgPath, []byte(config), 0o600))
+	return runCollector(t, exec.Command(bin, "--config", cfgPath, "--feature-gates=service.profilesSupport"))
+}
+
+// runCollector starts cmd, the collector or a command that execs it, and
+// stops it at cleanup.
+func runCollector(t *testing.T, cmd *exec.Cmd) *syncBuffer {
+	t.Helper()
 	out := &syncBuffer{}
-	cmd := exec.Command(bin, "--config", cfgPath, "--feature-gates=service.profilesSupport")
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	stopped := false
@@ -115,7 +121,7 @@ processors:
   memory_limiter: {check_interval: 1s, limit_mib: 256}
 exporters:
   debug: {verbosity: basic}
-  otlp:
+  otlp_grpc:
     endpoint: %s
     tls: {insecure: true}
 service:
@@ -128,7 +134,7 @@ service:
     profiles:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
-      exporters: [debug, otlp]
+      exporters: [debug, otlp_grpc]
 `, work.Process.Pid, pprofDir, addr, metricsPort)
 	out := startCollector(t, bin, config)
 

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile"
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
-	_ "google.golang.org/grpc/encoding/gzip" // the otlp exporter compresses by default
+	_ "google.golang.org/grpc/encoding/gzip" // the otlp_grpc exporter compresses by default
 )
 
 // otlpProfilesServer is a real OTLP/gRPC profiles endpoint on loopback that

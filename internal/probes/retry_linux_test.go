@@ -1,0 +1,112 @@
+//go:build linux
+
+package probes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A probe whose attach failed (as it does without the needed capability) is
+// warned about once, not tried again by the scans of the process's exec,
+// tried again at each rescan, and attached by the first rescan at which the
+// kernel accepts it: its records then flow.
+func TestFailedAttachRetriedAtRescan(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "scopes.c")
+	file := "^" + regexp.QuoteMeta(bin) + "$"
+	core, logs := observer.New(zapcore.DebugLevel)
+	m, err := Open([]Spec{
+		{ID: "timed", FileMatch: file, EntrySymbol: "timed_scope", Return: true},
+		{ID: "missing", FileMatch: file, EntrySymbol: "no_such_function", Return: true},
+	}, Options{Logger: zap.New(core), RescanInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	c := &collector{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx, c.add) }()
+	t.Cleanup(func() { cancel(); require.NoError(t, <-done) })
+
+	// The kernel refuses every attach until allowed is set.
+	var allowed atomic.Bool
+	var calls atomic.Int32
+	m.att.mu.Lock()
+	realAttach := m.att.attachFile
+	m.att.attachFile = func(path string, probe int, entry, exit []symOffset) ([]link.Link, error) {
+		calls.Add(1)
+		if !allowed.Load() {
+			return nil, fmt.Errorf("attach exit timed_scope: opening perf event: %w", syscall.EACCES)
+		}
+		return realAttach(path, probe, entry, exit)
+	}
+	m.att.mu.Unlock()
+
+	out := filepath.Join(t.TempDir(), "measured.txt")
+	cmd := exec.Command("chrt", realtime(bin, out, "stdin")...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := uint32(cmd.Process.Pid)
+	require.Eventually(t, func() bool {
+		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
+		return p == bin
+	}, 5*time.Second, 10*time.Millisecond)
+
+	// The exec event's first scan fails; its later scans do not try again.
+	require.Eventually(t, func() bool { return m.Stats().Failed == 1 }, 5*time.Second, 5*time.Millisecond)
+	for range 3 {
+		require.True(t, m.att.scanPID(pid))
+	}
+	assert.Equal(t, int32(1), calls.Load(), "attach tried before the next rescan")
+	st := m.Stats()
+	assert.Equal(t, 1, st.Missing, "a missing symbol is final")
+	assert.Zero(t, st.Links)
+
+	// A rescan tries again, still refused: no second warning.
+	m.att.scanAll()
+	assert.Equal(t, int32(2), calls.Load())
+	assert.Equal(t, 1, m.Stats().Failed)
+
+	allowed.Store(true)
+	m.att.scanAll()
+	st = m.Stats()
+	assert.Equal(t, int32(3), calls.Load())
+	assert.Equal(t, 2, st.Links, "timed_scope entry + uretprobe")
+	assert.Zero(t, st.Failed)
+	assert.Equal(t, 1, st.Missing, "the missing symbol was not looked up again")
+	m.att.scanAll()
+	assert.Equal(t, int32(3), calls.Load(), "attached: never again")
+
+	warnings := logs.FilterMessageSnippet("cannot attach probe").FilterLevelExact(zapcore.WarnLevel).All()
+	require.Len(t, warnings, 1, "one warning per (probe, file)")
+	assert.Equal(t, "timed", warnings[0].ContextMap()["probe"])
+	assert.Contains(t, warnings[0].ContextMap()["error"], "permission denied")
+	assert.Len(t, logs.FilterMessageSnippet("cannot attach probe").FilterLevelExact(zapcore.DebugLevel).All(), 1,
+		"later failures at debug level")
+
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	// scopes.c runs timed_scope 10 times on its main thread and twice on a worker.
+	require.Eventually(t, func() bool { return len(c.byProbe(0)) == 12 }, 20*time.Second, 20*time.Millisecond,
+		"records of the probe attached at the rescan")
+}
