@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 )
 
@@ -27,16 +28,18 @@ type ELFFunctions struct {
 	Go bool
 }
 
-// FindFunctions returns the defined function symbols of the ELF file at
-// path whose raw name satisfies match, from .symtab and .dynsym (each name
+// FindFunctions returns the defined function symbols of the open ELF file f
+// (of a process: open it with procfs.OpenMappedFile) whose raw name
+// satisfies match, from .symtab and .dynsym (each name
 // once), with the file offset of each. Aliases (several names at one
 // address, e.g. C++ C1/C2 constructors) are all reported. The symbol tables
 // are read in place in the mapped file, as the symbolizer reads them.
 // Malformed input gives an error, never a panic.
-func FindFunctions(path string, match func(name string) bool) (ELFFunctions, error) {
-	mf, err := openMapped(path)
+func FindFunctions(f *os.File, match func(name string) bool) (ELFFunctions, error) {
+	path := f.Name()
+	mf, err := mapOpenFile(f)
 	if err != nil {
-		return ELFFunctions{}, err
+		return ELFFunctions{}, fmt.Errorf("%s: %w", path, err)
 	}
 	defer mf.close()
 	var res ELFFunctions
