@@ -101,9 +101,9 @@ type Symbolizer struct {
 	// all loaded ones.
 	maxPerfMap   int64
 	perfMapBytes int64
-	procs *lru[uint32, *process]
-	once  *onceSet
-	stats Stats
+	procs        *lru[uint32, *process]
+	once         *onceSet
+	stats        Stats
 
 	pagesReleased    time.Time
 	cachedFrames     int // entries of all processes' frame caches
