@@ -1,7 +1,6 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -53,7 +52,7 @@ func FindFunctions(f *os.File, match func(name string) bool) (ELFFunctions, erro
 }
 
 func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, error) {
-	f, err := elf.NewFile(bytes.NewReader(data))
+	f, noSections, err := newELF(data)
 	if err != nil {
 		return ELFFunctions{}, err
 	}
@@ -69,15 +68,12 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 	var res ELFFunctions
 	res.Go = f.Section(".gopclntab") != nil
 	seen := make(map[string]bool)
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		raw, ok, err := rawSymbolSection(f, data, typ)
-		if err != nil {
-			return ELFFunctions{}, err
-		}
-		if !ok {
-			continue
-		}
-		if !res.Go && typ == elf.SHT_SYMTAB {
+	srcs, errs := symbolSources(f, data, noSections)
+	if len(srcs) == 0 && len(errs) > 0 {
+		return ELFFunctions{}, errors.Join(errs...)
+	}
+	for _, raw := range srcs {
+		if !res.Go && raw.typ == elf.SHT_SYMTAB {
 			_, res.Go = raw.find("runtime.pclntab")
 		}
 		for i := range raw.len() {
