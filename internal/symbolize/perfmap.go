@@ -112,15 +112,26 @@ func loadPerfMap(proc procfs.FS, pid uint32, path string, st procfs.Status, prev
 	if prev != nil && prev.size == fi.Size() && prev.mtime.Equal(fi.ModTime()) {
 		return prev, nil
 	}
-	cr := &countingReader{r: io.LimitReader(f, limit+1)}
-	entries, err := parsePerfMap(cr, fi.Size())
+	entries, n, err := readPerfMap(f.Name(), f, fi.Size(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", f.Name(), err)
+		return nil, err
+	}
+	return &perfMap{entries: entries, size: n, mtime: fi.ModTime()}, nil
+}
+
+// readPerfMap parses the perf map r (named name, of about sizeHint bytes),
+// reading at most limit+1 bytes: more than limit is refused as too large.
+// It returns the entries and the bytes read.
+func readPerfMap(name string, r io.Reader, sizeHint, limit int64) ([]perfMapEntry, int64, error) {
+	cr := &countingReader{r: io.LimitReader(r, limit+1)}
+	entries, err := parsePerfMap(cr, min(sizeHint, limit))
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", name, err)
 	}
 	if cr.n > limit {
-		return nil, tooLarge(f.Name(), cr.n, limit)
+		return nil, 0, tooLarge(name, cr.n, limit)
 	}
-	return &perfMap{entries: entries, size: cr.n, mtime: fi.ModTime()}, nil
+	return entries, cr.n, nil
 }
 
 func tooLarge(name string, size, limit int64) error {

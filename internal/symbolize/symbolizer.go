@@ -101,9 +101,11 @@ type Symbolizer struct {
 	// all loaded ones.
 	maxPerfMap   int64
 	perfMapBytes int64
-	procs        *lru[uint32, *process]
-	once         *onceSet
-	stats        Stats
+	// readPerfMap reads a perf map (loadPerfMap); tests replace it.
+	readPerfMap func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error)
+	procs       *lru[uint32, *process]
+	once        *onceSet
+	stats       Stats
 
 	pagesReleased    time.Time
 	cachedFrames     int // entries of all processes' frame caches
@@ -149,6 +151,9 @@ func New(opts Options) *Symbolizer {
 			_ = e.ef.close()
 		}
 	})
+	s.readPerfMap = func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error) {
+		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
+	}
 	s.files.maxWeight = opts.MaxFileBytes
 	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) {
 		s.dropFrames(p)

@@ -358,7 +358,7 @@ func (s *Symbolizer) loadPerfMap(pid uint32, p *process) {
 	name := s.proc.RootPath(pid, file)
 	prev := p.perfMap
 	pm, err := procfs.Within(s.deadline, name, func() (*perfMap, error) {
-		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
+		return s.readPerfMap(pid, file, st, prev)
 	}, nil)
 	if err == nil {
 		if pm != prev {
