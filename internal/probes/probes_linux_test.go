@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -165,8 +166,11 @@ func checkScopes(t *testing.T, c *collector, out string, pid int) {
 	require.Empty(t, c.byProbe(4))
 }
 
-// uprobesOf returns the uprobes `bpftool perf` lists for this process on file.
-func uprobesOf(t *testing.T, file string) int {
+// uprobesOf returns the uprobes `bpftool perf` lists for this process. The
+// kernel reports the path a uprobe was opened by: the attacher opens the
+// probed file through its descriptor (/proc/self/fd/<n>), never by the path
+// a process shows, and each uprobe must say so.
+func uprobesOf(t *testing.T) int {
 	t.Helper()
 	out, err := exec.Command("bpftool", "-j", "perf", "list").Output()
 	require.NoError(t, err)
@@ -179,8 +183,8 @@ func uprobesOf(t *testing.T, file string) int {
 	n := 0
 	for _, e := range entries {
 		probe := strings.HasPrefix(e.FdType, "uprobe") || strings.HasPrefix(e.FdType, "uretprobe")
-		// The kernel reports the path the uprobe was opened by: /proc/<pid>/root<file>.
-		if probe && e.PID == os.Getpid() && strings.HasSuffix(e.Filename, file) {
+		if probe && e.PID == os.Getpid() {
+			assert.True(t, strings.HasPrefix(e.Filename, "/proc/self/fd/"), "uprobe opened by %q, not by descriptor", e.Filename)
 			n++
 		}
 	}
@@ -216,7 +220,7 @@ func TestScopesRunningProcess(t *testing.T) {
 	// timed: entry+uretprobe, timed.main.min: 2, nested: 2, pair: 2.
 	require.Equal(t, 8, st.Links)
 	require.Equal(t, 1, st.Missing)
-	require.Equal(t, 8, uprobesOf(t, bin))
+	require.Equal(t, 8, uprobesOf(t))
 
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
@@ -227,7 +231,7 @@ func TestScopesRunningProcess(t *testing.T) {
 
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close()) // idempotent
-	require.Zero(t, uprobesOf(t, bin))
+	require.Zero(t, uprobesOf(t))
 }
 
 // A process started after Open is found through its exec event.
