@@ -55,8 +55,8 @@ func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec, entry, e
 	return &attacher{
 		proc: proc, log: log, specs: specs, entry: entry, exit: exit,
 		deadline: procfs.NewDeadline(openTimeout, maxStuckOpens),
-		done:  make(map[attempt]bool),
-		links: make(map[fileID][]link.Link),
+		done:     make(map[attempt]bool),
+		links:    make(map[fileID][]link.Link),
 	}
 }
 
