@@ -10,7 +10,7 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean
+.PHONY: all build run test unit fuzz bench generate generate-bpf generate-metadata check-generated lint tools collector clean
 
 all: build
 
@@ -42,6 +42,19 @@ run: $(COLLECTOR)
 test: $(COLLECTOR)
 	$(GO) vet ./...
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) fuzz
+
+# Every fuzz target of the repository (found by name, so a new one is
+# included), each its seed corpus then FUZZTIME of fuzzing; none needs root.
+# A failing input is written to the package's testdata/fuzz.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' bench bpf internal receiver test | sort); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "== fuzz $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+		done; \
+	done
 
 unit:
 	$(GO) test -race -count=1 ./...
