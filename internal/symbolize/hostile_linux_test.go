@@ -334,3 +334,35 @@ func TestELFFIFODoesNotBlock(t *testing.T) {
 	assert.Empty(t, lookupWithin(t, s, pid, 0x7f0000001000, 2*time.Second).Function)
 	assert.Equal(t, map[string]uint64{procfs.ReasonNotRegular: 1}, s.Stats().FilesRefused)
 }
+
+// Many processes with large perf maps: the maps held together stay within
+// the budget (four times the cap, plus the map being added), each lookup
+// still resolving through its own process's map.
+func TestPerfMapTotalBudget(t *testing.T) {
+	const maxMap = 1 << 20
+	var fs procfs.FS
+	s := New(Options{MaxPerfMapBytes: maxMap})
+	s.refreshInterval = 0
+	for i := range 8 {
+		p := uint32(100 + i)
+		if i == 0 {
+			fs = fakeProcess(t, p, jitMaps, "/usr/bin/node", nil)
+			s.proc = fs
+		} else {
+			require.NoError(t, os.MkdirAll(fs.Path(p, "root", "tmp"), 0o755))
+			require.NoError(t, os.WriteFile(fs.Path(p, "maps"), []byte(jitMaps), 0o644))
+			require.NoError(t, os.WriteFile(fs.Path(p, "status"), []byte(statusOf(p)), 0o644))
+		}
+		mapFile := fs.RootPath(p, fmt.Sprintf("/tmp/perf-%d.map", p))
+		require.NoError(t, os.MkdirAll(filepath.Dir(mapFile), 0o755))
+		writePerfMap(t, mapFile, 900<<10)
+		require.NoError(t, os.Truncate(mapFile, 900<<10))
+		assert.Equal(t, "LazyCompile:*jit_function_0 /app/server.js:0", s.User(p, []uint64{0x7f0000001004})[0].Function)
+		s.mu.Lock()
+		held := s.perfMapBytes
+		s.mu.Unlock()
+		assert.LessOrEqual(t, held, int64(perfMapBudget*maxMap+2*maxMap), "after %d processes", i+1)
+		assert.Greater(t, held, int64(0))
+	}
+	assert.Empty(t, s.Stats().FilesRefused)
+}

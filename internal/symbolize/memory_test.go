@@ -113,7 +113,7 @@ func fixtureMaps(bin string) (string, []uint64, bool) {
 		start := (base + p.Vaddr) &^ 0xfff
 		end := (base + p.Vaddr + p.Filesz + 0xfff) &^ 0xfff
 		// The device and inode are the file's, as the kernel shows them.
-		fmt.Fprintf(&b, "%x-%x r-xp %08x %x:%x %d %s\n", start, end, p.Off&^0xfff, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino, bin)
+		fmt.Fprintf(&b, "%x-%x r-xp %08x %x:%x %d %s\n", start, end, p.Off&^0xfff, unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino, bin)
 		step := max(p.Filesz/fixtureAddrs, 1)
 		for a := base + p.Vaddr; a < base+p.Vaddr+p.Filesz && len(addrs) < fixtureAddrs; a += step {
 			addrs = append(addrs, a)

@@ -150,7 +150,7 @@ func fakeProcess(t *testing.T, pid uint32, maps, exe string, files map[string][]
 		if f := strings.Fields(line); len(f) == 6 && files[f[5]] != nil {
 			var st syscall.Stat_t
 			require.NoError(t, syscall.Stat(fs.RootPath(pid, f[5]), &st))
-			f[3] = fmt.Sprintf("%x:%x", unix.Major(st.Dev), unix.Minor(st.Dev))
+			f[3] = fmt.Sprintf("%x:%x", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)))
 			f[4] = strconv.FormatUint(st.Ino, 10)
 			line = strings.Join(f, " ") + "\n"
 		}
