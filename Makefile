@@ -10,7 +10,7 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-tools test-kernels kernel-tools
+.PHONY: all build run test unit fuzz bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -47,6 +47,19 @@ run: $(COLLECTOR)
 test: $(COLLECTOR) test-tools
 	$(GO) vet ./...
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) fuzz
+
+# Every fuzz target of the repository (found by name, so a new one is
+# included), each its seed corpus then FUZZTIME of fuzzing; none needs root.
+# A failing input is written to the package's testdata/fuzz.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' bench bpf internal receiver test | sort); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "== fuzz $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+		done; \
+	done
 
 unit: test-tools
 	$(GO) test -race -count=1 ./...

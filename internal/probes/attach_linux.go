@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,10 @@ type attacher struct {
 	// in tests to fail like a missing permission).
 	attachFile func(path string, probe int, entry, exit []symOffset) ([]link.Link, error)
 
+	// deadline bounds the opens of probed files: on FUSE or a dead
+	// network file system an open can block forever.
+	deadline *procfs.Deadline
+
 	mu       sync.Mutex
 	attempts *attempts
 	links    map[fileID][]link.Link
@@ -44,6 +49,7 @@ func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec,
 	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)) *attacher {
 	a := &attacher{
 		proc: proc, log: log, specs: specs, programs: programs,
+		deadline: procfs.NewDeadline(openTimeout, maxStuckOpens),
 		attempts: newAttempts(),
 		links:    make(map[fileID][]link.Link),
 	}
@@ -54,6 +60,12 @@ func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec,
 // Times after an exec at which the process's maps are scanned: the
 // executable is mapped at exec, libraries shortly after by the dynamic loader.
 var execScanDelays = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
+
+// Bounds on opening probed files (see attacher.deadline).
+const (
+	openTimeout   = 2 * time.Second
+	maxStuckOpens = 16
+)
 
 type pendingScan struct {
 	pid  uint32
@@ -166,10 +178,14 @@ func (a *attacher) scanPID(pid uint32) bool {
 // attaches them.
 func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	id := fileID{dev: uint64(m.DevMajor)<<32 | uint64(m.DevMinor), inode: m.Inode}
+	// The file is the process's to choose: open the mapped file itself
+	// (procfs.OpenMappedFile: inside the process's root, same device and
+	// inode, a regular local file), read its symbols from that descriptor
+	// and attach through it (procfs.FDPath), never by a path the process
+	// could point elsewhere between the read and the attach.
 	name := a.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
-	if m.Deleted() {
-		name = a.proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
-	}
+	f, err := procfs.Within(a.deadline, name, func() (*os.File, error) { return a.proc.OpenMappedFile(pid, m) },
+		func(f *os.File) { f.Close() })
 	queries := make([]symbolQuery, 0, 2*len(probes))
 	for _, i := range probes {
 		queries = append(queries, a.specs[i].entry)
@@ -177,10 +193,14 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			queries = append(queries, a.specs[i].exit)
 		}
 	}
-	funcs, err := symbolize.FindFunctions(name, func(sym string) bool {
-		return slices.ContainsFunc(queries, func(q symbolQuery) bool { return q.match(sym) })
-	})
-	if errors.Is(err, fs.ErrNotExist) {
+	var funcs symbolize.ELFFunctions
+	if err == nil {
+		defer f.Close()
+		funcs, err = symbolize.FindFunctions(f, func(sym string) bool {
+			return slices.ContainsFunc(queries, func(q symbolQuery) bool { return q.match(sym) })
+		})
+	}
+	if errors.Is(err, fs.ErrNotExist) && procfs.RefusalReason(err) == "" {
 		return // the process is gone; another scan retries
 	}
 
@@ -197,9 +217,9 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 		s := a.specs[i]
 		log := a.log.With(zap.String("probe", s.ID), zap.String("file", m.Path), zap.Uint32("pid", pid))
 		if err != nil {
-			if !transientReadError(err) {
-				a.attempts.finish(key) // a malformed ELF file stays so
-				log.Warn("cannot read symbols of probed file", zap.Error(err))
+			if !retryRead(err) {
+				a.attempts.finish(key) // a malformed or refused file stays so
+				log.Warn("cannot read symbols of probed file", zap.String("reason", procfs.RefusalReason(err)), zap.Error(err))
 				continue
 			}
 			a.failed(key, log, "cannot read symbols of probed file; tried again at the next rescan",
@@ -227,7 +247,7 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
 			continue
 		}
-		links, err := a.attachFile(name, i, entry, exit)
+		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit)
 		if errors.Is(err, fs.ErrNotExist) {
 			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
 			continue

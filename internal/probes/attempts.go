@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io/fs"
 	"syscall"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 // fileID identifies a file independently of the path a process sees it by.
@@ -68,6 +70,20 @@ func (s *attempts) failing() int {
 // transientReadError reports whether reading a file's symbols failed in a
 // system call (permission, I/O, no file descriptor left), which a later scan
 // may not hit, rather than on the file's content, which stays as it is.
+// retryRead reports whether reading a probed file's symbols may succeed at
+// the next rescan: a transient error, or a file that did not answer in time;
+// not a malformed file, nor one refused for what it is (procfs.RefusedError).
+func retryRead(err error) bool {
+	switch procfs.RefusalReason(err) {
+	case "":
+		return transientReadError(err)
+	case procfs.ReasonTimeout, procfs.ReasonStuck:
+		return true
+	default:
+		return false
+	}
+}
+
 func transientReadError(err error) bool {
 	var pe *fs.PathError
 	var errno syscall.Errno

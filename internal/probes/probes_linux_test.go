@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
@@ -166,21 +168,23 @@ func checkScopes(t *testing.T, c *collector, out string, pid int) {
 	require.Empty(t, c.byProbe(4))
 }
 
-// uprobesOf counts the uprobe links the kernel holds on file (any process):
-// the attacher opens files as /proc/<pid>/root<file>, and file is in a
-// directory of its own test.
-func uprobesOf(t *testing.T, file string) int {
+// uprobesOf counts the uprobe links of the programs ids (any process). The
+// kernel reports the path a uprobe was opened by: the attacher opens the
+// probed file through its descriptor (/proc/self/fd/<n>), never by the path
+// a process shows, and each uprobe must say so.
+func uprobesOf(t *testing.T, ids []ebpf.ProgramID) int {
 	t.Helper()
 	n := 0
 	it := new(link.Iterator)
 	defer it.Close()
 	for it.Next() {
 		info, err := it.Link.Info()
-		if err != nil {
-			continue // detached meanwhile
+		if err != nil || !slices.Contains(ids, info.Program) {
+			continue // detached meanwhile, or not ours
 		}
 		if pe := info.PerfEvent(); pe != nil {
-			if u := pe.Uprobe(); u != nil && strings.HasSuffix(u.File, file) {
+			if u := pe.Uprobe(); u != nil {
+				assert.True(t, strings.HasPrefix(u.File, "/proc/self/fd/"), "uprobe opened by %q, not by descriptor", u.File)
 				n++
 			}
 		}
@@ -244,7 +248,8 @@ func TestScopesRunningProcess(t *testing.T) {
 	// timed: entry+uretprobe, timed.main.min: 2, nested: 2, pair: 2.
 	require.Equal(t, 8, st.Links)
 	require.Equal(t, 1, st.Missing)
-	require.Equal(t, 8, uprobesOf(t, bin))
+	ids := programIDs(t, m)
+	require.Equal(t, 8, uprobesOf(t, ids))
 
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
@@ -253,10 +258,9 @@ func TestScopesRunningProcess(t *testing.T) {
 	require.Equal(t, uint64(12+5+1+1), st.Records)
 	require.Zero(t, st.Dropped)
 
-	ids := programIDs(t, m)
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close()) // idempotent
-	require.Zero(t, uprobesOf(t, bin))
+	require.Zero(t, uprobesOf(t, ids))
 	require.Eventually(t, func() bool { return programsGone(ids) }, 5*time.Second, 10*time.Millisecond,
 		"probe programs %v still loaded after Close", ids)
 }

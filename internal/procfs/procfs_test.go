@@ -76,7 +76,10 @@ func TestParseStatus(t *testing.T) {
 		want    Status
 		wantErr bool
 	}{
-		{name: "full", in: statusFixture, want: Status{Name: "my prog", Tgid: 4242, PPid: 1, NSpid: []uint32{4242, 17, 1}, Uid: 1000}},
+		{name: "full", in: statusFixture, want: Status{Name: "my prog", Tgid: 4242, PPid: 1, NSpid: []uint32{4242, 17, 1}, Uid: 1000, EUid: 1000}},
+		{name: "setuid", in: "Uid:\t1000\t0\t0\t0\n", want: Status{Uid: 1000, EUid: 0}},
+		{name: "one uid column", in: "Uid:\t7\n", want: Status{Uid: 7, EUid: 7}},
+		{name: "garbage euid", in: "Uid:\t7\tx\n", wantErr: true},
 		{name: "host nspid", in: "Name:\tinit\nTgid:\t1\nNSpid:\t1\n", want: Status{Name: "init", Tgid: 1, NSpid: []uint32{1}}},
 		{name: "two level nspid", in: "Tgid:\t9876\nNSpid:\t9876\t1\n", want: Status{Tgid: 9876, NSpid: []uint32{9876, 1}}},
 		{name: "spaces nspid", in: "NSpid:  300   12  \n", want: Status{NSpid: []uint32{300, 12}}},

@@ -15,6 +15,7 @@ type Status struct {
 	PPid  uint32
 	NSpid []uint32 // pids from the reader's pid namespace inwards; nil when absent
 	Uid   uint32   // real uid
+	EUid  uint32   // effective uid
 }
 
 // ParseStatus parses the content of a status file. Missing fields keep their
@@ -44,6 +45,11 @@ func ParseStatus(r io.Reader) (Status, error) {
 				break
 			}
 			st.Uid, err = parseU32(f[0])
+			if err == nil && len(f) > 1 {
+				st.EUid, err = parseU32(f[1])
+			} else if err == nil {
+				st.EUid = st.Uid
+			}
 		case "NSpid":
 			f := strings.Fields(val)
 			if len(f) == 0 {

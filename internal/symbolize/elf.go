@@ -34,7 +34,7 @@ const maxNoteSize = 1 << 16
 // parseELF parses the ELF file data, in place. It never panics on
 // malformed input (debug/elf may; the caller recovers, see openELF).
 func parseELF(data []byte) (*elfFile, error) {
-	f, err := elf.NewFile(bytes.NewReader(data))
+	f, noSections, err := newELF(data)
 	if err != nil {
 		return nil, err
 	}
@@ -51,15 +51,7 @@ func parseELF(data []byte) (*elfFile, error) {
 	ef.buildIDGo = goBuildID(f)
 
 	var symErrs []error
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		raw, ok, err := rawSymbolSection(f, data, typ)
-		if err != nil {
-			symErrs = append(symErrs, fmt.Errorf("%s: %w", typ, err))
-		}
-		if ok {
-			ef.symSrc = append(ef.symSrc, raw)
-		}
-	}
+	ef.symSrc, symErrs = symbolSources(f, data, noSections)
 	hasPclntab := f.Section(".gopclntab") != nil
 	if hasPclntab || ef.buildIDGo != "" {
 		var symtab *rawSymbols
@@ -131,8 +123,56 @@ func demangleName(name string) string {
 	return demangle.Filter(name, demangle.NoClones)
 }
 
-// gnuBuildID returns the hex GNU build id of f, or "".
+// symbolSources returns the symbol tables of f: .symtab, then .dynsym,
+// found through the section headers; when neither is usable (no section
+// headers, or corrupt ones), the dynamic symbols found through the program
+// headers.
+func symbolSources(f *elf.File, data []byte, noSections bool) ([]rawSymbols, []error) {
+	var out []rawSymbols
+	var errs []error
+	if noSections {
+		errs = append(errs, errors.New("section header table unusable"))
+	} else {
+		for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+			raw, ok, err := rawSymbolSection(f, data, typ)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", typ, err))
+			}
+			if ok {
+				out = append(out, raw)
+			}
+		}
+	}
+	if len(out) == 0 {
+		raw, ok, err := dynamicSymbols(f, data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PT_DYNAMIC: %w", err))
+		}
+		if ok {
+			out = append(out, raw)
+		}
+	}
+	return out, errs
+}
+
+// gnuBuildID returns the hex GNU build id of f, or "", from its note
+// sections or, without section headers, its PT_NOTE segments.
 func gnuBuildID(f *elf.File) string {
+	if len(f.Sections) == 0 {
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_NOTE || p.Filesz > maxNoteSize {
+				continue
+			}
+			data := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(data, 0); err != nil {
+				continue
+			}
+			if desc, ok := findNote(data, f.ByteOrder, "GNU", 3 /* NT_GNU_BUILD_ID */); ok {
+				return hex.EncodeToString(desc)
+			}
+		}
+		return ""
+	}
 	for _, s := range f.Sections {
 		if s.Type != elf.SHT_NOTE || s.Size > maxNoteSize {
 			continue

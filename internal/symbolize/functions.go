@@ -1,10 +1,10 @@
 package symbolize
 
 import (
-	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 )
 
@@ -27,16 +27,18 @@ type ELFFunctions struct {
 	Go bool
 }
 
-// FindFunctions returns the defined function symbols of the ELF file at
-// path whose raw name satisfies match, from .symtab and .dynsym (each name
+// FindFunctions returns the defined function symbols of the open ELF file f
+// (of a process: open it with procfs.OpenMappedFile) whose raw name
+// satisfies match, from .symtab and .dynsym (each name
 // once), with the file offset of each. Aliases (several names at one
 // address, e.g. C++ C1/C2 constructors) are all reported. The symbol tables
 // are read in place in the mapped file, as the symbolizer reads them.
 // Malformed input gives an error, never a panic.
-func FindFunctions(path string, match func(name string) bool) (ELFFunctions, error) {
-	mf, err := openMapped(path)
+func FindFunctions(f *os.File, match func(name string) bool) (ELFFunctions, error) {
+	path := f.Name()
+	mf, err := mapOpenFile(f)
 	if err != nil {
-		return ELFFunctions{}, err
+		return ELFFunctions{}, fmt.Errorf("%s: %w", path, err)
 	}
 	defer mf.close()
 	var res ELFFunctions
@@ -50,7 +52,7 @@ func FindFunctions(path string, match func(name string) bool) (ELFFunctions, err
 }
 
 func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, error) {
-	f, err := elf.NewFile(bytes.NewReader(data))
+	f, noSections, err := newELF(data)
 	if err != nil {
 		return ELFFunctions{}, err
 	}
@@ -66,15 +68,12 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 	var res ELFFunctions
 	res.Go = f.Section(".gopclntab") != nil
 	seen := make(map[string]bool)
-	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		raw, ok, err := rawSymbolSection(f, data, typ)
-		if err != nil {
-			return ELFFunctions{}, err
-		}
-		if !ok {
-			continue
-		}
-		if !res.Go && typ == elf.SHT_SYMTAB {
+	srcs, errs := symbolSources(f, data, noSections)
+	if len(srcs) == 0 && len(errs) > 0 {
+		return ELFFunctions{}, errors.Join(errs...)
+	}
+	for _, raw := range srcs {
+		if !res.Go && raw.typ == elf.SHT_SYMTAB {
 			_, res.Go = raw.find("runtime.pclntab")
 		}
 		for i := range raw.len() {

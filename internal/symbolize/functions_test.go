@@ -10,9 +10,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// findFunctionsIn opens path and runs FindFunctions on it.
+func findFunctionsIn(t *testing.T, path string, match func(string) bool) (ELFFunctions, error) {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	return FindFunctions(f, match)
+}
+
 func TestFindFunctionsGoBinary(t *testing.T) {
 	bin := buildGo(t)
-	res, err := FindFunctions(bin, func(name string) bool { return name == "main.crunch" || name == "no.such" })
+	res, err := findFunctionsIn(t, bin, func(name string) bool { return name == "main.crunch" || name == "no.such" })
 	require.NoError(t, err)
 	require.True(t, res.Go)
 	require.Len(t, res.Symbols, 1)
@@ -33,7 +42,7 @@ func TestFindFunctionsGoBinary(t *testing.T) {
 
 func TestFindFunctionsCAliases(t *testing.T) {
 	bin := buildC(t, "cc", "aliases.c", "-O1")
-	res, err := FindFunctions(bin, func(name string) bool { return strings.HasPrefix(name, "probe_target") })
+	res, err := findFunctionsIn(t, bin, func(name string) bool { return strings.HasPrefix(name, "probe_target") })
 	require.NoError(t, err)
 	require.False(t, res.Go)
 	require.Len(t, res.Symbols, 2)
@@ -44,8 +53,10 @@ func TestFindFunctionsCAliases(t *testing.T) {
 func TestFindFunctionsMalformed(t *testing.T) {
 	garbage := filepath.Join(t.TempDir(), "garbage")
 	require.NoError(t, os.WriteFile(garbage, []byte("\x7fELF garbage garbage garbage garbage garbage garbage garbage"), 0o644))
-	_, err := FindFunctions(garbage, func(string) bool { return true })
+	_, err := findFunctionsIn(t, garbage, func(string) bool { return true })
 	require.Error(t, err)
-	_, err = FindFunctions(filepath.Join(t.TempDir(), "missing"), func(string) bool { return true })
+	empty := filepath.Join(t.TempDir(), "empty")
+	require.NoError(t, os.WriteFile(empty, nil, 0o644))
+	_, err = findFunctionsIn(t, empty, func(string) bool { return true })
 	require.Error(t, err)
 }

@@ -132,11 +132,11 @@ func parseKallsyms(r io.Reader) (*kallsyms, error) {
 		if etext > ks.core.limit {
 			ks.core.limit = etext
 		} else {
-			ks.core.limit += coreSlack
+			ks.core.limit = addSaturating(ks.core.limit, coreSlack)
 		}
 	}
 	for i := range ks.modules {
-		ks.modules[i].limit += moduleSlack
+		ks.modules[i].limit = addSaturating(ks.modules[i].limit, moduleSlack)
 	}
 	for _, rg := range append([]kregion{ks.core}, ks.modules...) {
 		if rg.mapping != nil {
@@ -144,6 +144,15 @@ func parseKallsyms(r io.Reader) (*kallsyms, error) {
 		}
 	}
 	return ks, nil
+}
+
+// addSaturating returns a+b, or the largest address when that overflows
+// (a region at the top of the address space must not wrap to an empty one).
+func addSaturating(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // lookup returns the symbol name and mapping of addr; ok is false when addr
@@ -158,7 +167,8 @@ func (ks *kallsyms) lookup(addr uint64) (name string, m *report.Mapping, ok bool
 	if s.module >= 0 {
 		rg = ks.modules[s.module]
 	}
-	if addr < rg.start || addr >= rg.limit {
+	// A saturated limit (the top of the address space) includes itself.
+	if addr < rg.start || addr >= rg.limit && rg.limit != math.MaxUint64 {
 		return "", nil, false
 	}
 	return ks.name(s), rg.mapping, true

@@ -10,8 +10,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
@@ -93,6 +96,10 @@ func fixtureMaps(bin string) (string, []uint64, bool) {
 		return "", nil, false
 	}
 	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Stat(bin, &st); err != nil {
+		return "", nil, false
+	}
 	base := uint64(0)
 	if f.Type == elf.ET_DYN {
 		base = 0x7f0000000000
@@ -105,8 +112,8 @@ func fixtureMaps(bin string) (string, []uint64, bool) {
 		}
 		start := (base + p.Vaddr) &^ 0xfff
 		end := (base + p.Vaddr + p.Filesz + 0xfff) &^ 0xfff
-		// The inode is made up: the path tells the files apart.
-		fmt.Fprintf(&b, "%x-%x r-xp %08x 00:2a %d %s\n", start, end, p.Off&^0xfff, len(bin), bin)
+		// The device and inode are the file's, as the kernel shows them.
+		fmt.Fprintf(&b, "%x-%x r-xp %08x %x:%x %d %s\n", start, end, p.Off&^0xfff, unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino, bin)
 		step := max(p.Filesz/fixtureAddrs, 1)
 		for a := base + p.Vaddr; a < base+p.Vaddr+p.Filesz && len(addrs) < fixtureAddrs; a += step {
 			addrs = append(addrs, a)

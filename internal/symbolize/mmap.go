@@ -26,20 +26,16 @@ type mappedFile struct {
 // maxMappedFile bounds the size of a file that is mapped.
 const maxMappedFile = 4 << 30
 
-// openMapped maps the file at name. The descriptor is closed before
-// returning: the mapping keeps the file alive.
-func openMapped(name string) (*mappedFile, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+// mapOpenFile maps the regular file f, opened by the caller (through
+// procfs.OpenMappedFile for a file of a process). f may be closed after
+// return: the mapping keeps the file alive.
+func mapOpenFile(f *os.File) (*mappedFile, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", name)
+		return nil, fmt.Errorf("%s: not a regular file", f.Name())
 	}
 	size := st.Size()
 	if size == 0 {

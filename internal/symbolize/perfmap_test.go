@@ -17,7 +17,7 @@ func TestParsePerfMap(t *testing.T) {
 		"10 zz x\n" +
 		"20 10\n" +
 		"ffffffffffffffff 10 overflow\n"
-	entries, err := parsePerfMap(strings.NewReader(in))
+	entries, err := parsePerfMap(strings.NewReader(in), int64(len(in)))
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
 	pm := &perfMap{entries: entries}
@@ -42,7 +42,7 @@ func FuzzParsePerfMap(f *testing.F) {
 	f.Add("3ef414c0 398 RegExp:[{(]\n0x10 0x20 a b c\n")
 	f.Add("ffffffffffffffff 1 x\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		entries, err := parsePerfMap(strings.NewReader(s))
+		entries, err := parsePerfMap(strings.NewReader(s), int64(len(s)))
 		if err != nil {
 			return
 		}

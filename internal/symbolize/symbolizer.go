@@ -8,6 +8,7 @@ package symbolize
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -28,7 +29,11 @@ type Options struct {
 	// files' read-only mappings), default 32 MiB.
 	MaxFileBytes int64
 	MaxProcesses int // bound on cached process maps (LRU), default 4096
-	Logger       *zap.Logger
+	// MaxPerfMapBytes bounds the size of a perf map that is read; larger
+	// ones are refused. Default 8 MiB. The perf maps of all processes
+	// together hold at most about four times as much.
+	MaxPerfMapBytes int64
+	Logger          *zap.Logger
 }
 
 // Stats are cumulative counters of a Symbolizer.
@@ -37,6 +42,10 @@ type Stats struct {
 	FramesUnsymbolized uint64 // addresses left without a function name
 	MapRefreshes       uint64 // reads of /proc/<pid>/maps
 	FileErrors         uint64 // files (ELF, kallsyms, maps) that could not be read or parsed
+	// FilesRefused counts files a process controls (perf maps, mapped ELF
+	// files) that were refused, by reason (procfs.Reason*: too_large,
+	// not_regular, symlink, owner, replaced, remote_fs, timeout, stuck).
+	FilesRefused map[string]uint64
 }
 
 // Defaults of Options and internal intervals.
@@ -45,6 +54,7 @@ const (
 	DefaultMaxFiles     = 256
 	DefaultMaxFileBytes = 32 << 20
 	DefaultMaxProcesses = 4096
+	DefaultMaxPerfMap   = 8 << 20
 
 	// Bounds on the resolved frames cached per process and in total
 	// (roughly 200 bytes each).
@@ -58,6 +68,14 @@ const (
 	// the last interval only, not every page ever touched.
 	pageReleaseInterval = 10 * time.Second
 	logOnceSize         = 4096
+
+	// fileTimeout bounds the wait for an open or a read of a file a
+	// process controls; maxStuckFiles bounds those that never returned.
+	fileTimeout   = time.Second
+	maxStuckFiles = 64
+	// perfMapBudget is how many times MaxPerfMapBytes the perf maps of all
+	// processes may hold together.
+	perfMapBudget = 4
 )
 
 // Symbolizer resolves addresses to frames. It is safe for concurrent use;
@@ -77,10 +95,17 @@ type Symbolizer struct {
 	kernelLoaded time.Time
 	kernelErr    error
 
-	files *lru[fileKey, *fileEntry]
-	procs *lru[uint32, *process]
-	once  *onceSet
-	stats Stats
+	files    *lru[fileKey, *fileEntry]
+	deadline *procfs.Deadline // opens and reads of files processes control
+	// maxPerfMap bounds one perf map, perfMapBytes is the heap held by
+	// all loaded ones.
+	maxPerfMap   int64
+	perfMapBytes int64
+	// readPerfMap reads a perf map (loadPerfMap); tests replace it.
+	readPerfMap func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error)
+	procs       *lru[uint32, *process]
+	once        *onceSet
+	stats       Stats
 
 	pagesReleased    time.Time
 	cachedFrames     int // entries of all processes' frame caches
@@ -102,10 +127,15 @@ func New(opts Options) *Symbolizer {
 	if opts.MaxProcesses <= 0 {
 		opts.MaxProcesses = DefaultMaxProcesses
 	}
+	if opts.MaxPerfMapBytes <= 0 {
+		opts.MaxPerfMapBytes = DefaultMaxPerfMap
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	s := &Symbolizer{
+		deadline:         procfs.NewDeadline(fileTimeout, maxStuckFiles),
+		maxPerfMap:       opts.MaxPerfMapBytes,
 		proc:             opts.Proc,
 		kpath:            opts.KallsymsPath,
 		log:              opts.Logger,
@@ -121,8 +151,14 @@ func New(opts Options) *Symbolizer {
 			_ = e.ef.close()
 		}
 	})
+	s.readPerfMap = func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error) {
+		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
+	}
 	s.files.maxWeight = opts.MaxFileBytes
-	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) { s.dropFrames(p) })
+	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) {
+		s.dropFrames(p)
+		s.dropPerfMap(p)
+	})
 	return s
 }
 
@@ -130,7 +166,9 @@ func New(opts Options) *Symbolizer {
 func (s *Symbolizer) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stats
+	st := s.stats
+	st.FilesRefused = maps.Clone(s.stats.FilesRefused)
+	return st
 }
 
 // ForgetProcess drops what is cached about pid, its maps and resolved

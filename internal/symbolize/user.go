@@ -244,9 +244,14 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 	ef, err := s.openELF(pid, m)
 	s.files.add(key, &fileEntry{ef: ef, err: err})
 	if err != nil {
-		s.stats.FileErrors++
+		if reason := procfs.RefusalReason(err); reason != "" {
+			s.countRefused(reason)
+		} else {
+			s.stats.FileErrors++
+		}
 		if s.once.first("file:" + m.Path) {
-			s.log.Info("cannot symbolize file", zap.String("file", m.Path), zap.Uint32("pid", pid), zap.Error(err))
+			s.log.Info("cannot symbolize file", zap.String("file", m.Path), zap.Uint32("pid", pid),
+				zap.String("reason", procfs.RefusalReason(err)), zap.Error(err))
 		}
 		return nil, key
 	}
@@ -254,14 +259,19 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 	return ef, key
 }
 
+// openELF opens and parses the file of mapping m of pid. The file is the
+// process's to choose: procfs.OpenMappedFile refuses a file that is not the
+// mapped one (device and inode), not regular, or on FUSE or a network file
+// system, where a page fault of the mapping could block forever; the open
+// itself runs under the deadline (a lookup on FUSE can block too).
 func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
 	name := s.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
-	mf, err := openMapped(name)
-	if err != nil && m.Deleted() {
-		// The file is gone from the file system but still mapped.
-		name = s.proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
-		mf, err = openMapped(name)
+	f, err := procfs.Within(s.deadline, name, func() (*os.File, error) { return s.proc.OpenMappedFile(pid, m) }, closeFile)
+	if err != nil {
+		return nil, err
 	}
+	mf, err := mapOpenFile(f)
+	f.Close()
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +287,8 @@ func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
 	mf.releasePages()
 	return ef, nil
 }
+
+func closeFile(f *os.File) { f.Close() }
 
 // resolveFile resolves vaddr of ef: Go frames, or else the symbol name. A
 // panic on a crafted file, or a fault on a file truncated since it was
@@ -309,41 +321,107 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 	return gfs, name
 }
 
-// innermostPID returns the pid the process sees itself as, which JIT
-// runtimes put in their perf map's name: the last NSpid column of its status
-// (NSpid lists the pid from our namespace inwards). Without NSpid (old
-// kernels, or an unreadable status) it is pid.
-func (s *Symbolizer) innermostPID(pid uint32) uint32 {
-	st, err := s.proc.Status(pid)
-	if err != nil || len(st.NSpid) == 0 {
-		return pid
+// perfMapName is the perf map of a process whose status is st: JIT
+// runtimes name it with the pid the process sees itself as, the last NSpid
+// column (NSpid lists the pid from our namespace inwards). Without NSpid
+// (old kernels) it is pid.
+func perfMapName(pid uint32, st procfs.Status) string {
+	if len(st.NSpid) > 0 {
+		pid = st.NSpid[len(st.NSpid)-1]
 	}
-	return st.NSpid[len(st.NSpid)-1]
+	return fmt.Sprintf("/tmp/perf-%d.map", pid)
 }
 
 // perfMapLookup resolves addr through the perf map of pid.
 func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
-	// Stat the file at most once per refresh interval.
+	// Read the file at most once per refresh interval.
 	if p.perfMapAt.IsZero() || s.now().Sub(p.perfMapAt) >= s.refreshInterval {
 		p.perfMapAt = s.now()
-		file := s.proc.RootPath(pid, fmt.Sprintf("/tmp/perf-%d.map", s.innermostPID(pid)))
-		pm, err := loadPerfMap(file, p.perfMap)
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) && p.perfMapErr == nil {
-				s.stats.FileErrors++
-				if s.once.first("perfmap:" + file) {
-					s.log.Info("cannot read perf map", zap.String("file", file), zap.Error(err))
-				}
-			}
-			p.perfMapErr = err
-		} else {
-			p.perfMap, p.perfMapErr = pm, nil
-		}
+		s.loadPerfMap(pid, p)
 	}
 	if p.perfMap == nil {
 		return ""
 	}
 	return p.perfMap.lookup(addr)
+}
+
+// loadPerfMap (re-)reads the perf map of pid into p, under the deadline. A
+// refused or unreadable map is logged once per file and reason, and counted
+// once each time p's map goes from readable to not.
+func (s *Symbolizer) loadPerfMap(pid uint32, p *process) {
+	st, err := s.proc.Status(pid)
+	if err != nil {
+		p.perfMapErr = err // the process is gone
+		return
+	}
+	file := perfMapName(pid, st)
+	name := s.proc.RootPath(pid, file)
+	prev := p.perfMap
+	pm, err := procfs.Within(s.deadline, name, func() (*perfMap, error) {
+		return s.readPerfMap(pid, file, st, prev)
+	}, nil)
+	if err == nil {
+		if pm != prev {
+			s.dropPerfMap(p)
+			s.addPerfMap(p, pm)
+		}
+		p.perfMapErr = nil
+		return
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		p.perfMapErr = err // no JIT, or not yet: keep what was read
+		return
+	}
+	reason := procfs.RefusalReason(err)
+	if reason != "" {
+		// A refused map is not used, even if an earlier one was fine.
+		s.dropPerfMap(p)
+	}
+	first := p.perfMapErr == nil || procfs.RefusalReason(p.perfMapErr) != reason
+	p.perfMapErr = err
+	if !first {
+		return
+	}
+	if reason == "" {
+		s.stats.FileErrors++
+	} else {
+		s.countRefused(reason)
+	}
+	if s.once.first("perfmap:" + reason + ":" + name) {
+		if reason == "" {
+			s.log.Info("cannot read perf map", zap.String("file", name), zap.Uint32("pid", pid), zap.Error(err))
+		} else {
+			s.log.Warn("perf map refused: JIT frames of the process stay unsymbolized",
+				zap.String("file", name), zap.Uint32("pid", pid), zap.String("reason", reason), zap.Error(err))
+		}
+	}
+}
+
+// addPerfMap installs pm as p's perf map. When the perf maps of all
+// processes would hold more than the budget, the others are dropped (they
+// are read again on their next miss).
+func (s *Symbolizer) addPerfMap(p *process, pm *perfMap) {
+	if s.perfMapBytes+pm.heapCost() > perfMapBudget*s.maxPerfMap {
+		s.procs.each(func(_ uint32, q *process) { s.dropPerfMap(q) })
+	}
+	p.perfMap = pm
+	s.perfMapBytes += pm.heapCost()
+}
+
+// dropPerfMap forgets the perf map of p.
+func (s *Symbolizer) dropPerfMap(p *process) {
+	if p.perfMap != nil {
+		s.perfMapBytes -= p.perfMap.heapCost()
+		p.perfMap = nil
+	}
+}
+
+// countRefused counts a refused file under its reason.
+func (s *Symbolizer) countRefused(reason string) {
+	if s.stats.FilesRefused == nil {
+		s.stats.FilesRefused = make(map[string]uint64)
+	}
+	s.stats.FilesRefused[reason]++
 }
 
 // Prefetch reads the maps of pid and opens the files its code is mapped

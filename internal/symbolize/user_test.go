@@ -2,15 +2,18 @@ package symbolize
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -124,23 +127,43 @@ func TestUserGo(t *testing.T) {
 	}
 }
 
-// fakeProcess writes a fake /proc/<pid> with the given maps, exe link and
-// files below its root.
+// fakeProcess writes a fake /proc/<pid> with the given maps, exe link,
+// status (owned by the test's uid) and files below its root. The device and
+// inode of maps lines naming one of files are set to the written file's, as
+// the kernel shows them.
 func fakeProcess(t *testing.T, pid uint32, maps, exe string, files map[string][]byte) procfs.FS {
 	t.Helper()
 	fs := procfs.FS{Root: t.TempDir()}
 	dir := fs.Path(pid)
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "root"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644))
 	if exe != "" {
 		require.NoError(t, os.Symlink(exe, filepath.Join(dir, "exe")))
 	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "status"), []byte(statusOf(pid)), 0o644))
 	for name, data := range files {
 		p := fs.RootPath(pid, name)
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, data, 0o644))
 	}
+	var lines []string
+	for _, line := range strings.SplitAfter(maps, "\n") {
+		if f := strings.Fields(line); len(f) == 6 && files[f[5]] != nil {
+			var st syscall.Stat_t
+			require.NoError(t, syscall.Stat(fs.RootPath(pid, f[5]), &st))
+			f[3] = fmt.Sprintf("%x:%x", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)))
+			f[4] = strconv.FormatUint(st.Ino, 10)
+			line = strings.Join(f, " ") + "\n"
+		}
+		lines = append(lines, line)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(strings.Join(lines, "")), 0o644))
 	return fs
+}
+
+// statusOf is a status file of process pid running as the test's uid.
+func statusOf(pid uint32, extra ...string) string {
+	uid := os.Getuid()
+	return fmt.Sprintf("Name:\tapp\nTgid:\t%d\nUid:\t%d\t%d\t%d\t%d\n%s", pid, uid, uid, uid, uid, strings.Join(extra, ""))
 }
 
 func TestUserMalformedELF(t *testing.T) {
@@ -239,10 +262,10 @@ func TestUserPerfMapInNestedPIDNamespace(t *testing.T) {
 	tests := []struct {
 		name, status, mapFile string
 	}{
-		{name: "host process", status: "Name:\tnode\nNSpid:\t4242\n", mapFile: "/tmp/perf-4242.map"},
-		{name: "two levels", status: "Name:\tnode\nNSpid:\t4242\t7\n", mapFile: "/tmp/perf-7.map"},
-		{name: "three levels", status: "Name:\tnode\nNSpid:\t4242\t70\t1\n", mapFile: "/tmp/perf-1.map"},
-		{name: "no NSpid line", status: "Name:\tnode\n", mapFile: "/tmp/perf-4242.map"},
+		{name: "host process", status: statusOf(4242, "NSpid:\t4242\n"), mapFile: "/tmp/perf-4242.map"},
+		{name: "two levels", status: statusOf(4242, "NSpid:\t4242\t7\n"), mapFile: "/tmp/perf-7.map"},
+		{name: "three levels", status: statusOf(4242, "NSpid:\t4242\t70\t1\n"), mapFile: "/tmp/perf-1.map"},
+		{name: "no NSpid line", status: statusOf(4242), mapFile: "/tmp/perf-4242.map"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -16,13 +16,14 @@ import (
 // Config is the receiver's configuration; keys follow shared/DESIGN.md.
 type Config struct {
 	// ReportInterval is how often aggregated data is flushed into the pipeline.
-	ReportInterval time.Duration `mapstructure:"report_interval"`
-	Targets        TargetsConfig `mapstructure:"targets"`
-	CPU            CPUConfig     `mapstructure:"cpu"`
-	OffCPU         OffCPUConfig  `mapstructure:"off_cpu"`
-	Probes         []ProbeConfig `mapstructure:"probes"`
-	Pprof          PprofConfig   `mapstructure:"pprof"`
-	Kubernetes     K8sConfig     `mapstructure:"kubernetes"`
+	ReportInterval time.Duration  `mapstructure:"report_interval"`
+	Targets        TargetsConfig  `mapstructure:"targets"`
+	CPU            CPUConfig      `mapstructure:"cpu"`
+	OffCPU         OffCPUConfig   `mapstructure:"off_cpu"`
+	Probes         []ProbeConfig  `mapstructure:"probes"`
+	Pprof          PprofConfig    `mapstructure:"pprof"`
+	Kubernetes     K8sConfig      `mapstructure:"kubernetes"`
+	PerfMaps       PerfMapsConfig `mapstructure:"perf_maps"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -86,10 +87,18 @@ type K8sConfig struct {
 	HostRoot string `mapstructure:"host_root"`
 }
 
+// PerfMapsConfig bounds the reading of JIT perf maps (/tmp/perf-<pid>.map),
+// files the profiled processes write.
+type PerfMapsConfig struct {
+	// MaxSizeMiB is the size above which a perf map is not read.
+	MaxSizeMiB int64 `mapstructure:"max_size_mib"`
+}
+
 const (
 	minReportInterval   = 100 * time.Millisecond
 	maxReportInterval   = time.Hour
 	maxSamplesPerSecond = 10000
+	maxPerfMapSizeMiB   = 1024
 )
 
 var (
@@ -105,6 +114,7 @@ func createDefaultConfig() component.Config {
 		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
 		OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
 		Kubernetes:     K8sConfig{HostRoot: "/"},
+		PerfMaps:       PerfMapsConfig{MaxSizeMiB: 8},
 	}
 }
 
@@ -156,6 +166,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, probes.ValidateSpecs(c.probeSpecs()))
 	if !c.CPU.Enabled && !c.OffCPU.Enabled && len(c.Probes) == 0 {
 		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, probes: nothing to do: enable cpu or off_cpu, or declare probes"))
+	}
+	if c.PerfMaps.MaxSizeMiB < 1 || c.PerfMaps.MaxSizeMiB > maxPerfMapSizeMiB {
+		errs = append(errs, fmt.Errorf("perf_maps::max_size_mib: must be 1..%d, got %d", maxPerfMapSizeMiB, c.PerfMaps.MaxSizeMiB))
 	}
 	if !filepath.IsAbs(c.Kubernetes.HostRoot) {
 		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))

@@ -36,6 +36,7 @@ func TestLoadConfig(t *testing.T) {
 				Pprof:          PprofConfig{Directory: "/tmp/profiles"},
 				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
 				Kubernetes:     K8sConfig{HostRoot: "/host"},
+				PerfMaps:       PerfMapsConfig{MaxSizeMiB: 32},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
@@ -51,6 +52,7 @@ func TestLoadConfig(t *testing.T) {
 				CPU:            CPUConfig{Enabled: false, SamplesPerSecond: 19},
 				OffCPU:         OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond, Mechanism: "switch_out"},
 				Kubernetes:     K8sConfig{HostRoot: "/"},
+				PerfMaps:       PerfMapsConfig{MaxSizeMiB: 8},
 			},
 		},
 		{
@@ -69,12 +71,15 @@ func TestLoadConfig(t *testing.T) {
 					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle"},
 				},
 				Kubernetes: K8sConfig{HostRoot: "/"},
+				PerfMaps:   PerfMapsConfig{MaxSizeMiB: 8},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},
 		{id: component.NewIDWithName(metadata.Type, "bad_mechanism"), errorMessage: `off_cpu::mechanism: want auto, task_work or switch_out, got "kprobe"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_container_id"), errorMessage: `targets::container_ids[0]: want 12 to 64 lowercase hex digits, got "abc"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_pod_uid"), errorMessage: `targets::k8s_pod_uids[0]: want a pod uid`},
+		{id: component.NewIDWithName(metadata.Type, "zero_perf_map_size"), errorMessage: "perf_maps::max_size_mib: must be 1..1024, got 0"},
+		{id: component.NewIDWithName(metadata.Type, "huge_perf_map_size"), errorMessage: "perf_maps::max_size_mib: must be 1..1024, got 4096"},
 		{id: component.NewIDWithName(metadata.Type, "relative_host_root"), errorMessage: `kubernetes::host_root: must be an absolute path, got "host"`},
 	}
 	for _, tt := range tests {

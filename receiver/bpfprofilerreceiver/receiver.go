@@ -125,7 +125,11 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	srcOpts := sourceOptions{targets: targets, pidns: pidns}
 	logger := r.settings.Logger
-	r.symbols = symbolize.New(symbolize.Options{Proc: r.proc, Logger: logger})
+	r.symbols = symbolize.New(symbolize.Options{
+		Proc:            r.proc,
+		MaxPerfMapBytes: r.cfg.PerfMaps.MaxSizeMiB << 20,
+		Logger:          logger,
+	})
 	r.ids = identity.New(identity.Options{
 		Proc:     r.proc,
 		HostName: hostName(),

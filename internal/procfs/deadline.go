@@ -1,0 +1,101 @@
+package procfs
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Deadline bounds calls that may block on a file a process controls: a
+// FUSE server the process runs, or a dead network file system, can hold an
+// open or a read forever. A call runs on its own goroutine and the caller
+// waits at most the timeout. A call that has not returned stays in flight:
+// another call for the same key is refused (ReasonStuck) instead of
+// started, so a stuck file is not tried in a loop, and at most maxInFlight
+// calls are in flight in all.
+type Deadline struct {
+	timeout     time.Duration
+	maxInFlight int
+
+	mu       sync.Mutex
+	inflight map[string]struct{}
+}
+
+// NewDeadline returns a Deadline waiting at most timeout per call, with at
+// most maxInFlight calls in flight.
+func NewDeadline(timeout time.Duration, maxInFlight int) *Deadline {
+	return &Deadline{timeout: timeout, maxInFlight: maxInFlight, inflight: make(map[string]struct{})}
+}
+
+// InFlight returns how many calls have not returned.
+func (d *Deadline) InFlight() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.inflight)
+}
+
+func (d *Deadline) start(key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.inflight[key]; ok {
+		return &RefusedError{Path: key, Reason: ReasonStuck, Detail: "an earlier open or read of it has not returned"}
+	}
+	if len(d.inflight) >= d.maxInFlight {
+		return &RefusedError{Path: key, Reason: ReasonStuck,
+			Detail: fmt.Sprintf("%d opens or reads of other files have not returned", len(d.inflight))}
+	}
+	d.inflight[key] = struct{}{}
+	return nil
+}
+
+func (d *Deadline) finish(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.inflight, key)
+}
+
+// Within runs fn under d for the file key (its path). When fn does not
+// return in time the error is a *RefusedError (ReasonTimeout), and what fn
+// returns later is handed to discard (to close a file) when fn succeeded.
+func Within[T any](d *Deadline, key string, fn func() (T, error), discard func(T)) (T, error) {
+	var zero T
+	if err := d.start(key); err != nil {
+		return zero, err
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	var mu sync.Mutex
+	abandoned := false
+	go func() {
+		v, err := fn()
+		d.finish(key)
+		mu.Lock()
+		defer mu.Unlock()
+		if abandoned {
+			if err == nil && discard != nil {
+				discard(v)
+			}
+			return
+		}
+		ch <- result{v, err}
+	}()
+	timer := time.NewTimer(d.timeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-timer.C:
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-ch: // it returned just now
+		return r.v, r.err
+	default:
+		abandoned = true
+		return zero, &RefusedError{Path: key, Reason: ReasonTimeout, Detail: fmt.Sprintf("no answer within %v", d.timeout)}
+	}
+}
