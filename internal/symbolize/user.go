@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
@@ -251,7 +252,8 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 		}
 		if s.once.first("file:" + m.Path) {
 			s.log.Info("cannot symbolize file", zap.String("file", m.Path), zap.Uint32("pid", pid),
-				zap.String("reason", procfs.RefusalReason(err)), zap.Error(err))
+				zap.String("reason", procfs.RefusalReason(err)),
+				zap.Error(capabilities.Explain(err, capabilities.SysPtrace, capabilities.DACReadSearch)))
 		}
 		return nil, key
 	}
