@@ -85,7 +85,8 @@ func (p *probeRunner) deliver(recs []probes.Record) {
 	sort.Slice(processes, func(i, j int) bool { return processes[i].Identity.PID < processes[j].Identity.PID })
 
 	p.r.telemetry.BpfprofilerProbeRecords.Add(ctx, int64(len(recs)))
-	if dropped := p.manager.Stats().Dropped; dropped > p.dropped {
+	if d := p.manager.Stats().Dropped(); d.RingBufferFull+d.RateLimited > p.dropped {
+		dropped := d.RingBufferFull + d.RateLimited
 		p.r.telemetry.BpfprofilerProbeRecordsDropped.Add(ctx, int64(dropped-p.dropped))
 		p.dropped = dropped
 	}
