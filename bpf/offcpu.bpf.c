@@ -59,6 +59,9 @@
 /* include/linux/sched.h: threads that never return to user space. */
 #define PF_IO_WORKER 0x00000010
 #define PF_USER_WORKER 0x00004000
+#ifndef ENOSPC
+#define ENOSPC 28
+#endif
 
 
 /* Kernel types of the BPF task work kfunc (kernel/bpf/helpers.c, 6.18+). */
@@ -242,14 +245,13 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		if (user)
 			key.user_stack_id = store_stack(&stacks_0, user, user_id);
 	}
-	if (key.kernel_stack_id < 0)
-		st->kernel_stack_errors++;
-	if (key.user_stack_id < -1)
-		st->user_stack_errors++;
 	if (add_delta(gen ? (void *)&counts_1 : (void *)&counts_0, &key, blocked_ns)) {
 		st->lost_map_full++;
 	} else {
+		/* Kept even without a stack, like cpu.bpf.c: the loss is counted. */
 		st->recorded++;
+		count_stack_loss(st->user_stack_lost, key.user_stack_id);
+		count_stack_loss(st->kernel_stack_lost, key.kernel_stack_id);
 		remember_comm(task, tid);
 	}
 out:
@@ -316,10 +318,13 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 
 		if (!empty)
 			return;
-		/* -E2BIG when full, counted as a user stack error. */
+		/*
+		 * pending full (-E2BIG): counted as a failed user stack, not as
+		 * a full stack map (-ENOSPC, see count_stack_loss).
+		 */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_now(next, pid, tid, delta, err);
+			record_now(next, pid, tid, delta, -ENOSPC);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);
