@@ -56,6 +56,7 @@ type profilerReceiver struct {
 	settings   receiver.Settings
 	telemetry  *metadata.TelemetryBuilder
 	openSource openSourceFunc
+	openProbes openProbesFunc
 	proc       procfs.FS
 
 	mu       sync.Mutex
@@ -85,6 +86,7 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 		settings:   set,
 		telemetry:  tb,
 		openSource: openKernelSource,
+		openProbes: openKernelProbes,
 		proc:       procfs.FS{Root: "/proc"},
 	}, nil
 }
@@ -309,7 +311,8 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 }
 
 // Shutdown stops the loop, flushes what was aggregated since the last report
-// and detaches everything. Safe without Start and when called twice.
+// and the probe records not yet delivered, and detaches everything. Safe
+// without Start and when called twice.
 func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
@@ -317,6 +320,10 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 		r.background.Wait()
 		r.cancel = nil
 		r.report(ctx)
+		if r.probes != nil {
+			r.probes.stop()
+			r.probes.flushAll(ctx)
+		}
 	}
 	r.closeAll()
 	r.telemetry.Shutdown()
