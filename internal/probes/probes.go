@@ -3,7 +3,9 @@
 // exit symbol such as a C++ constructor/destructor pair) in the executables
 // and libraries whose path matches a regular expression. The BPF side keeps a
 // per-thread depth counter so nested scopes roll up into the outermost one,
-// which alone is timed, filtered by MinDuration and reported as a Record.
+// which alone is timed, filtered by MinDuration, limited to MaxPerSecond
+// records per second (in the kernel, before the ring buffer) and reported as
+// a Record.
 //
 // Uprobes are attached per file (dev+inode): one attachment covers every
 // process mapping the file, running or started later. Files are found by
