@@ -34,7 +34,7 @@ const MaxProbes = 64
 // would be no limit: one uprobe pair costs a traced thread tens of
 // microseconds).
 const (
-	DefaultMaxPerSecond = 10000
+	DefaultMaxPerSecond = 1000
 	MaxMaxPerSecond     = 1000000
 )
 

@@ -187,7 +187,7 @@ func TestRateLimitParameters(t *testing.T) {
 		{perSecond: 1, wantInterval: 1e9},                           // bursts of one record
 		{perSecond: 10, wantInterval: 1e8},                          // a tenth is one record
 		{perSecond: 500, wantInterval: 2e6, wantBurst: 49 * 2e6},    // bursts of 50
-		{perSecond: 10000, wantInterval: 1e5, wantBurst: 999 * 1e5}, // the default: bursts of 1000
+		{perSecond: 10000, wantInterval: 1e5, wantBurst: 999 * 1e5}, // bursts of 1000
 		{perSecond: MaxMaxPerSecond, wantInterval: 1000, wantBurst: 99999 * 1000},
 	}
 	for _, tt := range tests {
