@@ -93,7 +93,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 	if len(p.probes) > 0 {
 		b.WriteString("    probes:\n")
 		for _, pr := range p.probes {
-			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n        symbol: %s\n        min_duration: %s\n",
+			// max_per_second 0: the bench measures every call becoming a
+			// record, which the default rate limit would cut short.
+			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n        symbol: %s\n        min_duration: %s\n        max_per_second: 0\n",
 				yamlQuote(pr.id), yamlQuote(pr.fileMatch), yamlQuote(pr.symbol), pr.minDuration)
 		}
 	}

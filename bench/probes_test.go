@@ -40,8 +40,17 @@ func TestCollectorYAMLProbes(t *testing.T) {
 		t.Fatalf("generated config does not validate: %v", err)
 	}
 	want := bpfprofilerreceiver.ProbeConfig{ID: "bench.call", FileMatch: fileMatch, Symbol: "probed_call", MinDuration: time.Second}
-	if cfg.CPU.Enabled || cfg.OffCPU.Enabled || len(cfg.Probes) != 1 || cfg.Probes[0] != want {
-		t.Errorf("cpu %v, off_cpu %v, probes %+v; want both disabled and %+v", cfg.CPU.Enabled, cfg.OffCPU.Enabled, cfg.Probes, want)
+	if cfg.CPU.Enabled || cfg.OffCPU.Enabled || len(cfg.Probes) != 1 {
+		t.Fatalf("cpu %v, off_cpu %v, probes %+v; want both disabled and %+v", cfg.CPU.Enabled, cfg.OffCPU.Enabled, cfg.Probes, want)
+	}
+	// No rate limit: every call is a record.
+	if got := cfg.Probes[0]; got.MaxPerSecond == nil || *got.MaxPerSecond != 0 {
+		t.Errorf("probe max_per_second %v, want 0 (no limit)", got.MaxPerSecond)
+	}
+	got := cfg.Probes[0]
+	got.MaxPerSecond = nil
+	if got != want {
+		t.Errorf("probe %+v, want %+v", got, want)
 	}
 	if got := cm.Get("service::pipelines::logs::receivers"); got == nil {
 		t.Errorf("no logs pipeline:\n%s", collectorYAML(p, dir))

@@ -53,6 +53,9 @@ typedef __u64 u64;
 #ifndef EINVAL
 #define EINVAL 22
 #endif
+#ifndef ENOSPC
+#define ENOSPC 28
+#endif
 
 typedef struct {
 	int counter;
@@ -128,12 +131,24 @@ static __always_inline int current_ids(const struct sampler_config *cfg, u32 *tg
 	return 0;
 }
 
-/* Per-CPU counters of one generation; user space reads and zeroes them when it drains. */
+/* Why a stack was not stored; indexes sampler_stats.*_stack_lost (see count_stack_loss). */
+enum stack_loss {
+	STACK_LOSS_MAP_FULL = 0,  /* the stacks map was full (-E2BIG) */
+	STACK_LOSS_COLLISION = 1, /* STACK_PROBES ids taken by other stacks (-EEXIST) */
+	STACK_LOSS_FAILED = 2,    /* the capture itself failed (any other error) */
+	NR_STACK_LOSSES = 3,
+};
+
+/*
+ * Per-CPU counters of one generation; user space reads and zeroes them when
+ * it drains. recorded counts records added to counts_N, including those kept
+ * without a stack; *_stack_lost count those, by enum stack_loss.
+ */
 struct sampler_stats {
 	u64 recorded;
-	u64 lost_map_full;
-	u64 user_stack_errors;
-	u64 kernel_stack_errors;
+	u64 lost_map_full; /* records dropped: counts_N full */
+	u64 user_stack_lost[NR_STACK_LOSSES];
+	u64 kernel_stack_lost[NR_STACK_LOSSES];
 	u64 new_pid_drops; /* cpu.bpf.c only: new_pids ring buffer full */
 };
 

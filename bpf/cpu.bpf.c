@@ -90,23 +90,25 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	task = (struct task_struct *)bpf_get_current_task();
 	flags = BPF_CORE_READ(task, flags);
 	key.user_stack_id = -1;
-	if (!(flags & PF_KTHREAD)) {
+	if (!(flags & PF_KTHREAD))
 		key.user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
-		if (key.user_stack_id < 0)
-			st->user_stack_errors++;
-	}
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
 	key.kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
 	if (key.kernel_stack_id == -EFAULT)
 		key.kernel_stack_id = -1;
-	else if (key.kernel_stack_id < 0)
-		st->kernel_stack_errors++;
 
 	if (add_delta(counts, &key, 1)) {
 		st->lost_map_full++;
 		return;
 	}
+	/*
+	 * A sample whose stack could not be stored is still recorded (its key
+	 * carries the error, which user space turns into a marker frame), so
+	 * process totals stay right; the loss is counted by reason.
+	 */
 	st->recorded++;
+	count_stack_loss(st->user_stack_lost, key.user_stack_id);
+	count_stack_loss(st->kernel_stack_lost, key.kernel_stack_id);
 	remember_comm(key.tid);
 	announce(id >> 32, key.pid, flags, st);
 }

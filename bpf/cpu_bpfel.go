@@ -28,12 +28,12 @@ type CpuSamplerConfig struct {
 }
 
 type CpuSamplerStats struct {
-	_                 structs.HostLayout
-	Recorded          uint64
-	LostMapFull       uint64
-	UserStackErrors   uint64
-	KernelStackErrors uint64
-	NewPidDrops       uint64
+	_               structs.HostLayout
+	Recorded        uint64
+	LostMapFull     uint64
+	UserStackLost   [3]uint64
+	KernelStackLost [3]uint64
+	NewPidDrops     uint64
 }
 
 type CpuStackKey struct {

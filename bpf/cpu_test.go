@@ -31,8 +31,13 @@ func TestCpuSpecLayout(t *testing.T) {
 	if got := unsafe.Sizeof(CpuStackKey{}); got != 16 {
 		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
 	}
-	if got := unsafe.Sizeof(CpuSamplerStats{}); got != 5*8 {
-		t.Errorf("sampler_stats is %d bytes, want 40", got)
+	// recorded, lost_map_full, user and kernel stack losses by reason
+	// (NR_STACK_LOSSES each), new_pid_drops: internal/stackdrain mirrors it.
+	if got := unsafe.Sizeof(CpuSamplerStats{}); got != (2+2*3+1)*8 {
+		t.Errorf("sampler_stats is %d bytes, want 72", got)
+	}
+	if got, want := unsafe.Sizeof(OffcpuSamplerStats{}), unsafe.Sizeof(CpuSamplerStats{}); got != want {
+		t.Errorf("off-CPU sampler_stats is %d bytes, CPU %d: the drain reads both the same way", got, want)
 	}
 	if m := spec.Maps[CpuMapNewPids]; m != nil && m.MaxEntries != 16*1024 {
 		t.Errorf("new_pids is %d bytes, want 16 KiB", m.MaxEntries)

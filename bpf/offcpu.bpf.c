@@ -173,10 +173,13 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 
 		if (!empty)
 			return;
-		/* -E2BIG when full, counted as a user stack error. */
+		/*
+		 * pending full (-E2BIG): counted as a failed user stack, not as
+		 * a full stack map (-ENOSPC, see count_stack_loss).
+		 */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_at_switch_in(next, pid, tid, delta, 0, err);
+			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);

@@ -134,14 +134,13 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		if (user)
 			key.user_stack_id = store_stack(&stacks_0, user, user_id);
 	}
-	if (key.kernel_stack_id < 0)
-		st->kernel_stack_errors++;
-	if (key.user_stack_id < -1)
-		st->user_stack_errors++;
 	if (add_delta(gen ? (void *)&counts_1 : (void *)&counts_0, &key, blocked_ns)) {
 		st->lost_map_full++;
 	} else {
+		/* Kept even without a stack, like cpu.bpf.c: the loss is counted. */
 		st->recorded++;
+		count_stack_loss(st->user_stack_lost, key.user_stack_id);
+		count_stack_loss(st->kernel_stack_lost, key.kernel_stack_id);
 		remember_comm(task, tid);
 		announce(task->tgid, pid, task->flags, st);
 	}

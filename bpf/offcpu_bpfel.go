@@ -55,12 +55,12 @@ type OffcpuSamplerConfig struct {
 }
 
 type OffcpuSamplerStats struct {
-	_                 structs.HostLayout
-	Recorded          uint64
-	LostMapFull       uint64
-	UserStackErrors   uint64
-	KernelStackErrors uint64
-	NewPidDrops       uint64
+	_               structs.HostLayout
+	Recorded        uint64
+	LostMapFull     uint64
+	UserStackLost   [3]uint64
+	KernelStackLost [3]uint64
+	NewPidDrops     uint64
 }
 
 type OffcpuStackKey struct {

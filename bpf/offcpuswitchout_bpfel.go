@@ -37,12 +37,12 @@ type OffcpuSwitchoutSamplerConfig struct {
 }
 
 type OffcpuSwitchoutSamplerStats struct {
-	_                 structs.HostLayout
-	Recorded          uint64
-	LostMapFull       uint64
-	UserStackErrors   uint64
-	KernelStackErrors uint64
-	NewPidDrops       uint64
+	_               structs.HostLayout
+	Recorded        uint64
+	LostMapFull     uint64
+	UserStackLost   [3]uint64
+	KernelStackLost [3]uint64
+	NewPidDrops     uint64
 }
 
 type OffcpuSwitchoutStackKey struct {

@@ -6,7 +6,8 @@
  * exit side as a uretprobe) to user functions; the attach cookie carries the
  * probe index. A per-(thread, probe) depth counter makes nested scopes roll
  * up into the outermost one: only that one is timed, filtered by
- * min_duration_ns and sent to user space through the records ringbuf.
+ * min_duration_ns and a per-probe rate limit, and sent to user space through
+ * the records ringbuf.
  *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
  * never inherits a stale depth. Exec events also go to user space (execs
@@ -27,6 +28,13 @@ struct probe_config {
 	u64 min_duration_ns;
 	u32 main_thread_only;
 	u32 pad;
+	/*
+	 * Rate limit (see rate_allows): one record per rate_interval_ns on
+	 * average, bursts of rate_burst_ns / rate_interval_ns + 1 records.
+	 * rate_interval_ns 0: unlimited.
+	 */
+	u64 rate_interval_ns;
+	u64 rate_burst_ns;
 };
 
 /* One completed outermost scope. Times are bpf_ktime_get_ns (CLOCK_MONOTONIC). */
@@ -43,8 +51,13 @@ struct probe_record {
 /* Per-CPU counters; user space sums them. */
 struct probe_stats {
 	u64 records;
-	u64 dropped;      /* records ringbuf full */
 	u64 exec_dropped; /* execs ringbuf full */
+};
+
+/* Per-probe, per-CPU counts of completed scopes not sent to user space. */
+struct probe_drops {
+	u64 rate_limited; /* over the probe's rate limit */
+	u64 ringbuf_full; /* records ringbuf full */
 };
 
 struct scope_key {
@@ -115,6 +128,49 @@ struct {
 	__type(value, struct probe_stats);
 } stats SEC(".maps");
 
+/* Indexed by probe index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_PROBES);
+	__type(key, u32);
+	__type(value, struct probe_drops);
+} drops SEC(".maps");
+
+/*
+ * Per-probe theoretical arrival time of the next record (ktime ns) of the
+ * rate limit; shared by every CPU so the limit holds per probe, not per CPU.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PROBES);
+	__type(key, u32);
+	__type(value, u64);
+} rate_tat SEC(".maps");
+
+/*
+ * The probe's rate limit, as a generic cell rate algorithm (a token bucket
+ * in one word): a record is allowed when it is at most rate_burst_ns ahead
+ * of schedule, and then moves the schedule by rate_interval_ns. Two CPUs
+ * racing on the word may both pass (one update is lost): the limit is
+ * exceeded by at most one record per racing CPU, which needs no atomics
+ * beyond what every supported kernel has.
+ */
+static __always_inline int rate_allows(const struct probe_config *cfg, u32 index, u64 now)
+{
+	u64 *tat, next;
+
+	if (!cfg->rate_interval_ns)
+		return 1;
+	tat = bpf_map_lookup_elem(&rate_tat, &index);
+	if (!tat)
+		return 1;
+	next = *tat > now ? *tat : now;
+	if (next - now > cfg->rate_burst_ns)
+		return 0;
+	*tat = next + cfg->rate_interval_ns;
+	return 1;
+}
+
 SEC("uprobe")
 int probe_entry(struct pt_regs *ctx)
 {
@@ -151,6 +207,7 @@ int probe_exit(struct pt_regs *ctx)
 	struct scope_key key = { .tid = (u32)id, .probe_index = index };
 	struct probe_record *rec;
 	struct probe_config *cfg;
+	struct probe_drops *drop;
 	struct probe_stats *cnt;
 	struct scope_state *st;
 	u32 zero = 0, pid, tid;
@@ -164,15 +221,21 @@ int probe_exit(struct pt_regs *ctx)
 	now = bpf_ktime_get_ns();
 	cfg = bpf_map_lookup_elem(&probe_configs, &index);
 	cnt = bpf_map_lookup_elem(&stats, &zero);
-	if (!cfg || !cnt)
+	drop = bpf_map_lookup_elem(&drops, &index);
+	if (!cfg || !cnt || !drop)
 		return 0;
 	if (now - st->start_ns < cfg->min_duration_ns)
 		return 0;
 	if (collector_ids(&pid, &tid)) /* a process the collector cannot see */
 		return 0;
+	/* Before the reserve: a hot probe costs the reader nothing beyond its limit. */
+	if (!rate_allows(cfg, index, now)) {
+		drop->rate_limited++;
+		return 0;
+	}
 	rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
 	if (!rec) {
-		cnt->dropped++;
+		drop->ringbuf_full++;
 		return 0;
 	}
 	rec->start_ns = st->start_ns;

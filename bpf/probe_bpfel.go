@@ -18,6 +18,14 @@ type ProbeProbeConfig struct {
 	MinDurationNs  uint64
 	MainThreadOnly uint32
 	Pad            uint32
+	RateIntervalNs uint64
+	RateBurstNs    uint64
+}
+
+type ProbeProbeDrops struct {
+	_           structs.HostLayout
+	RateLimited uint64
+	RingbufFull uint64
 }
 
 type ProbeProbeRecord struct {
@@ -34,7 +42,6 @@ type ProbeProbeRecord struct {
 type ProbeProbeStats struct {
 	_           structs.HostLayout
 	Records     uint64
-	Dropped     uint64
 	ExecDropped uint64
 }
 
@@ -55,8 +62,10 @@ type ProbeScopeState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ProbeMapDrops             = "drops"
 	ProbeMapExecs             = "execs"
 	ProbeMapProbeConfigs      = "probe_configs"
+	ProbeMapRateTat           = "rate_tat"
 	ProbeMapRecords           = "records"
 	ProbeMapScopes            = "scopes"
 	ProbeMapStats             = "stats"
@@ -122,8 +131,10 @@ type ProbeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeMapSpecs struct {
+	Drops        *ebpf.MapSpec `ebpf:"drops"`
 	Execs        *ebpf.MapSpec `ebpf:"execs"`
 	ProbeConfigs *ebpf.MapSpec `ebpf:"probe_configs"`
+	RateTat      *ebpf.MapSpec `ebpf:"rate_tat"`
 	Records      *ebpf.MapSpec `ebpf:"records"`
 	Scopes       *ebpf.MapSpec `ebpf:"scopes"`
 	Stats        *ebpf.MapSpec `ebpf:"stats"`
@@ -159,8 +170,10 @@ func (o *ProbeObjects) Close() error {
 //
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeMaps struct {
+	Drops        *ebpf.Map `ebpf:"drops"`
 	Execs        *ebpf.Map `ebpf:"execs"`
 	ProbeConfigs *ebpf.Map `ebpf:"probe_configs"`
+	RateTat      *ebpf.Map `ebpf:"rate_tat"`
 	Records      *ebpf.Map `ebpf:"records"`
 	Scopes       *ebpf.Map `ebpf:"scopes"`
 	Stats        *ebpf.Map `ebpf:"stats"`
@@ -168,8 +181,10 @@ type ProbeMaps struct {
 
 func (m *ProbeMaps) Close() error {
 	return _ProbeClose(
+		m.Drops,
 		m.Execs,
 		m.ProbeConfigs,
+		m.RateTat,
 		m.Records,
 		m.Scopes,
 		m.Stats,

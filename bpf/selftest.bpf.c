@@ -6,7 +6,8 @@
  * helpers of stackstore.h and common.h through BPF_PROG_TEST_RUN, so their
  * handling of helper errors is checked on each kernel of the matrix: the
  * same frames stored twice must get the same id, the same key counted twice
- * must add up, and a full stack map must say -E2BIG.
+ * must add up, a full stack map must say -E2BIG, and stack losses must be
+ * counted under their reason.
  */
 #include "common.h"
 #include "stackstore.h"
@@ -22,6 +23,8 @@ struct selftest_result {
 	s32 add_first;  /* add_delta of a new key */
 	s32 add_second; /* add_delta of the same key */
 	u64 count;      /* the key's total after both */
+	/* count_stack_loss of full_id, -EEXIST, -EFAULT, -1 and first_id */
+	u64 lost[NR_STACK_LOSSES];
 };
 
 struct {
@@ -82,6 +85,11 @@ int run_selftest(void *ctx)
 	res->add_second = add_delta(&test_counts, &key, 7);
 	total = bpf_map_lookup_elem(&test_counts, &key);
 	res->count = total ? *total : 0;
+	count_stack_loss(res->lost, res->full_id);
+	count_stack_loss(res->lost, -EEXIST);
+	count_stack_loss(res->lost, -EFAULT);
+	count_stack_loss(res->lost, -1);
+	count_stack_loss(res->lost, res->first_id);
 	return 0;
 }
 

@@ -22,6 +22,7 @@ type SelftestSelftestResult struct {
 	AddFirst  int32
 	AddSecond int32
 	Count     uint64
+	Lost      [3]uint64
 }
 
 type SelftestStackKey struct {

@@ -66,6 +66,11 @@ func TestStackStoreHelpers(t *testing.T) {
 	if res.AddFirst != 0 || res.AddSecond != 0 || res.Count != 12 {
 		t.Errorf("add_delta: first %d, second %d, total %d; want 0, 0, 12", res.AddFirst, res.AddSecond, res.Count)
 	}
+	// One loss under each reason (map full, collision, capture failed);
+	// -1 and a stored id are no loss.
+	if res.Lost != [3]uint64{1, 1, 1} {
+		t.Errorf("count_stack_loss counted %v by enum stack_loss, want [1 1 1]", res.Lost)
+	}
 	t.Logf("matrix: id %d twice, full map %d, count %d", res.SecondId, res.FullId, res.Count)
 	stored := make([]uint64, depth)
 	if err := objs.TestStacks.Lookup(uint32(res.FirstId), &stored); err != nil {

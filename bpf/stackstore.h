@@ -75,4 +75,21 @@ static __always_inline s32 store_stack(void *stacks, const u64 *frames, s32 hash
 	return -EEXIST;
 }
 
+/*
+ * Counts, for a recorded key, a stack it carries no frames for: id is the
+ * key's stack id, -1 (no stack to take, e.g. the user stack of a kernel
+ * thread) is not a loss.
+ */
+static __always_inline void count_stack_loss(u64 *lost, s32 id)
+{
+	if (id >= -1)
+		return;
+	if (id == -E2BIG)
+		lost[STACK_LOSS_MAP_FULL]++;
+	else if (id == -EEXIST)
+		lost[STACK_LOSS_COLLISION]++;
+	else
+		lost[STACK_LOSS_FAILED]++;
+}
+
 #endif /* BPFPROFILER_STACKSTORE_H */

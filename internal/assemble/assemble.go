@@ -20,6 +20,9 @@ type Stack struct {
 	User     []uint64
 	Kernel   []uint64
 	Value    int64
+	// UserLoss and KernelLoss say why that stack is missing; each loss
+	// becomes one marker frame in its place (report.StackLoss.Marker).
+	UserLoss, KernelLoss report.StackLoss
 }
 
 // Symbolizer resolves addresses to frames, leaf first.
@@ -101,16 +104,27 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	return prof, st
 }
 
-// frames returns the kernel frames (leaf first) followed by the user frames.
+// frames returns the kernel frames (leaf first) followed by the user frames;
+// a lost stack is one marker frame.
 func (a *Assembler) frames(s Stack) []report.Frame {
 	var out []report.Frame
 	if len(s.Kernel) > 0 {
 		out = append(out, dropTracingFrames(a.Symbols.Kernel(s.Kernel))...)
+	} else if s.KernelLoss != report.StackKept {
+		out = append(out, markerFrame(s.KernelLoss, true))
 	}
 	if len(s.User) > 0 {
 		out = append(out, a.Symbols.User(s.PID, s.User)...)
+	} else if s.UserLoss != report.StackKept {
+		out = append(out, markerFrame(s.UserLoss, false))
 	}
 	return out
+}
+
+// markerFrame stands for a lost stack: no address, no mapping, a function
+// name saying what was lost and why.
+func markerFrame(loss report.StackLoss, kernel bool) report.Frame {
+	return report.Frame{Function: loss.Marker(kernel), Type: report.FrameUnknown}
 }
 
 // dropTracingFrames removes the leading kernel frames of the BPF machinery

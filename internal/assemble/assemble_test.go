@@ -117,6 +117,37 @@ func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
 	assert.Equal(t, 5, st.Frames)
 }
 
+// A sample that lost a stack keeps its value, with one marker frame in the
+// lost stack's place; a kernel thread's absent user stack is no loss.
+func TestAssembleMarksLostStacks(t *testing.T) {
+	a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{20: "/bin/b"}}
+	prof, st := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 1, []Stack{
+		{PID: 20, TID: 20, Kernel: []uint64{0xff01}, UserLoss: report.StackMapFull, Value: 3},
+		{PID: 20, TID: 21, User: []uint64{0x10}, KernelLoss: report.StackHashCollision, Value: 2},
+		{PID: 20, TID: 22, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackMissing, Value: 1},
+		{PID: 20, TID: 23, Kernel: []uint64{0xff02}, Value: 4}, // kernel thread
+	})
+	require.Len(t, prof.Processes, 1)
+	var got [][]string
+	var total int64
+	for _, s := range prof.Processes[0].Samples {
+		var names []string
+		for _, f := range s.Frames {
+			names = append(names, f.Function+"/"+f.Type)
+		}
+		got = append(got, names)
+		total += s.Value
+	}
+	assert.Equal(t, [][]string{
+		{"kff01/kernel", "[user stack lost: stack map full]/unknown"},
+		{"[kernel stack lost: hash collision]/unknown", "u20:10/native"},
+		{"[kernel stack lost: missing at drain]/unknown", "[user stack lost: capture failed]/unknown"},
+		{"kff02/kernel"},
+	}, got)
+	assert.Equal(t, int64(10), total, "no value is lost with a stack")
+	assert.Zero(t, st.Unsymbolized, "markers are named")
+}
+
 func TestDropTracingFrames(t *testing.T) {
 	names := func(fs []report.Frame) []string {
 		var out []string

@@ -56,8 +56,9 @@ type Options struct {
 type RawSample = stackdrain.Sample
 
 // Stats describe one Drain window: Recorded counts waits at least MinBlock
-// long; the error counters are those of their stack captures (a user stack
-// error also covers a wait counted without its user stack: see
+// long, including those kept without a stack; the stack loss counters say
+// why (a user stack that could not be taken because a second wait came
+// first or the pending map was full is report.StackCaptureFailed: see
 // bpf/offcpu.bpf.c).
 type Stats = stackdrain.Stats
 

@@ -215,15 +215,7 @@ func parseResult(t *testing.T, r *sleepersRun, line string) bool {
 	return false
 }
 
-func addStats(a, b Stats) Stats {
-	return Stats{
-		Recorded:          a.Recorded + b.Recorded,
-		LostMapFull:       a.LostMapFull + b.LostMapFull,
-		UserStackErrors:   a.UserStackErrors + b.UserStackErrors,
-		KernelStackErrors: a.KernelStackErrors + b.KernelStackErrors,
-		StackMissing:      a.StackMissing + b.StackMissing,
-	}
-}
+func addStats(a, b Stats) Stats { return a.Add(b) }
 
 type pidOnly struct{}
 
@@ -302,7 +294,7 @@ func testSleepersRatio(t *testing.T, mech Mechanism) {
 	if math.Abs(ratio-3)/3 > 0.05 {
 		t.Errorf("ratio %.3f, want 3 ± 5%%", ratio)
 	}
-	if r.stats.StackMissing != 0 || r.stats.LostMapFull != 0 || r.stats.UserStackErrors != 0 || r.stats.KernelStackErrors != 0 {
+	if r.stats.LostMapFull != 0 || r.stats.UserStackLost.Total() != 0 || r.stats.KernelStackLost.Total() != 0 {
 		t.Errorf("stats %+v: want no missing stacks, no stack errors and no lost records", r.stats)
 	}
 	// The workload's threads returned to user space before it reported, so

@@ -27,7 +27,7 @@ const (
 
 // BuildProbeLogs turns completed probe scopes into one log record each, one
 // ResourceLogs per process with its identity; observed is when they were
-// read from the kernel.
+// read from the kernel, for records that do not say (ScopeRecord.Observed).
 func BuildProbeLogs(scope Scope, observed time.Time, processes ...report.ProcessScopes) (plog.Logs, error) {
 	logs := plog.NewLogs()
 	for _, p := range processes {
@@ -52,7 +52,11 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 	lr.SetEventName(ProbeEventName)
 	lr.Body().SetStr(r.ProbeID)
 	lr.SetTimestamp(pcommon.Timestamp(r.End))
-	lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(observed))
+	if r.Observed != 0 {
+		lr.SetObservedTimestamp(pcommon.Timestamp(r.Observed))
+	} else {
+		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(observed))
+	}
 	attrs := lr.Attributes()
 	attrs.PutStr(AttrProbeID, r.ProbeID)
 	attrs.PutInt(AttrProbeDuration, int64(r.End-r.Start))

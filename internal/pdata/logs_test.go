@@ -72,6 +72,13 @@ func TestBuildProbeLogs(t *testing.T) {
 		"probe.exit_symbol":          "dtor",
 	}, lr.Attributes().AsRaw())
 
+	// A record read earlier than the batch was built keeps its read time.
+	read := rec
+	read.Observed = 1700000000_300000000
+	logs2, err := BuildProbeLogs(Scope{Name: "scope"}, observed, report.ProcessScopes{Identity: node, Records: []report.ScopeRecord{read}})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1700000000_300000000), uint64(logs2.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).ObservedTimestamp()))
+
 	// Survives a proto round trip.
 	b, err := (&plog.ProtoMarshaler{}).MarshalLogs(logs)
 	require.NoError(t, err)

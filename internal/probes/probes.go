@@ -3,7 +3,9 @@
 // exit symbol such as a C++ constructor/destructor pair) in the executables
 // and libraries whose path matches a regular expression. The BPF side keeps a
 // per-thread depth counter so nested scopes roll up into the outermost one,
-// which alone is timed, filtered by MinDuration and reported as a Record.
+// which alone is timed, filtered by MinDuration, limited to MaxPerSecond
+// records per second (in the kernel, before the ring buffer) and reported as
+// a Record.
 //
 // Uprobes are attached per file (dev+inode): one attachment covers every
 // process mapping the file, running or started later. Files are found by
@@ -27,6 +29,15 @@ import (
 // MaxProbes is the number of probes one Manager supports.
 const MaxProbes = 64
 
+// DefaultMaxPerSecond is the rate limit of a probe whose configuration does
+// not set one; MaxMaxPerSecond is the highest limit accepted (a higher rate
+// would be no limit: one uprobe pair costs a traced thread tens of
+// microseconds).
+const (
+	DefaultMaxPerSecond = 1000
+	MaxMaxPerSecond     = 1000000
+)
+
 // Spec declares one probe.
 type Spec struct {
 	ID string
@@ -43,6 +54,23 @@ type Spec struct {
 	MainThreadOnly bool
 	// MinDuration drops shorter scopes in the kernel.
 	MinDuration time.Duration
+	// MaxPerSecond limits the records of this probe, in the kernel, before
+	// they reach the ring buffer: on average at most this many per second,
+	// in bursts of at most a tenth of it; the rest is counted
+	// (ProbeDrops.RateLimited). 0: unlimited.
+	MaxPerSecond uint64
+}
+
+// rateLimit returns the BPF form of a MaxPerSecond limit: the interval
+// between records and how far ahead of that schedule a burst may run (see
+// rate_allows in bpf/probe.bpf.c); zeros for no limit.
+func rateLimit(maxPerSecond uint64) (intervalNs, burstNs uint64) {
+	if maxPerSecond == 0 {
+		return 0, 0
+	}
+	intervalNs = max(uint64(time.Second)/maxPerSecond, 1)
+	burst := max(maxPerSecond/10, 1) // records
+	return intervalNs, (burst - 1) * intervalNs
 }
 
 // Record is one completed outermost scope.
@@ -59,18 +87,35 @@ func (r Record) Duration() time.Duration { return time.Duration(r.End - r.Start)
 // MainThread reports whether the scope ran on the process's main thread.
 func (r Record) MainThread() bool { return r.PID == r.TID }
 
+// ProbeDrops counts completed scopes of one probe that the kernel did not
+// send to user space.
+type ProbeDrops struct {
+	RateLimited    uint64 // over the probe's MaxPerSecond
+	RingBufferFull uint64 // the records ring buffer was full
+}
+
 // Stats counts what the probes did since Open.
 type Stats struct {
-	Records     uint64 // records the kernel emitted
-	Dropped     uint64 // records lost because the ring buffer was full
-	ExecDropped uint64 // exec events lost (their processes are found by the periodic rescan)
-	Delivered   uint64 // records handed to the caller
-	Malformed   uint64 // ring buffer entries that did not decode
-	Files       int    // files with at least one probe attached
-	Links       int    // uprobes/uretprobes attached
-	Missing     int    // (probe, file) pairs skipped because a symbol is missing
-	Refused     int    // (probe, file) pairs refused: Return on a Go binary
-	Failed      int    // (probe, file) pairs whose last attach failed (tried again at each rescan)
+	Records     uint64       // records the kernel emitted
+	Drops       []ProbeDrops // by probe index
+	ExecDropped uint64       // exec events lost (their processes are found by the periodic rescan)
+	Delivered   uint64       // records handed to the caller
+	Malformed   uint64       // ring buffer entries that did not decode
+	Files       int          // files with at least one probe attached
+	Links       int          // uprobes/uretprobes attached
+	Missing     int          // (probe, file) pairs skipped because a symbol is missing
+	Refused     int          // (probe, file) pairs refused: Return on a Go binary
+	Failed      int          // (probe, file) pairs whose last attach failed (tried again at each rescan)
+}
+
+// Dropped sums Drops over every probe.
+func (s Stats) Dropped() ProbeDrops {
+	var d ProbeDrops
+	for _, p := range s.Drops {
+		d.RateLimited += p.RateLimited
+		d.RingBufferFull += p.RingBufferFull
+	}
+	return d
 }
 
 // FieldError is an invalid value of one Spec key, named as in the collector
@@ -113,6 +158,9 @@ func (s Spec) Validate() error {
 	}
 	if s.MinDuration < 0 {
 		add("min_duration", "must not be negative")
+	}
+	if s.MaxPerSecond > MaxMaxPerSecond {
+		add("max_per_second", "must be 0 (unlimited) to %d, got %d", MaxMaxPerSecond, s.MaxPerSecond)
 	}
 	return errors.Join(errs...)
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
-	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 )
 
 // Manager owns the loaded probe programs and their attachments. Its methods
@@ -80,6 +80,7 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	compiled := make([]compiledSpec, len(specs))
 	for i, s := range specs {
 		cfg := bpf.ProbeProbeConfig{MinDurationNs: uint64(s.MinDuration)}
+		cfg.RateIntervalNs, cfg.RateBurstNs = rateLimit(s.MaxPerSecond)
 		if s.MainThreadOnly {
 			cfg.MainThreadOnly = 1
 		}
@@ -238,8 +239,18 @@ func (m *Manager) Stats() Stats {
 	if err := m.objs.Stats.Lookup(uint32(0), &per); err == nil {
 		for _, c := range per {
 			st.Records += c.Records
-			st.Dropped += c.Dropped
 			st.ExecDropped += c.ExecDropped
+		}
+	}
+	st.Drops = make([]ProbeDrops, len(m.specs))
+	var drops []bpf.ProbeProbeDrops
+	for i := range st.Drops {
+		if err := m.objs.Drops.Lookup(uint32(i), &drops); err != nil {
+			continue
+		}
+		for _, c := range drops {
+			st.Drops[i].RateLimited += c.RateLimited
+			st.Drops[i].RingBufferFull += c.RingbufFull
 		}
 	}
 	st.Delivered = m.delivered.Load()

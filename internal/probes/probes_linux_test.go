@@ -256,7 +256,7 @@ func TestScopesRunningProcess(t *testing.T) {
 	checkScopes(t, c, out, cmd.Process.Pid)
 	st = m.Stats()
 	require.Equal(t, uint64(12+5+1+1), st.Records)
-	require.Zero(t, st.Dropped)
+	require.Zero(t, st.Dropped())
 
 	require.NoError(t, m.Close())
 	require.NoError(t, m.Close()) // idempotent

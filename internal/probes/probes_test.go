@@ -152,7 +152,7 @@ func TestValidateSpecs(t *testing.T) {
 		{ID: "a", FileMatch: "(", EntrySymbol: "f"},
 		{FileMatch: "x"},
 		{ID: "c", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "f", MinDuration: -time.Second},
-		{ID: "d", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "g", Return: true},
+		{ID: "d", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "g", Return: true, MaxPerSecond: MaxMaxPerSecond + 1},
 	})
 	require.Error(t, err)
 	msg := err.Error()
@@ -165,14 +165,39 @@ func TestValidateSpecs(t *testing.T) {
 		"probes[3]::exit_symbol: must differ from entry_symbol",
 		"probes[3]::min_duration: must not be negative",
 		"probes[4]::exit_symbol: must be empty with symbol",
+		"probes[4]::max_per_second: must be 0 (unlimited) to 1000000, got 1000001",
 	} {
 		require.Contains(t, msg, want)
 	}
-	require.Len(t, strings.Split(msg, "\n"), 8, msg)
+	require.Len(t, strings.Split(msg, "\n"), 9, msg)
 
 	var fe *FieldError
 	require.ErrorAs(t, Spec{ID: "x", FileMatch: "x", EntrySymbol: "", Return: true}.Validate(), &fe)
 	require.Equal(t, "symbol", fe.Key)
 
 	require.ErrorContains(t, ValidateSpecs(make([]Spec, MaxProbes+1)), "at most 64 probes")
+}
+
+func TestRateLimitParameters(t *testing.T) {
+	tests := []struct {
+		perSecond               uint64
+		wantInterval, wantBurst uint64
+	}{
+		{perSecond: 0},                                              // unlimited
+		{perSecond: 1, wantInterval: 1e9},                           // bursts of one record
+		{perSecond: 10, wantInterval: 1e8},                          // a tenth is one record
+		{perSecond: 500, wantInterval: 2e6, wantBurst: 49 * 2e6},    // bursts of 50
+		{perSecond: 10000, wantInterval: 1e5, wantBurst: 999 * 1e5}, // bursts of 1000
+		{perSecond: MaxMaxPerSecond, wantInterval: 1000, wantBurst: 99999 * 1000},
+	}
+	for _, tt := range tests {
+		interval, burst := rateLimit(tt.perSecond)
+		require.Equal(t, tt.wantInterval, interval, "interval of %d/s", tt.perSecond)
+		require.Equal(t, tt.wantBurst, burst, "burst of %d/s", tt.perSecond)
+	}
+}
+
+func TestStatsDropped(t *testing.T) {
+	st := Stats{Drops: []ProbeDrops{{RateLimited: 5, RingBufferFull: 1}, {}, {RateLimited: 2}}}
+	require.Equal(t, ProbeDrops{RateLimited: 7, RingBufferFull: 1}, st.Dropped())
 }

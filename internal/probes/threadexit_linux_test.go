@@ -103,5 +103,5 @@ func TestThreadExitInsideScope(t *testing.T) {
 	requireMatches(t, "pair", c.byProbe(0), []measured{{"pair", uint32(pairTID), start, end}}, cmd.Process.Pid, "threadexit")
 	st := m.Stats()
 	require.Equal(t, uint64(1), st.Records)
-	require.Zero(t, st.Dropped)
+	require.Zero(t, st.Dropped())
 }

@@ -3,7 +3,10 @@
 // emitters (pdata, pprof files). It has no behaviour beyond small helpers.
 package report
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Kind names a profile kind; it is also the prefix of pprof file names.
 type Kind string
@@ -21,7 +24,54 @@ const (
 	FrameV8JS   = "v8js"
 	FramePython = "cpython"
 	FrameJVM    = "jvm"
+	// FrameUnknown marks a pseudo-frame standing for a stack that was lost
+	// (see StackLoss.Marker); it has no address and no mapping.
+	FrameUnknown = "unknown"
 )
+
+// StackLoss says why a recorded sample has no frames for one of its stacks
+// (user or kernel). Such samples are kept, with a marker frame, so process
+// totals stay right and a flame graph shows the loss.
+type StackLoss uint8
+
+const (
+	StackKept          StackLoss = iota // not lost (or no stack to take, e.g. the user stack of a kernel thread)
+	StackMapFull                        // the BPF stack map was full
+	StackHashCollision                  // the stack's ids were all taken by other stacks
+	StackCaptureFailed                  // the kernel could not capture the stack
+	StackMissing                        // the stack's id was absent from the stack map at drain
+)
+
+// StackLosses lists every loss, in order.
+var StackLosses = []StackLoss{StackMapFull, StackHashCollision, StackCaptureFailed, StackMissing}
+
+// Reason is the loss's telemetry attribute value ("" for StackKept).
+func (l StackLoss) Reason() string {
+	switch l {
+	case StackMapFull:
+		return "stack_map_full"
+	case StackHashCollision:
+		return "hash_collision"
+	case StackCaptureFailed:
+		return "capture_failed"
+	case StackMissing:
+		return "missing_at_drain"
+	}
+	return ""
+}
+
+// Marker is the function name of the pseudo-frame standing for a lost user
+// (kernel false) or kernel stack, e.g. "[user stack lost: stack map full]".
+func (l StackLoss) Marker(kernel bool) string {
+	if l == StackKept {
+		return ""
+	}
+	which := "user"
+	if kernel {
+		which = "kernel"
+	}
+	return "[" + which + " stack lost: " + strings.ReplaceAll(l.Reason(), "_", " ") + "]"
+}
 
 // Mapping is a memory mapping of a file into a process (or the kernel image).
 type Mapping struct {
@@ -98,9 +148,12 @@ type ScopeRecord struct {
 	EntrySymbol string
 	ExitSymbol  string
 	Start, End  uint64
-	TID         uint32
-	ThreadName  string
-	MainThread  bool
+	// Observed is when the record was read from the kernel (unix ns); 0:
+	// when the log records were built.
+	Observed   uint64
+	TID        uint32
+	ThreadName string
+	MainThread bool
 }
 
 // ProcessScopes groups the scope records of one process.

@@ -9,11 +9,12 @@ package sampler
 import (
 	"errors"
 	"fmt"
-	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
@@ -33,6 +34,13 @@ type Options struct {
 	// samples then carry pids as seen from it, and processes outside it are
 	// not sampled. Zero: host pids.
 	PIDNamespace procfs.PIDNamespace
+	// ReportInterval is how often Drain will be called; with
+	// SamplesPerSecond and the number of CPUs it sizes the maps (see
+	// mapSizes). 0: 10s.
+	ReportInterval time.Duration
+	// Maps overrides the derived map sizes, field by field (0: derived);
+	// tests use small maps to make them fill up.
+	Maps MapSizes
 }
 
 // RawSample is one aggregated stack of one thread, as captured; Value is
@@ -49,7 +57,26 @@ func (o Options) validate() error {
 	if len(o.TargetPIDs) > MaxTargets {
 		return fmt.Errorf("targets: %d pids exceed the BPF filter capacity %d", len(o.TargetPIDs), MaxTargets)
 	}
+	if o.ReportInterval < 0 {
+		return fmt.Errorf("report_interval: must not be negative, got %v", o.ReportInterval)
+	}
 	return nil
+}
+
+// mapSizes returns the map sizes for cpus CPUs: derived, then overridden.
+func (o Options) mapSizes(cpus int) MapSizes {
+	window := o.ReportInterval
+	if window == 0 {
+		window = defaultWindow
+	}
+	sz := mapSizes(o.SamplesPerSecond, cpus, window)
+	if o.Maps.Counts != 0 {
+		sz.Counts = o.Maps.Counts
+	}
+	if o.Maps.Stacks != 0 {
+		sz.Stacks = o.Maps.Stacks
+	}
+	return sz
 }
 
 // checkSampleRate fails when the requested per-CPU frequency is above the

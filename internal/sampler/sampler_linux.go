@@ -28,6 +28,7 @@ const (
 type Sampler struct {
 	mu     sync.Mutex
 	objs   bpf.CpuObjects
+	sizes  MapSizes
 	bufs   *stackdrain.Buffers
 	events []*perfEvent
 	news   *stackdrain.Announcer
@@ -64,8 +65,18 @@ func Open(opts Options) (*Sampler, error) {
 	// to raise it is explained if a load then fails (memlock.Explain).
 	_ = memlock.Raise()
 
-	s := &Sampler{}
-	if err := bpf.LoadCpuObjects(&s.objs, nil); err != nil {
+	s := &Sampler{sizes: opts.mapSizes(len(cpus))}
+	spec, err := bpf.LoadCpu()
+	if err != nil {
+		return nil, fmt.Errorf("load cpu sampler BPF spec: %w", err)
+	}
+	for _, name := range []string{bpf.CpuMapCounts0, bpf.CpuMapCounts1} {
+		spec.Maps[name].MaxEntries = s.sizes.Counts
+	}
+	for _, name := range []string{bpf.CpuMapStacks0, bpf.CpuMapStacks1} {
+		spec.Maps[name].MaxEntries = s.sizes.Stacks
+	}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load cpu sampler BPF program: %+v", verr)
@@ -80,6 +91,8 @@ func Open(opts Options) (*Sampler, error) {
 		Comms:      s.objs.Comms,
 		Counts:     [2]*ebpf.Map{s.objs.Counts0, s.objs.Counts1},
 		Stacks:     [2]*ebpf.Map{s.objs.Stacks0, s.objs.Stacks1},
+		// One sample adds 1: stacks missing at drain count in samples.
+		CountsAreSamples: true,
 	}, opts.PIDNamespace, opts.TargetPIDs)
 	if err != nil {
 		_ = s.objs.Close()
@@ -168,6 +181,9 @@ func (ev *perfEvent) close() error {
 	errs = append(errs, unix.Close(ev.fd))
 	return errors.Join(errs...)
 }
+
+// MapSizes returns the capacities the maps were loaded with.
+func (s *Sampler) MapSizes() MapSizes { return s.sizes }
 
 // SetTargets replaces the pid filter; an empty list samples every process.
 func (s *Sampler) SetTargets(pids []uint32) error {

@@ -184,8 +184,7 @@ func TestKernelStacks(t *testing.T) {
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && pidCounts(samples)[pid] < 100; {
 		more, mst, _ := sampleFor(t, s, time.Second)
 		samples = append(samples, more...)
-		st.Recorded += mst.Recorded
-		st.KernelStackErrors += mst.KernelStackErrors
+		st = st.Add(mst)
 	}
 
 	var total, withKernel uint64

@@ -26,5 +26,8 @@ func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
 // NewProcesses returns nil on this platform (a nil channel never delivers).
 func (s *Sampler) NewProcesses() <-chan uint32 { return nil }
 
+// MapSizes returns zero sizes on this platform.
+func (s *Sampler) MapSizes() MapSizes { return MapSizes{} }
+
 // Close does nothing on this platform.
 func (s *Sampler) Close() error { return nil }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCPUList(t *testing.T) {
@@ -81,6 +82,32 @@ func TestOptionsValidate(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 			t.Errorf("%s: error = %v, want it to contain %q", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+func TestMapSizes(t *testing.T) {
+	tests := []struct {
+		name   string
+		opts   Options
+		cpus   int
+		counts uint32
+		stacks uint32
+	}{
+		// 19 Hz x 2 CPUs x 10 s = 380 samples: the floors.
+		{name: "default", opts: Options{SamplesPerSecond: 19, ReportInterval: 10 * time.Second}, cpus: 2, counts: 4096, stacks: 1024},
+		{name: "interval 0 means 10s", opts: Options{SamplesPerSecond: 19}, cpus: 2, counts: 4096, stacks: 1024},
+		// 99 Hz x 8 CPUs x 10 s x 1.25 = 9900 -> 10240.
+		{name: "99 Hz on 8 CPUs", opts: Options{SamplesPerSecond: 99, ReportInterval: 10 * time.Second}, cpus: 8, counts: 10240, stacks: 10240},
+		// 4000 Hz x 2 CPUs x 10 s x 1.25 = 100000: the caps.
+		{name: "4000 Hz", opts: Options{SamplesPerSecond: 4000, ReportInterval: 10 * time.Second}, cpus: 2, counts: 65536, stacks: 32768},
+		{name: "4000 Hz, 1s", opts: Options{SamplesPerSecond: 4000, ReportInterval: time.Second}, cpus: 2, counts: 10240, stacks: 10240},
+		{name: "override", opts: Options{SamplesPerSecond: 4000, Maps: MapSizes{Stacks: 64}}, cpus: 2, counts: 65536, stacks: 64},
+	}
+	for _, tt := range tests {
+		got := tt.opts.mapSizes(tt.cpus)
+		if got.Counts != tt.counts || got.Stacks != tt.stacks {
+			t.Errorf("%s: %+v, want counts %d stacks %d", tt.name, got, tt.counts, tt.stacks)
 		}
 	}
 }

@@ -12,6 +12,8 @@ package stackdrain
 import (
 	"cmp"
 	"slices"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
@@ -24,21 +26,56 @@ type Sample struct {
 	UserStack   []uint64 // leaf first; return addresses for non-leaf frames
 	KernelStack []uint64 // leaf first
 	Value       uint64   // sample count (CPU) or nanoseconds (off-CPU)
+	// UserLoss and KernelLoss say why a stack that should be there is not
+	// (the sample is kept; see report.StackLoss); StackKept otherwise.
+	UserLoss, KernelLoss report.StackLoss
+}
+
+// StackLosses counts recorded samples kept without one of their stacks,
+// indexed by report.StackLoss (StackKept stays 0).
+type StackLosses [report.StackMissing + 1]uint64
+
+// Total is the sum over every reason.
+func (l StackLosses) Total() uint64 {
+	var n uint64
+	for _, v := range l {
+		n += v
+	}
+	return n
 }
 
 // Stats count what happened in one Drain window; they describe exactly the
 // samples that Drain returned (the counters are double-buffered like them).
+// A record is a sample (CPU) or a wait (off-CPU).
 type Stats struct {
-	Recorded          uint64 // records aggregated (samples, or waits)
-	LostMapFull       uint64 // records dropped because the counts map was full
-	UserStackErrors   uint64 // user stacks that could not be captured or stored
-	KernelStackErrors uint64 // kernel stacks that could not be captured or stored
-	StackMissing      uint64 // values whose stack id was absent from the stack map at drain
+	// Recorded counts records aggregated, including those kept without a
+	// stack (UserStackLost, KernelStackLost).
+	Recorded uint64
+	// LostMapFull counts records dropped: the counts map was full (off-CPU:
+	// or a sleeping thread's start could not be stored).
+	LostMapFull uint64
+	// UserStackLost and KernelStackLost count recorded records without that
+	// stack, by reason. StackMissing is found at drain, per aggregated
+	// entry: it counts records when Maps.CountsAreSamples, else entries
+	// (each at least one record).
+	UserStackLost, KernelStackLost StackLosses
 	// NewProcessDrops counts new-process notifications lost (CPU sampler
 	// only; see sampler.Sampler.NewProcesses): the BPF ring buffer was full
 	// (that process is announced again on a later sample) or the Go channel
-	// was full (that notification is gone).
+	// was full (that notification is gone). No sample is lost with them.
 	NewProcessDrops uint64
+}
+
+// Add returns the sum of s and o.
+func (s Stats) Add(o Stats) Stats {
+	s.Recorded += o.Recorded
+	s.LostMapFull += o.LostMapFull
+	for i := range s.UserStackLost {
+		s.UserStackLost[i] += o.UserStackLost[i]
+		s.KernelStackLost[i] += o.KernelStackLost[i]
+	}
+	s.NewProcessDrops += o.NewProcessDrops
+	return s
 }
 
 // stackKey mirrors struct stack_key of bpf/common.h.
@@ -56,7 +93,49 @@ type config struct {
 
 // counters mirrors struct sampler_stats.
 type counters struct {
-	Recorded, LostMapFull, UserStackErrors, KernelStackErrors, NewPidDrops uint64
+	Recorded, LostMapFull          uint64
+	UserStackLost, KernelStackLost [numBPFStackLosses]uint64 // by enum stack_loss
+	NewPidDrops                    uint64
+}
+
+// numBPFStackLosses is NR_STACK_LOSSES of bpf/common.h.
+const numBPFStackLosses = 3
+
+// bpfStackLoss maps enum stack_loss of bpf/common.h to report.StackLoss.
+var bpfStackLoss = [numBPFStackLosses]report.StackLoss{report.StackMapFull, report.StackHashCollision, report.StackCaptureFailed}
+
+// Linux errno values, as the programs store them negated in stack ids.
+const (
+	errnoE2BIG  = 7
+	errnoEEXIST = 17
+)
+
+// stackLoss classifies a stack id of a counts key the way the programs
+// count it (count_stack_loss in bpf/stackstore.h): -1 is no stack to take,
+// -E2BIG a full stack map, -EEXIST a hash collision, any other negative
+// value a failed capture.
+func stackLoss(id int32) report.StackLoss {
+	switch {
+	case id >= -1:
+		return report.StackKept
+	case id == -errnoE2BIG:
+		return report.StackMapFull
+	case id == -errnoEEXIST:
+		return report.StackHashCollision
+	default:
+		return report.StackCaptureFailed
+	}
+}
+
+// add sums one CPU's counters into st.
+func (c counters) add(st *Stats) {
+	st.Recorded += c.Recorded
+	st.LostMapFull += c.LostMapFull
+	for i, loss := range bpfStackLoss {
+		st.UserStackLost[loss] += c.UserStackLost[i]
+		st.KernelStackLost[loss] += c.KernelStackLost[i]
+	}
+	st.NewProcessDrops += c.NewPidDrops
 }
 
 // threadComm mirrors struct thread_comm.
@@ -95,23 +174,29 @@ func commString[T ~int8 | ~uint8](comm []T) string {
 }
 
 // assembleSamples joins drained counts with their stacks (already trimmed,
-// keyed by stack id) and thread names. Negative stack ids mean "no stack" (the error, if any, was
-// counted in BPF); a non-negative id absent from stacks yields an empty stack
-// and is counted in the returned missing total.
-// The result is sorted by pid, tid, then descending value.
-func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comms map[uint32]string) (samples []Sample, missing uint64) {
+// keyed by stack id) and thread names. A negative stack id means no stack:
+// -1 none to take, others a loss counted in BPF (see stackLoss). A
+// non-negative id absent from stacks yields a StackMissing loss, counted in
+// the returned user and kernel losses: by value when countsAreSamples, else
+// by entry. The result is sorted by pid, tid, then descending value.
+func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comms map[uint32]string, countsAreSamples bool) (samples []Sample, userMissing, kernelMissing uint64) {
 	samples = make([]Sample, 0, len(counts))
 	for k, n := range counts {
 		if n == 0 {
 			continue
 		}
 		s := Sample{PID: k.PID, TID: k.TID, Comm: comms[k.TID], Value: n}
-		var ok bool
-		if s.UserStack, ok = stackFor(stacks, k.UserStackID); !ok {
-			missing += n
+		missing := uint64(1)
+		if countsAreSamples {
+			missing = n
 		}
-		if s.KernelStack, ok = stackFor(stacks, k.KernelStackID); !ok {
-			missing += n
+		s.UserStack, s.UserLoss = stackFor(stacks, k.UserStackID)
+		if s.UserLoss == report.StackMissing {
+			userMissing += missing
+		}
+		s.KernelStack, s.KernelLoss = stackFor(stacks, k.KernelStackID)
+		if s.KernelLoss == report.StackMissing {
+			kernelMissing += missing
 		}
 		samples = append(samples, s)
 	}
@@ -122,19 +207,23 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			cmp.Compare(b.Value, a.Value),
 			slices.Compare(a.UserStack, b.UserStack),
 			slices.Compare(a.KernelStack, b.KernelStack),
+			cmp.Compare(a.UserLoss, b.UserLoss),
+			cmp.Compare(a.KernelLoss, b.KernelLoss),
 		)
 	})
-	return samples, missing
+	return samples, userMissing, kernelMissing
 }
 
-// stackFor returns the stack with the given id; ok is false only when a
-// valid id has no stored stack.
-func stackFor(stacks map[int32][]uint64, id int32) (frames []uint64, ok bool) {
+// stackFor returns the stack with the given id, or why there is none.
+func stackFor(stacks map[int32][]uint64, id int32) ([]uint64, report.StackLoss) {
 	if id < 0 {
-		return nil, true
+		return nil, stackLoss(id)
 	}
-	frames, ok = stacks[id]
-	return frames, ok
+	frames, ok := stacks[id]
+	if !ok {
+		return nil, report.StackMissing
+	}
+	return frames, report.StackKept
 }
 
 // quiescent reports whether every CPU finished the program invocation that

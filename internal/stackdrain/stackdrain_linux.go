@@ -3,13 +3,14 @@
 package stackdrain
 
 import (
-	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
-
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 const (
@@ -38,6 +39,10 @@ type Maps struct {
 	Comms      *ebpf.Map // tid -> struct thread_comm
 	Counts     [2]*ebpf.Map
 	Stacks     [2]*ebpf.Map
+	// CountsAreSamples says the counts values are sample counts (CPU), so
+	// stacks missing at drain are counted in samples; false: weights such as
+	// nanoseconds (off-CPU), counted per aggregated entry.
+	CountsAreSamples bool
 }
 
 // Buffers drains one program's aggregation. It is not safe for concurrent
@@ -138,8 +143,9 @@ func (b *Buffers) Drain() ([]Sample, Stats, error) {
 	if err != nil {
 		return nil, Stats{}, fmt.Errorf("drain stats: %w", err)
 	}
-	samples, missing := assembleSamples(counts, stacks, b.readComms(counts))
-	st.StackMissing = missing
+	samples, userMissing, kernelMissing := assembleSamples(counts, stacks, b.readComms(counts), b.maps.CountsAreSamples)
+	st.UserStackLost[report.StackMissing] = userMissing
+	st.KernelStackLost[report.StackMissing] = kernelMissing
 	return samples, st, nil
 }
 
@@ -249,11 +255,7 @@ func (b *Buffers) drainStats(gen uint32) (Stats, error) {
 	}
 	var st Stats
 	for _, c := range perCPU {
-		st.Recorded += c.Recorded
-		st.LostMapFull += c.LostMapFull
-		st.UserStackErrors += c.UserStackErrors
-		st.KernelStackErrors += c.KernelStackErrors
-		st.NewProcessDrops += c.NewPidDrops
+		c.add(&st)
 	}
 	if err := b.maps.Stats.Put(gen, make([]counters, len(perCPU))); err != nil {
 		return Stats{}, err

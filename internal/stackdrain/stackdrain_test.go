@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 func TestTrimStack(t *testing.T) {
@@ -57,12 +58,16 @@ func TestCommString(t *testing.T) {
 
 func TestAssembleSamples(t *testing.T) {
 	counts := map[stackKey]uint64{
-		{PID: 10, TID: 11, UserStackID: 1, KernelStackID: -1}: 5,
-		{PID: 10, TID: 11, UserStackID: 2, KernelStackID: 3}:  7,
-		{PID: 10, TID: 12, UserStackID: 9, KernelStackID: -1}: 2, // stack 9 missing
-		{PID: 2, TID: 2, UserStackID: -1, KernelStackID: 3}:   1, // kernel thread
-		{PID: 3, TID: 3, UserStackID: -14, KernelStackID: 8}:  4, // error id, kernel stack missing
-		{PID: 4, TID: 4, UserStackID: 1, KernelStackID: 1}:    0, // zero counts are dropped
+		{PID: 10, TID: 11, UserStackID: 1, KernelStackID: -1}:    5,
+		{PID: 10, TID: 11, UserStackID: 2, KernelStackID: 3}:     7,
+		{PID: 10, TID: 12, UserStackID: 9, KernelStackID: -1}:    2, // stack 9 missing
+		{PID: 2, TID: 2, UserStackID: -1, KernelStackID: 3}:      1, // kernel thread
+		{PID: 3, TID: 3, UserStackID: -14, KernelStackID: 8}:     4, // capture failed, kernel stack missing
+		{PID: 3, TID: 5, UserStackID: -7, KernelStackID: -17}:    3, // stack map full, collision
+		{PID: 4, TID: 4, UserStackID: 1, KernelStackID: 1}:       0, // zero counts are dropped
+		{PID: 20, TID: 20, UserStackID: 9, KernelStackID: 9}:     6, // both missing
+		{PID: 21, TID: 21, UserStackID: -22, KernelStackID: -1}:  1, // capture failed (-EINVAL)
+		{PID: 22, TID: 22, UserStackID: -28, KernelStackID: -16}: 1, // off-CPU: pending full, busy
 	}
 	stacks := map[int32][]uint64{
 		1: {0x401000, 0x401100},
@@ -70,27 +75,63 @@ func TestAssembleSamples(t *testing.T) {
 		3: {0xffffffff81000000},
 	}
 	comms := map[uint32]string{11: "burner-1", 2: "kthreadd"}
-
-	got, missing := assembleSamples(counts, stacks, comms)
+	kernel := []uint64{0xffffffff81000000}
 	want := []Sample{
-		{PID: 2, TID: 2, Comm: "kthreadd", KernelStack: []uint64{0xffffffff81000000}, Value: 1},
-		{PID: 3, TID: 3, Value: 4},
-		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x402000}, KernelStack: []uint64{0xffffffff81000000}, Value: 7},
+		{PID: 2, TID: 2, Comm: "kthreadd", KernelStack: kernel, Value: 1},
+		{PID: 3, TID: 3, Value: 4, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackMissing},
+		{PID: 3, TID: 5, Value: 3, UserLoss: report.StackMapFull, KernelLoss: report.StackHashCollision},
+		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x402000}, KernelStack: kernel, Value: 7},
 		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x401000, 0x401100}, Value: 5},
-		{PID: 10, TID: 12, Value: 2},
+		{PID: 10, TID: 12, Value: 2, UserLoss: report.StackMissing},
+		{PID: 20, TID: 20, Value: 6, UserLoss: report.StackMissing, KernelLoss: report.StackMissing},
+		{PID: 21, TID: 21, Value: 1, UserLoss: report.StackCaptureFailed},
+		{PID: 22, TID: 22, Value: 1, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackCaptureFailed},
 	}
-	if missing != 2+4 {
-		t.Errorf("missing = %d, want 6", missing)
+	for _, tt := range []struct {
+		name                 string
+		countsAreSamples     bool
+		wantUser, wantKernel uint64
+	}{
+		{name: "samples", countsAreSamples: true, wantUser: 2 + 6, wantKernel: 4 + 6},
+		{name: "weights", countsAreSamples: false, wantUser: 2, wantKernel: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, user, kernel := assembleSamples(counts, stacks, comms, tt.countsAreSamples)
+			if user != tt.wantUser || kernel != tt.wantKernel {
+				t.Errorf("missing user %d kernel %d, want %d and %d", user, kernel, tt.wantUser, tt.wantKernel)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("got %d samples, want %d: %+v", len(got), len(want), got)
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.PID != w.PID || g.TID != w.TID || g.Comm != w.Comm || g.Value != w.Value ||
+					!slices.Equal(g.UserStack, w.UserStack) || !slices.Equal(g.KernelStack, w.KernelStack) ||
+					g.UserLoss != w.UserLoss || g.KernelLoss != w.KernelLoss {
+					t.Errorf("sample %d = %+v, want %+v", i, g, w)
+				}
+			}
+		})
 	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d samples, want %d: %+v", len(got), len(want), got)
+}
+
+// The per-CPU counters land under the reason their BPF index stands for.
+func TestCountersAdd(t *testing.T) {
+	var st Stats
+	counters{Recorded: 10, LostMapFull: 1, UserStackLost: [3]uint64{2, 3, 4}, KernelStackLost: [3]uint64{5, 6, 7}, NewPidDrops: 8}.add(&st)
+	counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}}.add(&st)
+	want := Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8}
+	want.UserStackLost[report.StackMapFull] = 3
+	want.UserStackLost[report.StackHashCollision] = 3
+	want.UserStackLost[report.StackCaptureFailed] = 4
+	want.KernelStackLost[report.StackMapFull] = 5
+	want.KernelStackLost[report.StackHashCollision] = 6
+	want.KernelStackLost[report.StackCaptureFailed] = 7
+	if st != want {
+		t.Errorf("got %+v, want %+v", st, want)
 	}
-	for i := range want {
-		g, w := got[i], want[i]
-		if g.PID != w.PID || g.TID != w.TID || g.Comm != w.Comm || g.Value != w.Value ||
-			!slices.Equal(g.UserStack, w.UserStack) || !slices.Equal(g.KernelStack, w.KernelStack) {
-			t.Errorf("sample %d = %+v, want %+v", i, g, w)
-		}
+	if got := st.Add(st); got.Recorded != 22 || got.UserStackLost.Total() != 20 || got.NewProcessDrops != 16 {
+		t.Errorf("Add: %+v", got)
 	}
 }
 

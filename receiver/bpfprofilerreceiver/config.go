@@ -71,6 +71,9 @@ type ProbeConfig struct {
 	ExitSymbol     string        `mapstructure:"exit_symbol"`
 	MainThreadOnly bool          `mapstructure:"main_thread_only"`
 	MinDuration    time.Duration `mapstructure:"min_duration"`
+	// MaxPerSecond limits this probe's records, in BPF; unset means
+	// probes.DefaultMaxPerSecond, 0 no limit.
+	MaxPerSecond *uint64 `mapstructure:"max_per_second"`
 }
 
 // PprofConfig configures the optional pprof file output.
@@ -188,6 +191,10 @@ func (c *Config) probeSpecs() []probes.Spec {
 			ExitSymbol:     p.ExitSymbol,
 			MainThreadOnly: p.MainThreadOnly,
 			MinDuration:    p.MinDuration,
+			MaxPerSecond:   probes.DefaultMaxPerSecond,
+		}
+		if p.MaxPerSecond != nil {
+			spec.MaxPerSecond = *p.MaxPerSecond
 		}
 		if p.Symbol != "" {
 			spec.EntrySymbol, spec.Return = p.Symbol, true

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
@@ -68,7 +69,8 @@ func TestLoadConfig(t *testing.T) {
 						ExitSymbol:     "node::InternalCallbackScope::~InternalCallbackScope()",
 						MainThreadOnly: true, MinDuration: 10 * time.Millisecond,
 					},
-					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle"},
+					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle", MaxPerSecond: ptr(uint64(100))},
+					{ID: "app.unlimited", FileMatch: "/myapp$", Symbol: "main.loop", MaxPerSecond: ptr(uint64(0))},
 				},
 				Kubernetes: K8sConfig{HostRoot: "/"},
 				PerfMaps:   PerfMapsConfig{MaxSizeMiB: 8},
@@ -140,7 +142,24 @@ func TestProbeValidationNamesEveryKey(t *testing.T) {
 		`probes[2]::id: "b" already used by probes[1]`,
 		"probes[3]::exit_symbol: must differ from entry_symbol",
 		"probes[3]::min_duration: must not be negative",
+		"probes[4]::max_per_second: must be 0 (unlimited) to 1000000, got 2000000",
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
 }
+
+// An unset max_per_second is the default limit; 0 is no limit.
+func TestProbeSpecsRateLimit(t *testing.T) {
+	cfg := &Config{Probes: []ProbeConfig{
+		{ID: "a", FileMatch: "x", Symbol: "f"},
+		{ID: "b", FileMatch: "x", Symbol: "f", MaxPerSecond: ptr(uint64(0))},
+		{ID: "c", FileMatch: "x", Symbol: "f", MaxPerSecond: ptr(uint64(250))},
+	}}
+	var got []uint64
+	for _, s := range cfg.probeSpecs() {
+		got = append(got, s.MaxPerSecond)
+	}
+	assert.Equal(t, []uint64{probes.DefaultMaxPerSecond, 0, 250}, got)
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
@@ -16,14 +19,40 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
+// probeSource is the kernel side of the probes, seen from here
+// (probes.Manager): Run hands over records as they are read.
+type probeSource interface {
+	Run(ctx context.Context, deliver func([]probes.Record)) error
+	Stats() probes.Stats
+	Close() error
+}
+
+// openProbesFunc opens the probes; replaced in tests.
+type openProbesFunc func(specs []probes.Spec, opts probes.Options) (probeSource, error)
+
+func openKernelProbes(specs []probes.Spec, opts probes.Options) (probeSource, error) {
+	return probes.Open(specs, opts)
+}
+
 // probeRunner attaches the configured probes and turns their records into
-// log records for the logs pipeline.
+// log records for the logs pipeline: the records are buffered (bounded, see
+// recordBuffer) and delivered once per report interval, or sooner when a
+// batch is full, one plog.Logs per batch. A refused batch is counted and
+// dropped, never retried.
 type probeRunner struct {
-	r       *profilerReceiver
-	specs   []probes.Spec
-	manager *probes.Manager
-	done    chan struct{}
-	dropped uint64 // ring buffer drops already reported
+	r      *profilerReceiver
+	specs  []probes.Spec
+	source probeSource
+	buf    *recordBuffer
+
+	readerDone, flusherDone chan struct{}
+	stopOnce                sync.Once
+
+	flushMu  sync.Mutex          // one flush at a time
+	reported []probes.ProbeDrops // kernel drops already counted, by probe
+
+	warnMu sync.Mutex
+	warned map[string]bool // drop reasons already logged once
 }
 
 // startProbes attaches the probes; pidns is the collector's pid namespace
@@ -38,42 +67,112 @@ func (r *profilerReceiver) startProbes(ctx context.Context, pidns procfs.PIDName
 		r.settings.Logger.Warn("probes are configured but the receiver is in no logs pipeline: probes are not attached")
 		return nil
 	}
-	m, err := probes.Open(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger, PIDNamespace: pidns})
+	src, err := r.openProbes(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger, PIDNamespace: pidns})
 	if err != nil {
 		return fmt.Errorf("start probes: %w", err)
 	}
-	pr := &probeRunner{r: r, specs: specs, manager: m, done: make(chan struct{})}
-	r.probes = pr
-	st := m.Stats()
+	p := &probeRunner{
+		r: r, specs: specs, source: src,
+		buf:         newRecordBuffer(maxBufferedProbeRecords, probeBatchRecords),
+		readerDone:  make(chan struct{}),
+		flusherDone: make(chan struct{}),
+		reported:    make([]probes.ProbeDrops, len(specs)),
+		warned:      map[string]bool{},
+	}
+	r.probes = p
+	st := src.Stats()
 	r.settings.Logger.Info("probes attached", zap.Int("probes", len(specs)), zap.Int("files", st.Files),
 		zap.Int("uprobes", st.Links), zap.Int("missing_symbols", st.Missing), zap.Int("refused", st.Refused))
 	go func() {
-		defer close(pr.done)
-		if err := m.Run(ctx, pr.deliver); err != nil {
+		defer close(p.readerDone)
+		if err := src.Run(ctx, p.read); err != nil {
 			r.settings.Logger.Warn("probe records reader stopped", zap.Error(err))
 		}
+	}()
+	go func() {
+		defer close(p.flusherDone)
+		p.flushLoop(ctx)
 	}()
 	return nil
 }
 
-// stop detaches every probe and waits for the reader.
+// stop detaches every probe and waits for the reader and the flush loop
+// (whose context the caller cancelled, or cancels next). Idempotent.
 func (p *probeRunner) stop() {
-	if err := p.manager.Close(); err != nil {
-		p.r.settings.Logger.Warn("detach probes", zap.Error(err))
-	}
-	<-p.done
+	p.stopOnce.Do(func() {
+		if err := p.source.Close(); err != nil {
+			p.r.settings.Logger.Warn("detach probes", zap.Error(err))
+		}
+		<-p.readerDone
+		<-p.flusherDone
+	})
 }
 
-// deliver runs on the reader goroutine with a batch of records.
-func (p *probeRunner) deliver(recs []probes.Record) {
+// read runs on the reader goroutine with records just read from the kernel:
+// it notes their process identities and buffers what fits.
+func (p *probeRunner) read(recs []probes.Record) {
 	ctx := context.Background()
-	observed := time.Now()
+	observed := unixNanos(clock.Now())
+	ids := map[uint32]report.Identity{}
+	batch := make([]bufferedRecord, len(recs))
+	for i, rec := range recs {
+		id, ok := ids[rec.PID]
+		if !ok {
+			id, _ = p.r.ids.Resolve(rec.PID) // a gone process keeps its pid
+			ids[rec.PID] = id
+		}
+		batch[i] = bufferedRecord{Record: rec, identity: id, observed: observed}
+	}
+	p.count(ctx, p.r.telemetry.BpfprofilerProbeRecords, batch)
+	if n := p.buf.add(batch); n < len(batch) {
+		p.dropped(ctx, batch[n:], dropBufferFull, "the next consumer is slow: probe records dropped, the receiver buffer is full",
+			zap.Int("max_buffered", p.buf.max))
+	}
+}
+
+// flushLoop delivers the buffered records every report interval, and when a
+// batch is full, until ctx is done.
+func (p *probeRunner) flushLoop(ctx context.Context) {
+	tick := time.NewTicker(p.r.cfg.ReportInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-p.buf.ready:
+		}
+		p.flush(ctx)
+	}
+}
+
+// flushAll delivers what is left once the source is stopped (Shutdown).
+func (p *probeRunner) flushAll(ctx context.Context) { p.flush(ctx) }
+
+// flush counts the kernel's drops and delivers every waiting record, batch
+// by batch.
+func (p *probeRunner) flush(ctx context.Context) {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	p.countKernelDrops(ctx)
+	for ctx.Err() == nil {
+		batch := p.buf.take()
+		if len(batch) == 0 {
+			return
+		}
+		p.send(ctx, batch)
+		p.buf.done(len(batch))
+	}
+}
+
+// send hands one batch to the logs pipeline as one plog.Logs; a refused
+// batch is counted and dropped.
+func (p *probeRunner) send(ctx context.Context, batch []bufferedRecord) {
 	byPID := map[uint32]*report.ProcessScopes{}
-	for _, rec := range recs {
+	for _, rec := range batch {
 		ps, ok := byPID[rec.PID]
 		if !ok {
-			id, _ := p.r.ids.Resolve(rec.PID) // a gone process keeps its pid
-			ps = &report.ProcessScopes{Identity: id}
+			ps = &report.ProcessScopes{Identity: rec.identity}
 			byPID[rec.PID] = ps
 		}
 		ps.Records = append(ps.Records, p.scopeRecord(rec))
@@ -84,28 +183,71 @@ func (p *probeRunner) deliver(recs []probes.Record) {
 	}
 	sort.Slice(processes, func(i, j int) bool { return processes[i].Identity.PID < processes[j].Identity.PID })
 
-	p.r.telemetry.BpfprofilerProbeRecords.Add(ctx, int64(len(recs)))
-	if dropped := p.manager.Stats().Dropped; dropped > p.dropped {
-		p.r.telemetry.BpfprofilerProbeRecordsDropped.Add(ctx, int64(dropped-p.dropped))
-		p.dropped = dropped
-	}
-	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version}, observed, processes...)
-	if err != nil {
-		p.r.settings.Logger.Warn("build probe logs", zap.Error(err))
-		p.r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
-		return
-	}
 	next := p.r.logsConsumer()
-	if next == nil {
-		return
+	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version}, time.Now(), processes...)
+	if err == nil && next != nil {
+		err = next.ConsumeLogs(ctx, logs)
 	}
-	if err := next.ConsumeLogs(ctx, logs); err != nil {
-		p.r.settings.Logger.Warn("next consumer refused probe logs", zap.Error(err))
-		p.r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+	if err != nil {
+		p.r.reportFailed(ctx, signalLogs)
+		p.dropped(ctx, batch, dropRefused, "probe log records dropped: the next consumer refused them", zap.Error(err))
 	}
 }
 
-func (p *probeRunner) scopeRecord(rec probes.Record) report.ScopeRecord {
+// countKernelDrops adds the drops the kernel counted since the last call.
+func (p *probeRunner) countKernelDrops(ctx context.Context) {
+	drops := p.source.Stats().Drops
+	for i := range min(len(drops), len(p.reported)) {
+		d, old := drops[i], p.reported[i]
+		p.addDropped(ctx, i, dropRateLimited, d.RateLimited-old.RateLimited)
+		p.addDropped(ctx, i, dropRingbufFull, d.RingBufferFull-old.RingBufferFull)
+		p.reported[i] = d
+	}
+}
+
+// dropped counts recs as dropped for reason and logs the first such drop
+// (at debug level afterwards).
+func (p *probeRunner) dropped(ctx context.Context, recs []bufferedRecord, reason, msg string, fields ...zap.Field) {
+	byProbe := make([]uint64, len(p.specs))
+	for _, rec := range recs {
+		byProbe[rec.ProbeIndex]++
+	}
+	for i, n := range byProbe {
+		p.addDropped(ctx, i, reason, n)
+	}
+	p.warnMu.Lock()
+	first := !p.warned[reason]
+	p.warned[reason] = true
+	p.warnMu.Unlock()
+	log := p.r.settings.Logger.Debug
+	if first {
+		log = p.r.settings.Logger.Warn
+	}
+	log(msg, append(fields, zap.Int("records", len(recs)), zap.String("reason", reason))...)
+}
+
+func (p *probeRunner) addDropped(ctx context.Context, probe int, reason string, n uint64) {
+	if n == 0 {
+		return
+	}
+	p.r.telemetry.BpfprofilerProbeRecordsDropped.Add(ctx, int64(n), metric.WithAttributes(
+		attribute.String(attrProbe, p.specs[probe].ID), attribute.String(attrReason, reason)))
+}
+
+// count adds recs to counter, by probe.
+func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, recs []bufferedRecord) {
+	byProbe := make([]int64, len(p.specs))
+	for _, rec := range recs {
+		byProbe[rec.ProbeIndex]++
+	}
+	for i, n := range byProbe {
+		if n > 0 {
+			counter.Add(ctx, n, metric.WithAttributes(attribute.String(attrProbe, p.specs[i].ID)))
+		}
+	}
+}
+
+func (p *probeRunner) scopeRecord(rec bufferedRecord) report.ScopeRecord {
 	spec := p.specs[rec.ProbeIndex]
 	exit := spec.ExitSymbol
 	if spec.Return {
@@ -117,6 +259,7 @@ func (p *probeRunner) scopeRecord(rec probes.Record) report.ScopeRecord {
 		ExitSymbol:  exit,
 		Start:       unixNanos(rec.Start),
 		End:         unixNanos(rec.End),
+		Observed:    rec.observed,
 		TID:         rec.TID,
 		ThreadName:  rec.Comm,
 		MainThread:  rec.MainThread(),

@@ -57,6 +57,7 @@ func TestProbeLogsOfScopes(t *testing.T) {
 	file := "^" + regexp.QuoteMeta(bin) + "$"
 	cfg := createDefaultConfig().(*Config)
 	cfg.CPU.Enabled = false
+	cfg.ReportInterval = 200 * time.Millisecond // records are delivered once per interval
 	cfg.Probes = []ProbeConfig{
 		{ID: "app.timed", FileMatch: file, Symbol: "timed_scope", MainThreadOnly: true, MinDuration: 10 * time.Millisecond},
 		{ID: "app.pair", FileMatch: file, EntrySymbol: "scope_begin", ExitSymbol: "scope_end"},

@@ -14,8 +14,6 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
@@ -24,6 +22,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
@@ -41,11 +40,9 @@ type processAnnouncer interface {
 	NewProcesses() <-chan uint32
 }
 
-// sourceStats are deltas since the previous drain.
-type sourceStats struct {
-	Recorded uint64
-	Lost     map[string]uint64 // by reason
-}
+// sourceStats are what happened since the previous drain (see
+// stackdrain.Stats: samples recorded, lost, kept without a stack).
+type sourceStats = stackdrain.Stats
 
 // sourceOptions is what every kernel source needs besides the config.
 type sourceOptions struct {
@@ -61,6 +58,7 @@ type profilerReceiver struct {
 	settings   receiver.Settings
 	telemetry  *metadata.TelemetryBuilder
 	openSource openSourceFunc
+	openProbes openProbesFunc
 	proc       procfs.FS
 
 	mu       sync.Mutex
@@ -92,6 +90,7 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 		settings:   set,
 		telemetry:  tb,
 		openSource: openKernelSource,
+		openProbes: openKernelProbes,
 		proc:       procfs.FS{Root: "/proc"},
 	}, nil
 }
@@ -296,10 +295,10 @@ func (r *profilerReceiver) report(ctx context.Context) {
 			continue
 		}
 		stacks, st, err := src.Drain()
-		r.recordSourceStats(ctx, st)
+		r.recordSourceStats(ctx, kind, st)
 		if err != nil {
 			r.settings.Logger.Warn("drain failed", zap.String("kind", string(kind)), zap.Error(err))
-			r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+			r.reportFailed(ctx, signalProfiles)
 			continue
 		}
 		prof, ast := r.assembler.Assemble(kind, start, end, r.period(kind), stacks)
@@ -326,15 +325,6 @@ func (r *profilerReceiver) period(kind report.Kind) int64 {
 	return 0
 }
 
-func (r *profilerReceiver) recordSourceStats(ctx context.Context, st sourceStats) {
-	r.telemetry.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded))
-	for reason, n := range st.Lost {
-		if n > 0 {
-			r.telemetry.BpfprofilerSamplesLost.Add(ctx, int64(n), metric.WithAttributes(attribute.String("reason", reason)))
-		}
-	}
-}
-
 func (r *profilerReceiver) writePprof(ctx context.Context, profiles []report.Profile) {
 	if r.cfg.Pprof.Directory == "" {
 		return
@@ -342,7 +332,7 @@ func (r *profilerReceiver) writePprof(ctx context.Context, profiles []report.Pro
 	for _, p := range profiles {
 		if _, err := pproffile.Write(r.cfg.Pprof.Directory, p); err != nil {
 			r.settings.Logger.Warn("write pprof file", zap.String("pprof::directory", r.cfg.Pprof.Directory), zap.Error(err))
-			r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+			r.reportFailed(ctx, signalPprof)
 		}
 	}
 }
@@ -355,17 +345,18 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 	pd, err := pdata.BuildProfiles(pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version}, profiles...)
 	if err != nil {
 		r.settings.Logger.Warn("build profiles", zap.Error(err))
-		r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+		r.reportFailed(ctx, signalProfiles)
 		return
 	}
 	if err := next.ConsumeProfiles(ctx, pd); err != nil {
 		r.settings.Logger.Warn("next consumer refused profiles", zap.Error(err))
-		r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1)
+		r.reportFailed(ctx, signalProfiles)
 	}
 }
 
 // Shutdown stops the loop, flushes what was aggregated since the last report
-// and detaches everything. Safe without Start and when called twice.
+// and the probe records not yet delivered, and detaches everything. Safe
+// without Start and when called twice.
 func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 	if r.cancel != nil {
 		r.cancel()
@@ -373,6 +364,10 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 		r.background.Wait()
 		r.cancel = nil
 		r.report(ctx)
+		if r.probes != nil {
+			r.probes.stop()
+			r.probes.flushAll(ctx)
+		}
 	}
 	r.closeAll()
 	r.telemetry.Shutdown()

@@ -44,7 +44,9 @@ func (f *fakeSource) Drain() ([]assemble.Stack, sourceStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.drains++
-	return f.stacks, sourceStats{Recorded: 10, Lost: map[string]uint64{"map_full": 1}}, nil
+	st := sourceStats{Recorded: 10, LostMapFull: 1}
+	st.UserStackLost[report.StackMapFull] = 2
+	return f.stacks, st, nil
 }
 
 func (f *fakeSource) Close() error {
@@ -113,10 +115,15 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	assert.NotEmpty(t, files)
 
 	drains := int64(src.drains)
+	cpu := attribute.String("kind", "cpu")
 	metadatatest.AssertEqualBpfprofilerSamplesRecorded(t, tel,
-		[]metricdata.DataPoint[int64]{{Value: 10 * drains}}, metricdatatest.IgnoreTimestamp())
+		[]metricdata.DataPoint[int64]{{Value: 10 * drains, Attributes: attribute.NewSet(cpu)}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerSamplesLost(t, tel,
-		[]metricdata.DataPoint[int64]{{Value: drains, Attributes: attribute.NewSet(attribute.String("reason", "map_full"))}},
+		[]metricdata.DataPoint[int64]{{Value: drains, Attributes: attribute.NewSet(cpu, attribute.String("reason", "map_full"))}},
+		metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerStacksLost(t, tel,
+		[]metricdata.DataPoint[int64]{{Value: 2 * drains, Attributes: attribute.NewSet(cpu,
+			attribute.String("stack", "user"), attribute.String("reason", "stack_map_full"))}},
 		metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerProcessesSeen(t, tel,
 		[]metricdata.DataPoint[int64]{{Value: drains}}, metricdatatest.IgnoreTimestamp())

@@ -20,6 +20,7 @@ func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			SamplesPerSecond: cfg.CPU.SamplesPerSecond,
 			TargetPIDs:       opts.targets,
 			PIDNamespace:     opts.pidns,
+			ReportInterval:   cfg.ReportInterval,
 		})
 		if err != nil {
 			return nil, err
@@ -53,25 +54,16 @@ type drainSource struct{ d drainer }
 
 func (c drainSource) Drain() ([]assemble.Stack, sourceStats, error) {
 	raw, st, err := c.d.Drain()
-	stats := sourceStats{
-		Recorded: st.Recorded,
-		Lost: map[string]uint64{
-			"map_full":      st.LostMapFull,
-			"user_stack":    st.UserStackErrors,
-			"kernel_stack":  st.KernelStackErrors,
-			"stack_missing": st.StackMissing,
-			"new_process":   st.NewProcessDrops,
-		},
-	}
 	stacks := make([]assemble.Stack, 0, len(raw))
 	for _, s := range raw {
 		stacks = append(stacks, assemble.Stack{
 			PID: s.PID, TID: s.TID, Comm: s.Comm,
 			User: s.UserStack, Kernel: s.KernelStack,
+			UserLoss: s.UserLoss, KernelLoss: s.KernelLoss,
 			Value: int64(s.Value),
 		})
 	}
-	return stacks, stats, err
+	return stacks, st, err
 }
 
 func (c drainSource) Close() error { return c.d.Close() }

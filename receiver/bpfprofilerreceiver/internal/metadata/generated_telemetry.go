@@ -27,12 +27,14 @@ type TelemetryBuilder struct {
 	mu                             sync.Mutex
 	registrations                  []metric.Registration
 	BpfprofilerFramesUnsymbolized  metric.Int64Counter
+	BpfprofilerNewProcessesDropped metric.Int64Counter
 	BpfprofilerProbeRecords        metric.Int64Counter
 	BpfprofilerProbeRecordsDropped metric.Int64Counter
 	BpfprofilerProcessesSeen       metric.Int64Counter
 	BpfprofilerReportsFailed       metric.Int64Counter
 	BpfprofilerSamplesLost         metric.Int64Counter
 	BpfprofilerSamplesRecorded     metric.Int64Counter
+	BpfprofilerStacksLost          metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -70,15 +72,21 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.BpfprofilerNewProcessesDropped, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_new_processes_dropped",
+		metric.WithDescription("Announcements of newly sampled processes dropped (kernel ring buffer or channel full). No sample is lost: the process's maps are read when its samples are reported instead of at its first sample, so a process that exited in between may stay unsymbolized. [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.BpfprofilerProbeRecords, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_probe_records",
-		metric.WithDescription("Completed probe scopes read from the kernel and turned into log records. [Development]"),
+		metric.WithDescription("Completed probe scopes read from the kernel ring buffer, by probe. [Development]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerProbeRecordsDropped, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_probe_records_dropped",
-		metric.WithDescription("Completed probe scopes lost because the kernel ring buffer was full. [Development]"),
+		metric.WithDescription("Completed probe scopes that did not become delivered log records, by probe and reason. [Development]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)
@@ -90,19 +98,25 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerReportsFailed, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_reports_failed",
-		metric.WithDescription("Reports that could not be built or delivered to the next consumer, or pprof files that could not be written. [Development]"),
+		metric.WithDescription("Reports that could not be built or delivered, by signal: profiles (drain, build or the next consumer refused them), logs (a batch of probe records the next consumer refused, or that could not be built), pprof (a file that could not be written). [Development]"),
 		metric.WithUnit("{report}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerSamplesLost, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_samples_lost",
-		metric.WithDescription("CPU stack samples the kernel could not record, by reason (map_full, user_stack, kernel_stack, stack_missing). [Development]"),
+		metric.WithDescription("Samples (cpu) or waits (off_cpu) the kernel could not record at all, by kind and reason; they are in no report. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerSamplesRecorded, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_samples_recorded",
-		metric.WithDescription("CPU stack samples recorded by the kernel program and drained into reports. [Development]"),
+		metric.WithDescription("Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerStacksLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_stacks_lost",
+		metric.WithDescription("Recorded samples (cpu) or waits (off_cpu) that lost their user or kernel stack, by kind, stack and reason. They are kept (and counted in bpfprofiler_samples_recorded) with one marker frame in place of the lost stack, named [user stack lost: <reason>] or [kernel stack lost: <reason>], so process totals stay right and a flame graph shows the loss. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

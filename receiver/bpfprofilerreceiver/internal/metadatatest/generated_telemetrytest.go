@@ -37,10 +37,26 @@ func AssertEqualBpfprofilerFramesUnsymbolized(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualBpfprofilerNewProcessesDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_new_processes_dropped",
+		Description: "Announcements of newly sampled processes dropped (kernel ring buffer or channel full). No sample is lost: the process's maps are read when its samples are reported instead of at its first sample, so a process that exited in between may stay unsymbolized. [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_new_processes_dropped")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualBpfprofilerProbeRecords(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_probe_records",
-		Description: "Completed probe scopes read from the kernel and turned into log records. [Development]",
+		Description: "Completed probe scopes read from the kernel ring buffer, by probe. [Development]",
 		Unit:        "{record}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -56,7 +72,7 @@ func AssertEqualBpfprofilerProbeRecords(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualBpfprofilerProbeRecordsDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_probe_records_dropped",
-		Description: "Completed probe scopes lost because the kernel ring buffer was full. [Development]",
+		Description: "Completed probe scopes that did not become delivered log records, by probe and reason. [Development]",
 		Unit:        "{record}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -88,7 +104,7 @@ func AssertEqualBpfprofilerProcessesSeen(t *testing.T, tt *componenttest.Telemet
 func AssertEqualBpfprofilerReportsFailed(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_reports_failed",
-		Description: "Reports that could not be built or delivered to the next consumer, or pprof files that could not be written. [Development]",
+		Description: "Reports that could not be built or delivered, by signal: profiles (drain, build or the next consumer refused them), logs (a batch of probe records the next consumer refused, or that could not be built), pprof (a file that could not be written). [Development]",
 		Unit:        "{report}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -104,7 +120,7 @@ func AssertEqualBpfprofilerReportsFailed(t *testing.T, tt *componenttest.Telemet
 func AssertEqualBpfprofilerSamplesLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_samples_lost",
-		Description: "CPU stack samples the kernel could not record, by reason (map_full, user_stack, kernel_stack, stack_missing). [Development]",
+		Description: "Samples (cpu) or waits (off_cpu) the kernel could not record at all, by kind and reason; they are in no report. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -120,7 +136,7 @@ func AssertEqualBpfprofilerSamplesLost(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualBpfprofilerSamplesRecorded(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_samples_recorded",
-		Description: "CPU stack samples recorded by the kernel program and drained into reports. [Development]",
+		Description: "Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -129,6 +145,22 @@ func AssertEqualBpfprofilerSamplesRecorded(t *testing.T, tt *componenttest.Telem
 		},
 	}
 	got, err := tt.GetMetric("otelcol_bpfprofiler_samples_recorded")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
+func AssertEqualBpfprofilerStacksLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_stacks_lost",
+		Description: "Recorded samples (cpu) or waits (off_cpu) that lost their user or kernel stack, by kind, stack and reason. They are kept (and counted in bpfprofiler_samples_recorded) with one marker frame in place of the lost stack, named [user stack lost: <reason>] or [kernel stack lost: <reason>], so process totals stay right and a flame graph shows the loss. [Development]",
+		Unit:        "{sample}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_stacks_lost")
 	require.NoError(t, err)
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }

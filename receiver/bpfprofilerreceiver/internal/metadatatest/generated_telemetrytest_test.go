@@ -20,13 +20,18 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.BpfprofilerFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerNewProcessesDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerReportsFailed.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
+	tb.BpfprofilerStacksLost.Add(context.Background(), 1)
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerNewProcessesDropped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProbeRecords(t, testTel,
@@ -45,6 +50,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerSamplesRecorded(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerStacksLost(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

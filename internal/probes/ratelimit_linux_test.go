@@ -1,0 +1,82 @@
+//go:build linux
+
+package probes
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A probe on a function called tens of thousands of times per second, with
+// max_per_second far below that: the kernel sends the limit's worth of
+// records (rate x duration plus one burst of a tenth of the rate, ±10%) and
+// counts every other completed scope as rate limited; a second, unlimited
+// probe on the same function sees every call.
+func TestRateLimitedProbe(t *testing.T) {
+	testutil.RequireBPF(t)
+	const limit = 500
+	const seconds = 3
+	bin := testutil.BuildC(t, "hotcall.c")
+	cmd := exec.Command(bin, strconv.Itoa(seconds), "stdin")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool {
+		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
+		return p == bin
+	}, 5*time.Second, 10*time.Millisecond)
+
+	file := "^" + regexp.QuoteMeta(bin) + "$"
+	m, c := openAndRun(t, []Spec{
+		{ID: "hot.limited", FileMatch: file, EntrySymbol: "hot_call", Return: true, MaxPerSecond: limit},
+		{ID: "hot.unlimited", FileMatch: file, EntrySymbol: "hot_call", Return: true, MaxPerSecond: 0},
+	})
+	require.Equal(t, 4, m.Stats().Links)
+
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	var calls, first, last uint64
+	_, err = fmt.Sscanf(line, "calls %d %d %d", &calls, &first, &last)
+	require.NoError(t, err, "workload output %q", line)
+
+	// Every completed scope is either a record or counted as dropped.
+	require.Eventually(t, func() bool {
+		st := m.Stats()
+		return uint64(len(c.byProbe(0)))+st.Drops[0].RateLimited+st.Drops[0].RingBufferFull >= calls &&
+			uint64(len(c.byProbe(1)))+st.Drops[1].RingBufferFull >= calls
+	}, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive
+	st := m.Stats()
+	records := uint64(len(c.byProbe(0)))
+	elapsed := time.Duration(last - first)
+	want := limit*elapsed.Seconds() + limit/10
+	t.Logf("%d calls in %v (%.0f/s): %d records (want %.0f), drops %+v", calls, elapsed,
+		float64(calls)/elapsed.Seconds(), records, want, st.Drops)
+
+	require.Greater(t, float64(calls), 10*want, "the workload must call far more often than the limit")
+	require.InEpsilon(t, want, float64(records), 0.10, "records of the limited probe")
+	require.Zero(t, st.Drops[0].RingBufferFull)
+	require.Equal(t, calls-records, st.Drops[0].RateLimited, "every call over the limit is counted")
+	// The reader may fall behind the unlimited probe: what it misses is counted.
+	require.Equal(t, calls, uint64(len(c.byProbe(1)))+st.Drops[1].RingBufferFull, "the unlimited probe sees every call")
+	require.Zero(t, st.Drops[1].RateLimited)
+	for _, r := range c.byProbe(0) {
+		require.True(t, r.Start >= first && r.End <= last, "record %+v outside the run [%d, %d]", r, first, last)
+	}
+}

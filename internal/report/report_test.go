@@ -1,0 +1,31 @@
+package report
+
+import "testing"
+
+func TestStackLoss(t *testing.T) {
+	tests := []struct {
+		loss         StackLoss
+		reason       string
+		user, kernel string
+	}{
+		{StackKept, "", "", ""},
+		{StackMapFull, "stack_map_full", "[user stack lost: stack map full]", "[kernel stack lost: stack map full]"},
+		{StackHashCollision, "hash_collision", "[user stack lost: hash collision]", "[kernel stack lost: hash collision]"},
+		{StackCaptureFailed, "capture_failed", "[user stack lost: capture failed]", "[kernel stack lost: capture failed]"},
+		{StackMissing, "missing_at_drain", "[user stack lost: missing at drain]", "[kernel stack lost: missing at drain]"},
+	}
+	for _, tt := range tests {
+		if got := tt.loss.Reason(); got != tt.reason {
+			t.Errorf("%d: Reason() = %q, want %q", tt.loss, got, tt.reason)
+		}
+		if got := tt.loss.Marker(false); got != tt.user {
+			t.Errorf("%d: Marker(user) = %q, want %q", tt.loss, got, tt.user)
+		}
+		if got := tt.loss.Marker(true); got != tt.kernel {
+			t.Errorf("%d: Marker(kernel) = %q, want %q", tt.loss, got, tt.kernel)
+		}
+	}
+	if len(StackLosses) != int(StackMissing) {
+		t.Errorf("StackLosses lists %d losses, want every one but StackKept", len(StackLosses))
+	}
+}

@@ -1,0 +1,92 @@
+package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver"
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// Attribute values of the receiver's own telemetry, in one place: the enums
+// of metadata.yaml (and so documentation.md) list exactly these
+// (TestTelemetryAttributeValuesDocumented).
+const (
+	attrKind   = "kind"
+	attrSignal = "signal"
+	attrStack  = "stack"
+	attrReason = "reason"
+	attrProbe  = "probe.id"
+
+	kindCPU    = "cpu"
+	kindOffCPU = "off_cpu"
+
+	signalProfiles = "profiles"
+	signalLogs     = "logs"
+	signalPprof    = "pprof"
+
+	stackUser   = "user"
+	stackKernel = "kernel"
+
+	// samples_lost reason
+	lostMapFull = "map_full"
+
+	// probe_records_dropped reasons
+	dropRingbufFull = "ringbuf_full"
+	dropRateLimited = "rate_limited"
+	dropBufferFull  = "buffer_full"
+	dropRefused     = "refused"
+)
+
+// emittedAttributeValues lists, by metadata.yaml attribute name, every value
+// the code emits.
+func emittedAttributeValues() map[string][]string {
+	var stackReasons []string
+	for _, l := range report.StackLosses {
+		stackReasons = append(stackReasons, l.Reason())
+	}
+	return map[string][]string{
+		"kind":               {kindCPU, kindOffCPU},
+		"signal":             {signalProfiles, signalLogs, signalPprof},
+		"stack":              {stackUser, stackKernel},
+		"sample_loss_reason": {lostMapFull},
+		"stack_loss_reason":  stackReasons,
+		"probe_drop_reason":  {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+	}
+}
+
+// kindValue is the kind attribute value of a profile kind.
+func kindValue(k report.Kind) string {
+	if k == report.KindOffCPU {
+		return kindOffCPU
+	}
+	return kindCPU
+}
+
+// recordSourceStats adds one drain window of one kind to the counters.
+func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Kind, st sourceStats) {
+	tel := r.telemetry
+	k := attribute.String(attrKind, kindValue(kind))
+	tel.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded), metric.WithAttributes(k))
+	if st.LostMapFull > 0 {
+		tel.BpfprofilerSamplesLost.Add(ctx, int64(st.LostMapFull),
+			metric.WithAttributes(k, attribute.String(attrReason, lostMapFull)))
+	}
+	for _, loss := range report.StackLosses {
+		for stack, n := range map[string]uint64{stackUser: st.UserStackLost[loss], stackKernel: st.KernelStackLost[loss]} {
+			if n > 0 {
+				tel.BpfprofilerStacksLost.Add(ctx, int64(n), metric.WithAttributes(k,
+					attribute.String(attrStack, stack), attribute.String(attrReason, loss.Reason())))
+			}
+		}
+	}
+	if st.NewProcessDrops > 0 {
+		tel.BpfprofilerNewProcessesDropped.Add(ctx, int64(st.NewProcessDrops))
+	}
+}
+
+// reportFailed counts one report of signal that could not be built or delivered.
+func (r *profilerReceiver) reportFailed(ctx context.Context, signal string) {
+	r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSignal, signal)))
+}
