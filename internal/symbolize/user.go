@@ -261,13 +261,16 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 	return ef, key
 }
 
-// openELF opens and parses the file of mapping m of pid. The file is the
+// openELF opens and parses the file of mapping m of pid, and attaches its
+// separate debug file when it has no symbol table of its own (see
+// attachDebugFile). The file is the
 // process's to choose: procfs.OpenMappedFile refuses a file that is not the
 // mapped one (device and inode), not regular, or on FUSE or a network file
 // system, where a page fault of the mapping could block forever; the open
 // itself runs under the deadline (a lookup on FUSE can block too).
 func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
-	name := s.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
+	file := strings.TrimSuffix(m.Path, " (deleted)")
+	name := s.proc.RootPath(pid, file)
 	f, err := procfs.Within(s.deadline, name, func() (*os.File, error) { return s.proc.OpenMappedFile(pid, m) }, closeFile)
 	if err != nil {
 		return nil, err
@@ -287,6 +290,9 @@ func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
 	}
 	ef.mapped = mf
 	mf.releasePages()
+	if ef.wantsDebugFile() {
+		s.attachDebugFile(pid, file, ef)
+	}
 	return ef, nil
 }
 
@@ -317,7 +323,7 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 		return nil, ""
 	}
 	if !built && ef.symsBuilt {
-		ef.mapped.releasePages()
+		ef.releasePages()
 		s.files.setWeight(key, ef.heapCost())
 	}
 	return gfs, name
