@@ -54,7 +54,8 @@ type process struct {
 }
 
 // User symbolizes a user stack of process pid, leaf first in and out. An
-// address may expand into several frames (inlined calls, innermost first).
+// address may expand into several frames (inlined calls, innermost first);
+// the address of a Go ABI wrapper gives none (elideABIWrappers).
 func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,7 +86,7 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 			s.cacheFrames(p, la, frames[n:])
 		}
 	}
-	return frames
+	return elideABIWrappers(frames)
 }
 
 // cacheFrames remembers the frames of lookup address la of p. The cache of
