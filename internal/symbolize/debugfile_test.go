@@ -303,3 +303,48 @@ func TestDebugCandidates(t *testing.T) {
 		})
 	}
 }
+
+// smallDebugFile returns the debug file of testdata/dynlib.c built with -g.
+func smallDebugFile(tb testing.TB) ([]byte, error) {
+	dir := tb.TempDir()
+	lib, debug := filepath.Join(dir, "libdyn.so"), filepath.Join(dir, "libdyn.debug")
+	src, err := filepath.Abs(filepath.Join("testdata", "dynlib.c"))
+	if err != nil {
+		return nil, err
+	}
+	for _, cmd := range [][]string{
+		{"cc", "-shared", "-fPIC", "-O0", "-g", "-o", lib, src},
+		{"objcopy", "--only-keep-debug", lib, debug},
+	} {
+		if err := exec.Command(cmd[0], cmd[1:]...).Run(); err != nil {
+			return nil, err
+		}
+	}
+	return os.ReadFile(debug)
+}
+
+func FuzzDebugFile(f *testing.F) {
+	f.Add([]byte("\x7fELF\x02\x01\x01"))
+	if seed, err := smallDebugFile(f); err == nil {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var ef *elf.File
+		func() {
+			defer func() { _ = recover() }() // debug/elf's own panics are not ours
+			ef, _, _ = newELF(data)
+		}()
+		if ef == nil {
+			return
+		}
+		parseDebugLink(ef, data)
+		raw, err := parseDebugFile(data, debugCandidate{link: true}, "", debugLink{crc: crc32.ChecksumIEEE(data)})
+		if err != nil {
+			return
+		}
+		tab := functionTable(raw)
+		for _, e := range tab.entries[:min(len(tab.entries), 16)] {
+			tab.lookup(e.addr)
+		}
+	})
+}
