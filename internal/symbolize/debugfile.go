@@ -140,7 +140,15 @@ func parseDebugFile(data []byte, c debugCandidate, buildID string, link debugLin
 // Missing files are skipped silently; refused, malformed or mismatching
 // ones are logged once each and skipped. Not finding one is remembered
 // with ef (the search is not repeated while ef is cached).
+//
+// An open that does not answer in time (the debug directory on FUSE or a
+// dead network file system) ends the search and every later one in the
+// process: each would cost the deadline again.
 func (s *Symbolizer) attachDebugFile(pid uint32, binPath string, ef *elfFile) {
+	p, _ := s.procs.get(pid)
+	if p != nil && p.debugStalled {
+		return
+	}
 	var st *procfs.Status
 	for _, c := range debugCandidates(ef.buildIDGNU, binPath, ef.debugLink, ef.hasDebugLink, s.debugDirs) {
 		if st == nil {
@@ -161,6 +169,12 @@ func (s *Symbolizer) attachDebugFile(pid uint32, binPath string, ef *elfFile) {
 			continue
 		}
 		s.debugFileFailed(pid, c.path, binPath, err)
+		if r := procfs.RefusalReason(err); r == procfs.ReasonTimeout || r == procfs.ReasonStuck {
+			if p != nil {
+				p.debugStalled = true
+			}
+			return
+		}
 	}
 }
 
@@ -187,7 +201,7 @@ func (s *Symbolizer) debugFileFailed(pid uint32, file, binPath string, err error
 func (s *Symbolizer) openDebugFile(pid uint32, c debugCandidate, st procfs.Status, ef *elfFile) (*debugFile, error) {
 	name := s.proc.RootPath(pid, c.path)
 	f, err := procfs.Within(s.deadline, name, func() (*os.File, error) {
-		f, err := s.proc.OpenInRoot(pid, c.path)
+		f, err := s.openInRoot(pid, c.path)
 		if err != nil {
 			return nil, err
 		}

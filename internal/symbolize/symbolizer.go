@@ -115,6 +115,9 @@ type Symbolizer struct {
 	perfMapBytes int64
 	// readPerfMap reads a perf map (loadPerfMap); tests replace it.
 	readPerfMap func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error)
+	// openInRoot opens a file inside the root of a process (debug files);
+	// tests replace it.
+	openInRoot func(pid uint32, path string) (*os.File, error)
 	procs       *lru[uint32, *process]
 	once        *onceSet
 	stats       Stats
@@ -167,6 +170,7 @@ func New(opts Options) *Symbolizer {
 			_ = e.ef.close()
 		}
 	})
+	s.openInRoot = opts.Proc.OpenInRoot
 	s.readPerfMap = func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error) {
 		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
 	}

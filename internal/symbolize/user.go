@@ -51,6 +51,9 @@ type process struct {
 	// frames caches what addresses of file-backed mappings resolved to,
 	// keyed by lookup address; dropped when the maps change.
 	frames map[uint64]cachedFrames
+	// debugStalled is set when opening one of its debug files timed out:
+	// no more are looked for (attachDebugFile).
+	debugStalled bool
 }
 
 // User symbolizes a user stack of process pid, leaf first in and out. An
