@@ -163,6 +163,8 @@ func (s *Symbolizer) attachDebugFile(pid uint32, binPath string, ef *elfFile) {
 			ef.debug = df
 			ef.symSrc = append([]rawSymbols{df.symtab}, ef.symSrc...)
 			s.stats.DebugFiles++
+			s.log.Debug("function names from a debug file", zap.String("file", df.path),
+				zap.String("binary", binPath), zap.Uint32("pid", pid))
 			return
 		}
 		if errors.Is(err, fs.ErrNotExist) {
