@@ -118,9 +118,9 @@ type Symbolizer struct {
 	// openInRoot opens a file inside the root of a process (debug files);
 	// tests replace it.
 	openInRoot func(pid uint32, path string) (*os.File, error)
-	procs       *lru[uint32, *process]
-	once        *onceSet
-	stats       Stats
+	procs      *lru[uint32, *process]
+	once       *onceSet
+	stats      Stats
 
 	pagesReleased    time.Time
 	cachedFrames     int // entries of all processes' frame caches
