@@ -77,10 +77,12 @@ kernel-tools:
 	$(call apt_install,qemu-system-x86 busybox-static)
 
 # What the tests run besides Go, installed with apt when missing: gcc and g++
-# build the workloads and symbolizer fixtures, util-linux has chrt, unshare
-# and setpriv. No test needs bpftool, bpftrace or clang.
+# build the workloads and symbolizer fixtures, binutils' objcopy splits their
+# debug files, libc6-dbg is libc's debug file (start_thread is only there),
+# util-linux has chrt, unshare and setpriv. No test needs bpftool, bpftrace
+# or clang.
 test-tools:
-	$(call apt_install,gcc g++ util-linux)
+	$(call apt_install,gcc g++ binutils libc6-dbg util-linux)
 
 bench: $(COLLECTOR)
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)

@@ -221,7 +221,7 @@ func TestBuildProfiles(t *testing.T) {
 			}},
 		},
 		{
-			name: "unsymbolized frames keep address and mapping, no lines; empty stack",
+			name: "unsymbolized frames keep address and mapping, named by address; empty stack",
 			reports: []report.Profile{cpu(process(3, map[string]any{"process.pid": int64(3)},
 				report.Sample{TID: 3, Value: 1, Frames: []report.Frame{
 					{Address: 0x7f0000031234, Type: report.FrameNative, Mapping: libcMap},
@@ -234,8 +234,8 @@ func TestBuildProfiles(t *testing.T) {
 				Scope:      scope,
 				Profiles: []decodedProfile{withSamples(cpuHeader,
 					decodedSample{Value: 1, ThreadID: 3, Stack: []decodedLocation{
-						{Address: 0x7f0000031234, Mapping: "/usr/lib/libc.so.6", FrameType: "native"},
-						{Address: 0x1234, FrameType: "native"},
+						{Address: 0x7f0000031234, Mapping: "/usr/lib/libc.so.6", FrameType: "native", Functions: []string{"libc.so.6+0x59234"}},
+						{Address: 0x1234, FrameType: "native", Functions: []string{"0x1234"}},
 					}},
 					decodedSample{Value: 4, ThreadID: 3},
 				)},

@@ -42,7 +42,12 @@ type dictionaryBuilder struct {
 	scratch []byte
 }
 
-type functionKey struct{ name, file int32 }
+// functionKey identifies a function; named says it has a symbol name (a
+// made-up address name has no system name, see addressName).
+type functionKey struct {
+	name, file int32
+	named      bool
+}
 
 // attributeKey identifies a dictionary attribute by its typed value; two
 // attributes with the same key but different value types stay distinct.
@@ -94,7 +99,9 @@ func (b *dictionaryBuilder) str(s string) (int32, error) {
 	return i, nil
 }
 
-func (b *dictionaryBuilder) function(name, file string) (int32, error) {
+// function returns the index of the function name (defined in file), with
+// name as its system name when named, adding it when new.
+func (b *dictionaryBuilder) function(name, file string, named bool) (int32, error) {
 	n, err := b.str(name)
 	if err != nil {
 		return 0, err
@@ -103,7 +110,7 @@ func (b *dictionaryBuilder) function(name, file string) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	k := functionKey{n, f}
+	k := functionKey{n, f, named}
 	if i, ok := b.functions[k]; ok {
 		return i, nil
 	}
@@ -114,7 +121,9 @@ func (b *dictionaryBuilder) function(name, file string) (int32, error) {
 	i := int32(t.Len())
 	fn := t.AppendEmpty()
 	fn.SetNameStrindex(n)
-	fn.SetSystemNameStrindex(n)
+	if named {
+		fn.SetSystemNameStrindex(n)
+	}
 	fn.SetFilenameStrindex(f)
 	b.functions[k] = i
 	return i, nil
@@ -221,10 +230,11 @@ func (b *dictionaryBuilder) location(frames []report.Frame) (int32, error) {
 	}
 	lines := make([]line, 0, len(frames))
 	for _, f := range frames {
-		if f.Function == "" {
-			continue // unsymbolized: address and mapping only
+		name, named := f.Function, f.Function != ""
+		if !named {
+			name = addressName(f) // unsymbolized: named for display only
 		}
-		fi, err := b.function(f.Function, f.File)
+		fi, err := b.function(name, f.File, named)
 		if err != nil {
 			return 0, err
 		}

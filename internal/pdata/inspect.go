@@ -6,7 +6,8 @@ import "go.opentelemetry.io/collector/pdata/pprofile"
 // value of the samples whose stack contains that function (inlined frames
 // included), counting each sample once per function. It sums over every
 // profile in p, so callers pass profiles of one kind. Unsymbolized frames
-// are not counted under any name.
+// (no function, or one named for display only, see addressName) are not
+// counted under any name.
 func FunctionTotals(p pprofile.Profiles) map[string]int64 {
 	totals := map[string]int64{}
 	seen := map[string]bool{}
@@ -14,7 +15,7 @@ func FunctionTotals(p pprofile.Profiles) map[string]int64 {
 		clear(seen)
 		forEachLocation(dict, s, func(loc pprofile.Location) bool {
 			for _, l := range loc.Lines().All() {
-				name := functionName(dict, l.FunctionIndex())
+				name := symbolName(dict, l.FunctionIndex())
 				if name == "" || seen[name] {
 					continue
 				}
@@ -35,7 +36,7 @@ func LeafTotals(p pprofile.Profiles) map[string]int64 {
 	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
 		forEachLocation(dict, s, func(loc pprofile.Location) bool {
 			if loc.Lines().Len() > 0 {
-				if name := functionName(dict, loc.Lines().At(0).FunctionIndex()); name != "" {
+				if name := symbolName(dict, loc.Lines().At(0).FunctionIndex()); name != "" {
 					totals[name] += v
 				}
 			}
@@ -87,6 +88,17 @@ func forEachLocation(dict pprofile.ProfilesDictionary, s pprofile.Sample, fn fun
 	}
 }
 
+// symbolName is the name of function fi when it is a symbol's, "" when it
+// was made up for display (no system name, see addressName).
+func symbolName(dict pprofile.ProfilesDictionary, fi int32) string {
+	fns := dict.FunctionTable()
+	if fi <= 0 || int(fi) >= fns.Len() || fns.At(int(fi)).SystemNameStrindex() == 0 {
+		return ""
+	}
+	return functionName(dict, fi)
+}
+
+// functionName is the name of function fi, or "".
 func functionName(dict pprofile.ProfilesDictionary, fi int32) string {
 	fns, strs := dict.FunctionTable(), dict.StringTable()
 	if fi <= 0 || int(fi) >= fns.Len() {
@@ -101,7 +113,7 @@ func functionName(dict pprofile.ProfilesDictionary, fi int32) string {
 
 // NamedStack is the stack of one sample as function names, leaf first, one
 // entry per line of each location (inlined frames included); "" stands for
-// a frame without a name.
+// an unsymbolized frame.
 type NamedStack struct {
 	Functions []string
 	Value     int64
@@ -118,7 +130,7 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 				st.Functions = append(st.Functions, "")
 			}
 			for _, l := range loc.Lines().All() {
-				st.Functions = append(st.Functions, functionName(dict, l.FunctionIndex()))
+				st.Functions = append(st.Functions, symbolName(dict, l.FunctionIndex()))
 			}
 			return true
 		})

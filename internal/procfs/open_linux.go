@@ -156,7 +156,7 @@ func (fs FS) OpenMappedFile(pid uint32, m Map) (*os.File, error) {
 		f, err := fs.OpenInRoot(pid, m.Path)
 		if err == nil {
 			if err = sameFile(f, m); err == nil {
-				return checkLocal(f)
+				return CheckLocal(f)
 			}
 			f.Close()
 		}
@@ -168,7 +168,7 @@ func (fs FS) OpenMappedFile(pid uint32, m Map) (*os.File, error) {
 	f, err := os.OpenFile(name, openFlags&^unix.O_NOFOLLOW, 0)
 	if err == nil {
 		if err = checkRegular(f); err == nil {
-			return checkLocal(f)
+			return CheckLocal(f)
 		}
 		f.Close()
 	}
@@ -209,9 +209,10 @@ var remoteFS = map[int64]string{
 	unix.OCFS2_SUPER_MAGIC: "ocfs2",
 }
 
-// checkLocal returns f, or closes it and refuses it when it is on FUSE or
-// a network file system.
-func checkLocal(f *os.File) (*os.File, error) {
+// CheckLocal returns f, or closes it and refuses it (ReasonRemoteFS) when
+// it is on FUSE or a network file system: check a file a process controls
+// before mapping it.
+func CheckLocal(f *os.File) (*os.File, error) {
 	var st unix.Statfs_t
 	if err := control(f, func(fd int) error { return unix.Fstatfs(fd, &st) }); err != nil {
 		f.Close()

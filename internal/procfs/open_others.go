@@ -15,6 +15,9 @@ func (fs FS) OpenInRoot(uint32, string) (*os.File, error) { return nil, errOpenU
 // OpenMappedFile is only supported on Linux.
 func (fs FS) OpenMappedFile(uint32, Map) (*os.File, error) { return nil, errOpenUnsupported }
 
+// CheckLocal is only supported on Linux.
+func CheckLocal(*os.File) (*os.File, error) { return nil, errOpenUnsupported }
+
 // CheckOwner is only supported on Linux.
 func CheckOwner(*os.File, Status) error { return errOpenUnsupported }
 

@@ -23,9 +23,16 @@ type elfFile struct {
 	buildIDGo  string
 	gotab      *goTable // nil unless the file is a Go binary with a usable .gopclntab
 
-	symSrc    []rawSymbols // .symtab, then .dynsym
+	symSrc    []rawSymbols // the debug file's .symtab, then .symtab, then .dynsym
 	syms      symbolTable
 	symsBuilt bool
+
+	// hasSymtab says the file's own .symtab names functions; without it
+	// (and without a pclntab) the separate debug file is looked for.
+	hasSymtab    bool
+	debugLink    debugLink // .gnu_debuglink, when hasDebugLink
+	hasDebugLink bool
+	debug        *debugFile // the separate debug file in use, or nil
 }
 
 // maxNoteSize bounds the notes read for build ids.
@@ -52,6 +59,10 @@ func parseELF(data []byte) (*elfFile, error) {
 
 	var symErrs []error
 	ef.symSrc, symErrs = symbolSources(f, data, noSections)
+	ef.hasSymtab = len(ef.symSrc) > 0 && ef.symSrc[0].typ == elf.SHT_SYMTAB && hasFunctionSymbols(ef.symSrc[0])
+	if !noSections {
+		ef.debugLink, ef.hasDebugLink = parseDebugLink(f, data)
+	}
 	hasPclntab := f.Section(".gopclntab") != nil
 	if hasPclntab || ef.buildIDGo != "" {
 		var symtab *rawSymbols
@@ -74,6 +85,11 @@ func parseELF(data []byte) (*elfFile, error) {
 	return ef, nil
 }
 
+// wantsDebugFile says whether a separate debug file would name more
+// functions: the file has neither a Go pclntab nor function symbols in its
+// own .symtab.
+func (ef *elfFile) wantsDebugFile() bool { return ef.gotab == nil && !ef.hasSymtab }
+
 // vaddr translates a file offset into the ELF virtual address through the
 // PT_LOAD segment containing it.
 func (ef *elfFile) vaddr(off uint64) (uint64, bool) {
@@ -86,8 +102,8 @@ func (ef *elfFile) vaddr(off uint64) (uint64, bool) {
 }
 
 // symbol returns the (raw) name of the function containing vaddr, or "".
-// The first call sorts the function symbols (.symtab, or .dynsym when the
-// former has none).
+// The first call sorts the function symbols of the first source that has
+// any (the debug file's .symtab, the file's .symtab, .dynsym).
 func (ef *elfFile) symbol(vaddr uint64) string {
 	if !ef.symsBuilt {
 		ef.symsBuilt = true
@@ -108,11 +124,28 @@ func (ef *elfFile) heapCost() int64 {
 	if ef.gotab != nil && ef.gotab.legacy != nil {
 		cost += int64(len(ef.gotab.legacy.Funcs)) * 256
 	}
+	if ef.debug != nil {
+		cost += base
+	}
 	return cost
 }
 
-// close releases the mapping of ef.
-func (ef *elfFile) close() error { return ef.mapped.close() }
+// releasePages drops the resident pages of ef's mappings.
+func (ef *elfFile) releasePages() {
+	ef.mapped.releasePages()
+	if ef.debug != nil {
+		ef.debug.mapped.releasePages()
+	}
+}
+
+// close releases the mappings of ef.
+func (ef *elfFile) close() error {
+	err := ef.mapped.close()
+	if ef.debug != nil {
+		err = errors.Join(err, ef.debug.mapped.close())
+	}
+	return err
+}
 
 // demangleName returns the demangled C++ (or Rust) name, or name itself
 // when it is not mangled or demangling fails.

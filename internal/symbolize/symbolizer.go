@@ -1,7 +1,8 @@
 // Package symbolize turns kernel and user program counters into frames:
 // kernel addresses through /proc/kallsyms, user addresses through the
-// process's memory maps and the mapped ELF files (.symtab/.dynsym, Go
-// .gopclntab with inlined frames, GNU and Go build ids) or, for JIT code,
+// process's memory maps and the mapped ELF files (.symtab/.dynsym, the
+// .symtab of separate debug files, Go .gopclntab with inlined frames, GNU
+// and Go build ids) or, for JIT code,
 // through /tmp/perf-<pid>.map files. Parsed files are cached by file identity
 // and every cache is bounded.
 package symbolize
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,7 +35,13 @@ type Options struct {
 	// ones are refused. Default 8 MiB. The perf maps of all processes
 	// together hold at most about four times as much.
 	MaxPerfMapBytes int64
-	Logger          *zap.Logger
+	// DebugDirs are the directories of separate debug files (with their
+	// .build-id/ trees), as the profiled processes see them: they are
+	// looked up inside each process's root. Nil selects
+	// []string{DefaultDebugDir}; an empty, non-nil slice looks only next to
+	// the binaries (through .gnu_debuglink).
+	DebugDirs []string
+	Logger    *zap.Logger
 }
 
 // Stats are cumulative counters of a Symbolizer.
@@ -41,7 +49,9 @@ type Stats struct {
 	FramesResolved     uint64 // addresses resolved to a function name
 	FramesUnsymbolized uint64 // addresses left without a function name
 	MapRefreshes       uint64 // reads of /proc/<pid>/maps
-	FileErrors         uint64 // files (ELF, kallsyms, maps) that could not be read or parsed
+	FileErrors         uint64 // files (ELF, debug files, kallsyms, maps) that could not be read or parsed
+	// DebugFiles counts separate debug files opened for function names.
+	DebugFiles uint64
 	// FilesRefused counts files a process controls (perf maps, mapped ELF
 	// files) that were refused, by reason (procfs.Reason*: too_large,
 	// not_regular, symlink, owner, replaced, remote_fs, timeout, stuck).
@@ -85,7 +95,9 @@ type Symbolizer struct {
 	proc  procfs.FS
 	kpath string
 	log   *zap.Logger
-	now   func() time.Time
+	// debugDirs are where separate debug files are looked for.
+	debugDirs []string
+	now       func() time.Time
 	// refreshInterval bounds how often maps and perf maps are re-read on
 	// misses, kernelRefresh how often kallsyms is (it is large).
 	refreshInterval time.Duration
@@ -103,9 +115,12 @@ type Symbolizer struct {
 	perfMapBytes int64
 	// readPerfMap reads a perf map (loadPerfMap); tests replace it.
 	readPerfMap func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error)
-	procs       *lru[uint32, *process]
-	once        *onceSet
-	stats       Stats
+	// openInRoot opens a file inside the root of a process (debug files);
+	// tests replace it.
+	openInRoot func(pid uint32, path string) (*os.File, error)
+	procs      *lru[uint32, *process]
+	once       *onceSet
+	stats      Stats
 
 	pagesReleased    time.Time
 	cachedFrames     int // entries of all processes' frame caches
@@ -133,11 +148,15 @@ func New(opts Options) *Symbolizer {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	if opts.DebugDirs == nil {
+		opts.DebugDirs = []string{DefaultDebugDir}
+	}
 	s := &Symbolizer{
 		deadline:         procfs.NewDeadline(fileTimeout, maxStuckFiles),
 		maxPerfMap:       opts.MaxPerfMapBytes,
 		proc:             opts.Proc,
 		kpath:            opts.KallsymsPath,
+		debugDirs:        slices.Clone(opts.DebugDirs),
 		log:              opts.Logger,
 		now:              time.Now,
 		refreshInterval:  defaultRefreshInterval,
@@ -151,6 +170,7 @@ func New(opts Options) *Symbolizer {
 			_ = e.ef.close()
 		}
 	})
+	s.openInRoot = opts.Proc.OpenInRoot
 	s.readPerfMap = func(pid uint32, file string, st procfs.Status, prev *perfMap) (*perfMap, error) {
 		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
 	}
@@ -201,7 +221,7 @@ func (s *Symbolizer) maybeReleasePages() {
 	s.pagesReleased = now
 	s.files.each(func(_ fileKey, e *fileEntry) {
 		if e.ef != nil {
-			e.ef.mapped.releasePages()
+			e.ef.releasePages()
 		}
 	})
 }

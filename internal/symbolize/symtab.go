@@ -111,18 +111,33 @@ func (r rawSymbols) find(name string) (uint64, bool) {
 	return 0, false
 }
 
+// isFunction says whether s is a defined, named function symbol of r.
+func (r rawSymbols) isFunction(s rawSym) bool {
+	typ := elf.ST_TYPE(s.info)
+	if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+		return false
+	}
+	// A zero name offset is the empty name.
+	return s.value != 0 && s.shndx != uint16(elf.SHN_UNDEF) && s.name != 0 && int(s.name) < len(r.strtab)
+}
+
+// hasFunctionSymbols says whether r has a function symbol.
+func hasFunctionSymbols(r rawSymbols) bool {
+	for i := range r.len() {
+		if r.isFunction(r.sym(i)) {
+			return true
+		}
+	}
+	return false
+}
+
 // functionTable keeps the defined, named function symbols of r, sorted by
 // address, one per address (the first with the largest size wins).
 func functionTable(r rawSymbols) symbolTable {
 	var out []symEntry
 	for i := range r.len() {
 		s := r.sym(i)
-		typ := elf.ST_TYPE(s.info)
-		if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-			continue
-		}
-		// A zero name offset is the empty name.
-		if s.value == 0 || s.shndx == uint16(elf.SHN_UNDEF) || s.name == 0 || int(s.name) >= len(r.strtab) {
+		if !r.isFunction(s) {
 			continue
 		}
 		out = append(out, symEntry{addr: s.value, size: uint32(min(s.size, math.MaxUint32)), name: s.name})

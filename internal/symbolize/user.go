@@ -51,10 +51,14 @@ type process struct {
 	// frames caches what addresses of file-backed mappings resolved to,
 	// keyed by lookup address; dropped when the maps change.
 	frames map[uint64]cachedFrames
+	// debugStalled is set when opening one of its debug files timed out:
+	// no more are looked for (attachDebugFile).
+	debugStalled bool
 }
 
 // User symbolizes a user stack of process pid, leaf first in and out. An
-// address may expand into several frames (inlined calls, innermost first).
+// address may expand into several frames (inlined calls, innermost first);
+// the address of a Go ABI wrapper gives none (elideABIWrappers).
 func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,7 +89,7 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 			s.cacheFrames(p, la, frames[n:])
 		}
 	}
-	return frames
+	return elideABIWrappers(frames)
 }
 
 // cacheFrames remembers the frames of lookup address la of p. The cache of
@@ -261,13 +265,16 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 	return ef, key
 }
 
-// openELF opens and parses the file of mapping m of pid. The file is the
+// openELF opens and parses the file of mapping m of pid, and attaches its
+// separate debug file when it has no symbol table of its own (see
+// attachDebugFile). The file is the
 // process's to choose: procfs.OpenMappedFile refuses a file that is not the
 // mapped one (device and inode), not regular, or on FUSE or a network file
 // system, where a page fault of the mapping could block forever; the open
 // itself runs under the deadline (a lookup on FUSE can block too).
 func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
-	name := s.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
+	file := strings.TrimSuffix(m.Path, " (deleted)")
+	name := s.proc.RootPath(pid, file)
 	f, err := procfs.Within(s.deadline, name, func() (*os.File, error) { return s.proc.OpenMappedFile(pid, m) }, closeFile)
 	if err != nil {
 		return nil, err
@@ -287,6 +294,9 @@ func (s *Symbolizer) openELF(pid uint32, m procfs.Map) (*elfFile, error) {
 	}
 	ef.mapped = mf
 	mf.releasePages()
+	if ef.wantsDebugFile() {
+		s.attachDebugFile(pid, file, ef)
+	}
 	return ef, nil
 }
 
@@ -317,7 +327,7 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 		return nil, ""
 	}
 	if !built && ef.symsBuilt {
-		ef.mapped.releasePages()
+		ef.releasePages()
 		s.files.setWeight(key, ef.heapCost())
 	}
 	return gfs, name

@@ -89,6 +89,12 @@ func TestCPUShareOfTwoFunctions(t *testing.T) {
 	share := float64(hot) / float64(hot+cold)
 	t.Logf("burn_hot=%d burn_cold=%d share=%.3f", hot, cold, share)
 	assert.InDelta(t, 0.75, share, 0.05)
+	// The burning threads run under libc's start_thread, which only libc's
+	// separate debug file names (libc6-dbg, installed by make test-tools).
+	if libcDebugInstalled(t, work.Process.Pid) {
+		t.Logf("start_thread=%d", fn["start_thread"])
+		assert.Greater(t, float64(fn["start_thread"]), 0.9*float64(hot+cold), "functions: %v", fn)
+	}
 	// One sample per period of CPU time the workload really got, give or
 	// take the edges of the window.
 	expected := cpu.Seconds() * hz

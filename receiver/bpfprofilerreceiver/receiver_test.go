@@ -109,6 +109,21 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	}
 	totals := pdata.FunctionTotals(pd)
 	assert.Equal(t, int64(3), totals["github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver.fakeHotFunction"], "totals: %v", totals)
+	// The unresolvable frame keeps a location named for display (counted
+	// unsymbolized below, and in no function total).
+	dict := pd.Dictionary()
+	var displayed []string
+	for _, loc := range dict.LocationTable().All() {
+		if loc.Address() != 0x10 {
+			continue
+		}
+		for _, l := range loc.Lines().All() {
+			fn := dict.FunctionTable().At(int(l.FunctionIndex()))
+			displayed = append(displayed, dict.StringTable().At(int(fn.NameStrindex())))
+		}
+	}
+	assert.Equal(t, []string{"0x10"}, displayed)
+	assert.NotContains(t, totals, "0x10")
 
 	files, err := filepath.Glob(filepath.Join(cfg.Pprof.Directory, "cpu-*.pb.gz"))
 	require.NoError(t, err)
