@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -43,6 +44,18 @@ func (fs FS) Cgroup(pid uint32) ([]CgroupLine, error) {
 	return lines, nil
 }
 
+// scanLinesExact splits at '\n' only: unlike bufio.ScanLines it keeps a
+// trailing '\r', which a cgroup name may end with.
+func scanLinesExact(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
 // ParseCgroup parses the content of a cgroup file. Empty lines are skipped;
 // a line without two colons, with a bad hierarchy id or without a path is an
 // error. Paths keep any further colons.
@@ -50,6 +63,7 @@ func ParseCgroup(r io.Reader) ([]CgroupLine, error) {
 	var lines []CgroupLine
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4*1024), 1024*1024)
+	sc.Split(scanLinesExact)
 	n := 0
 	for sc.Scan() {
 		n++
