@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,7 +81,12 @@ service:
 	want := ratio(truth["sleep_long"], truth["sleep_short"])
 	st := sleepStacks(t, pprofDir)
 	t.Logf("profile: sleep_long %d ns, sleep_short %d ns; workload: %v", totals["sleep_long"], totals["sleep_short"], truth)
-	matrixFigure(t, "long/short %.2f (workload %.2f), kernel frames %.1f%%, callers %.1f%%", got, want, 100*st.kernel(), 100*st.chains())
+	mechanism := "?"
+	if m := regexp.MustCompile(`"mechanism": "(\w+)"`).FindStringSubmatch(out.String()); m != nil {
+		mechanism = m[1]
+	}
+	matrixFigure(t, "%s: long/short %.2f (workload %.2f), kernel frames %.1f%%, callers %.1f%%",
+		mechanism, got, want, 100*st.kernel(), 100*st.chains())
 	for _, fn := range []string{"sleep_long", "sleep_short"} {
 		assert.InEpsilon(t, truth[fn], totals[fn], 0.03, "%s: profile vs the workload's own measurement", fn)
 	}
