@@ -69,6 +69,23 @@ static __always_inline long task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
 
+/*
+ * Stores frames in user_stacks (see store_stack), looking first: a thread
+ * that blocks again and again at the same place finds its stack there, and
+ * an LRU update costs more than a lookup (it takes a free node and locks).
+ */
+static __always_inline s32 store_user_stack(const u64 *frames, s32 hash)
+{
+	const u64 *old;
+
+	if (hash >= 0) {
+		old = bpf_map_lookup_elem(&user_stacks, &hash);
+		if (old && same_frames(old, frames))
+			return hash;
+	}
+	return store_stack(&user_stacks, frames, hash);
+}
+
 /* The user stack of the current task, stored in user_stacks: its id, or a negative user stack id. */
 static __always_inline s32 capture_user_stack(void *ctx, struct task_struct *task)
 {
@@ -84,7 +101,7 @@ static __always_inline s32 capture_user_stack(void *ctx, struct task_struct *tas
 	n = bpf_get_stack(ctx, frames, sizeof(stack_trace_t), BPF_F_USER_STACK);
 	if (n == 0)
 		n = -EFAULT;
-	return store_stack(&user_stacks, frames, hash_frames(frames, n));
+	return store_user_stack(frames, hash_frames(frames, n));
 }
 
 /* prev (current) goes to sleep: remember when, and its user stack. */
