@@ -5,15 +5,21 @@
  * as the collector sees it, through the new_pids ring buffer, so user space
  * can read its mappings while it still runs. forget_process forgets the tgid
  * once the whole thread group is exiting, so a reused pid is announced again.
+ * forget_exec forgets it when the process execs a new program, and sends its
+ * pid with ANNOUNCE_EXEC set, so user space drops what it read of the old
+ * program (mappings, identity); the next record announces the new one.
  */
 #ifndef BPFPROFILER_ANNOUNCE_H
 #define BPFPROFILER_ANNOUNCE_H
 
 #include "common.h"
+#include "drainmaps.h"
 #include <bpf/bpf_tracing.h>
 
 #define MAX_SEEN_PIDS 16384
 #define NEW_PIDS_BYTES (16 * 1024)
+/* Set in a new_pids entry: the process exec'ed (pids are below 2^22). */
+#define ANNOUNCE_EXEC 0x80000000u
 
 /* Host tgids already announced in new_pids. */
 struct {
@@ -80,6 +86,48 @@ int BPF_PROG(forget_process, struct task_struct *p)
 
 	if (BPF_CORE_READ(p, signal, live.counter) == 0)
 		bpf_map_delete_elem(&seen_pids, &tgid);
+	return 0;
+}
+
+/*
+ * A process execs: if it was announced, forget it and tell user space, which
+ * drops what it read of the old program. Processes never recorded cost a
+ * failed delete. A full ring buffer is counted in new_pid_drops of the
+ * current generation, inside the inflight protocol (see cpu.bpf.c).
+ */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(forget_exec, struct task_struct *p)
+{
+	struct sampler_config *cfg;
+	struct sampler_stats *st;
+	struct inflight_seq *in;
+	u32 tgid = p->tgid, zero = 0, gen, pid, tid;
+	u32 *rec;
+
+	if (bpf_map_delete_elem(&seen_pids, &tgid))
+		return 0;
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	/* p is current: its ids as the collector sees them. */
+	if (!cfg || current_ids(cfg, &pid, &tid))
+		return 0;
+	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
+	if (rec) {
+		*rec = pid | ANNOUNCE_EXEC;
+		bpf_ringbuf_submit(rec, 0);
+		return 0;
+	}
+	in = bpf_map_lookup_elem(&inflight, &zero);
+	if (!in)
+		return 0;
+	__sync_fetch_and_add(&in->enter, 1);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg) {
+		gen = cfg->generation & 1;
+		st = bpf_map_lookup_elem(&stats, &gen);
+		if (st)
+			st->new_pid_drops++;
+	}
+	__sync_fetch_and_add(&in->exit, 1);
 	return 0;
 }
 

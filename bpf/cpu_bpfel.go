@@ -65,6 +65,7 @@ const (
 	CpuMapStacks1        = "stacks_1"
 	CpuMapStats          = "stats"
 	CpuMapTargetPids     = "target_pids"
+	CpuProgForgetExec    = "forget_exec"
 	CpuProgForgetProcess = "forget_process"
 	CpuProgSampleCpu     = "sample_cpu"
 )
@@ -111,6 +112,7 @@ type CpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuProgramSpecs struct {
+	ForgetExec    *ebpf.ProgramSpec `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
 	SampleCpu     *ebpf.ProgramSpec `ebpf:"sample_cpu"`
 }
@@ -200,12 +202,14 @@ type CpuVariables struct {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuPrograms struct {
+	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
 	SampleCpu     *ebpf.Program `ebpf:"sample_cpu"`
 }
 
 func (p *CpuPrograms) Close() error {
 	return _CpuClose(
+		p.ForgetExec,
 		p.ForgetProcess,
 		p.SampleCpu,
 	)

@@ -96,6 +96,7 @@ const (
 	OffcpuMapStats          = "stats"
 	OffcpuMapTargetPids     = "target_pids"
 	OffcpuMapZeroPending    = "zero_pending"
+	OffcpuProgForgetExec    = "forget_exec"
 	OffcpuProgForgetProcess = "forget_process"
 	OffcpuProgOffcpuFree    = "offcpu_free"
 	OffcpuProgOffcpuSwitch  = "offcpu_switch"
@@ -144,6 +145,7 @@ type OffcpuSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuProgramSpecs struct {
+	ForgetExec    *ebpf.ProgramSpec `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.ProgramSpec `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
@@ -248,6 +250,7 @@ type OffcpuVariables struct {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuPrograms struct {
+	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.Program `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.Program `ebpf:"offcpu_switch"`
@@ -255,6 +258,7 @@ type OffcpuPrograms struct {
 
 func (p *OffcpuPrograms) Close() error {
 	return _OffcpuClose(
+		p.ForgetExec,
 		p.ForgetProcess,
 		p.OffcpuFree,
 		p.OffcpuSwitch,

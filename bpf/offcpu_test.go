@@ -65,7 +65,7 @@ func TestOffcpuSpecLayout(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			checkMaps(t, tt.spec, append(append([]mapLayout{}, sharedOffcpuMaps...), tt.own...))
-			for _, name := range []string{"offcpu_switch", "offcpu_free", "forget_process"} {
+			for _, name := range []string{"offcpu_switch", "offcpu_free", "forget_process", "forget_exec"} {
 				p, ok := tt.spec.Programs[name]
 				if !ok || p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp {
 					t.Errorf("program %s missing or not a tp_btf program: %+v", name, p)

@@ -77,6 +77,7 @@ const (
 	OffcpuSwitchoutMapStats          = "stats"
 	OffcpuSwitchoutMapTargetPids     = "target_pids"
 	OffcpuSwitchoutMapUserStacks     = "user_stacks"
+	OffcpuSwitchoutProgForgetExec    = "forget_exec"
 	OffcpuSwitchoutProgForgetProcess = "forget_process"
 	OffcpuSwitchoutProgOffcpuFree    = "offcpu_free"
 	OffcpuSwitchoutProgOffcpuSwitch  = "offcpu_switch"
@@ -125,6 +126,7 @@ type OffcpuSwitchoutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutProgramSpecs struct {
+	ForgetExec    *ebpf.ProgramSpec `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.ProgramSpec `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
@@ -226,6 +228,7 @@ type OffcpuSwitchoutVariables struct {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutPrograms struct {
+	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.Program `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.Program `ebpf:"offcpu_switch"`
@@ -233,6 +236,7 @@ type OffcpuSwitchoutPrograms struct {
 
 func (p *OffcpuSwitchoutPrograms) Close() error {
 	return _OffcpuSwitchoutClose(
+		p.ForgetExec,
 		p.ForgetProcess,
 		p.OffcpuFree,
 		p.OffcpuSwitch,

@@ -146,6 +146,14 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 	return id, nil
 }
 
+// Forget drops what is cached about pid: it exec'ed a new program (same
+// pid and start time, another executable).
+func (r *Resolver) Forget(pid uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cache, pid)
+}
+
 // Prune drops cached processes that no longer exist (or whose pid now belongs
 // to a newer process) and returns their pids. Runtime names of containers no
 // cached process belongs to are dropped too.

@@ -38,6 +38,7 @@ type kernelObjects struct {
 	newPIDs       *ebpf.Map
 	sched, free   *ebpf.Program // tp_btf sched_switch, sched_process_free
 	forgetProcess *ebpf.Program
+	forgetExec    *ebpf.Program
 	pending       *ebpf.Map // task_work only: waits whose user stack is not taken yet
 	closer        io.Closer
 }
@@ -78,7 +79,7 @@ func Open(opts Options) (*Tracer, error) {
 		_ = t.objs.closer.Close()
 		return nil, err
 	}
-	if t.news, err = stackdrain.StartAnnouncer(t.objs.newPIDs, t.objs.forgetProcess); err != nil {
+	if t.news, err = stackdrain.StartAnnouncer(t.objs.newPIDs, t.objs.forgetProcess, t.objs.forgetExec); err != nil {
 		_ = t.objs.closer.Close()
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func load(mech Mechanism, opts Options) (kernelObjects, error) {
 				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
 			},
 			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
-			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess,
+			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess, forgetExec: objs.ForgetExec,
 			pending: m.Pending, closer: &objs,
 		}
 	} else {
@@ -135,7 +136,7 @@ func load(mech Mechanism, opts Options) (kernelObjects, error) {
 				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
 			},
 			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
-			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess,
+			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess, forgetExec: objs.ForgetExec,
 			closer: &objs,
 		}
 	}
@@ -199,7 +200,7 @@ func (t *Tracer) Mechanism() Mechanism { return t.mechanism }
 // Options.PIDNamespace) of each newly recorded user process is sent once
 // (see stackdrain.Announcer), so it can be inspected while it still runs.
 // It is closed by Close.
-func (t *Tracer) NewProcesses() <-chan uint32 { return t.news.Pids() }
+func (t *Tracer) NewProcesses() <-chan stackdrain.ProcessEvent { return t.news.Events() }
 
 // SetTargets replaces the pid filter; an empty list traces every process.
 // Waits that began before the change are still counted when they end.

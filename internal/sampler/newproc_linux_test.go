@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -37,7 +38,7 @@ func TestNewProcesses(t *testing.T) {
 			if !ok {
 				t.Fatal("NewProcesses closed before Close")
 			}
-			if p != pid {
+			if p.PID != pid || p.Exec {
 				others++
 				continue
 			}
@@ -79,5 +80,47 @@ func TestNewProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range s.NewProcesses() { // drained and closed by Close
+	}
+}
+
+// TestExecAnnounced: a process that burns CPU, then execs another program,
+// is announced, then reported as exec'ed (what was read of the old program
+// is stale), then announced again for the new one.
+func TestExecAnnounced(t *testing.T) {
+	testutil.RequireBPF(t)
+	s := openSampler(t, Options{SamplesPerSecond: 99})
+	bin := testutil.BuildC(t, "cpuburn.c")
+	// The shell burns ~0.3 s of CPU in its own loop, then becomes cpuburn.
+	cmd := testutil.StartWorkload(t, "sh", "-c",
+		`i=0; end=$(( $(date +%s) + 1 )); while [ $(date +%s) -lt $end ]; do i=$((i+1)); done; exec "$0" 0.5`, bin)
+	pid := uint32(cmd.Process.Pid)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	var got []stackdrain.ProcessEvent
+	timeout := time.After(15 * time.Second)
+	for done := false; !done; {
+		select {
+		case ev := <-s.NewProcesses():
+			if ev.PID == pid {
+				got = append(got, ev)
+			}
+		case <-exited:
+			timeout, exited = time.After(200*time.Millisecond), nil
+		case <-timeout:
+			if exited != nil {
+				t.Fatalf("workload %d did not exit", pid)
+			}
+			done = true
+		}
+	}
+	want := []stackdrain.ProcessEvent{{PID: pid}, {PID: pid, Exec: true}, {PID: pid}}
+	if len(got) != len(want) {
+		t.Fatalf("events of pid %d: %+v, want %+v", pid, got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d of pid %d: %+v, want %+v", i, pid, got[i], want[i])
+		}
 	}
 }

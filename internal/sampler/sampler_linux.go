@@ -98,7 +98,7 @@ func Open(opts Options) (*Sampler, error) {
 		_ = s.objs.Close()
 		return nil, err
 	}
-	if s.news, err = stackdrain.StartAnnouncer(s.objs.NewPids, s.objs.ForgetProcess); err != nil {
+	if s.news, err = stackdrain.StartAnnouncer(s.objs.NewPids, s.objs.ForgetProcess, s.objs.ForgetExec); err != nil {
 		_ = s.Close()
 		return nil, err
 	}
@@ -119,8 +119,8 @@ func Open(opts Options) (*Sampler, error) {
 // exited), so it can be inspected while it still runs. The channel is
 // buffered (stackdrain.NewProcessesBuffer); notifications that find it full
 // are dropped and counted in Stats.NewProcessDrops. It is closed by Close.
-func (s *Sampler) NewProcesses() <-chan uint32 {
-	return s.news.Pids()
+func (s *Sampler) NewProcesses() <-chan stackdrain.ProcessEvent {
+	return s.news.Events()
 }
 
 func readSampleRate() (uint64, error) {

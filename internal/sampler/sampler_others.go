@@ -2,7 +2,11 @@
 
 package sampler
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+)
 
 var errNotLinux = errors.New("bpfprofiler CPU sampler is only supported on Linux")
 
@@ -24,7 +28,7 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, err
 func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
 
 // NewProcesses returns nil on this platform (a nil channel never delivers).
-func (s *Sampler) NewProcesses() <-chan uint32 { return nil }
+func (s *Sampler) NewProcesses() <-chan stackdrain.ProcessEvent { return nil }
 
 // MapSizes returns zero sizes on this platform.
 func (s *Sampler) MapSizes() MapSizes { return MapSizes{} }

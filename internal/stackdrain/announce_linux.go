@@ -13,41 +13,56 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 )
 
-// NewProcessesBuffer is the capacity of the channel Announcer.Pids returns.
+// NewProcessesBuffer is the capacity of the channel Announcer.Events returns.
 const NewProcessesBuffer = 1024
 
-// Announcer forwards the pids a program announces in its new_pids ring
-// buffer (bpf/announce.h): each user process once, at its first record, and
-// again if its pid is reused after forget_process saw it exit.
+// Announcer forwards what a program announces in its new_pids ring buffer
+// (bpf/announce.h): each user process once, at its first record, and again
+// if its pid is reused after forget_process saw it exit, or after it exec'ed
+// (forget_exec sends that first).
 type Announcer struct {
-	forget link.Link
+	links  []link.Link
 	reader *ringbuf.Reader
-	pids   chan uint32
+	events chan ProcessEvent
 	done   chan struct{}
-	drops  atomic.Uint64 // pids that found the channel full
+	drops  atomic.Uint64 // events that found the channel full
 }
 
-// StartAnnouncer attaches forget (the forget_process program) and reads
-// newPids until Close.
-func StartAnnouncer(newPids *ebpf.Map, forget *ebpf.Program) (*Announcer, error) {
-	a := &Announcer{pids: make(chan uint32, NewProcessesBuffer), done: make(chan struct{})}
-	var err error
-	if a.forget, err = link.AttachTracing(link.TracingOptions{Program: forget}); err != nil {
-		return nil, fmt.Errorf("attach %s: %w", forget, err)
+// StartAnnouncer attaches forget (forget_process and forget_exec) and
+// reads newPids until Close.
+func StartAnnouncer(newPids *ebpf.Map, forget ...*ebpf.Program) (*Announcer, error) {
+	a := &Announcer{events: make(chan ProcessEvent, NewProcessesBuffer), done: make(chan struct{})}
+	for _, p := range forget {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			a.closeLinks()
+			return nil, fmt.Errorf("attach %s: %w", p, err)
+		}
+		a.links = append(a.links, l)
 	}
+	var err error
 	if a.reader, err = ringbuf.NewReader(newPids); err != nil {
-		_ = a.forget.Close()
+		a.closeLinks()
 		return nil, fmt.Errorf("open new-process ring buffer: %w", err)
 	}
 	go a.read()
 	return a, nil
 }
 
-// read forwards pids until the reader is closed, then closes the channel. It
-// never blocks on the channel: a pid that does not fit is dropped and counted.
+func (a *Announcer) closeLinks() error {
+	var errs []error
+	for _, l := range a.links {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// read forwards events until the reader is closed, then closes the channel.
+// It never blocks on the channel: an event that does not fit is dropped and
+// counted.
 func (a *Announcer) read() {
 	defer close(a.done)
-	defer close(a.pids)
+	defer close(a.events)
 	var rec ringbuf.Record
 	for {
 		err := a.reader.ReadInto(&rec)
@@ -60,24 +75,23 @@ func (a *Announcer) read() {
 			continue
 		}
 		select {
-		case a.pids <- binary.NativeEndian.Uint32(rec.RawSample):
+		case a.events <- decodeProcessEvent(binary.NativeEndian.Uint32(rec.RawSample)):
 		default:
 			a.drops.Add(1)
 		}
 	}
 }
 
-// Pids returns the channel of announced pids (as the collector sees them);
-// it is closed by Close.
-func (a *Announcer) Pids() <-chan uint32 { return a.pids }
+// Events returns the channel of announcements; it is closed by Close.
+func (a *Announcer) Events() <-chan ProcessEvent { return a.events }
 
 // TakeDrops returns the pids dropped because the channel was full since the
 // previous call.
 func (a *Announcer) TakeDrops() uint64 { return a.drops.Swap(0) }
 
-// Close detaches forget_process and stops the reader.
+// Close detaches the forget programs and stops the reader.
 func (a *Announcer) Close() error {
-	errs := []error{a.forget.Close(), a.reader.Close()}
+	errs := []error{a.closeLinks(), a.reader.Close()}
 	<-a.done
 	return errors.Join(errs...)
 }

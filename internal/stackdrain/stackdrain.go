@@ -19,6 +19,23 @@ import (
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
 const MaxTargets = 4096
 
+// ProcessEvent is an announcement of a process (pid as the collector sees
+// it): recorded for the first time, or, with Exec, gone through an exec, so
+// whatever was read about its old program is stale.
+type ProcessEvent struct {
+	PID  uint32
+	Exec bool
+}
+
+// announceExec marks a new_pids entry of a process that exec'ed
+// (ANNOUNCE_EXEC in bpf/announce.h).
+const announceExec = 0x80000000
+
+// decodeProcessEvent decodes a new_pids entry (bpf/announce.h).
+func decodeProcessEvent(v uint32) ProcessEvent {
+	return ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
+}
+
 // Sample is one aggregated stack of one thread, as captured.
 type Sample struct {
 	PID, TID    uint32

@@ -37,7 +37,7 @@ type stackSource interface {
 // processAnnouncer is a stackSource that also announces, soon after their
 // first sample, processes it has not seen before.
 type processAnnouncer interface {
-	NewProcesses() <-chan uint32
+	NewProcesses() <-chan stackdrain.ProcessEvent
 }
 
 // sourceStats are what happened since the previous drain (see
@@ -250,18 +250,25 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error)
 
 // prefetchProcesses reads the maps, files and identity of each process as
 // soon as it is first sampled, so stacks of short-lived processes still
-// resolve when they are drained after the process exited.
-func (r *profilerReceiver) prefetchProcesses(ctx context.Context, pids <-chan uint32) {
+// resolve when they are drained after the process exited. A process that
+// exec'ed is forgotten: its mappings and executable are those of the old
+// program (its next sample announces the new one).
+func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan stackdrain.ProcessEvent) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case pid, ok := <-pids:
-			if !ok {
+		case ev, ok := <-events:
+			switch {
+			case !ok:
 				return
+			case ev.Exec:
+				r.ids.Forget(ev.PID)
+				r.symbols.ForgetProcess(ev.PID)
+			default:
+				_, _ = r.ids.Resolve(ev.PID)
+				r.symbols.Prefetch(ev.PID)
 			}
-			_, _ = r.ids.Resolve(pid)
-			r.symbols.Prefetch(pid)
 		}
 	}
 }

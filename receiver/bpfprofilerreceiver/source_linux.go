@@ -74,7 +74,7 @@ type cpuSource struct {
 	s *sampler.Sampler
 }
 
-func (c cpuSource) NewProcesses() <-chan uint32 { return c.s.NewProcesses() }
+func (c cpuSource) NewProcesses() <-chan stackdrain.ProcessEvent { return c.s.NewProcesses() }
 
 func (c cpuSource) Mechanism() string { return "perf_event" }
 
@@ -84,6 +84,6 @@ type offCPUSource struct {
 	t *offcpu.Tracer
 }
 
-func (o offCPUSource) NewProcesses() <-chan uint32 { return o.t.NewProcesses() }
+func (o offCPUSource) NewProcesses() <-chan stackdrain.ProcessEvent { return o.t.NewProcesses() }
 
 func (o offCPUSource) Mechanism() string { return string(o.t.Mechanism()) }
