@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -19,75 +20,113 @@ import (
 type Scope struct{ Name, Version string }
 
 // BuildProfiles converts reports into one pprofile.Profiles sharing a single
-// dictionary. Every process (by PID) gets one ResourceProfiles with one
-// ScopeProfiles that holds one Profile per report kind. Processes without
-// samples are left out; no reports (or no samples) give an empty Profiles.
+// dictionary, in as few ResourceProfiles as the processes' identities allow:
+// one per container (its container and Kubernetes attributes, and its
+// service.name, on the resource) and one for every other process of the
+// host. Each holds one ScopeProfiles with one Profile per report kind; the
+// process (process.*, and service.name outside containers) and thread
+// attributes go on the samples. A backend stores a request as one write per
+// Profile (Grafana Pyroscope, one after another), so fewer Profiles make a
+// report one quick write instead of one per process; see the README's
+// "Backends". Processes without samples are left out; no reports (or no
+// samples) give an empty Profiles.
 func BuildProfiles(scope Scope, profiles ...report.Profile) (pprofile.Profiles, error) {
 	out := pprofile.NewProfiles()
 	dict := newDictionaryBuilder(out.Dictionary())
-	resources := map[uint32]pprofile.ScopeProfiles{}
+	resources := map[string]*resourceEntry{}
 
 	for ri := range profiles {
 		rp := &profiles[ri]
-		// One Profile per process within this report, even when a PID
-		// is listed twice.
-		byPID := map[uint32]pprofile.Profile{}
 		for pi := range rp.Processes {
 			proc := &rp.Processes[pi]
 			if len(proc.Samples) == 0 {
 				continue
 			}
-			pid := proc.Identity.PID
-			sp, ok := resources[pid]
+			key, resAttrs, sampleAttrs := splitIdentity(proc.Identity)
+			res, ok := resources[key]
 			if !ok {
-				res := out.ResourceProfiles().AppendEmpty()
-				sp = res.ScopeProfiles().AppendEmpty()
+				rps := out.ResourceProfiles().AppendEmpty()
+				if err := putAttributes(rps.Resource().Attributes(), resAttrs); err != nil {
+					return pprofile.Profiles{}, fmt.Errorf("resource %s: %w", key, err)
+				}
+				sp := rps.ScopeProfiles().AppendEmpty()
 				sp.Scope().SetName(scope.Name)
 				sp.Scope().SetVersion(scope.Version)
-				resources[pid] = sp
-				if err := putResourceAttributes(res.Resource().Attributes(), proc.Identity); err != nil {
-					return pprofile.Profiles{}, fmt.Errorf("process %d: %w", pid, err)
-				}
+				res = &resourceEntry{scope: sp, profiles: map[int]pprofile.Profile{}}
+				resources[key] = res
 			}
-			prof, ok := byPID[pid]
+			prof, ok := res.profiles[ri]
 			if !ok {
-				prof = sp.Profiles().AppendEmpty()
-				if err := setProfileHeader(dict, prof, rp, pid, ri); err != nil {
-					return pprofile.Profiles{}, fmt.Errorf("%s profile of process %d: %w", rp.Kind, pid, err)
+				prof = res.scope.Profiles().AppendEmpty()
+				if err := setProfileHeader(dict, prof, rp, key, ri); err != nil {
+					return pprofile.Profiles{}, fmt.Errorf("%s profile of %s: %w", rp.Kind, key, err)
 				}
-				byPID[pid] = prof
+				res.profiles[ri] = prof
 			}
-			if err := appendSamples(dict, prof, proc.Samples); err != nil {
-				return pprofile.Profiles{}, fmt.Errorf("%s profile of process %d: %w", rp.Kind, pid, err)
+			procAttrs, err := dict.attributeList(sampleAttrs)
+			if err != nil {
+				return pprofile.Profiles{}, fmt.Errorf("process %d: %w", proc.Identity.PID, err)
+			}
+			if err := appendSamples(dict, prof, procAttrs, proc.Samples); err != nil {
+				return pprofile.Profiles{}, fmt.Errorf("%s profile of process %d: %w", rp.Kind, proc.Identity.PID, err)
 			}
 		}
 	}
 	return out, nil
 }
 
-// putResourceAttributes copies the identity attributes, typed, and fills the
-// process attributes from the identity fields when they are missing.
-func putResourceAttributes(attrs pcommon.Map, id report.Identity) error {
-	attrs.EnsureCapacity(len(id.Attributes) + 3)
-	for _, k := range slices.Sorted(maps.Keys(id.Attributes)) {
-		if err := setValue(attrs.PutEmpty(k), id.Attributes[k]); err != nil {
-			return fmt.Errorf("resource attribute %q: %w", k, err)
+// resourceEntry is one ResourceProfiles being built: its scope and its
+// Profile of each report (by index in the call).
+type resourceEntry struct {
+	scope    pprofile.ScopeProfiles
+	profiles map[int]pprofile.Profile
+}
+
+// splitIdentity splits a process's attributes between its resource (host,
+// container and Kubernetes attributes, and a container's service.name) and
+// its samples (process attributes, and service.name outside containers),
+// and names the resource: the container, or the host.
+func splitIdentity(id report.Identity) (key string, resource, sample map[string]any) {
+	resource, sample = map[string]any{}, map[string]any{}
+	container, _ := id.Attributes[attrContainerID].(string)
+	for k, v := range id.Attributes {
+		switch {
+		case strings.HasPrefix(k, "host.") || strings.HasPrefix(k, "container.") || strings.HasPrefix(k, "k8s."):
+			resource[k] = v
+		case k == attrServiceName && container != "":
+			resource[k] = v
+		default:
+			sample[k] = v
 		}
 	}
-	if _, ok := attrs.Get(attrProcessPID); !ok {
-		attrs.PutInt(attrProcessPID, int64(id.PID))
+	if _, ok := sample[attrProcessPID]; !ok {
+		sample[attrProcessPID] = int64(id.PID)
 	}
-	if _, ok := attrs.Get(attrExeName); !ok && id.ExeName != "" {
-		attrs.PutStr(attrExeName, id.ExeName)
+	if _, ok := sample[attrExeName]; !ok && id.ExeName != "" {
+		sample[attrExeName] = id.ExeName
 	}
-	if _, ok := attrs.Get(attrExePath); !ok && id.ExePath != "" {
-		attrs.PutStr(attrExePath, id.ExePath)
+	if _, ok := sample[attrExePath]; !ok && id.ExePath != "" {
+		sample[attrExePath] = id.ExePath
+	}
+	if container != "" {
+		return "container:" + container, resource, sample
+	}
+	return "host", resource, sample
+}
+
+// putAttributes copies attrs, typed and sorted by key.
+func putAttributes(dst pcommon.Map, attrs map[string]any) error {
+	dst.EnsureCapacity(len(attrs))
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		if err := setValue(dst.PutEmpty(k), attrs[k]); err != nil {
+			return fmt.Errorf("attribute %q: %w", k, err)
+		}
 	}
 	return nil
 }
 
 // setProfileHeader writes sample type, period, time range and id.
-func setProfileHeader(dict *dictionaryBuilder, prof pprofile.Profile, rp *report.Profile, pid uint32, seq int) error {
+func setProfileHeader(dict *dictionaryBuilder, prof pprofile.Profile, rp *report.Profile, resource string, seq int) error {
 	typ, unit := rp.Kind.SampleType()
 	if err := setValueType(dict, prof.SampleType(), typ, unit); err != nil {
 		return err
@@ -105,7 +144,7 @@ func setProfileHeader(dict *dictionaryBuilder, prof pprofile.Profile, rp *report
 			prof.SetDurationNano(uint64(d))
 		}
 	}
-	prof.SetProfileID(profileID(rp, pid, seq))
+	prof.SetProfileID(profileID(rp, resource, seq))
 	return nil
 }
 
@@ -124,12 +163,13 @@ func setValueType(dict *dictionaryBuilder, vt pprofile.ValueType, typ, unit stri
 }
 
 // profileID derives a non-zero id from what identifies a profile: kind,
-// process, time range and position of the report in the call.
-func profileID(rp *report.Profile, pid uint32, seq int) pprofile.ProfileID {
+// resource, time range and position of the report in the call.
+func profileID(rp *report.Profile, resource string, seq int) pprofile.ProfileID {
 	h := sha256.New()
 	var buf [8]byte
 	h.Write([]byte(rp.Kind))
-	for _, v := range []uint64{uint64(pid), uint64(seq), uint64(rp.Start.UnixNano()), uint64(rp.End.UnixNano())} {
+	h.Write([]byte(resource))
+	for _, v := range []uint64{uint64(seq), uint64(rp.Start.UnixNano()), uint64(rp.End.UnixNano())} {
 		binary.LittleEndian.PutUint64(buf[:], v)
 		h.Write(buf[:])
 	}
@@ -141,7 +181,9 @@ func profileID(rp *report.Profile, pid uint32, seq int) pprofile.ProfileID {
 	return id
 }
 
-func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, samples []report.Sample) error {
+// appendSamples appends samples with the attributes procAttrs (dictionary
+// indices) of their process and their thread's.
+func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []int32, samples []report.Sample) error {
 	ss := prof.Samples()
 	ss.EnsureCapacity(ss.Len() + len(samples))
 	for i := range samples {
@@ -157,6 +199,7 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, samples []rep
 		ps := ss.AppendEmpty()
 		ps.SetStackIndex(si)
 		ps.Values().Append(s.Value)
+		ps.AttributeIndices().Append(procAttrs...)
 		ps.AttributeIndices().Append(tid)
 		if s.ThreadName != "" {
 			tn, err := dict.attribute(attrThreadName, s.ThreadName)

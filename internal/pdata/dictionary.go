@@ -3,7 +3,9 @@ package pdata
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -13,14 +15,16 @@ import (
 
 // Attribute keys written into the dictionary.
 const (
-	attrThreadID   = "thread.id"
-	attrThreadName = "thread.name"
-	attrFrameType  = "profile.frame.type"
-	attrBuildIDGNU = "process.executable.build_id.gnu"
-	attrBuildIDGo  = "process.executable.build_id.go"
-	attrProcessPID = "process.pid"
-	attrExeName    = "process.executable.name"
-	attrExePath    = "process.executable.path"
+	attrThreadID    = "thread.id"
+	attrThreadName  = "thread.name"
+	attrFrameType   = "profile.frame.type"
+	attrBuildIDGNU  = "process.executable.build_id.gnu"
+	attrBuildIDGo   = "process.executable.build_id.go"
+	attrProcessPID  = "process.pid"
+	attrExeName     = "process.executable.name"
+	attrExePath     = "process.executable.path"
+	attrServiceName = "service.name"
+	attrContainerID = "container.id"
 )
 
 // maxTableLength bounds every dictionary table: indices are int32.
@@ -167,6 +171,19 @@ func (b *dictionaryBuilder) attribute(key string, value any) (int32, error) {
 	v.MoveTo(kv.Value())
 	b.attributes[ak] = i
 	return i, nil
+}
+
+// attributeList returns the indices of attrs, sorted by key.
+func (b *dictionaryBuilder) attributeList(attrs map[string]any) ([]int32, error) {
+	out := make([]int32, 0, len(attrs))
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		i, err := b.attribute(k, attrs[k])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, i)
+	}
+	return out, nil
 }
 
 func (b *dictionaryBuilder) mapping(m *report.Mapping) (int32, error) {

@@ -2,6 +2,8 @@ package pdata
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -66,4 +68,24 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 	attrs.PutBool(AttrProbeMainThread, r.MainThread)
 	attrs.PutStr(AttrProbeEntry, r.EntrySymbol)
 	attrs.PutStr(AttrProbeExit, r.ExitSymbol)
+}
+// putResourceAttributes copies the identity attributes, typed, and fills the
+// process attributes from the identity fields when they are missing.
+func putResourceAttributes(attrs pcommon.Map, id report.Identity) error {
+	attrs.EnsureCapacity(len(id.Attributes) + 3)
+	for _, k := range slices.Sorted(maps.Keys(id.Attributes)) {
+		if err := setValue(attrs.PutEmpty(k), id.Attributes[k]); err != nil {
+			return fmt.Errorf("resource attribute %q: %w", k, err)
+		}
+	}
+	if _, ok := attrs.Get(attrProcessPID); !ok {
+		attrs.PutInt(attrProcessPID, int64(id.PID))
+	}
+	if _, ok := attrs.Get(attrExeName); !ok && id.ExeName != "" {
+		attrs.PutStr(attrExeName, id.ExeName)
+	}
+	if _, ok := attrs.Get(attrExePath); !ok && id.ExePath != "" {
+		attrs.PutStr(attrExePath, id.ExePath)
+	}
+	return nil
 }
