@@ -7,6 +7,7 @@ import (
 	"github.com/open-telemetry/opentelemetry-collector-contrib/pkg/pdatatest/pprofiletest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -66,6 +67,7 @@ type decodedSample struct {
 	Value      int64
 	ThreadID   int64
 	ThreadName string
+	Process    map[string]any // the sample's other attributes
 	Stack      []decodedLocation
 }
 
@@ -117,6 +119,8 @@ func decode(t *testing.T, p pprofile.Profiles) []decodedResource {
 				if v, ok := attrs.Get(attrThreadName); ok {
 					ds.ThreadName = v.Str()
 				}
+				attrs.RemoveIf(func(k string, _ pcommon.Value) bool { return k == attrThreadID || k == attrThreadName })
+				ds.Process = attrs.AsRaw()
 				for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 					require.Positive(t, li)
 					loc := dict.LocationTable().At(int(li))
@@ -165,7 +169,14 @@ func TestBuildProfiles(t *testing.T) {
 	}
 	fullAttrs := map[string]any{
 		"process.pid": int64(42), "process.executable.name": "server", "process.executable.path": "/app/server",
-		"host.name": "node-1", "container.id": "abc123", "k8s.pod.name": "web-0",
+		"host.name": "node-1", "container.id": "abc123", "k8s.pod.name": "web-0", "service.name": "web",
+	}
+	server := func(pid int64, more ...any) map[string]any {
+		m := map[string]any{"process.pid": pid, "process.executable.name": "server", "process.executable.path": "/app/server"}
+		for i := 0; i+1 < len(more); i += 2 {
+			m[more[i].(string)] = more[i+1]
+		}
+		return m
 	}
 
 	tests := []struct {
@@ -177,48 +188,60 @@ func TestBuildProfiles(t *testing.T) {
 		{name: "no processes", reports: []report.Profile{cpu(), offcpu()}},
 		{name: "process without samples is skipped", reports: []report.Profile{cpu(process(7, nil))}},
 		{
-			name: "cpu, one process, given attributes copied",
+			name: "cpu, a process of a container: container on the resource, process on the samples",
 			reports: []report.Profile{cpu(process(42, fullAttrs,
 				report.Sample{TID: 43, ThreadName: "worker", Frames: hotStack(), Value: 3},
 				report.Sample{TID: 42, ThreadName: "server", Frames: coldStack(), Value: 1},
 			))},
 			want: []decodedResource{{
-				Attributes: fullAttrs,
+				Attributes: map[string]any{"host.name": "node-1", "container.id": "abc123", "k8s.pod.name": "web-0", "service.name": "web"},
 				Scope:      scope,
 				Profiles: []decodedProfile{withSamples(cpuHeader,
-					decodedSample{Value: 3, ThreadID: 43, ThreadName: "worker", Stack: wantHotStack},
-					decodedSample{Value: 1, ThreadID: 42, ThreadName: "server", Stack: wantColdStack},
+					decodedSample{Value: 3, ThreadID: 43, ThreadName: "worker", Process: server(42), Stack: wantHotStack},
+					decodedSample{Value: 1, ThreadID: 42, ThreadName: "server", Process: server(42), Stack: wantColdStack},
 				)},
 			}},
 		},
 		{
-			name: "identity fields fill missing attributes, values typed",
+			name: "a host process: identity fields fill missing attributes, values typed, service.name on the samples",
 			reports: []report.Profile{cpu(process(9, map[string]any{
-				"host.name": "node-1", "some.int": 5, "some.uint32": uint32(7), "some.bool": true,
+				"host.name": "node-1", "some.int": 5, "some.uint32": uint32(7), "some.bool": true, "service.name": "server",
 			}, report.Sample{TID: 9, Frames: coldStack(), Value: 2}))},
 			want: []decodedResource{{
-				Attributes: map[string]any{
-					"process.pid": int64(9), "process.executable.name": "server", "process.executable.path": "/app/server",
-					"host.name": "node-1", "some.int": int64(5), "some.uint32": int64(7), "some.bool": true,
-				},
-				Scope:    scope,
-				Profiles: []decodedProfile{withSamples(cpuHeader, decodedSample{Value: 2, ThreadID: 9, Stack: wantColdStack})},
+				Attributes: map[string]any{"host.name": "node-1"},
+				Scope:      scope,
+				Profiles: []decodedProfile{withSamples(cpuHeader, decodedSample{Value: 2, ThreadID: 9, Stack: wantColdStack,
+					Process: server(9, "some.int", int64(5), "some.uint32", int64(7), "some.bool", true, "service.name", "server")})},
 			}},
 		},
 		{
-			name: "cpu and offcpu of one process share the resource and scope",
+			name: "host processes share one resource, containers get one each, one profile per kind in each",
 			reports: []report.Profile{
-				cpu(process(5, nil, report.Sample{TID: 5, ThreadName: "a", Frames: hotStack(), Value: 1})),
-				offcpu(process(5, nil, report.Sample{TID: 6, ThreadName: "b", Frames: coldStack(), Value: 1_000_000})),
+				cpu(
+					process(5, map[string]any{"host.name": "n"}, report.Sample{TID: 5, ThreadName: "a", Frames: hotStack(), Value: 1}),
+					process(6, map[string]any{"host.name": "n", "container.id": "c1", "service.name": "web"},
+						report.Sample{TID: 6, Frames: coldStack(), Value: 2}),
+					process(7, map[string]any{"host.name": "n"}, report.Sample{TID: 7, Frames: coldStack(), Value: 3}),
+				),
+				offcpu(process(5, map[string]any{"host.name": "n"}, report.Sample{TID: 8, ThreadName: "b", Frames: coldStack(), Value: 1_000_000})),
 			},
-			want: []decodedResource{{
-				Attributes: map[string]any{"process.pid": int64(5), "process.executable.name": "server", "process.executable.path": "/app/server"},
-				Scope:      scope,
-				Profiles: []decodedProfile{
-					withSamples(cpuHeader, decodedSample{Value: 1, ThreadID: 5, ThreadName: "a", Stack: wantHotStack}),
-					withSamples(offHeader, decodedSample{Value: 1_000_000, ThreadID: 6, ThreadName: "b", Stack: wantColdStack}),
+			want: []decodedResource{
+				{
+					Attributes: map[string]any{"host.name": "n"},
+					Scope:      scope,
+					Profiles: []decodedProfile{
+						withSamples(cpuHeader,
+							decodedSample{Value: 1, ThreadID: 5, ThreadName: "a", Process: server(5), Stack: wantHotStack},
+							decodedSample{Value: 3, ThreadID: 7, Process: server(7), Stack: wantColdStack}),
+						withSamples(offHeader, decodedSample{Value: 1_000_000, ThreadID: 8, ThreadName: "b", Process: server(5), Stack: wantColdStack}),
+					},
 				},
-			}},
+				{
+					Attributes: map[string]any{"host.name": "n", "container.id": "c1", "service.name": "web"},
+					Scope:      scope,
+					Profiles:   []decodedProfile{withSamples(cpuHeader, decodedSample{Value: 2, ThreadID: 6, Process: server(6), Stack: wantColdStack})},
+				},
+			},
 		},
 		{
 			name: "unsymbolized frames keep address and mapping, named by address; empty stack",
@@ -230,14 +253,14 @@ func TestBuildProfiles(t *testing.T) {
 				report.Sample{TID: 3, Value: 4},
 			))},
 			want: []decodedResource{{
-				Attributes: map[string]any{"process.pid": int64(3), "process.executable.name": "server", "process.executable.path": "/app/server"},
+				Attributes: map[string]any{},
 				Scope:      scope,
 				Profiles: []decodedProfile{withSamples(cpuHeader,
-					decodedSample{Value: 1, ThreadID: 3, Stack: []decodedLocation{
+					decodedSample{Value: 1, ThreadID: 3, Process: server(3), Stack: []decodedLocation{
 						{Address: 0x7f0000031234, Mapping: "/usr/lib/libc.so.6", FrameType: "native", Functions: []string{"libc.so.6+0x59234"}},
 						{Address: 0x1234, FrameType: "native", Functions: []string{"0x1234"}},
 					}},
-					decodedSample{Value: 4, ThreadID: 3},
+					decodedSample{Value: 4, ThreadID: 3, Process: server(3)},
 				)},
 			}},
 		},
@@ -262,7 +285,7 @@ func TestBuildProfilesSharesDictionaryAcrossProcesses(t *testing.T) {
 		process(2, map[string]any{"host.name": "node-1"}, s(3, hotStack()), s(3, coldStack())),
 	))
 	require.NoError(t, err)
-	require.Equal(t, 2, p.ResourceProfiles().Len())
+	require.Equal(t, 1, p.ResourceProfiles().Len(), "host processes share a resource")
 	require.Equal(t, 4, p.SampleCount())
 
 	dict := p.Dictionary()
@@ -274,12 +297,12 @@ func TestBuildProfilesSharesDictionaryAcrossProcesses(t *testing.T) {
 	assert.Equal(t, 6, dict.LocationTable().Len())
 	// Stacks: hot, cold + zero entry.
 	assert.Equal(t, 3, dict.StackTable().Len())
-	// Both processes point at the same stack.
-	idx := func(r, s int) int32 {
-		return p.ResourceProfiles().At(r).ScopeProfiles().At(0).Profiles().At(0).Samples().At(s).StackIndex()
+	// Both processes point at the same stacks.
+	idx := func(s int) int32 {
+		return p.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0).Samples().At(s).StackIndex()
 	}
-	assert.Equal(t, idx(0, 0), idx(1, 0))
-	assert.Equal(t, idx(0, 1), idx(1, 1))
+	assert.Equal(t, idx(0), idx(2))
+	assert.Equal(t, idx(1), idx(3))
 
 	// Mapping build ids are mapping attributes.
 	var appMapping pprofile.Mapping
@@ -298,7 +321,11 @@ func TestBuildProfilesSharesDictionaryAcrossProcesses(t *testing.T) {
 func TestBuildProfilesErrors(t *testing.T) {
 	_, err := BuildProfiles(Scope{}, cpu(process(1, map[string]any{"bad": struct{}{}},
 		report.Sample{TID: 1, Frames: coldStack(), Value: 1})))
-	require.ErrorContains(t, err, `resource attribute "bad"`)
+	require.ErrorContains(t, err, `process 1: attribute "bad"`)
+
+	_, err = BuildProfiles(Scope{}, cpu(process(1, map[string]any{"container.id": "c", "k8s.bad": struct{}{}},
+		report.Sample{TID: 1, Frames: coldStack(), Value: 1})))
+	require.ErrorContains(t, err, `resource container:c: attribute "k8s.bad"`)
 
 	_, err = BuildProfiles(Scope{}, cpu(process(1, map[string]any{"big": uint64(1 << 63)},
 		report.Sample{TID: 1, Frames: coldStack(), Value: 1})))
@@ -306,8 +333,9 @@ func TestBuildProfilesErrors(t *testing.T) {
 }
 
 func TestBuildProfilesDistinctIDs(t *testing.T) {
+	inContainer := map[string]any{"container.id": "c"}
 	p, err := BuildProfiles(Scope{},
-		cpu(process(1, nil, report.Sample{TID: 1, Value: 1}), process(2, nil, report.Sample{TID: 2, Value: 1})),
+		cpu(process(1, nil, report.Sample{TID: 1, Value: 1}), process(2, inContainer, report.Sample{TID: 2, Value: 1})),
 		offcpu(process(1, nil, report.Sample{TID: 1, Value: 1})))
 	require.NoError(t, err)
 	ids := map[pprofile.ProfileID]bool{}

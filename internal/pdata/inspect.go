@@ -1,6 +1,10 @@
 package pdata
 
-import "go.opentelemetry.io/collector/pdata/pprofile"
+import (
+	"maps"
+
+	"go.opentelemetry.io/collector/pdata/pprofile"
+)
 
 // FunctionTotals returns, for every function name, the sum of the first
 // value of the samples whose stack contains that function (inlined frames
@@ -136,5 +140,41 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 		})
 		out = append(out, st)
 	})
+	return out
+}
+
+// ProcessAttributes returns, by process.pid, the attributes that describe
+// each process in p: those of its resource and those its samples carry,
+// thread attributes left out.
+func ProcessAttributes(p pprofile.Profiles) map[int64]map[string]any {
+	out := map[int64]map[string]any{}
+	dict := p.Dictionary()
+	for _, rp := range p.ResourceProfiles().All() {
+		res := rp.Resource().Attributes().AsRaw()
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				for _, s := range prof.Samples().All() {
+					attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
+					if err != nil {
+						continue
+					}
+					pid, ok := attrs.Get(attrProcessPID)
+					if !ok {
+						continue
+					}
+					m := out[pid.Int()]
+					if m == nil {
+						m = maps.Clone(res)
+						out[pid.Int()] = m
+					}
+					for k, v := range attrs.AsRaw() {
+						if k != attrThreadID && k != attrThreadName {
+							m[k] = v
+						}
+					}
+				}
+			}
+		}
+	}
 	return out
 }

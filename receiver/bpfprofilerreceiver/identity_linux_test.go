@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/consumertest"
 	"go.opentelemetry.io/collector/receiver/xreceiver"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
 )
@@ -41,7 +42,7 @@ func TestResourceIdentityFromCgroupAndRuntime(t *testing.T) {
 
 	pd := sink.AllProfiles()[0]
 	require.Equal(t, 1, pd.ResourceProfiles().Len())
-	got := pd.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	got := pdata.ProcessAttributes(pd)[int64(work.Process.Pid)]
 	want := map[string]any{
 		"process.pid":            int64(work.Process.Pid),
 		"container.id":           pod.ContainerID,

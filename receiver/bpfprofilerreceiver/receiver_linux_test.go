@@ -249,7 +249,7 @@ func TestShortLivedProcessIsSymbolized(t *testing.T) {
 
 	pd := sink.AllProfiles()[0]
 	require.Equal(t, 1, pd.ResourceProfiles().Len())
-	attrs := pd.ResourceProfiles().At(0).Resource().Attributes().AsRaw()
+	attrs := pdata.ProcessAttributes(pd)[int64(work.Process.Pid)]
 	assert.Equal(t, int64(work.Process.Pid), attrs["process.pid"])
 	assert.Equal(t, "cpuburn", attrs["process.executable.name"])
 	fn := pdata.FunctionTotals(pd)

@@ -91,15 +91,12 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 
 	pd := sink.AllProfiles()[0]
 	require.Equal(t, 1, pd.ResourceProfiles().Len())
-	attrs := pd.ResourceProfiles().At(0).Resource().Attributes()
-	gotPID, ok := attrs.Get("process.pid")
-	require.True(t, ok)
-	assert.Equal(t, int64(pid), gotPID.Int())
+	attrs := pdata.ProcessAttributes(pd)[int64(pid)]
+	assert.Equal(t, int64(pid), attrs["process.pid"])
 	exe, _ := os.Executable()
-	gotPath, _ := attrs.Get("process.executable.path")
-	assert.Equal(t, exe, gotPath.Str())
-	_, ok = attrs.Get("host.name")
-	assert.True(t, ok)
+	assert.Equal(t, exe, attrs["process.executable.path"])
+	_, ok := pd.ResourceProfiles().At(0).Resource().Attributes().Get("host.name")
+	assert.True(t, ok, "host.name on the resource")
 
 	sp := pd.ResourceProfiles().At(0).ScopeProfiles()
 	require.Equal(t, 1, sp.Len())
