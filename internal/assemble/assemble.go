@@ -5,6 +5,7 @@
 package assemble
 
 import (
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -75,7 +76,10 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	prof := report.Profile{Kind: kind, Start: start, End: end, Period: period}
 	var st Stats
 	for _, pid := range pids {
-		id, _ := a.Identities.Resolve(pid)
+		id, err := a.Identities.Resolve(pid)
+		if err != nil {
+			id = nameUnread(id, byPID[pid])
+		}
 		if a.Keep != nil && !a.Keep(id) {
 			for _, s := range byPID[pid] {
 				st.FilteredValues += s.Value
@@ -103,6 +107,42 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	}
 	return prof, st
 }
+
+// nameUnread names a process whose identity could not be read (it exited
+// before it was): by what the kernel recorded with its samples, a kernel
+// thread (no user stack taken) under report.KernelServiceName, else by the
+// thread name of its main thread (or of any thread), so that it has a
+// service.name a backend can show.
+func nameUnread(id report.Identity, stacks []Stack) report.Identity {
+	if _, ok := id.Attributes[attrServiceName]; ok {
+		return id
+	}
+	kernel, comm := true, ""
+	for _, s := range stacks {
+		if len(s.User) > 0 || s.UserLoss != report.StackKept {
+			kernel = false
+		}
+		if s.Comm != "" && (comm == "" || s.TID == s.PID) {
+			comm = s.Comm
+		}
+	}
+	name := comm
+	if kernel {
+		name = report.KernelServiceName
+	}
+	if name == "" {
+		return id
+	}
+	id.Attributes = maps.Clone(id.Attributes)
+	if id.Attributes == nil {
+		id.Attributes = map[string]any{}
+	}
+	id.Attributes[attrServiceName] = name
+	return id
+}
+
+// attrServiceName is the semantic-convention key of a service's name.
+const attrServiceName = "service.name"
 
 // frames returns the kernel frames (leaf first) followed by the user frames;
 // a lost stack is one marker frame.

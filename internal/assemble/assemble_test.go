@@ -174,3 +174,33 @@ func TestDropTracingFrames(t *testing.T) {
 		assert.Equal(t, tt.want, names(dropTracingFrames(frames(tt.in...))))
 	}
 }
+
+// A process whose identity could not be read is named by what the kernel
+// recorded: never left without a service name when its comm is known.
+func TestAssembleNamesUnreadProcesses(t *testing.T) {
+	tests := []struct {
+		name   string
+		stacks []Stack
+		want   any // service.name, nil for none
+	}{
+		{"main thread's comm", []Stack{
+			{PID: 7, TID: 8, Comm: "worker-1", User: []uint64{1}, Value: 1},
+			{PID: 7, TID: 7, Comm: "make", User: []uint64{1}, Value: 1},
+		}, "make"},
+		{"any thread's comm", []Stack{{PID: 7, TID: 9, Comm: "cc1", User: []uint64{1}, Value: 1}}, "cc1"},
+		{"kernel thread: no user stack taken", []Stack{{PID: 7, TID: 7, Comm: "kworker/0:1-events", Kernel: []uint64{1}, Value: 1}},
+			report.KernelServiceName},
+		{"user stack lost is not a kernel thread", []Stack{
+			{PID: 7, TID: 7, Comm: "app", Kernel: []uint64{1}, UserLoss: report.StackMapFull, Value: 1},
+		}, "app"},
+		{"nothing known", []Stack{{PID: 7, TID: 7, User: []uint64{1}, Value: 1}}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{}}
+			prof, _ := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 0, tt.stacks)
+			require.Len(t, prof.Processes, 1)
+			assert.Equal(t, tt.want, prof.Processes[0].Identity.Attributes[attrServiceName])
+		})
+	}
+}

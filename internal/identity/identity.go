@@ -25,11 +25,14 @@ import (
 
 // Resource attribute keys of the data contract.
 const (
-	AttrProcessPID       = "process.pid"
-	AttrExecutableName   = "process.executable.name"
-	AttrExecutablePath   = "process.executable.path"
-	AttrHostName         = "host.name"
-	AttrServiceName      = "service.name"
+	AttrProcessPID     = "process.pid"
+	AttrExecutableName = "process.executable.name"
+	AttrExecutablePath = "process.executable.path"
+	AttrHostName       = "host.name"
+	AttrServiceName    = "service.name"
+
+	// KernelServiceName is the service.name of every kernel thread.
+	KernelServiceName    = "kernel"
 	AttrContainerID      = "container.id"
 	AttrContainerRuntime = "container.runtime.name"
 	AttrK8sPodUID        = "k8s.pod.uid"
@@ -201,12 +204,23 @@ func (r *Resolver) minimal(pid uint32) report.Identity {
 
 func (r *Resolver) read(pid uint32) report.Identity {
 	id := r.minimal(pid)
+	if kthread, err := r.proc.KernelThread(pid); err == nil && kthread {
+		// One service for every kernel thread: their names (in thread.name)
+		// change with their work (kworker/0:1-events, -mm_percpu_wq, ...).
+		id.Attributes[AttrServiceName] = report.KernelServiceName
+		return id
+	}
 	if exe, err := r.proc.Exe(pid); err == nil && exe != "" {
 		id.ExePath = exe
 		id.ExeName = filepath.Base(exe)
-	} else if comm, err := r.proc.Comm(pid); err == nil {
-		// Kernel threads have no executable; their comm names them.
-		id.ExeName = comm
+	}
+	if id.ExeName == "" || strings.HasPrefix(id.ExeName, "memfd:") {
+		// No executable, or one run from an anonymous file whose name
+		// changes with every run (memfd:sealed-91173221a7ea): the comm
+		// names it.
+		if comm, err := r.proc.Comm(pid); err == nil && comm != "" {
+			id.ExeName = comm
+		}
 	}
 	if id.ExePath != "" {
 		id.Attributes[AttrExecutablePath] = id.ExePath

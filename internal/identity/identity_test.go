@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 const (
@@ -20,10 +21,11 @@ const (
 )
 
 type fakeProcess struct {
-	exe    string // symlink target; "" for kernel threads
-	comm   string
-	cgroup string
-	start  uint64
+	exe     string // symlink target; "" for kernel threads
+	comm    string
+	cgroup  string
+	start   uint64
+	kthread bool
 }
 
 // writeProc writes the files of process pid below root.
@@ -34,7 +36,11 @@ func writeProc(t *testing.T, root string, pid uint32, p fakeProcess) {
 	write := func(name, content string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
 	}
-	write("stat", fmt.Sprintf("%d (%s) S 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 %d 1000 100", pid, p.comm, p.start))
+	flags := 0x400100 // PF_RANDOMIZE|PF_FORKNOEXEC
+	if p.kthread {
+		flags = 0x208040 // PF_KTHREAD|PF_NOFREEZE|PF_WQ_WORKER
+	}
+	write("stat", fmt.Sprintf("%d (%s) S 2 0 0 0 -1 %d 1 2 3 4 5 6 7 8 20 0 1 0 %d 1000 100", pid, p.comm, flags, p.start))
 	write("comm", p.comm+"\n")
 	write("cgroup", p.cgroup)
 	if p.exe != "" {
@@ -67,7 +73,8 @@ func fakeNode(t *testing.T) (procfs.FS, string) {
 		102: {exe: "/app/api", comm: "api", cgroup: "1:name=systemd:/kubepods/besteffort/poda1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d/" + idDocker + "\n0::/\n"},
 		103: {exe: "/usr/sbin/nginx", comm: "nginx", cgroup: "0::/system.slice/nginx.service\n"},
 		104: {exe: "/usr/bin/bash", comm: "bash", cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"},
-		105: {comm: "kworker/0:1", cgroup: "0::/\n"},
+		105: {comm: "kworker/0:1-events", cgroup: "0::/\n", kthread: true},
+		107: {exe: "/memfd:sealed-91173221a7ea (deleted)", comm: "sandboxd", cgroup: "0::/\n"},
 		106: {exe: "/usr/local/bin/redis-server", comm: "redis-server", cgroup: "0::/system.slice/docker-" + idBare + ".scope\n"},
 		200: {exe: "/bin/agent", comm: "agent", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + siblingCID + ".scope\n"},
 		201: {exe: "/bin/sh", comm: "sh", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + collectorCID + ".scope\n"},
@@ -121,7 +128,10 @@ func TestResolverEndToEnd(t *testing.T) {
 		{104, map[string]any{
 			AttrExecutablePath: "/usr/bin/bash", AttrExecutableName: "bash", AttrServiceName: "bash",
 		}},
-		{105, map[string]any{AttrExecutableName: "kworker/0:1", AttrServiceName: "kworker/0:1"}},
+		{105, map[string]any{AttrServiceName: report.KernelServiceName}}, // its name stays in thread.name
+		{107, map[string]any{ // run from a memfd: named by its comm
+			AttrExecutablePath: "/memfd:sealed-91173221a7ea", AttrExecutableName: "sandboxd", AttrServiceName: "sandboxd",
+		}},
 		{106, map[string]any{
 			AttrExecutablePath: "/usr/local/bin/redis-server", AttrExecutableName: "redis-server",
 			AttrContainerID: idBare, AttrContainerRuntime: RuntimeDocker, AttrServiceName: "redis-server",

@@ -69,6 +69,7 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 	attrs.PutStr(AttrProbeEntry, r.EntrySymbol)
 	attrs.PutStr(AttrProbeExit, r.ExitSymbol)
 }
+
 // putResourceAttributes copies the identity attributes, typed, and fills the
 // process attributes from the identity fields when they are missing.
 func putResourceAttributes(attrs pcommon.Map, id report.Identity) error {

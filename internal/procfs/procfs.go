@@ -118,21 +118,42 @@ func (fs FS) StartTime(pid uint32) (uint64, error) {
 	return t, nil
 }
 
-// ParseStatStartTime returns field 22 (starttime) of a stat line. The comm
-// field (2) may hold spaces and parentheses, so fields are counted from the
-// last ')'.
-func ParseStatStartTime(b []byte) (uint64, error) {
+// pfKThread is PF_KTHREAD (include/linux/sched.h) in the stat flags.
+const pfKThread = 0x00200000
+
+// KernelThread reports whether pid is a kernel thread (PF_KTHREAD in field
+// 9 of its stat file).
+func (fs FS) KernelThread(pid uint32) (bool, error) {
+	name := fs.Path(pid, "stat")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", name, err)
+	}
+	flags, err := statField(b, 9)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", name, err)
+	}
+	return flags&pfKThread != 0, nil
+}
+
+// statField returns numeric field n (1-based, n >= 3) of a stat line.
+func statField(b []byte, n int) (uint64, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, fmt.Errorf("no command name in stat line")
 	}
-	// After ")": field 3 (state) onwards; starttime is field 22 → index 19.
 	fields := strings.Fields(string(b[i+1:]))
-	const idx = 22 - 3
-	if len(fields) <= idx {
-		return 0, fmt.Errorf("stat line has %d fields after the command name, want > %d", len(fields), idx)
+	if idx := n - 3; idx < 0 || len(fields) <= idx {
+		return 0, fmt.Errorf("stat line has %d fields after the command name, want field %d", len(fields), n)
 	}
-	v, err := strconv.ParseUint(fields[idx], 10, 64)
+	return strconv.ParseUint(fields[n-3], 10, 64)
+}
+
+// ParseStatStartTime returns field 22 (starttime) of a stat line. The comm
+// field (2) may hold spaces and parentheses, so fields are counted from the
+// last ')'.
+func ParseStatStartTime(b []byte) (uint64, error) {
+	v, err := statField(b, 22)
 	if err != nil {
 		return 0, fmt.Errorf("parse starttime: %w", err)
 	}
