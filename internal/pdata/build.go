@@ -31,6 +31,27 @@ type Scope struct{ Name, Version string }
 // "Backends". Processes without samples are left out; no reports (or no
 // samples) give an empty Profiles.
 func BuildProfiles(scope Scope, profiles ...report.Profile) (pprofile.Profiles, error) {
+	return Builder{Scope: scope, Threads: AllThreadAttributes}.Build(profiles...)
+}
+
+// ThreadAttributes says which attributes of its thread a sample carries.
+type ThreadAttributes struct {
+	ID   bool // thread.id
+	Name bool // thread.name (when the kernel or /proc named the thread)
+}
+
+// AllThreadAttributes is every thread attribute.
+var AllThreadAttributes = ThreadAttributes{ID: true, Name: true}
+
+// Builder builds profiles (see BuildProfiles) with its settings.
+type Builder struct {
+	Scope   Scope
+	Threads ThreadAttributes
+}
+
+// Build converts reports as BuildProfiles does, with b's thread attributes.
+func (b Builder) Build(profiles ...report.Profile) (pprofile.Profiles, error) {
+	scope := b.Scope
 	out := pprofile.NewProfiles()
 	dict := newDictionaryBuilder(out.Dictionary())
 	resources := map[string]*resourceEntry{}
@@ -67,7 +88,7 @@ func BuildProfiles(scope Scope, profiles ...report.Profile) (pprofile.Profiles, 
 			if err != nil {
 				return pprofile.Profiles{}, fmt.Errorf("process %d: %w", proc.Identity.PID, err)
 			}
-			if err := appendSamples(dict, prof, procAttrs, proc.Samples); err != nil {
+			if err := appendSamples(dict, prof, procAttrs, b.Threads, proc.Samples); err != nil {
 				return pprofile.Profiles{}, fmt.Errorf("%s profile of process %d: %w", rp.Kind, proc.Identity.PID, err)
 			}
 		}
@@ -182,8 +203,8 @@ func profileID(rp *report.Profile, resource string, seq int) pprofile.ProfileID 
 }
 
 // appendSamples appends samples with the attributes procAttrs (dictionary
-// indices) of their process and their thread's.
-func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []int32, samples []report.Sample) error {
+// indices) of their process and those of threads of their thread.
+func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []int32, threads ThreadAttributes, samples []report.Sample) error {
 	ss := prof.Samples()
 	ss.EnsureCapacity(ss.Len() + len(samples))
 	for i := range samples {
@@ -192,16 +213,18 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []i
 		if err != nil {
 			return fmt.Errorf("sample %d: %w", i, err)
 		}
-		tid, err := dict.attribute(attrThreadID, int64(s.TID))
-		if err != nil {
-			return err
-		}
 		ps := ss.AppendEmpty()
 		ps.SetStackIndex(si)
 		ps.Values().Append(s.Value)
 		ps.AttributeIndices().Append(procAttrs...)
-		ps.AttributeIndices().Append(tid)
-		if s.ThreadName != "" {
+		if threads.ID {
+			tid, err := dict.attribute(attrThreadID, int64(s.TID))
+			if err != nil {
+				return err
+			}
+			ps.AttributeIndices().Append(tid)
+		}
+		if threads.Name && s.ThreadName != "" {
 			tn, err := dict.attribute(attrThreadName, s.ThreadName)
 			if err != nil {
 				return err

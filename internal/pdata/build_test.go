@@ -417,3 +417,26 @@ func decodeNoValidate(p pprofile.Profiles) [][]string {
 	})
 	return out
 }
+
+func TestBuilderThreadAttributes(t *testing.T) {
+	reports := cpu(process(1, nil,
+		report.Sample{TID: 2, ThreadName: "worker", Frames: coldStack(), Value: 1},
+		report.Sample{TID: 3, Frames: coldStack(), Value: 1}))
+	for _, tt := range []struct {
+		threads ThreadAttributes
+		want    []decodedSample // thread fields only
+	}{
+		{AllThreadAttributes, []decodedSample{{ThreadID: 2, ThreadName: "worker"}, {ThreadID: 3}}},
+		{ThreadAttributes{Name: true}, []decodedSample{{ThreadName: "worker"}, {}}},
+		{ThreadAttributes{ID: true}, []decodedSample{{ThreadID: 2}, {ThreadID: 3}}},
+		{ThreadAttributes{}, []decodedSample{{}, {}}},
+	} {
+		p, err := Builder{Threads: tt.threads}.Build(reports)
+		require.NoError(t, err)
+		var got []decodedSample
+		for _, s := range decode(t, p)[0].Profiles[0].Samples {
+			got = append(got, decodedSample{ThreadID: s.ThreadID, ThreadName: s.ThreadName})
+		}
+		assert.Equal(t, tt.want, got, "%+v", tt.threads)
+	}
+}

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 )
 
@@ -24,6 +26,9 @@ type Config struct {
 	Pprof          PprofConfig    `mapstructure:"pprof"`
 	Kubernetes     K8sConfig      `mapstructure:"kubernetes"`
 	PerfMaps       PerfMapsConfig `mapstructure:"perf_maps"`
+	// ThreadAttributes are the attributes of its thread each sample of an
+	// OTLP profile carries: thread.id, thread.name, both or none.
+	ThreadAttributes []string `mapstructure:"thread_attributes"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -113,11 +118,26 @@ var _ component.Config = (*Config)(nil)
 
 func createDefaultConfig() component.Config {
 	return &Config{
-		ReportInterval: 10 * time.Second,
-		CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 19},
-		OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
-		Kubernetes:     K8sConfig{HostRoot: "/"},
-		PerfMaps:       PerfMapsConfig{MaxSizeMiB: 8},
+		ReportInterval:   10 * time.Second,
+		CPU:              CPUConfig{Enabled: true, SamplesPerSecond: 19},
+		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
+		Kubernetes:       K8sConfig{HostRoot: "/"},
+		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
+		ThreadAttributes: []string{attrThreadID, attrThreadName},
+	}
+}
+
+// Thread attributes thread_attributes may name.
+const (
+	attrThreadID   = "thread.id"
+	attrThreadName = "thread.name"
+)
+
+// threadAttributes turns thread_attributes into what pdata takes.
+func (c *Config) threadAttributes() pdata.ThreadAttributes {
+	return pdata.ThreadAttributes{
+		ID:   slices.Contains(c.ThreadAttributes, attrThreadID),
+		Name: slices.Contains(c.ThreadAttributes, attrThreadName),
 	}
 }
 
@@ -172,6 +192,13 @@ func (c *Config) Validate() error {
 	}
 	if c.PerfMaps.MaxSizeMiB < 1 || c.PerfMaps.MaxSizeMiB > maxPerfMapSizeMiB {
 		errs = append(errs, fmt.Errorf("perf_maps::max_size_mib: must be 1..%d, got %d", maxPerfMapSizeMiB, c.PerfMaps.MaxSizeMiB))
+	}
+	for i, a := range c.ThreadAttributes {
+		if a != attrThreadID && a != attrThreadName {
+			errs = append(errs, fmt.Errorf("thread_attributes[%d]: want %s or %s, got %q", i, attrThreadID, attrThreadName, a))
+		} else if slices.Index(c.ThreadAttributes, a) != i {
+			errs = append(errs, fmt.Errorf("thread_attributes[%d]: %s is listed twice", i, a))
+		}
 	}
 	if !filepath.IsAbs(c.Kubernetes.HostRoot) {
 		errs = append(errs, fmt.Errorf("kubernetes::host_root: must be an absolute path, got %q", c.Kubernetes.HostRoot))

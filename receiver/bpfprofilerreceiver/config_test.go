@@ -31,13 +31,14 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "custom"),
 			expected: &Config{
-				ReportInterval: 5 * time.Second,
-				Targets:        TargetsConfig{PIDs: []uint32{1}, Executables: []string{"/usr/bin/.*"}},
-				CPU:            CPUConfig{Enabled: true, SamplesPerSecond: 99},
-				Pprof:          PprofConfig{Directory: "/tmp/profiles"},
-				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
-				Kubernetes:     K8sConfig{HostRoot: "/host"},
-				PerfMaps:       PerfMapsConfig{MaxSizeMiB: 32},
+				ReportInterval:   5 * time.Second,
+				Targets:          TargetsConfig{PIDs: []uint32{1}, Executables: []string{"/usr/bin/.*"}},
+				CPU:              CPUConfig{Enabled: true, SamplesPerSecond: 99},
+				Pprof:            PprofConfig{Directory: "/tmp/profiles"},
+				OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
+				Kubernetes:       K8sConfig{HostRoot: "/host"},
+				ThreadAttributes: []string{"thread.id", "thread.name"},
+				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 32},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
@@ -49,11 +50,12 @@ func TestLoadConfig(t *testing.T) {
 		{
 			id: component.NewIDWithName(metadata.Type, "off_cpu_only"),
 			expected: &Config{
-				ReportInterval: 10 * time.Second,
-				CPU:            CPUConfig{Enabled: false, SamplesPerSecond: 19},
-				OffCPU:         OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond, Mechanism: "switch_out"},
-				Kubernetes:     K8sConfig{HostRoot: "/"},
-				PerfMaps:       PerfMapsConfig{MaxSizeMiB: 8},
+				ReportInterval:   10 * time.Second,
+				CPU:              CPUConfig{Enabled: false, SamplesPerSecond: 19},
+				OffCPU:           OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond, Mechanism: "switch_out"},
+				Kubernetes:       K8sConfig{HostRoot: "/"},
+				ThreadAttributes: []string{"thread.id", "thread.name"},
+				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 			},
 		},
 		{
@@ -72,11 +74,21 @@ func TestLoadConfig(t *testing.T) {
 					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle", MaxPerSecond: ptr(uint64(100))},
 					{ID: "app.unlimited", FileMatch: "/myapp$", Symbol: "main.loop", MaxPerSecond: ptr(uint64(0))},
 				},
-				Kubernetes: K8sConfig{HostRoot: "/"},
-				PerfMaps:   PerfMapsConfig{MaxSizeMiB: 8},
+				Kubernetes:       K8sConfig{HostRoot: "/"},
+				ThreadAttributes: []string{"thread.id", "thread.name"},
+				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},
+		{
+			id: component.NewIDWithName(metadata.Type, "thread_name_only"),
+			expected: func() *Config {
+				c := createDefaultConfig().(*Config)
+				c.ThreadAttributes = []string{"thread.name"}
+				return c
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "bad_thread_attribute"), errorMessage: `thread_attributes[1]: want thread.id or thread.name, got "thread.cpu"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_mechanism"), errorMessage: `off_cpu::mechanism: want auto, task_work or switch_out, got "kprobe"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_container_id"), errorMessage: `targets::container_ids[0]: want 12 to 64 lowercase hex digits, got "abc"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_pod_uid"), errorMessage: `targets::k8s_pod_uids[0]: want a pod uid`},

@@ -349,7 +349,10 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 	if next == nil {
 		return
 	}
-	pd, err := pdata.BuildProfiles(pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version}, profiles...)
+	pd, err := pdata.Builder{
+		Scope:   pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version},
+		Threads: r.cfg.threadAttributes(),
+	}.Build(profiles...)
 	if err != nil {
 		r.settings.Logger.Warn("build profiles", zap.Error(err))
 		r.reportFailed(ctx, signalProfiles)
