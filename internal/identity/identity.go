@@ -214,10 +214,16 @@ func (r *Resolver) read(pid uint32) report.Identity {
 		id.ExePath = exe
 		id.ExeName = filepath.Base(exe)
 	}
-	if id.ExeName == "" || strings.HasPrefix(id.ExeName, "memfd:") {
-		// No executable, or one run from an anonymous file whose name
-		// changes with every run (memfd:sealed-91173221a7ea): the comm
-		// names it.
+	if strings.HasPrefix(id.ExeName, "memfd:") {
+		// Run from an anonymous file, whose name changes with every run
+		// (memfd:sealed-91173221a7ea, and so does the comm the kernel
+		// derives from it): the name it was started as names it.
+		id.ExeName = ""
+		if argv0, err := r.proc.Argv0(pid); err == nil {
+			id.ExeName = filepath.Base(argv0)
+		}
+	}
+	if id.ExeName == "" || id.ExeName == "." {
 		if comm, err := r.proc.Comm(pid); err == nil && comm != "" {
 			id.ExeName = comm
 		}

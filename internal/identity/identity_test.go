@@ -23,6 +23,7 @@ const (
 type fakeProcess struct {
 	exe     string // symlink target; "" for kernel threads
 	comm    string
+	cmdline string // NUL-separated arguments
 	cgroup  string
 	start   uint64
 	kthread bool
@@ -42,6 +43,7 @@ func writeProc(t *testing.T, root string, pid uint32, p fakeProcess) {
 	}
 	write("stat", fmt.Sprintf("%d (%s) S 2 0 0 0 -1 %d 1 2 3 4 5 6 7 8 20 0 1 0 %d 1000 100", pid, p.comm, flags, p.start))
 	write("comm", p.comm+"\n")
+	write("cmdline", p.cmdline)
 	write("cgroup", p.cgroup)
 	if p.exe != "" {
 		_ = os.Remove(filepath.Join(dir, "exe"))
@@ -74,7 +76,7 @@ func fakeNode(t *testing.T) (procfs.FS, string) {
 		103: {exe: "/usr/sbin/nginx", comm: "nginx", cgroup: "0::/system.slice/nginx.service\n"},
 		104: {exe: "/usr/bin/bash", comm: "bash", cgroup: "0::/user.slice/user-1000.slice/session-3.scope\n"},
 		105: {comm: "kworker/0:1-events", cgroup: "0::/\n", kthread: true},
-		107: {exe: "/memfd:sealed-91173221a7ea (deleted)", comm: "sandboxd", cgroup: "0::/\n"},
+		107: {exe: "/memfd:sealed-91173221a7ea (deleted)", comm: "memfd:sealed-91", cmdline: "tools/sandboxd\x00--uid\x000\x00", cgroup: "0::/\n"},
 		106: {exe: "/usr/local/bin/redis-server", comm: "redis-server", cgroup: "0::/system.slice/docker-" + idBare + ".scope\n"},
 		200: {exe: "/bin/agent", comm: "agent", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + siblingCID + ".scope\n"},
 		201: {exe: "/bin/sh", comm: "sh", cgroup: podSlice(collectorPodUID) + "cri-containerd-" + collectorCID + ".scope\n"},
@@ -129,7 +131,7 @@ func TestResolverEndToEnd(t *testing.T) {
 			AttrExecutablePath: "/usr/bin/bash", AttrExecutableName: "bash", AttrServiceName: "bash",
 		}},
 		{105, map[string]any{AttrServiceName: report.KernelServiceName}}, // its name stays in thread.name
-		{107, map[string]any{ // run from a memfd: named by its comm
+		{107, map[string]any{ // run from a memfd: named as it was started
 			AttrExecutablePath: "/memfd:sealed-91173221a7ea", AttrExecutableName: "sandboxd", AttrServiceName: "sandboxd",
 		}},
 		{106, map[string]any{

@@ -6,6 +6,7 @@ package procfs
 
 import (
 	"bytes"
+	"io"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -116,6 +117,29 @@ func (fs FS) StartTime(pid uint32) (uint64, error) {
 		return 0, fmt.Errorf("read %s: %w", name, err)
 	}
 	return t, nil
+}
+
+// maxArgv0 bounds what Argv0 reads: the command line is the process's to
+// write.
+const maxArgv0 = 4096
+
+// Argv0 returns the first argument of pid's command line (the program name
+// it was started as), read up to maxArgv0 bytes.
+func (fs FS) Argv0(pid uint32) (string, error) {
+	name := fs.Path(pid, "cmdline")
+	f, err := os.Open(name)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxArgv0))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b), nil
 }
 
 // pfKThread is PF_KTHREAD (include/linux/sched.h) in the stat flags.
