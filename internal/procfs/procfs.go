@@ -6,8 +6,8 @@ package procfs
 
 import (
 	"bytes"
-	"io"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
