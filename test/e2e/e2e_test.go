@@ -71,32 +71,53 @@ func startCollector(t *testing.T, bin, config string) *syncBuffer {
 // stops it at cleanup.
 func runCollector(t *testing.T, cmd *exec.Cmd) *syncBuffer {
 	t.Helper()
+	out, _ := runStoppableCollector(t, cmd)
+	return out
+}
+
+// startStoppableCollector runs the collector on config; stop ends it before
+// cleanup does (see runStoppableCollector).
+func startStoppableCollector(t *testing.T, bin, config string) (out *syncBuffer, stop func() error) {
+	t.Helper()
+	cfgPath := filepath.Join(t.TempDir(), "collector.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte(config), 0o600))
+	return runStoppableCollector(t, exec.Command(bin, "--config", cfgPath, "--feature-gates=service.profilesSupport"))
+}
+
+// runStoppableCollector starts cmd and returns stop, which sends SIGTERM
+// and waits for it to exit; it kills it after 20 s and then returns an
+// error. Cleanup calls stop too; a second call returns the first's result.
+func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() error) {
+	t.Helper()
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+	var (
+		once    sync.Once
+		stopErr error
+	)
+	stop := func() error {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				stopErr = fmt.Errorf("the collector did not exit within 20 s of SIGTERM")
+			}
+		})
+		return stopErr
 	}
 	t.Cleanup(func() {
-		stop()
+		_ = stop()
 		if t.Failed() {
 			t.Logf("collector output:\n%s", out.String())
 		}
 	})
-	return out
+	return out, stop
 }
 
 func TestCollectorEndToEnd(t *testing.T) {
