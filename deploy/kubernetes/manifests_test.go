@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -170,6 +171,7 @@ func TestConfigMap(t *testing.T) {
 		} `yaml:"receivers"`
 		Exporters map[string]struct {
 			Endpoint string `yaml:"endpoint"`
+			Timeout  string `yaml:"timeout"`
 		} `yaml:"exporters"`
 		Service struct {
 			Pipelines map[string]struct {
@@ -186,7 +188,13 @@ func TestConfigMap(t *testing.T) {
 	assert.Equal(t, []string{"bpfprofiler"}, cfg.Service.Pipelines["profiles"].Receivers)
 	for name, p := range cfg.Service.Pipelines {
 		for _, e := range p.Exporters {
-			assert.Contains(t, cfg.Exporters, e, "pipeline %s", name)
+			require.Contains(t, cfg.Exporters, e, "pipeline %s", name)
+			// A backend slower than the default 5 s would get each request
+			// again (test/e2e TestSlowBackendNoDuplicates).
+			timeout, err := time.ParseDuration(cfg.Exporters[e].Timeout)
+			if assert.NoError(t, err, "exporters::%s::timeout", e) {
+				assert.GreaterOrEqual(t, timeout, 30*time.Second, "exporters::%s::timeout", e)
+			}
 		}
 	}
 }

@@ -49,3 +49,16 @@ func pprofTotals(t *testing.T, dir, kind string) map[string]int64 {
 	}
 	return totals
 }
+
+// pprofSampleTotal sums the first value of every sample in the kind's files
+// in dir.
+func pprofSampleTotal(t *testing.T, dir, kind string) int64 {
+	t.Helper()
+	var total int64
+	for _, p := range readPprof(t, dir, kind) {
+		for _, s := range p.Sample {
+			total += s.Value[0]
+		}
+	}
+	return total
+}
