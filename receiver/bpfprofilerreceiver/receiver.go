@@ -32,6 +32,9 @@ import (
 type stackSource interface {
 	Drain() ([]assemble.Stack, sourceStats, error)
 	Close() error
+	// Mechanism names how the kernel records the samples (the mechanism
+	// attribute of samples_recorded).
+	Mechanism() string
 }
 
 // processAnnouncer is a stackSource that also announces, soon after their
@@ -172,9 +175,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 			r.closeAll()
 			return fmt.Errorf("start %s profiling: %w", k.key, explainSourceError(err))
 		}
-		if m, ok := src.(interface{ Mechanism() string }); ok {
-			logger.Info(k.key+" profiling started", zap.String("mechanism", m.Mechanism()))
-		}
+		logger.Info(k.key+" profiling started", zap.String("mechanism", src.Mechanism()))
 		r.sources[k.kind] = src
 	}
 	logger.Info("bpfprofiler started",
@@ -302,7 +303,7 @@ func (r *profilerReceiver) report(ctx context.Context) {
 			continue
 		}
 		stacks, st, err := src.Drain()
-		r.recordSourceStats(ctx, kind, st)
+		r.recordSourceStats(ctx, kind, src.Mechanism(), st)
 		if err != nil {
 			r.settings.Logger.Warn("drain failed", zap.String("kind", string(kind)), zap.Error(err))
 			r.reportFailed(ctx, signalProfiles)

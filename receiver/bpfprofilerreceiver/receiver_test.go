@@ -49,6 +49,8 @@ func (f *fakeSource) Drain() ([]assemble.Stack, sourceStats, error) {
 	return f.stacks, st, nil
 }
 
+func (f *fakeSource) Mechanism() string { return mechPerfEvent }
+
 func (f *fakeSource) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -129,7 +131,8 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	drains := int64(src.drains)
 	cpu := attribute.String("kind", "cpu")
 	metadatatest.AssertEqualBpfprofilerSamplesRecorded(t, tel,
-		[]metricdata.DataPoint[int64]{{Value: 10 * drains, Attributes: attribute.NewSet(cpu)}}, metricdatatest.IgnoreTimestamp())
+		[]metricdata.DataPoint[int64]{{Value: 10 * drains, Attributes: attribute.NewSet(cpu, attribute.String("mechanism", "perf_event"))}},
+		metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerSamplesLost(t, tel,
 		[]metricdata.DataPoint[int64]{{Value: drains, Attributes: attribute.NewSet(cpu, attribute.String("reason", "map_full"))}},
 		metricdatatest.IgnoreTimestamp())

@@ -76,7 +76,7 @@ type cpuSource struct {
 
 func (c cpuSource) NewProcesses() <-chan stackdrain.ProcessEvent { return c.s.NewProcesses() }
 
-func (c cpuSource) Mechanism() string { return "perf_event" }
+func (c cpuSource) Mechanism() string { return mechPerfEvent }
 
 // offCPUSource announces processes too, and says which mechanism runs.
 type offCPUSource struct {

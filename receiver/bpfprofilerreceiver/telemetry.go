@@ -18,6 +18,7 @@ const (
 	attrStack  = "stack"
 	attrReason = "reason"
 	attrProbe  = "probe.id"
+	attrMech   = "mechanism"
 
 	kindCPU    = "cpu"
 	kindOffCPU = "off_cpu"
@@ -28,6 +29,11 @@ const (
 
 	stackUser   = "user"
 	stackKernel = "kernel"
+
+	// mechanism: how the kernel records samples (see offcpu.Mechanism)
+	mechPerfEvent = "perf_event"
+	mechTaskWork  = "task_work"
+	mechSwitchOut = "switch_out"
 
 	// samples_lost reason
 	lostMapFull = "map_full"
@@ -48,6 +54,7 @@ func emittedAttributeValues() map[string][]string {
 	}
 	return map[string][]string{
 		"kind":               {kindCPU, kindOffCPU},
+		"mechanism":          {mechPerfEvent, mechTaskWork, mechSwitchOut},
 		"signal":             {signalProfiles, signalLogs, signalPprof},
 		"stack":              {stackUser, stackKernel},
 		"sample_loss_reason": {lostMapFull},
@@ -64,11 +71,12 @@ func kindValue(k report.Kind) string {
 	return kindCPU
 }
 
-// recordSourceStats adds one drain window of one kind to the counters.
-func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Kind, st sourceStats) {
+// recordSourceStats adds one drain window of one kind, recorded by
+// mechanism, to the counters.
+func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Kind, mechanism string, st sourceStats) {
 	tel := r.telemetry
 	k := attribute.String(attrKind, kindValue(kind))
-	tel.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded), metric.WithAttributes(k))
+	tel.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded), metric.WithAttributes(k, attribute.String(attrMech, mechanism)))
 	if st.LostMapFull > 0 {
 		tel.BpfprofilerSamplesLost.Add(ctx, int64(st.LostMapFull),
 			metric.WithAttributes(k, attribute.String(attrReason, lostMapFull)))

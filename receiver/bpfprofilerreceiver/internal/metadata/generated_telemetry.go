@@ -110,7 +110,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerSamplesRecorded, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_samples_recorded",
-		metric.WithDescription("Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]"),
+		metric.WithDescription("Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind and the mechanism that recorded them; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

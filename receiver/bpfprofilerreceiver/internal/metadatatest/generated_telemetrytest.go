@@ -136,7 +136,7 @@ func AssertEqualBpfprofilerSamplesLost(t *testing.T, tt *componenttest.Telemetry
 func AssertEqualBpfprofilerSamplesRecorded(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_samples_recorded",
-		Description: "Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]",
+		Description: "Samples (cpu) or waits (off_cpu) recorded by the kernel programs and drained into reports, by kind and the mechanism that recorded them; includes those kept without a stack (bpfprofiler_stacks_lost). [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
