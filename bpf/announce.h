@@ -99,9 +99,7 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(forget_exec, struct task_struct *p)
 {
 	struct sampler_config *cfg;
-	struct sampler_stats *st;
-	struct inflight_seq *in;
-	u32 tgid = p->tgid, zero = 0, gen, pid, tid;
+	u32 tgid = p->tgid, zero = 0, pid, tid;
 	u32 *rec;
 
 	if (bpf_map_delete_elem(&seen_pids, &tgid))
@@ -116,18 +114,7 @@ int BPF_PROG(forget_exec, struct task_struct *p)
 		bpf_ringbuf_submit(rec, 0);
 		return 0;
 	}
-	in = bpf_map_lookup_elem(&inflight, &zero);
-	if (!in)
-		return 0;
-	__sync_fetch_and_add(&in->enter, 1);
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (cfg) {
-		gen = cfg->generation & 1;
-		st = bpf_map_lookup_elem(&stats, &gen);
-		if (st)
-			st->new_pid_drops++;
-	}
-	__sync_fetch_and_add(&in->exit, 1);
+	count_event(STATS_NEW_PID_DROPS);
 	return 0;
 }
 

@@ -71,4 +71,38 @@ struct {
 	__type(value, struct inflight_seq);
 } inflight SEC(".maps");
 
+/* The counters count_event can add to. */
+enum stats_counter {
+	STATS_LOST_MAP_FULL,
+	STATS_NEW_PID_DROPS,
+};
+
+/*
+ * Adds one to counter of the current generation's stats, inside the
+ * inflight protocol like a record (see cpu.bpf.c), for an event that stores
+ * nothing else.
+ */
+static __always_inline void count_event(enum stats_counter counter)
+{
+	struct sampler_config *cfg;
+	struct sampler_stats *st;
+	struct inflight_seq *in;
+	u32 zero = 0, gen;
+
+	in = bpf_map_lookup_elem(&inflight, &zero);
+	if (!in)
+		return;
+	__sync_fetch_and_add(&in->enter, 1);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (cfg) {
+		gen = cfg->generation & 1;
+		st = bpf_map_lookup_elem(&stats, &gen);
+		if (st && counter == STATS_LOST_MAP_FULL)
+			st->lost_map_full++;
+		else if (st)
+			st->new_pid_drops++;
+	}
+	__sync_fetch_and_add(&in->exit, 1);
+}
+
 #endif /* BPFPROFILER_DRAINMAPS_H */

@@ -117,7 +117,7 @@ static __always_inline void switch_out(u64 now, struct task_struct *prev, const 
 		return;
 	start = bpf_task_storage_get(&starts, prev, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!start) {
-		count_lost_start();
+		count_event(STATS_LOST_MAP_FULL);
 		return;
 	}
 	start->pid = pid;

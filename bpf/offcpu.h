@@ -62,32 +62,6 @@ static __always_inline int traced_ids(const struct sampler_config *cfg, struct t
 	return 0;
 }
 
-/*
- * A sleep that cannot be measured: its start could not be stored. Counted
- * as lost_map_full of the current generation, inside the inflight protocol
- * like a record.
- */
-static __always_inline void count_lost_start(void)
-{
-	struct sampler_config *cfg;
-	struct sampler_stats *st;
-	struct inflight_seq *in;
-	u32 zero = 0, gen;
-
-	in = bpf_map_lookup_elem(&inflight, &zero);
-	if (!in)
-		return;
-	__sync_fetch_and_add(&in->enter, 1);
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	if (cfg) {
-		gen = cfg->generation & 1;
-		st = bpf_map_lookup_elem(&stats, &gen);
-		if (st)
-			st->lost_map_full++;
-	}
-	__sync_fetch_and_add(&in->exit, 1);
-}
-
 static __always_inline void remember_comm(struct task_struct *task, u32 tid)
 {
 	struct thread_comm cur = {};

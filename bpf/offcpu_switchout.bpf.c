@@ -117,7 +117,7 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 	s = bpf_map_lookup_elem(&sleeps, &host_tid);
 	if (!s) {
 		if (bpf_map_update_elem(&sleeps, &host_tid, &fresh, BPF_ANY)) {
-			count_lost_start(); /* sleeps is full */
+			count_event(STATS_LOST_MAP_FULL); /* sleeps is full */
 			return;
 		}
 		s = bpf_map_lookup_elem(&sleeps, &host_tid);

@@ -5,7 +5,6 @@ package offcpu
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 
@@ -24,6 +23,7 @@ type Tracer struct {
 	mu        sync.Mutex
 	mechanism Mechanism
 	objs      kernelObjects
+	pending   *ebpf.Map // task_work only: waits whose user stack is not taken yet
 	bufs      *stackdrain.Buffers
 	news      *stackdrain.Announcer
 	links     []link.Link
@@ -31,16 +31,54 @@ type Tracer struct {
 }
 
 // kernelObjects are the maps and programs the two off-CPU programs have in
-// common (bpf/offcpu.h), whichever was loaded.
+// common (bpf/offcpu.h), whichever was loaded, by name.
 type kernelObjects struct {
-	drain         stackdrain.Maps
-	excludedPIDs  *ebpf.Map
-	newPIDs       *ebpf.Map
-	sched, free   *ebpf.Program // tp_btf sched_switch, sched_process_free
-	forgetProcess *ebpf.Program
-	forgetExec    *ebpf.Program
-	pending       *ebpf.Map // task_work only: waits whose user stack is not taken yet
-	closer        io.Closer
+	Config        *ebpf.Map     `ebpf:"config"`
+	TargetPIDs    *ebpf.Map     `ebpf:"target_pids"`
+	Inflight      *ebpf.Map     `ebpf:"inflight"`
+	Stats         *ebpf.Map     `ebpf:"stats"`
+	Comms         *ebpf.Map     `ebpf:"comms"`
+	Counts0       *ebpf.Map     `ebpf:"counts_0"`
+	Counts1       *ebpf.Map     `ebpf:"counts_1"`
+	Stacks0       *ebpf.Map     `ebpf:"stacks_0"`
+	Stacks1       *ebpf.Map     `ebpf:"stacks_1"`
+	ExcludedPIDs  *ebpf.Map     `ebpf:"excluded_pids"`
+	NewPIDs       *ebpf.Map     `ebpf:"new_pids"`
+	Sched         *ebpf.Program `ebpf:"offcpu_switch"`  // tp_btf sched_switch
+	Free          *ebpf.Program `ebpf:"offcpu_free"`    // tp_btf sched_process_free
+	ForgetProcess *ebpf.Program `ebpf:"forget_process"` // tp_btf sched_process_exit
+	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`    // tp_btf sched_process_exec
+}
+
+// taskWorkObjects are the task_work program's objects.
+type taskWorkObjects struct {
+	kernelObjects
+	Pending *ebpf.Map `ebpf:"pending"`
+}
+
+// drainMaps are the maps stackdrain reads.
+func (o *kernelObjects) drainMaps() stackdrain.Maps {
+	return stackdrain.Maps{
+		Config: o.Config, TargetPIDs: o.TargetPIDs, Inflight: o.Inflight, Stats: o.Stats, Comms: o.Comms,
+		Counts: [2]*ebpf.Map{o.Counts0, o.Counts1}, Stacks: [2]*ebpf.Map{o.Stacks0, o.Stacks1},
+	}
+}
+
+// Close closes every object.
+func (o *kernelObjects) Close() error {
+	var errs []error
+	for _, m := range []*ebpf.Map{o.Config, o.TargetPIDs, o.Inflight, o.Stats, o.Comms, o.Counts0, o.Counts1,
+		o.Stacks0, o.Stacks1, o.ExcludedPIDs, o.NewPIDs} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
+	}
+	for _, p := range []*ebpf.Program{o.Sched, o.Free, o.ForgetProcess, o.ForgetExec} {
+		if p != nil {
+			errs = append(errs, p.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Open loads the program of the chosen mechanism, configures it and
@@ -64,27 +102,27 @@ func Open(opts Options) (*Tracer, error) {
 	_ = memlock.Raise()
 
 	t := &Tracer{mechanism: mech}
-	if t.objs, err = load(mech, opts); err != nil {
+	if t.objs, t.pending, err = load(mech, opts); err != nil {
 		return nil, err
 	}
 	one := uint8(1)
 	for _, pid := range opts.ExcludePIDs {
-		if err := t.objs.excludedPIDs.Put(pid, one); err != nil {
-			_ = t.objs.closer.Close()
+		if err := t.objs.ExcludedPIDs.Put(pid, one); err != nil {
+			_ = t.closeObjects()
 			return nil, fmt.Errorf("exclude pid %d: %w", pid, err)
 		}
 	}
-	t.bufs, err = stackdrain.New(t.objs.drain, opts.PIDNamespace, opts.TargetPIDs)
+	t.bufs, err = stackdrain.New(t.objs.drainMaps(), opts.PIDNamespace, opts.TargetPIDs)
 	if err != nil {
-		_ = t.objs.closer.Close()
+		_ = t.closeObjects()
 		return nil, err
 	}
-	if t.news, err = stackdrain.StartAnnouncer(t.objs.newPIDs, t.objs.forgetProcess, t.objs.forgetExec); err != nil {
-		_ = t.objs.closer.Close()
+	if t.news, err = stackdrain.StartAnnouncer(t.objs.NewPIDs, t.objs.ForgetProcess, t.objs.ForgetExec); err != nil {
+		_ = t.closeObjects()
 		return nil, err
 	}
 	// The free hook goes first, so no wait of an exited thread is left behind.
-	for _, p := range []*ebpf.Program{t.objs.free, t.objs.sched} {
+	for _, p := range []*ebpf.Program{t.objs.Free, t.objs.Sched} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			_ = t.Close()
@@ -95,59 +133,36 @@ func Open(opts Options) (*Tracer, error) {
 	return t, nil
 }
 
-// load loads the program of mech with min_block set.
-func load(mech Mechanism, opts Options) (kernelObjects, error) {
-	var (
-		spec *ebpf.CollectionSpec
-		err  error
-	)
+// load loads the program of mech with min_block set; pending is the
+// task_work program's map of waits whose user stack is not taken yet.
+func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, err error) {
+	var spec *ebpf.CollectionSpec
 	if mech == MechanismTaskWork {
 		spec, err = bpf.LoadOffcpu()
 	} else {
 		spec, err = bpf.LoadOffcpuSwitchout()
 	}
 	if err != nil {
-		return kernelObjects{}, fmt.Errorf("load off-CPU BPF spec: %w", err)
+		return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF spec: %w", err)
 	}
 	if err := spec.Variables["min_block_ns"].Set(uint64(opts.MinBlock.Nanoseconds())); err != nil {
-		return kernelObjects{}, fmt.Errorf("set off_cpu::min_block: %w", err)
+		return kernelObjects{}, nil, fmt.Errorf("set off_cpu::min_block: %w", err)
 	}
-	var o kernelObjects
 	if mech == MechanismTaskWork {
-		var objs bpf.OffcpuObjects
-		err = spec.LoadAndAssign(&objs, nil)
-		m := objs.OffcpuMaps
-		o = kernelObjects{
-			drain: stackdrain.Maps{
-				Config: m.Config, TargetPIDs: m.TargetPids, Inflight: m.Inflight, Stats: m.Stats, Comms: m.Comms,
-				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
-			},
-			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
-			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess, forgetExec: objs.ForgetExec,
-			pending: m.Pending, closer: &objs,
-		}
+		var tw taskWorkObjects
+		err = spec.LoadAndAssign(&tw, nil)
+		o, pending = tw.kernelObjects, tw.Pending
 	} else {
-		var objs bpf.OffcpuSwitchoutObjects
-		err = spec.LoadAndAssign(&objs, nil)
-		m := objs.OffcpuSwitchoutMaps
-		o = kernelObjects{
-			drain: stackdrain.Maps{
-				Config: m.Config, TargetPIDs: m.TargetPids, Inflight: m.Inflight, Stats: m.Stats, Comms: m.Comms,
-				Counts: [2]*ebpf.Map{m.Counts0, m.Counts1}, Stacks: [2]*ebpf.Map{m.Stacks0, m.Stacks1},
-			},
-			excludedPIDs: m.ExcludedPids, newPIDs: m.NewPids,
-			sched: objs.OffcpuSwitch, free: objs.OffcpuFree, forgetProcess: objs.ForgetProcess, forgetExec: objs.ForgetExec,
-			closer: &objs,
-		}
+		err = spec.LoadAndAssign(&o, nil)
 	}
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return kernelObjects{}, fmt.Errorf("load off-CPU BPF program (%s): %+v", mech, verr)
+			return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF program (%s): %+v", mech, verr)
 		}
-		return kernelObjects{}, fmt.Errorf("load off-CPU BPF program (%s): %w", mech, memlock.Explain(err))
+		return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF program (%s): %w", mech, memlock.Explain(err))
 	}
-	return o, nil
+	return o, pending, nil
 }
 
 // missingTaskWorkFeatures returns what the running kernel lacks of
@@ -191,6 +206,15 @@ func schedSwitchArgs(spec *btf.Spec) int {
 		return -1
 	}
 	return len(proto.Params) - 1
+}
+
+// closeObjects closes the loaded maps and programs.
+func (t *Tracer) closeObjects() error {
+	err := t.objs.Close()
+	if t.pending != nil {
+		err = errors.Join(err, t.pending.Close())
+	}
+	return err
 }
 
 // Mechanism returns the mechanism in use.
@@ -245,7 +269,7 @@ func (t *Tracer) Close() error {
 	if t.news != nil {
 		errs = append(errs, t.news.Close())
 	}
-	errs = append(errs, t.objs.closer.Close())
+	errs = append(errs, t.closeObjects())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close off-CPU tracer: %w", err)
 	}

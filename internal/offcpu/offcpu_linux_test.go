@@ -166,10 +166,10 @@ func pendingWaits(t *testing.T, tr *Tracer) int {
 		p   bpf.OffcpuOffcpuPending
 		n   int
 	)
-	if tr.objs.pending == nil {
+	if tr.pending == nil {
 		return 0
 	}
-	it := tr.objs.pending.Iterate()
+	it := tr.pending.Iterate()
 	for it.Next(&tid, &p) {
 		if p.BlockedNs != 0 {
 			n++
