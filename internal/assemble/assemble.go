@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -110,11 +111,11 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 
 // nameUnread names a process whose identity could not be read (it exited
 // before it was): by what the kernel recorded with its samples, a kernel
-// thread (no user stack taken) under report.KernelServiceName, else by the
+// thread (no user stack taken) under attrkey.KernelServiceName, else by the
 // thread name of its main thread (or of any thread), so that it has a
 // service.name a backend can show.
 func nameUnread(id report.Identity, stacks []Stack) report.Identity {
-	if _, ok := id.Attributes[attrServiceName]; ok {
+	if _, ok := id.Attributes[attrkey.ServiceName]; ok {
 		return id
 	}
 	kernel, comm := true, ""
@@ -128,7 +129,7 @@ func nameUnread(id report.Identity, stacks []Stack) report.Identity {
 	}
 	name := comm
 	if kernel {
-		name = report.KernelServiceName
+		name = attrkey.KernelServiceName
 	}
 	if name == "" {
 		return id
@@ -137,12 +138,9 @@ func nameUnread(id report.Identity, stacks []Stack) report.Identity {
 	if id.Attributes == nil {
 		id.Attributes = map[string]any{}
 	}
-	id.Attributes[attrServiceName] = name
+	id.Attributes[attrkey.ServiceName] = name
 	return id
 }
-
-// attrServiceName is the semantic-convention key of a service's name.
-const attrServiceName = "service.name"
 
 // frames returns the kernel frames (leaf first) followed by the user frames;
 // a lost stack is one marker frame.

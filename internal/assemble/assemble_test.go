@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -189,7 +190,7 @@ func TestAssembleNamesUnreadProcesses(t *testing.T) {
 		}, "make"},
 		{"any thread's comm", []Stack{{PID: 7, TID: 9, Comm: "cc1", User: []uint64{1}, Value: 1}}, "cc1"},
 		{"kernel thread: no user stack taken", []Stack{{PID: 7, TID: 7, Comm: "kworker/0:1-events", Kernel: []uint64{1}, Value: 1}},
-			report.KernelServiceName},
+			attrkey.KernelServiceName},
 		{"user stack lost is not a kernel thread", []Stack{
 			{PID: 7, TID: 7, Comm: "app", Kernel: []uint64{1}, UserLoss: report.StackMapFull, Value: 1},
 		}, "app"},
@@ -200,7 +201,7 @@ func TestAssembleNamesUnreadProcesses(t *testing.T) {
 			a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{}}
 			prof, _ := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 0, tt.stacks)
 			require.Len(t, prof.Processes, 1)
-			assert.Equal(t, tt.want, prof.Processes[0].Identity.Attributes[attrServiceName])
+			assert.Equal(t, tt.want, prof.Processes[0].Identity.Attributes[attrkey.ServiceName])
 		})
 	}
 }

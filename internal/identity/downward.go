@@ -1,6 +1,10 @@
 package identity
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
+)
 
 // Downward is what the Kubernetes downward API told the collector about its
 // own pod through its environment. It describes the collector's pod only and
@@ -55,10 +59,10 @@ func (s self) apply(attrs map[string]any, podUID, containerID string) {
 	if s.podUID == "" || podUID != s.podUID {
 		return
 	}
-	setIfMissing(attrs, AttrK8sPodName, s.names.PodName)
-	setIfMissing(attrs, AttrK8sNamespaceName, s.names.Namespace)
+	setIfMissing(attrs, attrkey.K8sPodName, s.names.PodName)
+	setIfMissing(attrs, attrkey.K8sNamespaceName, s.names.Namespace)
 	if s.containerID != "" && containerID == s.containerID {
-		setIfMissing(attrs, AttrK8sContainerName, s.names.ContainerName)
+		setIfMissing(attrs, attrkey.K8sContainerName, s.names.ContainerName)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -51,12 +53,12 @@ func TestSelfApply(t *testing.T) {
 		{
 			name:  "own container",
 			attrs: map[string]any{}, podUID: podUID1, cid: idCtrd,
-			want: map[string]any{AttrK8sPodName: "otel-x", AttrK8sNamespaceName: "obs", AttrK8sContainerName: "otelcol"},
+			want: map[string]any{attrkey.K8sPodName: "otel-x", attrkey.K8sNamespaceName: "obs", attrkey.K8sContainerName: "otelcol"},
 		},
 		{
 			name:  "sibling container of the same pod: no container name",
 			attrs: map[string]any{}, podUID: podUID1, cid: idCRIO,
-			want: map[string]any{AttrK8sPodName: "otel-x", AttrK8sNamespaceName: "obs"},
+			want: map[string]any{attrkey.K8sPodName: "otel-x", attrkey.K8sNamespaceName: "obs"},
 		},
 		{
 			name:  "other pod",
@@ -70,8 +72,8 @@ func TestSelfApply(t *testing.T) {
 		},
 		{
 			name:  "runtime names are kept",
-			attrs: map[string]any{AttrK8sPodName: "from-runtime"}, podUID: podUID1, cid: idCtrd,
-			want: map[string]any{AttrK8sPodName: "from-runtime", AttrK8sNamespaceName: "obs", AttrK8sContainerName: "otelcol"},
+			attrs: map[string]any{attrkey.K8sPodName: "from-runtime"}, podUID: podUID1, cid: idCtrd,
+			want: map[string]any{attrkey.K8sPodName: "from-runtime", attrkey.K8sNamespaceName: "obs", attrkey.K8sContainerName: "otelcol"},
 		},
 	}
 	for _, tt := range tests {

@@ -19,26 +19,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
-)
-
-// Resource attribute keys of the data contract.
-const (
-	AttrProcessPID     = "process.pid"
-	AttrExecutableName = "process.executable.name"
-	AttrExecutablePath = "process.executable.path"
-	AttrHostName       = "host.name"
-	AttrServiceName    = "service.name"
-
-	// KernelServiceName is the service.name of every kernel thread.
-	KernelServiceName    = "kernel"
-	AttrContainerID      = "container.id"
-	AttrContainerRuntime = "container.runtime.name"
-	AttrK8sPodUID        = "k8s.pod.uid"
-	AttrK8sPodName       = "k8s.pod.name"
-	AttrK8sNamespaceName = "k8s.namespace.name"
-	AttrK8sContainerName = "k8s.container.name"
 )
 
 // Options configures a Resolver.
@@ -180,7 +163,7 @@ func (r *Resolver) Prune() []uint32 {
 	r.mu.Lock()
 	live := map[string]bool{}
 	for _, c := range r.cache {
-		if id, ok := c.identity.Attributes[AttrContainerID].(string); ok {
+		if id, ok := c.identity.Attributes[attrkey.ContainerID].(string); ok {
 			live[id] = true
 		}
 	}
@@ -197,8 +180,8 @@ func (r *Resolver) RuntimeFileErrors() uint64 {
 
 func (r *Resolver) minimal(pid uint32) report.Identity {
 	return report.Identity{PID: pid, Attributes: map[string]any{
-		AttrProcessPID: int64(pid),
-		AttrHostName:   r.hostName,
+		attrkey.ProcessPID: int64(pid),
+		attrkey.HostName:   r.hostName,
 	}}
 }
 
@@ -207,7 +190,7 @@ func (r *Resolver) read(pid uint32) report.Identity {
 	if kthread, err := r.proc.KernelThread(pid); err == nil && kthread {
 		// One service for every kernel thread: their names (in thread.name)
 		// change with their work (kworker/0:1-events, -mm_percpu_wq, ...).
-		id.Attributes[AttrServiceName] = report.KernelServiceName
+		id.Attributes[attrkey.ServiceName] = attrkey.KernelServiceName
 		return id
 	}
 	if exe, err := r.proc.Exe(pid); err == nil && exe != "" {
@@ -229,15 +212,15 @@ func (r *Resolver) read(pid uint32) report.Identity {
 		}
 	}
 	if id.ExePath != "" {
-		id.Attributes[AttrExecutablePath] = id.ExePath
+		id.Attributes[attrkey.ProcessExecutablePath] = id.ExePath
 	}
 	if id.ExeName != "" {
-		id.Attributes[AttrExecutableName] = id.ExeName
+		id.Attributes[attrkey.ProcessExecutableName] = id.ExeName
 	}
 	unit := r.addContainer(pid, id.Attributes)
-	id.Attributes[AttrServiceName] = serviceName(id.Attributes, unit, id.ExeName)
-	if id.Attributes[AttrServiceName] == "" {
-		delete(id.Attributes, AttrServiceName)
+	id.Attributes[attrkey.ServiceName] = serviceName(id.Attributes, unit, id.ExeName)
+	if id.Attributes[attrkey.ServiceName] == "" {
+		delete(id.Attributes, attrkey.ServiceName)
 	}
 	return id
 }
@@ -254,21 +237,21 @@ func (r *Resolver) addContainer(pid uint32, attrs map[string]any) string {
 	c := CgroupFromLines(lines)
 	podUID := c.PodUID
 	if c.ContainerID != "" {
-		attrs[AttrContainerID] = c.ContainerID
+		attrs[attrkey.ContainerID] = c.ContainerID
 		names, runtime := r.names.Lookup(c.ContainerID, c.Runtime)
 		if runtime != "" {
-			attrs[AttrContainerRuntime] = runtime
+			attrs[attrkey.ContainerRuntimeName] = runtime
 		}
 		if podUID == "" {
 			// A cgroup namespace can hide the pod segment; the runtime knows.
 			podUID = strings.ToLower(names.PodUID)
 		}
-		setIfMissing(attrs, AttrK8sPodName, names.PodName)
-		setIfMissing(attrs, AttrK8sNamespaceName, names.Namespace)
-		setIfMissing(attrs, AttrK8sContainerName, names.ContainerName)
+		setIfMissing(attrs, attrkey.K8sPodName, names.PodName)
+		setIfMissing(attrs, attrkey.K8sNamespaceName, names.Namespace)
+		setIfMissing(attrs, attrkey.K8sContainerName, names.ContainerName)
 	}
 	if podUID != "" {
-		attrs[AttrK8sPodUID] = podUID
+		attrs[attrkey.K8sPodUID] = podUID
 	}
 	r.self.apply(attrs, podUID, c.ContainerID)
 	return c.SystemdUnit
@@ -277,7 +260,7 @@ func (r *Resolver) addContainer(pid uint32, attrs map[string]any) string {
 // serviceName is the container name, else the systemd unit without its
 // ".service" suffix, else the executable name.
 func serviceName(attrs map[string]any, unit, exeName string) string {
-	if name, ok := attrs[AttrK8sContainerName].(string); ok && name != "" {
+	if name, ok := attrs[attrkey.K8sContainerName].(string); ok && name != "" {
 		return name
 	}
 	if u := strings.TrimSuffix(unit, ".service"); u != "" {

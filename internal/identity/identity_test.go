@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 const (
@@ -107,60 +107,60 @@ func TestResolverEndToEnd(t *testing.T) {
 		want map[string]any
 	}{
 		{100, map[string]any{
-			AttrExecutablePath: "/usr/bin/shop", AttrExecutableName: "shop",
-			AttrContainerID: idCtrd, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: podUID1,
-			AttrK8sPodName: "shop-7d9c6b5f4-x2x9k", AttrK8sNamespaceName: "retail", AttrK8sContainerName: "shop",
-			AttrServiceName: "shop",
+			attrkey.ProcessExecutablePath: "/usr/bin/shop", attrkey.ProcessExecutableName: "shop",
+			attrkey.ContainerID: idCtrd, attrkey.ContainerRuntimeName: RuntimeContainerd, attrkey.K8sPodUID: podUID1,
+			attrkey.K8sPodName: "shop-7d9c6b5f4-x2x9k", attrkey.K8sNamespaceName: "retail", attrkey.K8sContainerName: "shop",
+			attrkey.ServiceName: "shop",
 		}},
 		{101, map[string]any{
-			AttrExecutablePath: "/usr/sbin/nginx", AttrExecutableName: "nginx",
-			AttrContainerID: idCRIO, AttrContainerRuntime: RuntimeCRIO, AttrK8sPodUID: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0",
-			AttrK8sPodName: "web-0", AttrK8sNamespaceName: "frontend", AttrK8sContainerName: "web",
-			AttrServiceName: "web",
+			attrkey.ProcessExecutablePath: "/usr/sbin/nginx", attrkey.ProcessExecutableName: "nginx",
+			attrkey.ContainerID: idCRIO, attrkey.ContainerRuntimeName: RuntimeCRIO, attrkey.K8sPodUID: "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0",
+			attrkey.K8sPodName: "web-0", attrkey.K8sNamespaceName: "frontend", attrkey.K8sContainerName: "web",
+			attrkey.ServiceName: "web",
 		}},
 		{102, map[string]any{ // cgroupfs driver, hybrid: runtime found by its file
-			AttrExecutablePath: "/app/api", AttrExecutableName: "api",
-			AttrContainerID: idDocker, AttrContainerRuntime: RuntimeDocker, AttrK8sPodUID: "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-			AttrK8sPodName: "api-5f6d8-qwert", AttrK8sNamespaceName: "backend", AttrK8sContainerName: "api",
-			AttrServiceName: "api",
+			attrkey.ProcessExecutablePath: "/app/api", attrkey.ProcessExecutableName: "api",
+			attrkey.ContainerID: idDocker, attrkey.ContainerRuntimeName: RuntimeDocker, attrkey.K8sPodUID: "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+			attrkey.K8sPodName: "api-5f6d8-qwert", attrkey.K8sNamespaceName: "backend", attrkey.K8sContainerName: "api",
+			attrkey.ServiceName: "api",
 		}},
 		{103, map[string]any{
-			AttrExecutablePath: "/usr/sbin/nginx", AttrExecutableName: "nginx", AttrServiceName: "nginx",
+			attrkey.ProcessExecutablePath: "/usr/sbin/nginx", attrkey.ProcessExecutableName: "nginx", attrkey.ServiceName: "nginx",
 		}},
 		{104, map[string]any{
-			AttrExecutablePath: "/usr/bin/bash", AttrExecutableName: "bash", AttrServiceName: "bash",
+			attrkey.ProcessExecutablePath: "/usr/bin/bash", attrkey.ProcessExecutableName: "bash", attrkey.ServiceName: "bash",
 		}},
-		{105, map[string]any{AttrServiceName: report.KernelServiceName}}, // its name stays in thread.name
+		{105, map[string]any{attrkey.ServiceName: attrkey.KernelServiceName}}, // its name stays in thread.name
 		{107, map[string]any{ // run from a memfd: named as it was started
-			AttrExecutablePath: "/memfd:sealed-91173221a7ea", AttrExecutableName: "sandboxd", AttrServiceName: "sandboxd",
+			attrkey.ProcessExecutablePath: "/memfd:sealed-91173221a7ea", attrkey.ProcessExecutableName: "sandboxd", attrkey.ServiceName: "sandboxd",
 		}},
 		{106, map[string]any{
-			AttrExecutablePath: "/usr/local/bin/redis-server", AttrExecutableName: "redis-server",
-			AttrContainerID: idBare, AttrContainerRuntime: RuntimeDocker, AttrServiceName: "redis-server",
+			attrkey.ProcessExecutablePath: "/usr/local/bin/redis-server", attrkey.ProcessExecutableName: "redis-server",
+			attrkey.ContainerID: idBare, attrkey.ContainerRuntimeName: RuntimeDocker, attrkey.ServiceName: "redis-server",
 		}},
 		{200, map[string]any{ // sibling container of the collector's pod: pod names only
-			AttrExecutablePath: "/bin/agent", AttrExecutableName: "agent",
-			AttrContainerID: siblingCID, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: collectorPodUID,
-			AttrK8sPodName: "otel-agent-x7k2p", AttrK8sNamespaceName: "observability", AttrServiceName: "agent",
+			attrkey.ProcessExecutablePath: "/bin/agent", attrkey.ProcessExecutableName: "agent",
+			attrkey.ContainerID: siblingCID, attrkey.ContainerRuntimeName: RuntimeContainerd, attrkey.K8sPodUID: collectorPodUID,
+			attrkey.K8sPodName: "otel-agent-x7k2p", attrkey.K8sNamespaceName: "observability", attrkey.ServiceName: "agent",
 		}},
 		{201, map[string]any{ // the collector's own container
-			AttrExecutablePath: "/bin/sh", AttrExecutableName: "sh",
-			AttrContainerID: collectorCID, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: collectorPodUID,
-			AttrK8sPodName: "otel-agent-x7k2p", AttrK8sNamespaceName: "observability", AttrK8sContainerName: "otelcol",
-			AttrServiceName: "otelcol",
+			attrkey.ProcessExecutablePath: "/bin/sh", attrkey.ProcessExecutableName: "sh",
+			attrkey.ContainerID: collectorCID, attrkey.ContainerRuntimeName: RuntimeContainerd, attrkey.K8sPodUID: collectorPodUID,
+			attrkey.K8sPodName: "otel-agent-x7k2p", attrkey.K8sNamespaceName: "observability", attrkey.K8sContainerName: "otelcol",
+			attrkey.ServiceName: "otelcol",
 		}},
 		{300, map[string]any{ // another pod, malformed runtime file: never the collector's names
-			AttrExecutablePath: "/bin/other", AttrExecutableName: "other",
-			AttrContainerID: idPodman, AttrContainerRuntime: RuntimeContainerd, AttrK8sPodUID: otherPodUID,
-			AttrServiceName: "other",
+			attrkey.ProcessExecutablePath: "/bin/other", attrkey.ProcessExecutableName: "other",
+			attrkey.ContainerID: idPodman, attrkey.ContainerRuntimeName: RuntimeContainerd, attrkey.K8sPodUID: otherPodUID,
+			attrkey.ServiceName: "other",
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.pid), func(t *testing.T) {
 			id, err := r.Resolve(tt.pid)
 			require.NoError(t, err)
-			tt.want[AttrProcessPID] = int64(tt.pid)
-			tt.want[AttrHostName] = "node-1"
+			tt.want[attrkey.ProcessPID] = int64(tt.pid)
+			tt.want[attrkey.HostName] = "node-1"
 			assert.Equal(t, tt.want, id.Attributes)
 			assert.Equal(t, tt.pid, id.PID)
 		})
@@ -177,10 +177,10 @@ func TestResolverOwnPodFromEnv(t *testing.T) {
 	r := New(Options{Proc: proc, HostName: "node-1", HostRoot: host, Env: env, SelfPID: 1})
 	id, err := r.Resolve(200)
 	require.NoError(t, err)
-	assert.Equal(t, "otel-agent-x7k2p", id.Attributes[AttrK8sPodName])
+	assert.Equal(t, "otel-agent-x7k2p", id.Attributes[attrkey.K8sPodName])
 	id, err = r.Resolve(100)
 	require.NoError(t, err)
-	assert.Equal(t, "shop-7d9c6b5f4-x2x9k", id.Attributes[AttrK8sPodName])
+	assert.Equal(t, "shop-7d9c6b5f4-x2x9k", id.Attributes[attrkey.K8sPodName])
 }
 
 func TestResolverNoOwnPod(t *testing.T) {
@@ -190,8 +190,8 @@ func TestResolverNoOwnPod(t *testing.T) {
 	r := New(Options{Proc: proc, HostRoot: host, Env: collectorEnv, SelfPID: 999})
 	id, err := r.Resolve(200)
 	require.NoError(t, err)
-	assert.NotContains(t, id.Attributes, AttrK8sPodName)
-	assert.Equal(t, collectorPodUID, id.Attributes[AttrK8sPodUID])
+	assert.NotContains(t, id.Attributes, attrkey.K8sPodName)
+	assert.Equal(t, collectorPodUID, id.Attributes[attrkey.K8sPodUID])
 }
 
 func TestResolverCachesByStartTime(t *testing.T) {
@@ -199,19 +199,19 @@ func TestResolverCachesByStartTime(t *testing.T) {
 	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})
 	id, err := r.Resolve(103)
 	require.NoError(t, err)
-	assert.Equal(t, "nginx", id.Attributes[AttrServiceName])
+	assert.Equal(t, "nginx", id.Attributes[attrkey.ServiceName])
 
 	// Same start time: cached, even though the files changed.
 	writeProc(t, proc.Root, 103, fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 1030})
 	id, err = r.Resolve(103)
 	require.NoError(t, err)
-	assert.Equal(t, "nginx", id.Attributes[AttrServiceName])
+	assert.Equal(t, "nginx", id.Attributes[attrkey.ServiceName])
 
 	// A new process with the same pid: read again.
 	writeProc(t, proc.Root, 103, fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 5})
 	id, err = r.Resolve(103)
 	require.NoError(t, err)
-	assert.Equal(t, "other", id.Attributes[AttrServiceName])
+	assert.Equal(t, "other", id.Attributes[attrkey.ServiceName])
 	assert.Equal(t, []uint32(nil), r.Prune())
 }
 
@@ -225,13 +225,13 @@ func TestResolverGoneAndPrune(t *testing.T) {
 
 	id, err := r.Resolve(4242)
 	require.ErrorIs(t, err, ErrGone)
-	assert.Equal(t, int64(4242), id.Attributes[AttrProcessPID])
+	assert.Equal(t, int64(4242), id.Attributes[attrkey.ProcessPID])
 
 	require.NoError(t, os.RemoveAll(filepath.Join(proc.Root, "100")))
 	// Cached: still resolvable until pruned.
 	id, err = r.Resolve(100)
 	require.NoError(t, err)
-	assert.Equal(t, idCtrd, id.Attributes[AttrContainerID])
+	assert.Equal(t, idCtrd, id.Attributes[attrkey.ContainerID])
 	assert.Equal(t, []uint32{100}, r.Prune())
 	_, err = r.Resolve(100)
 	require.ErrorIs(t, err, ErrGone)
@@ -245,8 +245,8 @@ func TestResolverNoCgroupFile(t *testing.T) {
 	r := NewResolver(procfs.FS{Root: proc}, "h")
 	id, err := r.Resolve(7)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]any{AttrProcessPID: int64(7), AttrHostName: "h",
-		AttrExecutablePath: "/bin/x", AttrExecutableName: "x", AttrServiceName: "x"}, id.Attributes)
+	assert.Equal(t, map[string]any{attrkey.ProcessPID: int64(7), attrkey.HostName: "h",
+		attrkey.ProcessExecutablePath: "/bin/x", attrkey.ProcessExecutableName: "x", attrkey.ServiceName: "x"}, id.Attributes)
 }
 
 func TestServiceNamePrecedence(t *testing.T) {
@@ -257,11 +257,11 @@ func TestServiceNamePrecedence(t *testing.T) {
 		exe   string
 		want  string
 	}{
-		{"container name first", map[string]any{AttrK8sContainerName: "web"}, "nginx.service", "nginx", "web"},
+		{"container name first", map[string]any{attrkey.K8sContainerName: "web"}, "nginx.service", "nginx", "web"},
 		{"then systemd unit", map[string]any{}, "nginx.service", "nginx-bin", "nginx"},
 		{"template unit", map[string]any{}, "getty@tty1.service", "agetty", "getty@tty1"},
 		{"then executable", map[string]any{}, "", "redis-server", "redis-server"},
-		{"empty container name skipped", map[string]any{AttrK8sContainerName: ""}, "", "x", "x"},
+		{"empty container name skipped", map[string]any{attrkey.K8sContainerName: ""}, "", "x", "x"},
 		{"nothing", map[string]any{}, "", "", ""},
 	}
 	for _, tt := range tests {
@@ -276,5 +276,5 @@ func TestResolverSelf(t *testing.T) {
 	r := New(Options{Proc: procfs.FS{}, HostName: "h"})
 	id, err := r.Resolve(uint32(os.Getpid()))
 	require.NoError(t, err)
-	assert.NotEmpty(t, id.Attributes[AttrServiceName])
+	assert.NotEmpty(t, id.Attributes[attrkey.ServiceName])
 }

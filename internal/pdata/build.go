@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -109,25 +110,25 @@ type resourceEntry struct {
 // and names the resource: the container, or the host.
 func splitIdentity(id report.Identity) (key string, resource, sample map[string]any) {
 	resource, sample = map[string]any{}, map[string]any{}
-	container, _ := id.Attributes[attrContainerID].(string)
+	container, _ := id.Attributes[attrkey.ContainerID].(string)
 	for k, v := range id.Attributes {
 		switch {
 		case strings.HasPrefix(k, "host.") || strings.HasPrefix(k, "container.") || strings.HasPrefix(k, "k8s."):
 			resource[k] = v
-		case k == attrServiceName && container != "":
+		case k == attrkey.ServiceName && container != "":
 			resource[k] = v
 		default:
 			sample[k] = v
 		}
 	}
-	if _, ok := sample[attrProcessPID]; !ok {
-		sample[attrProcessPID] = int64(id.PID)
+	if _, ok := sample[attrkey.ProcessPID]; !ok {
+		sample[attrkey.ProcessPID] = int64(id.PID)
 	}
-	if _, ok := sample[attrExeName]; !ok && id.ExeName != "" {
-		sample[attrExeName] = id.ExeName
+	if _, ok := sample[attrkey.ProcessExecutableName]; !ok && id.ExeName != "" {
+		sample[attrkey.ProcessExecutableName] = id.ExeName
 	}
-	if _, ok := sample[attrExePath]; !ok && id.ExePath != "" {
-		sample[attrExePath] = id.ExePath
+	if _, ok := sample[attrkey.ProcessExecutablePath]; !ok && id.ExePath != "" {
+		sample[attrkey.ProcessExecutablePath] = id.ExePath
 	}
 	if container != "" {
 		return "container:" + container, resource, sample
@@ -218,14 +219,14 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []i
 		ps.Values().Append(s.Value)
 		ps.AttributeIndices().Append(procAttrs...)
 		if threads.ID {
-			tid, err := dict.attribute(attrThreadID, int64(s.TID))
+			tid, err := dict.attribute(attrkey.ThreadID, int64(s.TID))
 			if err != nil {
 				return err
 			}
 			ps.AttributeIndices().Append(tid)
 		}
 		if threads.Name && s.ThreadName != "" {
-			tn, err := dict.attribute(attrThreadName, s.ThreadName)
+			tn, err := dict.attribute(attrkey.ThreadName, s.ThreadName)
 			if err != nil {
 				return err
 			}

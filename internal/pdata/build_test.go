@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -113,13 +114,13 @@ func decode(t *testing.T, p pprofile.Profiles) []decodedResource {
 				attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
 				require.NoError(t, err)
 				ds := decodedSample{Value: s.Values().At(0)}
-				if v, ok := attrs.Get(attrThreadID); ok {
+				if v, ok := attrs.Get(attrkey.ThreadID); ok {
 					ds.ThreadID = v.Int()
 				}
-				if v, ok := attrs.Get(attrThreadName); ok {
+				if v, ok := attrs.Get(attrkey.ThreadName); ok {
 					ds.ThreadName = v.Str()
 				}
-				attrs.RemoveIf(func(k string, _ pcommon.Value) bool { return k == attrThreadID || k == attrThreadName })
+				attrs.RemoveIf(func(k string, _ pcommon.Value) bool { return k == attrkey.ThreadID || k == attrkey.ThreadName })
 				ds.Process = attrs.AsRaw()
 				for _, li := range dict.StackTable().At(int(s.StackIndex())).LocationIndices().All() {
 					require.Positive(t, li)
@@ -130,7 +131,7 @@ func decode(t *testing.T, p pprofile.Profiles) []decodedResource {
 					}
 					la, err := pprofile.FromAttributeIndices(dict.AttributeTable(), loc, dict)
 					require.NoError(t, err)
-					if v, ok := la.Get(attrFrameType); ok {
+					if v, ok := la.Get(attrkey.ProfileFrameType); ok {
 						dl.FrameType = v.Str()
 					}
 					for _, l := range loc.Lines().All() {
@@ -313,7 +314,7 @@ func TestBuildProfilesSharesDictionaryAcrossProcesses(t *testing.T) {
 	}
 	attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), appMapping, dict)
 	require.NoError(t, err)
-	assert.Equal(t, map[string]any{attrBuildIDGNU: "abcdef", attrBuildIDGo: "go-build-id"}, attrs.AsRaw())
+	assert.Equal(t, map[string]any{attrkey.BuildIDGNU: "abcdef", attrkey.BuildIDGo: "go-build-id"}, attrs.AsRaw())
 	assert.Equal(t, uint64(0x400000), appMapping.MemoryStart())
 	assert.Equal(t, uint64(0x800000), appMapping.MemoryLimit())
 }

@@ -10,21 +10,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
-)
-
-// Attribute keys written into the dictionary.
-const (
-	attrThreadID    = "thread.id"
-	attrThreadName  = "thread.name"
-	attrFrameType   = "profile.frame.type"
-	attrBuildIDGNU  = "process.executable.build_id.gnu"
-	attrBuildIDGo   = "process.executable.build_id.go"
-	attrProcessPID  = "process.pid"
-	attrExeName     = "process.executable.name"
-	attrExePath     = "process.executable.path"
-	attrServiceName = "service.name"
-	attrContainerID = "container.id"
 )
 
 // maxTableLength bounds every dictionary table: indices are int32.
@@ -199,8 +186,8 @@ func (b *dictionaryBuilder) mapping(m *report.Mapping) (int32, error) {
 	}
 	var attrs []int32
 	for _, a := range [...]struct{ key, value string }{
-		{attrBuildIDGNU, m.BuildIDGNU},
-		{attrBuildIDGo, m.BuildIDGo},
+		{attrkey.BuildIDGNU, m.BuildIDGNU},
+		{attrkey.BuildIDGo, m.BuildIDGo},
 	} {
 		if a.value == "" {
 			continue
@@ -237,7 +224,7 @@ func (b *dictionaryBuilder) location(frames []report.Frame) (int32, error) {
 	}
 	var typeAttr int32
 	if outer.Type != "" {
-		if typeAttr, err = b.attribute(attrFrameType, outer.Type); err != nil {
+		if typeAttr, err = b.attribute(attrkey.ProfileFrameType, outer.Type); err != nil {
 			return 0, err
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"maps"
 
 	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 )
 
 // FunctionTotals returns, for every function name, the sum of the first
@@ -158,7 +160,7 @@ func ProcessAttributes(p pprofile.Profiles) map[int64]map[string]any {
 					if err != nil {
 						continue
 					}
-					pid, ok := attrs.Get(attrProcessPID)
+					pid, ok := attrs.Get(attrkey.ProcessPID)
 					if !ok {
 						continue
 					}
@@ -168,7 +170,7 @@ func ProcessAttributes(p pprofile.Profiles) map[int64]map[string]any {
 						out[pid.Int()] = m
 					}
 					for k, v := range attrs.AsRaw() {
-						if k != attrThreadID && k != attrThreadName {
+						if k != attrkey.ThreadID && k != attrkey.ThreadName {
 							m[k] = v
 						}
 					}

@@ -9,23 +9,12 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/plog"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 // ProbeEventName is the event name of every probe log record.
 const ProbeEventName = "bpfprofiler.probe"
-
-// Probe log record attribute keys.
-const (
-	AttrProbeID         = "probe.id"
-	AttrProbeDuration   = "probe.duration_ns"
-	AttrProbeStartTime  = "probe.start_time_unix_nano"
-	AttrProbeMainThread = "probe.main_thread"
-	AttrProbeEntry      = "probe.entry_symbol"
-	AttrProbeExit       = "probe.exit_symbol"
-	AttrThreadID        = "thread.id"
-	AttrThreadName      = "thread.name"
-)
 
 // BuildProbeLogs turns completed probe scopes into one log record each, one
 // ResourceLogs per process with its identity; observed is when they were
@@ -60,14 +49,14 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 		lr.SetObservedTimestamp(pcommon.NewTimestampFromTime(observed))
 	}
 	attrs := lr.Attributes()
-	attrs.PutStr(AttrProbeID, r.ProbeID)
-	attrs.PutInt(AttrProbeDuration, int64(r.End-r.Start))
-	attrs.PutInt(AttrProbeStartTime, int64(r.Start))
-	attrs.PutInt(AttrThreadID, int64(r.TID))
-	attrs.PutStr(AttrThreadName, r.ThreadName)
-	attrs.PutBool(AttrProbeMainThread, r.MainThread)
-	attrs.PutStr(AttrProbeEntry, r.EntrySymbol)
-	attrs.PutStr(AttrProbeExit, r.ExitSymbol)
+	attrs.PutStr(attrkey.ProbeID, r.ProbeID)
+	attrs.PutInt(attrkey.ProbeDurationNS, int64(r.End-r.Start))
+	attrs.PutInt(attrkey.ProbeStartTime, int64(r.Start))
+	attrs.PutInt(attrkey.ThreadID, int64(r.TID))
+	attrs.PutStr(attrkey.ThreadName, r.ThreadName)
+	attrs.PutBool(attrkey.ProbeMainThread, r.MainThread)
+	attrs.PutStr(attrkey.ProbeEntry, r.EntrySymbol)
+	attrs.PutStr(attrkey.ProbeExit, r.ExitSymbol)
 }
 
 // putResourceAttributes copies the identity attributes, typed, and fills the
@@ -79,14 +68,14 @@ func putResourceAttributes(attrs pcommon.Map, id report.Identity) error {
 			return fmt.Errorf("resource attribute %q: %w", k, err)
 		}
 	}
-	if _, ok := attrs.Get(attrProcessPID); !ok {
-		attrs.PutInt(attrProcessPID, int64(id.PID))
+	if _, ok := attrs.Get(attrkey.ProcessPID); !ok {
+		attrs.PutInt(attrkey.ProcessPID, int64(id.PID))
 	}
-	if _, ok := attrs.Get(attrExeName); !ok && id.ExeName != "" {
-		attrs.PutStr(attrExeName, id.ExeName)
+	if _, ok := attrs.Get(attrkey.ProcessExecutableName); !ok && id.ExeName != "" {
+		attrs.PutStr(attrkey.ProcessExecutableName, id.ExeName)
 	}
-	if _, ok := attrs.Get(attrExePath); !ok && id.ExePath != "" {
-		attrs.PutStr(attrExePath, id.ExePath)
+	if _, ok := attrs.Get(attrkey.ProcessExecutablePath); !ok && id.ExePath != "" {
+		attrs.PutStr(attrkey.ProcessExecutablePath, id.ExePath)
 	}
 	return nil
 }

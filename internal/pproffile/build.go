@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -19,10 +20,8 @@ const KernelMappingFile = "[kernel.kallsyms]"
 
 // Sample label keys.
 const (
-	labelPID        = "pid"
-	labelTID        = "tid"
-	labelThreadName = "thread.name"
-	labelExeName    = "process.executable.name"
+	labelPID = "pid"
+	labelTID = "tid"
 )
 
 // Build converts a report into a pprof profile holding every process: the
@@ -61,7 +60,7 @@ func Build(p report.Profile) (*profile.Profile, error) {
 				Label:    maps.Clone(labels),
 			}
 			if s.ThreadName != "" {
-				ps.Label[labelThreadName] = []string{s.ThreadName}
+				ps.Label[attrkey.ThreadName] = []string{s.ThreadName}
 			}
 			if p.Kind == report.KindCPU {
 				ps.Value = []int64{s.Value, s.Value * p.Period}
@@ -87,8 +86,8 @@ func processLabels(id report.Identity) map[string][]string {
 			labels[k] = []string{v}
 		}
 	}
-	if _, ok := labels[labelExeName]; !ok && id.ExeName != "" {
-		labels[labelExeName] = []string{id.ExeName}
+	if _, ok := labels[attrkey.ProcessExecutableName]; !ok && id.ExeName != "" {
+		labels[attrkey.ProcessExecutableName] = []string{id.ExeName}
 	}
 	return labels
 }

@@ -73,10 +73,6 @@ func (l StackLoss) Marker(kernel bool) string {
 	return "[" + which + " stack lost: " + strings.ReplaceAll(l.Reason(), "_", " ") + "]"
 }
 
-// KernelServiceName is the service.name of every kernel thread: their own
-// names (in thread.name) change with their work (kworker/0:1-events).
-const KernelServiceName = "kernel"
-
 // Mapping is a memory mapping of a file into a process (or the kernel image).
 type Mapping struct {
 	Start, Limit, Offset uint64

@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
@@ -123,21 +124,15 @@ func createDefaultConfig() component.Config {
 		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
-		ThreadAttributes: []string{attrThreadID, attrThreadName},
+		ThreadAttributes: []string{attrkey.ThreadID, attrkey.ThreadName},
 	}
 }
-
-// Thread attributes thread_attributes may name.
-const (
-	attrThreadID   = "thread.id"
-	attrThreadName = "thread.name"
-)
 
 // threadAttributes turns thread_attributes into what pdata takes.
 func (c *Config) threadAttributes() pdata.ThreadAttributes {
 	return pdata.ThreadAttributes{
-		ID:   slices.Contains(c.ThreadAttributes, attrThreadID),
-		Name: slices.Contains(c.ThreadAttributes, attrThreadName),
+		ID:   slices.Contains(c.ThreadAttributes, attrkey.ThreadID),
+		Name: slices.Contains(c.ThreadAttributes, attrkey.ThreadName),
 	}
 }
 
@@ -194,8 +189,8 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("perf_maps::max_size_mib: must be 1..%d, got %d", maxPerfMapSizeMiB, c.PerfMaps.MaxSizeMiB))
 	}
 	for i, a := range c.ThreadAttributes {
-		if a != attrThreadID && a != attrThreadName {
-			errs = append(errs, fmt.Errorf("thread_attributes[%d]: want %s or %s, got %q", i, attrThreadID, attrThreadName, a))
+		if a != attrkey.ThreadID && a != attrkey.ThreadName {
+			errs = append(errs, fmt.Errorf("thread_attributes[%d]: want %s or %s, got %q", i, attrkey.ThreadID, attrkey.ThreadName, a))
 		} else if slices.Index(c.ThreadAttributes, a) != i {
 			errs = append(errs, fmt.Errorf("thread_attributes[%d]: %s is listed twice", i, a))
 		}

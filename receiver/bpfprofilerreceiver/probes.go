@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
@@ -231,7 +232,7 @@ func (p *probeRunner) addDropped(ctx context.Context, probe int, reason string, 
 		return
 	}
 	p.r.telemetry.BpfprofilerProbeRecordsDropped.Add(ctx, int64(n), metric.WithAttributes(
-		attribute.String(attrProbe, p.specs[probe].ID), attribute.String(attrReason, reason)))
+		attribute.String(attrkey.ProbeID, p.specs[probe].ID), attribute.String(attrReason, reason)))
 }
 
 // count adds recs to counter, by probe.
@@ -242,7 +243,7 @@ func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, re
 	}
 	for i, n := range byProbe {
 		if n > 0 {
-			counter.Add(ctx, n, metric.WithAttributes(attribute.String(attrProbe, p.specs[i].ID)))
+			counter.Add(ctx, n, metric.WithAttributes(attribute.String(attrkey.ProbeID, p.specs[i].ID)))
 		}
 	}
 }

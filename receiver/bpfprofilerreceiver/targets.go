@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/identity"
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -40,7 +40,7 @@ func (f *targetFilter) containerMatches(id report.Identity) bool {
 	if len(f.containerIDs) == 0 {
 		return true
 	}
-	cid, _ := id.Attributes[identity.AttrContainerID].(string)
+	cid, _ := id.Attributes[attrkey.ContainerID].(string)
 	if cid == "" {
 		return false
 	}
@@ -56,7 +56,7 @@ func (f *targetFilter) podMatches(id report.Identity) bool {
 	if f.podUIDs == nil {
 		return true
 	}
-	uid, _ := id.Attributes[identity.AttrK8sPodUID].(string)
+	uid, _ := id.Attributes[attrkey.K8sPodUID].(string)
 	return f.podUIDs[uid]
 }
 

@@ -17,7 +17,6 @@ const (
 	attrSignal = "signal"
 	attrStack  = "stack"
 	attrReason = "reason"
-	attrProbe  = "probe.id"
 	attrMech   = "mechanism"
 
 	kindCPU    = "cpu"

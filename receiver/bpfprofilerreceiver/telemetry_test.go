@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 )
 
 // metadataFile is the part of metadata.yaml the telemetry is checked against.
@@ -71,7 +73,7 @@ func TestTelemetryAttributeValuesDocumented(t *testing.T) {
 		}
 		keys[name] = key
 	}
-	for _, key := range []string{attrKind, attrSignal, attrStack, attrReason, attrProbe} {
+	for _, key := range []string{attrKind, attrSignal, attrStack, attrReason, attrkey.ProbeID} {
 		assert.True(t, slices.Contains(slices.Collect(maps.Values(keys)), key), "attribute key %q is not in metadata.yaml", key)
 	}
 	for _, metric := range []string{"bpfprofiler_samples_lost", "bpfprofiler_stacks_lost", "bpfprofiler_probe_records_dropped"} {

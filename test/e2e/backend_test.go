@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
-	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -140,9 +140,9 @@ func checkSamples(t *testing.T, profiles []releasedProfile, wantProcess map[stri
 		assert.Equal(t, scope, p.Scope)
 		for _, s := range p.Samples {
 			process := maps.Clone(s.Attributes)
-			tid, name := process[pdata.AttrThreadID], process[pdata.AttrThreadName]
-			delete(process, pdata.AttrThreadID)
-			delete(process, pdata.AttrThreadName)
+			tid, name := process[attrkey.ThreadID], process[attrkey.ThreadName]
+			delete(process, attrkey.ThreadID)
+			delete(process, attrkey.ThreadName)
 			require.Equal(t, wantProcess, process, "sample attributes of profile %s", p.ID)
 			require.IsType(t, int64(0), tid, "thread.id")
 			require.IsType(t, "", name, "thread.name")
@@ -176,7 +176,7 @@ func expectedIdentity(t *testing.T, pid int) (resource, process map[string]any) 
 	}
 	id, err := identity.NewResolver(procfs.FS{Root: "/proc"}, host).Resolve(uint32(pid))
 	require.NoError(t, err)
-	require.NotContains(t, id.Attributes, identity.AttrContainerID, "the workload runs outside containers")
+	require.NotContains(t, id.Attributes, attrkey.ContainerID, "the workload runs outside containers")
 	resource, process = map[string]any{}, map[string]any{}
 	for k, v := range id.Attributes {
 		if strings.HasPrefix(k, "host.") {
@@ -185,8 +185,8 @@ func expectedIdentity(t *testing.T, pid int) (resource, process map[string]any) 
 			process[k] = v
 		}
 	}
-	require.Equal(t, map[string]any{identity.AttrHostName: host}, resource)
-	for _, k := range []string{identity.AttrProcessPID, identity.AttrExecutableName, identity.AttrServiceName} {
+	require.Equal(t, map[string]any{attrkey.HostName: host}, resource)
+	for _, k := range []string{attrkey.ProcessPID, attrkey.ProcessExecutableName, attrkey.ServiceName} {
 		require.Contains(t, process, k)
 	}
 	return resource, process
