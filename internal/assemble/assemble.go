@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -23,8 +24,8 @@ type Stack struct {
 	Kernel   []uint64
 	Value    int64
 	// UserLoss and KernelLoss say why that stack is missing; each loss
-	// becomes one marker frame in its place (report.StackLoss.Marker).
-	UserLoss, KernelLoss report.StackLoss
+	// becomes one marker frame in its place (capture.StackLoss.Marker).
+	UserLoss, KernelLoss capture.StackLoss
 }
 
 // Symbolizer resolves addresses to frames, leaf first.
@@ -120,7 +121,7 @@ func nameUnread(id report.Identity, stacks []Stack) report.Identity {
 	}
 	kernel, comm := true, ""
 	for _, s := range stacks {
-		if len(s.User) > 0 || s.UserLoss != report.StackKept {
+		if len(s.User) > 0 || s.UserLoss != capture.StackKept {
 			kernel = false
 		}
 		if s.Comm != "" && (comm == "" || s.TID == s.PID) {
@@ -148,12 +149,12 @@ func (a *Assembler) frames(s Stack) []report.Frame {
 	var out []report.Frame
 	if len(s.Kernel) > 0 {
 		out = append(out, dropTracingFrames(a.Symbols.Kernel(s.Kernel))...)
-	} else if s.KernelLoss != report.StackKept {
+	} else if s.KernelLoss != capture.StackKept {
 		out = append(out, markerFrame(s.KernelLoss, true))
 	}
 	if len(s.User) > 0 {
 		out = append(out, a.Symbols.User(s.PID, s.User)...)
-	} else if s.UserLoss != report.StackKept {
+	} else if s.UserLoss != capture.StackKept {
 		out = append(out, markerFrame(s.UserLoss, false))
 	}
 	return out
@@ -161,7 +162,7 @@ func (a *Assembler) frames(s Stack) []report.Frame {
 
 // markerFrame stands for a lost stack: no address, no mapping, a function
 // name saying what was lost and why.
-func markerFrame(loss report.StackLoss, kernel bool) report.Frame {
+func markerFrame(loss capture.StackLoss, kernel bool) report.Frame {
 	return report.Frame{Function: loss.Marker(kernel), Type: report.FrameUnknown}
 }
 

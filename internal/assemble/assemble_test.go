@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -123,9 +124,9 @@ func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
 func TestAssembleMarksLostStacks(t *testing.T) {
 	a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{20: "/bin/b"}}
 	prof, st := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 1, []Stack{
-		{PID: 20, TID: 20, Kernel: []uint64{0xff01}, UserLoss: report.StackMapFull, Value: 3},
-		{PID: 20, TID: 21, User: []uint64{0x10}, KernelLoss: report.StackHashCollision, Value: 2},
-		{PID: 20, TID: 22, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackMissing, Value: 1},
+		{PID: 20, TID: 20, Kernel: []uint64{0xff01}, UserLoss: capture.StackMapFull, Value: 3},
+		{PID: 20, TID: 21, User: []uint64{0x10}, KernelLoss: capture.StackHashCollision, Value: 2},
+		{PID: 20, TID: 22, UserLoss: capture.StackCaptureFailed, KernelLoss: capture.StackMissing, Value: 1},
 		{PID: 20, TID: 23, Kernel: []uint64{0xff02}, Value: 4}, // kernel thread
 	})
 	require.Len(t, prof.Processes, 1)
@@ -192,7 +193,7 @@ func TestAssembleNamesUnreadProcesses(t *testing.T) {
 		{"kernel thread: no user stack taken", []Stack{{PID: 7, TID: 7, Comm: "kworker/0:1-events", Kernel: []uint64{1}, Value: 1}},
 			attrkey.KernelServiceName},
 		{"user stack lost is not a kernel thread", []Stack{
-			{PID: 7, TID: 7, Comm: "app", Kernel: []uint64{1}, UserLoss: report.StackMapFull, Value: 1},
+			{PID: 7, TID: 7, Comm: "app", Kernel: []uint64{1}, UserLoss: capture.StackMapFull, Value: 1},
 		}, "app"},
 		{"nothing known", []Stack{{PID: 7, TID: 7, User: []uint64{1}, Value: 1}}, nil},
 	}

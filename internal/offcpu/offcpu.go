@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
@@ -58,9 +59,9 @@ type RawSample = stackdrain.Sample
 // Stats describe one Drain window: Recorded counts waits at least MinBlock
 // long, including those kept without a stack; the stack loss counters say
 // why (a user stack that could not be taken because a second wait came
-// first or the pending map was full is report.StackCaptureFailed: see
+// first or the pending map was full is capture.StackCaptureFailed: see
 // bpf/offcpu.bpf.c).
-type Stats = stackdrain.Stats
+type Stats = capture.Stats
 
 func (o Options) validate() error {
 	if o.MinBlock < 0 {

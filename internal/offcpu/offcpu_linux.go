@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
@@ -224,7 +225,7 @@ func (t *Tracer) Mechanism() Mechanism { return t.mechanism }
 // Options.PIDNamespace) of each newly recorded user process is sent once
 // (see stackdrain.Announcer), so it can be inspected while it still runs.
 // It is closed by Close.
-func (t *Tracer) NewProcesses() <-chan stackdrain.ProcessEvent { return t.news.Events() }
+func (t *Tracer) NewProcesses() <-chan capture.ProcessEvent { return t.news.Events() }
 
 // SetTargets replaces the pid filter; an empty list traces every process.
 // Waits that began before the change are still counted when they end.

@@ -4,7 +4,6 @@
 package report
 
 import (
-	"strings"
 	"time"
 )
 
@@ -28,50 +27,6 @@ const (
 	// (see StackLoss.Marker); it has no address and no mapping.
 	FrameUnknown = "unknown"
 )
-
-// StackLoss says why a recorded sample has no frames for one of its stacks
-// (user or kernel). Such samples are kept, with a marker frame, so process
-// totals stay right and a flame graph shows the loss.
-type StackLoss uint8
-
-const (
-	StackKept          StackLoss = iota // not lost (or no stack to take, e.g. the user stack of a kernel thread)
-	StackMapFull                        // the BPF stack map was full
-	StackHashCollision                  // the stack's ids were all taken by other stacks
-	StackCaptureFailed                  // the kernel could not capture the stack
-	StackMissing                        // the stack's id was absent from the stack map at drain
-)
-
-// StackLosses lists every loss, in order.
-var StackLosses = []StackLoss{StackMapFull, StackHashCollision, StackCaptureFailed, StackMissing}
-
-// Reason is the loss's telemetry attribute value ("" for StackKept).
-func (l StackLoss) Reason() string {
-	switch l {
-	case StackMapFull:
-		return "stack_map_full"
-	case StackHashCollision:
-		return "hash_collision"
-	case StackCaptureFailed:
-		return "capture_failed"
-	case StackMissing:
-		return "missing_at_drain"
-	}
-	return ""
-}
-
-// Marker is the function name of the pseudo-frame standing for a lost user
-// (kernel false) or kernel stack, e.g. "[user stack lost: stack map full]".
-func (l StackLoss) Marker(kernel bool) string {
-	if l == StackKept {
-		return ""
-	}
-	which := "user"
-	if kernel {
-		which = "kernel"
-	}
-	return "[" + which + " stack lost: " + strings.ReplaceAll(l.Reason(), "_", " ") + "]"
-}
 
 // Mapping is a memory mapping of a file into a process (or the kernel image).
 type Mapping struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -37,7 +37,7 @@ func TestHighRateAccounting(t *testing.T) {
 			// rest are kept with a marker instead of their user stack.
 			name: "stack map full", maps: MapSizes{Stacks: 256},
 			check: func(t *testing.T, st Stats, expected float64) {
-				if lost := st.UserStackLost[report.StackMapFull]; float64(lost) < 0.8*expected {
+				if lost := st.UserStackLost[capture.StackMapFull]; float64(lost) < 0.8*expected {
 					t.Errorf("%d samples kept without user stack (stack map full), want most of %.0f", lost, expected)
 				}
 				if st.LostMapFull != 0 {
@@ -99,10 +99,10 @@ func TestHighRateAccounting(t *testing.T) {
 					t.Fatalf("sample of pid %d, only %d is targeted", smp.PID, pid)
 				}
 				total += smp.Value
-				if len(smp.UserStack) == 0 && smp.UserLoss == report.StackKept {
+				if len(smp.UserStack) == 0 && smp.UserLoss == capture.StackKept {
 					t.Errorf("sample %+v has neither a user stack nor a loss", smp)
 				}
-				if len(smp.UserStack) > 0 && smp.UserLoss != report.StackKept {
+				if len(smp.UserStack) > 0 && smp.UserLoss != capture.StackKept {
 					t.Errorf("sample %+v has a user stack and a loss", smp)
 				}
 				marked.User[smp.UserLoss] += smp.Value
@@ -111,7 +111,7 @@ func TestHighRateAccounting(t *testing.T) {
 			if total != st.Recorded {
 				t.Errorf("drained %d samples, stats say %d recorded", total, st.Recorded)
 			}
-			for _, loss := range report.StackLosses {
+			for _, loss := range capture.AllStackLosses {
 				if marked.User[loss] != st.UserStackLost[loss] || marked.Kernel[loss] != st.KernelStackLost[loss] {
 					t.Errorf("%s: samples marked user %d kernel %d, counted user %d kernel %d", loss.Reason(),
 						marked.User[loss], marked.Kernel[loss], st.UserStackLost[loss], st.KernelStackLost[loss])
@@ -173,5 +173,5 @@ func burnAndDrain(t *testing.T, bin string, opts Options) (uint32, []RawSample, 
 
 // markedValues sums sample values by their user and kernel stack loss.
 type markedValues struct {
-	User, Kernel [report.StackMissing + 1]uint64
+	User, Kernel [capture.StackMissing + 1]uint64
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -97,7 +97,7 @@ func TestExecAnnounced(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 
-	var got []stackdrain.ProcessEvent
+	var got []capture.ProcessEvent
 	timeout := time.After(15 * time.Second)
 	for done := false; !done; {
 		select {
@@ -114,7 +114,7 @@ func TestExecAnnounced(t *testing.T) {
 			done = true
 		}
 	}
-	want := []stackdrain.ProcessEvent{{PID: pid}, {PID: pid, Exec: true}, {PID: pid}}
+	want := []capture.ProcessEvent{{PID: pid}, {PID: pid, Exec: true}, {PID: pid}}
 	if len(got) != len(want) {
 		t.Fatalf("events of pid %d: %+v, want %+v", pid, got, want)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
@@ -48,7 +49,7 @@ type Options struct {
 type RawSample = stackdrain.Sample
 
 // Stats count what happened to the samples of one Drain window.
-type Stats = stackdrain.Stats
+type Stats = capture.Stats
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {

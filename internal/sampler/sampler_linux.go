@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
@@ -119,7 +120,7 @@ func Open(opts Options) (*Sampler, error) {
 // exited), so it can be inspected while it still runs. The channel is
 // buffered (stackdrain.NewProcessesBuffer); notifications that find it full
 // are dropped and counted in Stats.NewProcessDrops. It is closed by Close.
-func (s *Sampler) NewProcesses() <-chan stackdrain.ProcessEvent {
+func (s *Sampler) NewProcesses() <-chan capture.ProcessEvent {
 	return s.news.Events()
 }
 

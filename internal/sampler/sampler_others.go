@@ -5,6 +5,7 @@ package sampler
 import (
 	"errors"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
@@ -28,7 +29,7 @@ func (s *Sampler) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, err
 func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
 
 // NewProcesses returns nil on this platform (a nil channel never delivers).
-func (s *Sampler) NewProcesses() <-chan stackdrain.ProcessEvent { return nil }
+func (s *Sampler) NewProcesses() <-chan capture.ProcessEvent { return nil }
 
 // MapSizes returns zero sizes on this platform.
 func (s *Sampler) MapSizes() MapSizes { return MapSizes{} }

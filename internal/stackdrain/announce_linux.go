@@ -11,6 +11,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 // NewProcessesBuffer is the capacity of the channel Announcer.Events returns.
@@ -23,7 +25,7 @@ const NewProcessesBuffer = 1024
 type Announcer struct {
 	links  []link.Link
 	reader *ringbuf.Reader
-	events chan ProcessEvent
+	events chan capture.ProcessEvent
 	done   chan struct{}
 	drops  atomic.Uint64 // events that found the channel full
 }
@@ -31,7 +33,7 @@ type Announcer struct {
 // StartAnnouncer attaches forget (forget_process and forget_exec) and
 // reads newPids until Close.
 func StartAnnouncer(newPids *ebpf.Map, forget ...*ebpf.Program) (*Announcer, error) {
-	a := &Announcer{events: make(chan ProcessEvent, NewProcessesBuffer), done: make(chan struct{})}
+	a := &Announcer{events: make(chan capture.ProcessEvent, NewProcessesBuffer), done: make(chan struct{})}
 	for _, p := range forget {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
@@ -83,7 +85,7 @@ func (a *Announcer) read() {
 }
 
 // Events returns the channel of announcements; it is closed by Close.
-func (a *Announcer) Events() <-chan ProcessEvent { return a.events }
+func (a *Announcer) Events() <-chan capture.ProcessEvent { return a.events }
 
 // TakeDrops returns the pids dropped because the channel was full since the
 // previous call.

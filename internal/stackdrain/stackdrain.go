@@ -13,27 +13,19 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
 const MaxTargets = 4096
-
-// ProcessEvent is an announcement of a process (pid as the collector sees
-// it): recorded for the first time, or, with Exec, gone through an exec, so
-// whatever was read about its old program is stale.
-type ProcessEvent struct {
-	PID  uint32
-	Exec bool
-}
 
 // announceExec marks a new_pids entry of a process that exec'ed
 // (ANNOUNCE_EXEC in bpf/announce.h).
 const announceExec = 0x80000000
 
 // decodeProcessEvent decodes a new_pids entry (bpf/announce.h).
-func decodeProcessEvent(v uint32) ProcessEvent {
-	return ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
+func decodeProcessEvent(v uint32) capture.ProcessEvent {
+	return capture.ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
 }
 
 // Sample is one aggregated stack of one thread, as captured.
@@ -44,55 +36,8 @@ type Sample struct {
 	KernelStack []uint64 // leaf first
 	Value       uint64   // sample count (CPU) or nanoseconds (off-CPU)
 	// UserLoss and KernelLoss say why a stack that should be there is not
-	// (the sample is kept; see report.StackLoss); StackKept otherwise.
-	UserLoss, KernelLoss report.StackLoss
-}
-
-// StackLosses counts recorded samples kept without one of their stacks,
-// indexed by report.StackLoss (StackKept stays 0).
-type StackLosses [report.StackMissing + 1]uint64
-
-// Total is the sum over every reason.
-func (l StackLosses) Total() uint64 {
-	var n uint64
-	for _, v := range l {
-		n += v
-	}
-	return n
-}
-
-// Stats count what happened in one Drain window; they describe exactly the
-// samples that Drain returned (the counters are double-buffered like them).
-// A record is a sample (CPU) or a wait (off-CPU).
-type Stats struct {
-	// Recorded counts records aggregated, including those kept without a
-	// stack (UserStackLost, KernelStackLost).
-	Recorded uint64
-	// LostMapFull counts records dropped: the counts map was full (off-CPU:
-	// or a sleeping thread's start could not be stored).
-	LostMapFull uint64
-	// UserStackLost and KernelStackLost count recorded records without that
-	// stack, by reason. StackMissing is found at drain, per aggregated
-	// entry: it counts records when Maps.CountsAreSamples, else entries
-	// (each at least one record).
-	UserStackLost, KernelStackLost StackLosses
-	// NewProcessDrops counts new-process notifications lost (CPU sampler
-	// only; see sampler.Sampler.NewProcesses): the BPF ring buffer was full
-	// (that process is announced again on a later sample) or the Go channel
-	// was full (that notification is gone). No sample is lost with them.
-	NewProcessDrops uint64
-}
-
-// Add returns the sum of s and o.
-func (s Stats) Add(o Stats) Stats {
-	s.Recorded += o.Recorded
-	s.LostMapFull += o.LostMapFull
-	for i := range s.UserStackLost {
-		s.UserStackLost[i] += o.UserStackLost[i]
-		s.KernelStackLost[i] += o.KernelStackLost[i]
-	}
-	s.NewProcessDrops += o.NewProcessDrops
-	return s
+	// (the sample is kept; see capture.StackLoss); StackKept otherwise.
+	UserLoss, KernelLoss capture.StackLoss
 }
 
 // stackKey mirrors struct stack_key of bpf/common.h.
@@ -118,8 +63,8 @@ type counters struct {
 // numBPFStackLosses is NR_STACK_LOSSES of bpf/common.h.
 const numBPFStackLosses = 3
 
-// bpfStackLoss maps enum stack_loss of bpf/common.h to report.StackLoss.
-var bpfStackLoss = [numBPFStackLosses]report.StackLoss{report.StackMapFull, report.StackHashCollision, report.StackCaptureFailed}
+// bpfStackLoss maps enum stack_loss of bpf/common.h to capture.StackLoss.
+var bpfStackLoss = [numBPFStackLosses]capture.StackLoss{capture.StackMapFull, capture.StackHashCollision, capture.StackCaptureFailed}
 
 // Linux errno values, as the programs store them negated in stack ids.
 const (
@@ -131,21 +76,21 @@ const (
 // count it (count_stack_loss in bpf/stackstore.h): -1 is no stack to take,
 // -E2BIG a full stack map, -EEXIST a hash collision, any other negative
 // value a failed capture.
-func stackLoss(id int32) report.StackLoss {
+func stackLoss(id int32) capture.StackLoss {
 	switch {
 	case id >= -1:
-		return report.StackKept
+		return capture.StackKept
 	case id == -errnoE2BIG:
-		return report.StackMapFull
+		return capture.StackMapFull
 	case id == -errnoEEXIST:
-		return report.StackHashCollision
+		return capture.StackHashCollision
 	default:
-		return report.StackCaptureFailed
+		return capture.StackCaptureFailed
 	}
 }
 
 // add sums one CPU's counters into st.
-func (c counters) add(st *Stats) {
+func (c counters) add(st *capture.Stats) {
 	st.Recorded += c.Recorded
 	st.LostMapFull += c.LostMapFull
 	for i, loss := range bpfStackLoss {
@@ -208,11 +153,11 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			missing = n
 		}
 		s.UserStack, s.UserLoss = stackFor(stacks, k.UserStackID)
-		if s.UserLoss == report.StackMissing {
+		if s.UserLoss == capture.StackMissing {
 			userMissing += missing
 		}
 		s.KernelStack, s.KernelLoss = stackFor(stacks, k.KernelStackID)
-		if s.KernelLoss == report.StackMissing {
+		if s.KernelLoss == capture.StackMissing {
 			kernelMissing += missing
 		}
 		samples = append(samples, s)
@@ -232,15 +177,15 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 }
 
 // stackFor returns the stack with the given id, or why there is none.
-func stackFor(stacks map[int32][]uint64, id int32) ([]uint64, report.StackLoss) {
+func stackFor(stacks map[int32][]uint64, id int32) ([]uint64, capture.StackLoss) {
 	if id < 0 {
 		return nil, stackLoss(id)
 	}
 	frames, ok := stacks[id]
 	if !ok {
-		return nil, report.StackMissing
+		return nil, capture.StackMissing
 	}
-	return frames, report.StackKept
+	return frames, capture.StackKept
 }
 
 // quiescent reports whether every CPU finished the program invocation that

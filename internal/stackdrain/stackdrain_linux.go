@@ -9,8 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 const (
@@ -120,32 +120,32 @@ func (b *Buffers) writeConfig(gen uint32, filter bool) error {
 //  2. after a short grace period, wait until every CPU finished the
 //     invocation it was running, which may still use the old set;
 //  3. read and clear the old set, which nothing writes any more.
-func (b *Buffers) Drain() ([]Sample, Stats, error) {
+func (b *Buffers) Drain() ([]Sample, capture.Stats, error) {
 	old := b.gen
 	if err := b.writeConfig(old^1, b.filter); err != nil {
-		return nil, Stats{}, fmt.Errorf("drain: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain: %w", err)
 	}
 	if err := b.waitQuiescent(); err != nil {
-		return nil, Stats{}, fmt.Errorf("drain: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain: %w", err)
 	}
 	counts, err := drainCounts(b.maps.Counts[old])
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("drain counts: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain counts: %w", err)
 	}
 	stacks, err := readStacks(b.maps.Stacks[old])
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain stacks: %w", err)
 	}
 	if err := clearStacks(b.maps.Stacks[old], stacks); err != nil {
-		return nil, Stats{}, fmt.Errorf("drain stacks: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain stacks: %w", err)
 	}
 	st, err := b.drainStats(old)
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("drain stats: %w", err)
+		return nil, capture.Stats{}, fmt.Errorf("drain stats: %w", err)
 	}
 	samples, userMissing, kernelMissing := assembleSamples(counts, stacks, b.readComms(counts), b.maps.CountsAreSamples)
-	st.UserStackLost[report.StackMissing] = userMissing
-	st.KernelStackLost[report.StackMissing] = kernelMissing
+	st.UserStackLost[capture.StackMissing] = userMissing
+	st.KernelStackLost[capture.StackMissing] = kernelMissing
 	return samples, st, nil
 }
 
@@ -248,17 +248,17 @@ func (b *Buffers) readComms(counts map[stackKey]uint64) map[uint32]string {
 }
 
 // drainStats sums and zeroes the per-CPU counters of an idle generation.
-func (b *Buffers) drainStats(gen uint32) (Stats, error) {
+func (b *Buffers) drainStats(gen uint32) (capture.Stats, error) {
 	var perCPU []counters
 	if err := b.maps.Stats.Lookup(gen, &perCPU); err != nil {
-		return Stats{}, err
+		return capture.Stats{}, err
 	}
-	var st Stats
+	var st capture.Stats
 	for _, c := range perCPU {
 		c.add(&st)
 	}
 	if err := b.maps.Stats.Put(gen, make([]counters, len(perCPU))); err != nil {
-		return Stats{}, err
+		return capture.Stats{}, err
 	}
 	return st, nil
 }

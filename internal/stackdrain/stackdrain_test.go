@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 func TestTrimStack(t *testing.T) {
@@ -78,14 +78,14 @@ func TestAssembleSamples(t *testing.T) {
 	kernel := []uint64{0xffffffff81000000}
 	want := []Sample{
 		{PID: 2, TID: 2, Comm: "kthreadd", KernelStack: kernel, Value: 1},
-		{PID: 3, TID: 3, Value: 4, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackMissing},
-		{PID: 3, TID: 5, Value: 3, UserLoss: report.StackMapFull, KernelLoss: report.StackHashCollision},
+		{PID: 3, TID: 3, Value: 4, UserLoss: capture.StackCaptureFailed, KernelLoss: capture.StackMissing},
+		{PID: 3, TID: 5, Value: 3, UserLoss: capture.StackMapFull, KernelLoss: capture.StackHashCollision},
 		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x402000}, KernelStack: kernel, Value: 7},
 		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x401000, 0x401100}, Value: 5},
-		{PID: 10, TID: 12, Value: 2, UserLoss: report.StackMissing},
-		{PID: 20, TID: 20, Value: 6, UserLoss: report.StackMissing, KernelLoss: report.StackMissing},
-		{PID: 21, TID: 21, Value: 1, UserLoss: report.StackCaptureFailed},
-		{PID: 22, TID: 22, Value: 1, UserLoss: report.StackCaptureFailed, KernelLoss: report.StackCaptureFailed},
+		{PID: 10, TID: 12, Value: 2, UserLoss: capture.StackMissing},
+		{PID: 20, TID: 20, Value: 6, UserLoss: capture.StackMissing, KernelLoss: capture.StackMissing},
+		{PID: 21, TID: 21, Value: 1, UserLoss: capture.StackCaptureFailed},
+		{PID: 22, TID: 22, Value: 1, UserLoss: capture.StackCaptureFailed, KernelLoss: capture.StackCaptureFailed},
 	}
 	for _, tt := range []struct {
 		name                 string
@@ -117,16 +117,16 @@ func TestAssembleSamples(t *testing.T) {
 
 // The per-CPU counters land under the reason their BPF index stands for.
 func TestCountersAdd(t *testing.T) {
-	var st Stats
+	var st capture.Stats
 	counters{Recorded: 10, LostMapFull: 1, UserStackLost: [3]uint64{2, 3, 4}, KernelStackLost: [3]uint64{5, 6, 7}, NewPidDrops: 8}.add(&st)
 	counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}}.add(&st)
-	want := Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8}
-	want.UserStackLost[report.StackMapFull] = 3
-	want.UserStackLost[report.StackHashCollision] = 3
-	want.UserStackLost[report.StackCaptureFailed] = 4
-	want.KernelStackLost[report.StackMapFull] = 5
-	want.KernelStackLost[report.StackHashCollision] = 6
-	want.KernelStackLost[report.StackCaptureFailed] = 7
+	want := capture.Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8}
+	want.UserStackLost[capture.StackMapFull] = 3
+	want.UserStackLost[capture.StackHashCollision] = 3
+	want.UserStackLost[capture.StackCaptureFailed] = 4
+	want.KernelStackLost[capture.StackMapFull] = 5
+	want.KernelStackLost[capture.StackHashCollision] = 6
+	want.KernelStackLost[capture.StackCaptureFailed] = 7
 	if st != want {
 		t.Errorf("got %+v, want %+v", st, want)
 	}

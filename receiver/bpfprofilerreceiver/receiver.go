@@ -17,12 +17,12 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
-	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
@@ -40,12 +40,12 @@ type stackSource interface {
 // processAnnouncer is a stackSource that also announces, soon after their
 // first sample, processes it has not seen before.
 type processAnnouncer interface {
-	NewProcesses() <-chan stackdrain.ProcessEvent
+	NewProcesses() <-chan capture.ProcessEvent
 }
 
 // sourceStats are what happened since the previous drain (see
-// stackdrain.Stats: samples recorded, lost, kept without a stack).
-type sourceStats = stackdrain.Stats
+// capture.Stats: samples recorded, lost, kept without a stack).
+type sourceStats = capture.Stats
 
 // sourceOptions is what every kernel source needs besides the config.
 type sourceOptions struct {
@@ -254,7 +254,7 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error)
 // resolve when they are drained after the process exited. A process that
 // exec'ed is forgotten: its mappings and executable are those of the old
 // program (its next sample announces the new one).
-func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan stackdrain.ProcessEvent) {
+func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan capture.ProcessEvent) {
 	for {
 		select {
 		case <-ctx.Done():

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
@@ -45,7 +46,7 @@ func (f *fakeSource) Drain() ([]assemble.Stack, sourceStats, error) {
 	defer f.mu.Unlock()
 	f.drains++
 	st := sourceStats{Recorded: 10, LostMapFull: 1}
-	st.UserStackLost[report.StackMapFull] = 2
+	st.UserStackLost[capture.StackMapFull] = 2
 	return f.stacks, st, nil
 }
 

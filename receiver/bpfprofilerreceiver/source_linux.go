@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
@@ -45,7 +46,7 @@ func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 
 // drainer is what the CPU sampler and the off-CPU tracer have in common.
 type drainer interface {
-	Drain() ([]stackdrain.Sample, stackdrain.Stats, error)
+	Drain() ([]stackdrain.Sample, capture.Stats, error)
 	Close() error
 }
 
@@ -74,7 +75,7 @@ type cpuSource struct {
 	s *sampler.Sampler
 }
 
-func (c cpuSource) NewProcesses() <-chan stackdrain.ProcessEvent { return c.s.NewProcesses() }
+func (c cpuSource) NewProcesses() <-chan capture.ProcessEvent { return c.s.NewProcesses() }
 
 func (c cpuSource) Mechanism() string { return mechPerfEvent }
 
@@ -84,6 +85,6 @@ type offCPUSource struct {
 	t *offcpu.Tracer
 }
 
-func (o offCPUSource) NewProcesses() <-chan stackdrain.ProcessEvent { return o.t.NewProcesses() }
+func (o offCPUSource) NewProcesses() <-chan capture.ProcessEvent { return o.t.NewProcesses() }
 
 func (o offCPUSource) Mechanism() string { return string(o.t.Mechanism()) }

@@ -6,6 +6,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
@@ -48,7 +49,7 @@ const (
 // the code emits.
 func emittedAttributeValues() map[string][]string {
 	var stackReasons []string
-	for _, l := range report.StackLosses {
+	for _, l := range capture.AllStackLosses {
 		stackReasons = append(stackReasons, l.Reason())
 	}
 	return map[string][]string{
@@ -80,7 +81,7 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 		tel.BpfprofilerSamplesLost.Add(ctx, int64(st.LostMapFull),
 			metric.WithAttributes(k, attribute.String(attrReason, lostMapFull)))
 	}
-	for _, loss := range report.StackLosses {
+	for _, loss := range capture.AllStackLosses {
 		for stack, n := range map[string]uint64{stackUser: st.UserStackLost[loss], stackKernel: st.KernelStackLost[loss]} {
 			if n > 0 {
 				tel.BpfprofilerStacksLost.Add(ctx, int64(n), metric.WithAttributes(k,

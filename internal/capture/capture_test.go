@@ -1,4 +1,4 @@
-package report
+package capture
 
 import "testing"
 
@@ -25,7 +25,7 @@ func TestStackLoss(t *testing.T) {
 			t.Errorf("%d: Marker(kernel) = %q, want %q", tt.loss, got, tt.kernel)
 		}
 	}
-	if len(StackLosses) != int(StackMissing) {
-		t.Errorf("StackLosses lists %d losses, want every one but StackKept", len(StackLosses))
+	if len(AllStackLosses) != int(StackMissing) {
+		t.Errorf("AllStackLosses lists %d losses, want every one but StackKept", len(AllStackLosses))
 	}
 }

@@ -1,0 +1,178 @@
+// Package capture defines what the kernel-facing sources hand over and
+// internal/assemble takes, once: raw stacks of typed frames (internal/sampler,
+// internal/offcpu), probe scopes (internal/probes), the statistics of a drain
+// window with named loss reasons, and process announcements. Plain values;
+// no behaviour beyond small helpers.
+package capture
+
+import "strings"
+
+// FrameKind says what kind of code a raw frame is in; each kind is
+// symbolized its own way.
+type FrameKind uint8
+
+const (
+	// KernelFrame is a kernel text address.
+	KernelFrame FrameKind = iota + 1
+	// UserFrame is a user-space address: native, Go or JIT code, told apart
+	// when symbolized.
+	UserFrame
+)
+
+// Frame is one raw frame: every frame but the leaf is a return address.
+type Frame struct {
+	Kind    FrameKind
+	Address uint64
+}
+
+// RawStack is one aggregated stack of one thread, as captured.
+type RawStack struct {
+	PID, TID uint32
+	Comm     string  // thread name recorded by BPF; "" when unknown
+	Frames   []Frame // leaf first: kernel frames, then user frames
+	Value    uint64  // sample count (CPU) or nanoseconds (off-CPU)
+	// UserLoss and KernelLoss say why a stack that should be there is not
+	// (the sample is kept); StackKept otherwise.
+	UserLoss, KernelLoss StackLoss
+}
+
+// Addresses returns the addresses of the frames of kind, in order.
+func (s RawStack) Addresses(kind FrameKind) []uint64 {
+	var out []uint64
+	for _, f := range s.Frames {
+		if f.Kind == kind {
+			out = append(out, f.Address)
+		}
+	}
+	return out
+}
+
+// StackFrames builds the frames of a stack from its kernel and user
+// addresses (each leaf first).
+func StackFrames(kernel, user []uint64) []Frame {
+	if len(kernel)+len(user) == 0 {
+		return nil
+	}
+	out := make([]Frame, 0, len(kernel)+len(user))
+	for _, a := range kernel {
+		out = append(out, Frame{Kind: KernelFrame, Address: a})
+	}
+	for _, a := range user {
+		out = append(out, Frame{Kind: UserFrame, Address: a})
+	}
+	return out
+}
+
+// StackLoss says why a recorded sample has no frames for one of its stacks
+// (user or kernel). Such samples are kept, with a marker frame, so process
+// totals stay right and a flame graph shows the loss.
+type StackLoss uint8
+
+const (
+	StackKept          StackLoss = iota // not lost (or no stack to take, e.g. the user stack of a kernel thread)
+	StackMapFull                        // the BPF stack map was full
+	StackHashCollision                  // the stack's ids were all taken by other stacks
+	StackCaptureFailed                  // the kernel could not capture the stack
+	StackMissing                        // the stack's id was absent from the stack map at drain
+)
+
+// AllStackLosses lists every loss, in order.
+var AllStackLosses = []StackLoss{StackMapFull, StackHashCollision, StackCaptureFailed, StackMissing}
+
+// Reason is the loss's telemetry attribute value ("" for StackKept).
+func (l StackLoss) Reason() string {
+	switch l {
+	case StackMapFull:
+		return "stack_map_full"
+	case StackHashCollision:
+		return "hash_collision"
+	case StackCaptureFailed:
+		return "capture_failed"
+	case StackMissing:
+		return "missing_at_drain"
+	}
+	return ""
+}
+
+// Marker is the function name of the pseudo-frame standing for a lost user
+// (kernel false) or kernel stack, e.g. "[user stack lost: stack map full]".
+func (l StackLoss) Marker(kernel bool) string {
+	if l == StackKept {
+		return ""
+	}
+	which := "user"
+	if kernel {
+		which = "kernel"
+	}
+	return "[" + which + " stack lost: " + strings.ReplaceAll(l.Reason(), "_", " ") + "]"
+}
+
+// StackLosses counts recorded samples kept without one of their stacks,
+// indexed by StackLoss (StackKept stays 0).
+type StackLosses [StackMissing + 1]uint64
+
+// Total is the sum over every reason.
+func (l StackLosses) Total() uint64 {
+	var n uint64
+	for _, v := range l {
+		n += v
+	}
+	return n
+}
+
+// Stats count what happened in one Drain window; they describe exactly the
+// samples that Drain returned (the counters are double-buffered like them).
+// A record is a sample (CPU) or a wait (off-CPU).
+type Stats struct {
+	// Recorded counts records aggregated, including those kept without a
+	// stack (UserStackLost, KernelStackLost).
+	Recorded uint64
+	// LostMapFull counts records dropped: the counts map was full (off-CPU:
+	// or a sleeping thread's start could not be stored).
+	LostMapFull uint64
+	// UserStackLost and KernelStackLost count recorded records without that
+	// stack, by reason. StackMissing is found at drain, per aggregated
+	// entry: it counts records when Maps.CountsAreSamples, else entries
+	// (each at least one record).
+	UserStackLost, KernelStackLost StackLosses
+	// NewProcessDrops counts new-process notifications lost (CPU sampler
+	// only; see sampler.Sampler.NewProcesses): the BPF ring buffer was full
+	// (that process is announced again on a later sample) or the Go channel
+	// was full (that notification is gone). No sample is lost with them.
+	NewProcessDrops uint64
+}
+
+// Add returns the sum of s and o.
+func (s Stats) Add(o Stats) Stats {
+	s.Recorded += o.Recorded
+	s.LostMapFull += o.LostMapFull
+	for i := range s.UserStackLost {
+		s.UserStackLost[i] += o.UserStackLost[i]
+		s.KernelStackLost[i] += o.KernelStackLost[i]
+	}
+	s.NewProcessDrops += o.NewProcessDrops
+	return s
+}
+
+// ProcessEvent is an announcement of a process (pid as the collector sees
+// it): recorded for the first time, or, with Exec, gone through an exec, so
+// whatever was read about its old program is stale.
+type ProcessEvent struct {
+	PID  uint32
+	Exec bool
+}
+
+// RawScope is one completed outermost scope of a probe. Times are the
+// kernel's monotonic clock (bpf_ktime_get_ns).
+type RawScope struct {
+	ProbeIndex int    // index of the probe in the configuration
+	PID, TID   uint32 // pid (tgid) and thread id, as the collector sees them
+	Comm       string // thread name at the end of the scope
+	Start, End uint64 // CLOCK_MONOTONIC nanoseconds
+}
+
+// MainThread reports whether the scope ran on the process's main thread.
+func (s RawScope) MainThread() bool { return s.PID == s.TID }
+
+// Duration is End - Start in nanoseconds.
+func (s RawScope) Duration() uint64 { return s.End - s.Start }
