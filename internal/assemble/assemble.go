@@ -15,19 +15,6 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
-// Stack is one aggregated kernel record: a thread's user and kernel stacks
-// (leaf first) and a value (sample count or nanoseconds).
-type Stack struct {
-	PID, TID uint32
-	Comm     string // thread name recorded by the kernel, may be empty
-	User     []uint64
-	Kernel   []uint64
-	Value    int64
-	// UserLoss and KernelLoss say why that stack is missing; each loss
-	// becomes one marker frame in its place (capture.StackLoss.Marker).
-	UserLoss, KernelLoss capture.StackLoss
-}
-
 // Symbolizer resolves addresses to frames, leaf first.
 type Symbolizer interface {
 	Kernel(addrs []uint64) []report.Frame
@@ -61,10 +48,10 @@ type Stats struct {
 }
 
 // Assemble builds the profile of one report.
-func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int64, stacks []Stack) (report.Profile, Stats) {
-	byPID := map[uint32][]Stack{}
+func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int64, stacks []capture.RawStack) (report.Profile, Stats) {
+	byPID := map[uint32][]capture.RawStack{}
 	for _, s := range stacks {
-		if s.Value <= 0 {
+		if s.Value == 0 {
 			continue
 		}
 		byPID[s.PID] = append(byPID[s.PID], s)
@@ -84,7 +71,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 		}
 		if a.Keep != nil && !a.Keep(id) {
 			for _, s := range byPID[pid] {
-				st.FilteredValues += s.Value
+				st.FilteredValues += int64(s.Value)
 			}
 			continue
 		}
@@ -101,7 +88,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 				TID:        s.TID,
 				ThreadName: a.threadName(s),
 				Frames:     frames,
-				Value:      s.Value,
+				Value:      int64(s.Value),
 			})
 		}
 		prof.Processes = append(prof.Processes, proc)
@@ -115,13 +102,13 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 // thread (no user stack taken) under attrkey.KernelServiceName, else by the
 // thread name of its main thread (or of any thread), so that it has a
 // service.name a backend can show.
-func nameUnread(id report.Identity, stacks []Stack) report.Identity {
+func nameUnread(id report.Identity, stacks []capture.RawStack) report.Identity {
 	if _, ok := id.Attributes[attrkey.ServiceName]; ok {
 		return id
 	}
 	kernel, comm := true, ""
 	for _, s := range stacks {
-		if len(s.User) > 0 || s.UserLoss != capture.StackKept {
+		if hasFrames(s, capture.UserFrame) || s.UserLoss != capture.StackKept {
 			kernel = false
 		}
 		if s.Comm != "" && (comm == "" || s.TID == s.PID) {
@@ -145,19 +132,29 @@ func nameUnread(id report.Identity, stacks []Stack) report.Identity {
 
 // frames returns the kernel frames (leaf first) followed by the user frames;
 // a lost stack is one marker frame.
-func (a *Assembler) frames(s Stack) []report.Frame {
+func (a *Assembler) frames(s capture.RawStack) []report.Frame {
 	var out []report.Frame
-	if len(s.Kernel) > 0 {
-		out = append(out, dropTracingFrames(a.Symbols.Kernel(s.Kernel))...)
+	if kernel := s.Addresses(capture.KernelFrame); len(kernel) > 0 {
+		out = append(out, dropTracingFrames(a.Symbols.Kernel(kernel))...)
 	} else if s.KernelLoss != capture.StackKept {
 		out = append(out, markerFrame(s.KernelLoss, true))
 	}
-	if len(s.User) > 0 {
-		out = append(out, a.Symbols.User(s.PID, s.User)...)
+	if user := s.Addresses(capture.UserFrame); len(user) > 0 {
+		out = append(out, a.Symbols.User(s.PID, user)...)
 	} else if s.UserLoss != capture.StackKept {
 		out = append(out, markerFrame(s.UserLoss, false))
 	}
 	return out
+}
+
+// hasFrames reports whether s has frames of kind.
+func hasFrames(s capture.RawStack, kind capture.FrameKind) bool {
+	for _, f := range s.Frames {
+		if f.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 // markerFrame stands for a lost stack: no address, no mapping, a function
@@ -181,7 +178,7 @@ func isTracingFrame(fn string) bool {
 		strings.HasPrefix(fn, "__bpf_trace_") || strings.HasPrefix(fn, "__traceiter_")
 }
 
-func (a *Assembler) threadName(s Stack) string {
+func (a *Assembler) threadName(s capture.RawStack) string {
 	if s.Comm != "" || a.ThreadName == nil {
 		return s.Comm
 	}

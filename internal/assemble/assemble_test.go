@@ -50,12 +50,12 @@ func (f fakeIdentities) Resolve(pid uint32) (report.Identity, error) {
 }
 
 func TestAssemble(t *testing.T) {
-	stacks := []Stack{
-		{PID: 20, TID: 21, Comm: "worker", User: []uint64{0x10, 0}, Kernel: []uint64{0xff01}, Value: 5},
-		{PID: 10, TID: 10, User: []uint64{0x20}, Value: 2},
-		{PID: 20, TID: 20, User: []uint64{0x30}, Value: 1},
-		{PID: 30, TID: 30, User: []uint64{0x40}, Value: 0}, // empty: dropped
-		{PID: 40, TID: 40, User: []uint64{0x50}, Value: 7}, // vanished process: kept
+	stacks := []capture.RawStack{
+		{PID: 20, TID: 21, Comm: "worker", Frames: capture.StackFrames([]uint64{0xff01}, []uint64{0x10, 0}), Value: 5},
+		{PID: 10, TID: 10, Frames: capture.StackFrames(nil, []uint64{0x20}), Value: 2},
+		{PID: 20, TID: 20, Frames: capture.StackFrames(nil, []uint64{0x30}), Value: 1},
+		{PID: 30, TID: 30, Frames: capture.StackFrames(nil, []uint64{0x40}), Value: 0}, // empty: dropped
+		{PID: 40, TID: 40, Frames: capture.StackFrames(nil, []uint64{0x50}), Value: 7}, // vanished process: kept
 	}
 	tests := []struct {
 		name          string
@@ -102,9 +102,9 @@ func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
 		Identities: fakeIdentities{20: "/bin/b"},
 		ThreadName: func(pid, tid uint32) string { return "from-proc" },
 	}
-	prof, st := a.Assemble(report.KindOffCPU, time.Time{}, time.Time{}, 0, []Stack{
-		{PID: 20, TID: 21, Comm: "worker", User: []uint64{0x10, 0x11}, Kernel: []uint64{0xff01, 0xff02}, Value: 5},
-		{PID: 20, TID: 22, User: []uint64{0x12}, Value: 1},
+	prof, st := a.Assemble(report.KindOffCPU, time.Time{}, time.Time{}, 0, []capture.RawStack{
+		{PID: 20, TID: 21, Comm: "worker", Frames: capture.StackFrames([]uint64{0xff01, 0xff02}, []uint64{0x10, 0x11}), Value: 5},
+		{PID: 20, TID: 22, Frames: capture.StackFrames(nil, []uint64{0x12}), Value: 1},
 	})
 	require.Len(t, prof.Processes, 1)
 	samples := prof.Processes[0].Samples
@@ -123,11 +123,11 @@ func TestAssembleFrameOrderAndThreadNames(t *testing.T) {
 // lost stack's place; a kernel thread's absent user stack is no loss.
 func TestAssembleMarksLostStacks(t *testing.T) {
 	a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{20: "/bin/b"}}
-	prof, st := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 1, []Stack{
-		{PID: 20, TID: 20, Kernel: []uint64{0xff01}, UserLoss: capture.StackMapFull, Value: 3},
-		{PID: 20, TID: 21, User: []uint64{0x10}, KernelLoss: capture.StackHashCollision, Value: 2},
+	prof, st := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 1, []capture.RawStack{
+		{PID: 20, TID: 20, Frames: capture.StackFrames([]uint64{0xff01}, nil), UserLoss: capture.StackMapFull, Value: 3},
+		{PID: 20, TID: 21, Frames: capture.StackFrames(nil, []uint64{0x10}), KernelLoss: capture.StackHashCollision, Value: 2},
 		{PID: 20, TID: 22, UserLoss: capture.StackCaptureFailed, KernelLoss: capture.StackMissing, Value: 1},
-		{PID: 20, TID: 23, Kernel: []uint64{0xff02}, Value: 4}, // kernel thread
+		{PID: 20, TID: 23, Frames: capture.StackFrames([]uint64{0xff02}, nil), Value: 4}, // kernel thread
 	})
 	require.Len(t, prof.Processes, 1)
 	var got [][]string
@@ -182,20 +182,20 @@ func TestDropTracingFrames(t *testing.T) {
 func TestAssembleNamesUnreadProcesses(t *testing.T) {
 	tests := []struct {
 		name   string
-		stacks []Stack
+		stacks []capture.RawStack
 		want   any // service.name, nil for none
 	}{
-		{"main thread's comm", []Stack{
-			{PID: 7, TID: 8, Comm: "worker-1", User: []uint64{1}, Value: 1},
-			{PID: 7, TID: 7, Comm: "make", User: []uint64{1}, Value: 1},
+		{"main thread's comm", []capture.RawStack{
+			{PID: 7, TID: 8, Comm: "worker-1", Frames: capture.StackFrames(nil, []uint64{1}), Value: 1},
+			{PID: 7, TID: 7, Comm: "make", Frames: capture.StackFrames(nil, []uint64{1}), Value: 1},
 		}, "make"},
-		{"any thread's comm", []Stack{{PID: 7, TID: 9, Comm: "cc1", User: []uint64{1}, Value: 1}}, "cc1"},
-		{"kernel thread: no user stack taken", []Stack{{PID: 7, TID: 7, Comm: "kworker/0:1-events", Kernel: []uint64{1}, Value: 1}},
+		{"any thread's comm", []capture.RawStack{{PID: 7, TID: 9, Comm: "cc1", Frames: capture.StackFrames(nil, []uint64{1}), Value: 1}}, "cc1"},
+		{"kernel thread: no user stack taken", []capture.RawStack{{PID: 7, TID: 7, Comm: "kworker/0:1-events", Frames: capture.StackFrames([]uint64{1}, nil), Value: 1}},
 			attrkey.KernelServiceName},
-		{"user stack lost is not a kernel thread", []Stack{
-			{PID: 7, TID: 7, Comm: "app", Kernel: []uint64{1}, UserLoss: capture.StackMapFull, Value: 1},
+		{"user stack lost is not a kernel thread", []capture.RawStack{
+			{PID: 7, TID: 7, Comm: "app", Frames: capture.StackFrames([]uint64{1}, nil), UserLoss: capture.StackMapFull, Value: 1},
 		}, "app"},
-		{"nothing known", []Stack{{PID: 7, TID: 7, User: []uint64{1}, Value: 1}}, nil},
+		{"nothing known", []capture.RawStack{{PID: 7, TID: 7, Frames: capture.StackFrames(nil, []uint64{1}), Value: 1}}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
@@ -50,18 +49,6 @@ type Options struct {
 	// Mechanism chooses how user stacks are taken; "" is MechanismAuto.
 	Mechanism Mechanism
 }
-
-// RawSample is the blocked time of one thread in one stack; Value is in
-// nanoseconds. UserStack and KernelStack are leaf first, taken when the
-// thread went to sleep.
-type RawSample = stackdrain.Sample
-
-// Stats describe one Drain window: Recorded counts waits at least MinBlock
-// long, including those kept without a stack; the stack loss counters say
-// why (a user stack that could not be taken because a second wait came
-// first or the pending map was full is capture.StackCaptureFailed: see
-// bpf/offcpu.bpf.c).
-type Stats = capture.Stats
 
 func (o Options) validate() error {
 	if o.MinBlock < 0 {

@@ -219,7 +219,7 @@ func (t *Tracer) closeObjects() error {
 }
 
 // Mechanism returns the mechanism in use.
-func (t *Tracer) Mechanism() Mechanism { return t.mechanism }
+func (t *Tracer) Mechanism() string { return string(t.mechanism) }
 
 // NewProcesses returns the channel on which the pid (in
 // Options.PIDNamespace) of each newly recorded user process is sent once
@@ -241,11 +241,11 @@ func (t *Tracer) SetTargets(pids []uint32) error {
 // Drain returns the blocked time aggregated since the previous Drain, by
 // thread and stack, and clears it. Waits still in progress are not included;
 // they are reported in full by the Drain after they end.
-func (t *Tracer) Drain() ([]RawSample, Stats, error) {
+func (t *Tracer) Drain() ([]capture.RawStack, capture.Stats, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, Stats{}, errors.New("off-CPU tracer is closed")
+		return nil, capture.Stats{}, errors.New("off-CPU tracer is closed")
 	}
 	samples, st, err := t.bufs.Drain()
 	if err == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
@@ -42,8 +43,8 @@ type sleepersRun struct {
 	overN   map[string]int64  // number of those sleeps
 	cross   int64             // migrate mode: sleeps that woke on another CPU
 	pending int               // waits still pending (user stack not taken) after the last drain
-	samples []RawSample
-	stats   Stats
+	samples []capture.RawStack
+	stats   capture.Stats
 	drains  int
 	// functions: off-CPU ns per innermost sleep_* function found in each
 	// symbolized stack ("" when none was found).
@@ -97,7 +98,7 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 		r.drains++
 	}
 	drain() // an empty window: nothing of the workload has happened yet
-	r.samples, r.stats = nil, Stats{}
+	r.samples, r.stats = nil, capture.Stats{}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,7 @@ func parseResult(t *testing.T, r *sleepersRun, line string) bool {
 	return false
 }
 
-func addStats(a, b Stats) Stats { return a.Add(b) }
+func addStats(a, b capture.Stats) capture.Stats { return a.Add(b) }
 
 type pidOnly struct{}
 
@@ -223,20 +224,13 @@ func (pidOnly) Resolve(pid uint32) (report.Identity, error) { return report.Iden
 
 // functionTotals symbolizes the samples through the assembler, as the
 // receiver does, and sums their values by the innermost sleep_* frame.
-func functionTotals(t *testing.T, pid uint32, samples []RawSample) map[string]uint64 {
+func functionTotals(t *testing.T, pid uint32, samples []capture.RawStack) map[string]uint64 {
 	t.Helper()
 	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 	defer sym.Close()
 	asm := &assemble.Assembler{Symbols: sym, Identities: pidOnly{}}
-	stacks := make([]assemble.Stack, 0, len(samples))
-	for _, s := range samples {
-		stacks = append(stacks, assemble.Stack{
-			PID: s.PID, TID: s.TID, Comm: s.Comm,
-			User: s.UserStack, Kernel: s.KernelStack, Value: int64(s.Value),
-		})
-	}
 	now := time.Now()
-	prof, _ := asm.Assemble(report.KindOffCPU, now, now, 0, stacks)
+	prof, _ := asm.Assemble(report.KindOffCPU, now, now, 0, samples)
 	out := map[string]uint64{}
 	for _, p := range prof.Processes {
 		if p.Identity.PID != pid {
@@ -404,7 +398,7 @@ func TestOpenCloseTwice(t *testing.T) { forEachMechanism(t, testOpenCloseTwice) 
 func testOpenCloseTwice(t *testing.T, mech Mechanism) {
 	for i := range 2 {
 		tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech})
-		if tr.Mechanism() != mech {
+		if tr.Mechanism() != string(mech) {
 			t.Fatalf("asked for %s, got %s", mech, tr.Mechanism())
 		}
 		if _, _, err := tr.Drain(); err != nil {

@@ -2,7 +2,11 @@
 
 package offcpu
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+)
 
 var errNotLinux = errors.New("bpfprofiler off-CPU profiling is only supported on Linux")
 
@@ -18,7 +22,15 @@ func Open(opts Options) (*Tracer, error) {
 }
 
 // Drain always fails on this platform.
-func (t *Tracer) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, errNotLinux }
+func (t *Tracer) Drain() ([]capture.RawStack, capture.Stats, error) {
+	return nil, capture.Stats{}, errNotLinux
+}
+
+// Mechanism names no mechanism on this platform.
+func (t *Tracer) Mechanism() string { return "" }
+
+// NewProcesses announces nothing on this platform.
+func (t *Tracer) NewProcesses() <-chan capture.ProcessEvent { return nil }
 
 // SetTargets always fails on this platform.
 func (t *Tracer) SetTargets([]uint32) error { return errNotLinux }

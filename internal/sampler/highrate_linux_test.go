@@ -29,14 +29,14 @@ func TestHighRateAccounting(t *testing.T) {
 	tests := []struct {
 		name   string
 		maps   MapSizes
-		check  func(t *testing.T, st Stats, expected float64)
+		check  func(t *testing.T, st capture.Stats, expected float64)
 		marked bool
 	}{
 		{
 			// The stack map fills within the first few hundred samples; the
 			// rest are kept with a marker instead of their user stack.
 			name: "stack map full", maps: MapSizes{Stacks: 256},
-			check: func(t *testing.T, st Stats, expected float64) {
+			check: func(t *testing.T, st capture.Stats, expected float64) {
 				if lost := st.UserStackLost[capture.StackMapFull]; float64(lost) < 0.8*expected {
 					t.Errorf("%d samples kept without user stack (stack map full), want most of %.0f", lost, expected)
 				}
@@ -49,7 +49,7 @@ func TestHighRateAccounting(t *testing.T) {
 			// The counts map fills with the first 64 distinct stacks; the
 			// rest are lost (and counted).
 			name: "counts map full", maps: MapSizes{Counts: 64},
-			check: func(t *testing.T, st Stats, expected float64) {
+			check: func(t *testing.T, st capture.Stats, expected float64) {
 				if float64(st.LostMapFull) < 0.8*expected {
 					t.Errorf("%d samples lost to a full counts map, want most of %.0f", st.LostMapFull, expected)
 				}
@@ -62,7 +62,7 @@ func TestHighRateAccounting(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			run := func() (pid uint32, samples []RawSample, st Stats, expected float64) {
+			run := func() (pid uint32, samples []capture.RawStack, st capture.Stats, expected float64) {
 				pid, samples, st, cpu := burnAndDrain(t, bin, Options{SamplesPerSecond: hz, Maps: tt.maps})
 				expected = float64(hz) * cpu.Seconds()
 				taken := float64(st.Recorded + st.LostMapFull)
@@ -74,7 +74,7 @@ func TestHighRateAccounting(t *testing.T) {
 				}
 				return pid, samples, st, expected
 			}
-			within := func(st Stats, expected float64) bool {
+			within := func(st capture.Stats, expected float64) bool {
 				return math.Abs(float64(st.Recorded+st.LostMapFull)-expected) <= 0.02*expected
 			}
 			pid, samples, st, expected := run()
@@ -99,10 +99,10 @@ func TestHighRateAccounting(t *testing.T) {
 					t.Fatalf("sample of pid %d, only %d is targeted", smp.PID, pid)
 				}
 				total += smp.Value
-				if len(smp.UserStack) == 0 && smp.UserLoss == capture.StackKept {
+				if len(smp.Addresses(capture.UserFrame)) == 0 && smp.UserLoss == capture.StackKept {
 					t.Errorf("sample %+v has neither a user stack nor a loss", smp)
 				}
-				if len(smp.UserStack) > 0 && smp.UserLoss != capture.StackKept {
+				if len(smp.Addresses(capture.UserFrame)) > 0 && smp.UserLoss != capture.StackKept {
 					t.Errorf("sample %+v has a user stack and a loss", smp)
 				}
 				marked.User[smp.UserLoss] += smp.Value
@@ -127,7 +127,7 @@ func TestHighRateAccounting(t *testing.T) {
 // exactly the burn, and the CPU time it used. The workload waits on stdin
 // before and after the burn, using no CPU, so the window between the two
 // drains holds the burn alone.
-func burnAndDrain(t *testing.T, bin string, opts Options) (uint32, []RawSample, Stats, time.Duration) {
+func burnAndDrain(t *testing.T, bin string, opts Options) (uint32, []capture.RawStack, capture.Stats, time.Duration) {
 	t.Helper()
 	cmd := exec.Command("chrt", "-f", "10", bin, "2", "stdin")
 	stdin, err := cmd.StdinPipe()

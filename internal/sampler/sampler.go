@@ -14,13 +14,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids in cpu.bpf.c).
 const MaxTargets = stackdrain.MaxTargets
+
+// Mechanism names how the sampler records samples: one cpu-clock perf event
+// per CPU.
+const Mechanism = "perf_event"
 
 // Options configure a Sampler.
 type Options struct {
@@ -43,13 +46,6 @@ type Options struct {
 	// tests use small maps to make them fill up.
 	Maps MapSizes
 }
-
-// RawSample is one aggregated stack of one thread, as captured; Value is
-// the number of samples.
-type RawSample = stackdrain.Sample
-
-// Stats count what happened to the samples of one Drain window.
-type Stats = capture.Stats
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {

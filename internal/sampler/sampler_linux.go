@@ -114,6 +114,9 @@ func Open(opts Options) (*Sampler, error) {
 	return s, nil
 }
 
+// Mechanism is how the samples are recorded: cpu-clock perf events.
+func (s *Sampler) Mechanism() string { return Mechanism }
+
 // NewProcesses returns the channel on which the pid (in
 // Options.PIDNamespace) of each newly sampled user process is sent once,
 // on its first sample after Open (and again if its pid is reused after it
@@ -199,11 +202,11 @@ func (s *Sampler) SetTargets(pids []uint32) error {
 // Drain returns the samples aggregated since the previous Drain and clears
 // them; the program keeps sampling into the other map set meanwhile (see
 // stackdrain.Buffers.Drain), so nothing is lost or counted twice.
-func (s *Sampler) Drain() ([]RawSample, Stats, error) {
+func (s *Sampler) Drain() ([]capture.RawStack, capture.Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, Stats{}, errors.New("sampler is closed")
+		return nil, capture.Stats{}, errors.New("sampler is closed")
 	}
 	samples, st, err := s.bufs.Drain()
 	if err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -39,7 +40,7 @@ func startWorkload(t *testing.T, name string, seconds float64) uint32 {
 }
 
 // sampleFor drains once after d and returns the samples and the elapsed time.
-func sampleFor(t *testing.T, s *Sampler, d time.Duration) ([]RawSample, Stats, time.Duration) {
+func sampleFor(t *testing.T, s *Sampler, d time.Duration) ([]capture.RawStack, capture.Stats, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	if _, _, err := s.Drain(); err != nil { // start from an empty window
@@ -109,7 +110,7 @@ func TestCPUBurn(t *testing.T) {
 		}
 		total += smp.Value
 		tids[smp.TID] = smp.Comm
-		if len(smp.UserStack) > 1 {
+		if len(smp.Addresses(capture.UserFrame)) > 1 {
 			stacks += int(smp.Value)
 		}
 	}
@@ -143,7 +144,7 @@ func TestCPUBurn(t *testing.T) {
 
 // checkBurnSymbols resolves the innermost frames with the project's
 // symbolizer and checks that burn_hot and burn_cold dominate, about 3:1.
-func checkBurnSymbols(t *testing.T, pid uint32, samples []RawSample) {
+func checkBurnSymbols(t *testing.T, pid uint32, samples []capture.RawStack) {
 	t.Helper()
 	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 	defer sym.Close()
@@ -152,7 +153,7 @@ func checkBurnSymbols(t *testing.T, pid uint32, samples []RawSample) {
 		total += smp.Value
 		// The leaf may be in libc's clock_gettime, which keeps no frame
 		// pointer, so look at the first few frames.
-		frames := sym.User(pid, smp.UserStack[:min(3, len(smp.UserStack))])
+		frames := sym.User(pid, smp.Addresses(capture.UserFrame)[:min(3, len(smp.Addresses(capture.UserFrame)))])
 		for _, f := range frames {
 			if f.Function == "burn_hot" {
 				hot += smp.Value
@@ -179,8 +180,8 @@ func TestKernelStacks(t *testing.T) {
 	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}})
 
 	// Collect at least 100 samples; a loaded machine may need longer.
-	var samples []RawSample
-	var st Stats
+	var samples []capture.RawStack
+	var st capture.Stats
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && pidCounts(samples)[pid] < 100; {
 		more, mst, _ := sampleFor(t, s, time.Second)
 		samples = append(samples, more...)
@@ -190,12 +191,12 @@ func TestKernelStacks(t *testing.T) {
 	var total, withKernel uint64
 	for _, smp := range samples {
 		total += smp.Value
-		if len(smp.KernelStack) == 0 {
+		if len(smp.Addresses(capture.KernelFrame)) == 0 {
 			continue
 		}
 		withKernel += smp.Value
-		if runtime.GOARCH == "amd64" && smp.KernelStack[0] < 0xffff800000000000 {
-			t.Errorf("kernel frame %#x is not a kernel address", smp.KernelStack[0])
+		if runtime.GOARCH == "amd64" && smp.Addresses(capture.KernelFrame)[0] < 0xffff800000000000 {
+			t.Errorf("kernel frame %#x is not a kernel address", smp.Addresses(capture.KernelFrame)[0])
 		}
 	}
 	t.Logf("%d of %d samples with a kernel stack, stats %+v", withKernel, total, st)
@@ -243,7 +244,7 @@ func TestHostWideAndRetarget(t *testing.T) {
 	}
 }
 
-func pidCounts(samples []RawSample) map[uint32]uint64 {
+func pidCounts(samples []capture.RawStack) map[uint32]uint64 {
 	out := map[uint32]uint64{}
 	for _, s := range samples {
 		out[s.PID] += s.Value

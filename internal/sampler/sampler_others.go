@@ -6,7 +6,6 @@ import (
 	"errors"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
-	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
 var errNotLinux = errors.New("bpfprofiler CPU sampler is only supported on Linux")
@@ -23,7 +22,9 @@ func Open(opts Options) (*Sampler, error) {
 }
 
 // Drain always fails on this platform.
-func (s *Sampler) Drain() ([]RawSample, Stats, error) { return nil, Stats{}, errNotLinux }
+func (s *Sampler) Drain() ([]capture.RawStack, capture.Stats, error) {
+	return nil, capture.Stats{}, errNotLinux
+}
 
 // SetTargets always fails on this platform.
 func (s *Sampler) SetTargets([]uint32) error { return errNotLinux }
@@ -36,3 +37,6 @@ func (s *Sampler) MapSizes() MapSizes { return MapSizes{} }
 
 // Close does nothing on this platform.
 func (s *Sampler) Close() error { return nil }
+
+// Mechanism is how the samples would be recorded.
+func (s *Sampler) Mechanism() string { return Mechanism }

@@ -28,18 +28,6 @@ func decodeProcessEvent(v uint32) capture.ProcessEvent {
 	return capture.ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
 }
 
-// Sample is one aggregated stack of one thread, as captured.
-type Sample struct {
-	PID, TID    uint32
-	Comm        string   // thread name recorded by BPF; "" when unknown
-	UserStack   []uint64 // leaf first; return addresses for non-leaf frames
-	KernelStack []uint64 // leaf first
-	Value       uint64   // sample count (CPU) or nanoseconds (off-CPU)
-	// UserLoss and KernelLoss say why a stack that should be there is not
-	// (the sample is kept; see capture.StackLoss); StackKept otherwise.
-	UserLoss, KernelLoss capture.StackLoss
-}
-
 // stackKey mirrors struct stack_key of bpf/common.h.
 type stackKey struct {
 	PID, TID                   uint32
@@ -141,39 +129,46 @@ func commString[T ~int8 | ~uint8](comm []T) string {
 // non-negative id absent from stacks yields a StackMissing loss, counted in
 // the returned user and kernel losses: by value when countsAreSamples, else
 // by entry. The result is sorted by pid, tid, then descending value.
-func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comms map[uint32]string, countsAreSamples bool) (samples []Sample, userMissing, kernelMissing uint64) {
-	samples = make([]Sample, 0, len(counts))
+func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comms map[uint32]string, countsAreSamples bool) (samples []capture.RawStack, userMissing, kernelMissing uint64) {
+	samples = make([]capture.RawStack, 0, len(counts))
 	for k, n := range counts {
 		if n == 0 {
 			continue
 		}
-		s := Sample{PID: k.PID, TID: k.TID, Comm: comms[k.TID], Value: n}
+		s := capture.RawStack{PID: k.PID, TID: k.TID, Comm: comms[k.TID], Value: n}
 		missing := uint64(1)
 		if countsAreSamples {
 			missing = n
 		}
-		s.UserStack, s.UserLoss = stackFor(stacks, k.UserStackID)
+		user, userLoss := stackFor(stacks, k.UserStackID)
+		s.UserLoss = userLoss
 		if s.UserLoss == capture.StackMissing {
 			userMissing += missing
 		}
-		s.KernelStack, s.KernelLoss = stackFor(stacks, k.KernelStackID)
+		kernel, kernelLoss := stackFor(stacks, k.KernelStackID)
+		s.KernelLoss = kernelLoss
 		if s.KernelLoss == capture.StackMissing {
 			kernelMissing += missing
 		}
+		s.Frames = capture.StackFrames(kernel, user)
 		samples = append(samples, s)
 	}
-	slices.SortFunc(samples, func(a, b Sample) int {
+	slices.SortFunc(samples, func(a, b capture.RawStack) int {
 		return cmp.Or(
 			cmp.Compare(a.PID, b.PID),
 			cmp.Compare(a.TID, b.TID),
 			cmp.Compare(b.Value, a.Value),
-			slices.Compare(a.UserStack, b.UserStack),
-			slices.Compare(a.KernelStack, b.KernelStack),
+			slices.CompareFunc(a.Frames, b.Frames, compareFrames),
 			cmp.Compare(a.UserLoss, b.UserLoss),
 			cmp.Compare(a.KernelLoss, b.KernelLoss),
 		)
 	})
 	return samples, userMissing, kernelMissing
+}
+
+// compareFrames orders frames by kind, then address.
+func compareFrames(a, b capture.Frame) int {
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Address, b.Address))
 }
 
 // stackFor returns the stack with the given id, or why there is none.

@@ -120,7 +120,7 @@ func (b *Buffers) writeConfig(gen uint32, filter bool) error {
 //  2. after a short grace period, wait until every CPU finished the
 //     invocation it was running, which may still use the old set;
 //  3. read and clear the old set, which nothing writes any more.
-func (b *Buffers) Drain() ([]Sample, capture.Stats, error) {
+func (b *Buffers) Drain() ([]capture.RawStack, capture.Stats, error) {
 	old := b.gen
 	if err := b.writeConfig(old^1, b.filter); err != nil {
 		return nil, capture.Stats{}, fmt.Errorf("drain: %w", err)

@@ -76,12 +76,12 @@ func TestAssembleSamples(t *testing.T) {
 	}
 	comms := map[uint32]string{11: "burner-1", 2: "kthreadd"}
 	kernel := []uint64{0xffffffff81000000}
-	want := []Sample{
-		{PID: 2, TID: 2, Comm: "kthreadd", KernelStack: kernel, Value: 1},
+	want := []capture.RawStack{
+		{PID: 2, TID: 2, Comm: "kthreadd", Frames: capture.StackFrames(kernel, nil), Value: 1},
 		{PID: 3, TID: 3, Value: 4, UserLoss: capture.StackCaptureFailed, KernelLoss: capture.StackMissing},
 		{PID: 3, TID: 5, Value: 3, UserLoss: capture.StackMapFull, KernelLoss: capture.StackHashCollision},
-		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x402000}, KernelStack: kernel, Value: 7},
-		{PID: 10, TID: 11, Comm: "burner-1", UserStack: []uint64{0x401000, 0x401100}, Value: 5},
+		{PID: 10, TID: 11, Comm: "burner-1", Frames: capture.StackFrames(kernel, []uint64{0x402000}), Value: 7},
+		{PID: 10, TID: 11, Comm: "burner-1", Frames: capture.StackFrames(nil, []uint64{0x401000, 0x401100}), Value: 5},
 		{PID: 10, TID: 12, Value: 2, UserLoss: capture.StackMissing},
 		{PID: 20, TID: 20, Value: 6, UserLoss: capture.StackMissing, KernelLoss: capture.StackMissing},
 		{PID: 21, TID: 21, Value: 1, UserLoss: capture.StackCaptureFailed},
@@ -106,7 +106,7 @@ func TestAssembleSamples(t *testing.T) {
 			for i := range want {
 				g, w := got[i], want[i]
 				if g.PID != w.PID || g.TID != w.TID || g.Comm != w.Comm || g.Value != w.Value ||
-					!slices.Equal(g.UserStack, w.UserStack) || !slices.Equal(g.KernelStack, w.KernelStack) ||
+					!slices.Equal(g.Frames, w.Frames) ||
 					g.UserLoss != w.UserLoss || g.KernelLoss != w.KernelLoss {
 					t.Errorf("sample %d = %+v, want %+v", i, g, w)
 				}

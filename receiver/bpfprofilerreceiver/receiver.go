@@ -30,22 +30,15 @@ import (
 // stackSource is the kernel side of one profile kind, seen from here: it
 // hands over what was aggregated since the previous drain.
 type stackSource interface {
-	Drain() ([]assemble.Stack, sourceStats, error)
+	Drain() ([]capture.RawStack, capture.Stats, error)
 	Close() error
 	// Mechanism names how the kernel records the samples (the mechanism
 	// attribute of samples_recorded).
 	Mechanism() string
-}
-
-// processAnnouncer is a stackSource that also announces, soon after their
-// first sample, processes it has not seen before.
-type processAnnouncer interface {
+	// NewProcesses announces, soon after their first sample, processes the
+	// source has not seen before, and processes that exec'ed.
 	NewProcesses() <-chan capture.ProcessEvent
 }
-
-// sourceStats are what happened since the previous drain (see
-// capture.Stats: samples recorded, lost, kept without a stack).
-type sourceStats = capture.Stats
 
 // sourceOptions is what every kernel source needs besides the config.
 type sourceOptions struct {
@@ -206,10 +199,8 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		r.background.Go(r.symbols.LoadKernel)
 	}
 	for _, src := range r.sources {
-		if a, ok := src.(processAnnouncer); ok {
-			pids := a.NewProcesses()
-			r.background.Go(func() { r.prefetchProcesses(ctx, pids) })
-		}
+		events := src.NewProcesses()
+		r.background.Go(func() { r.prefetchProcesses(ctx, events) })
 	}
 	return nil
 }

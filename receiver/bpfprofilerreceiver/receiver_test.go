@@ -25,7 +25,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
@@ -36,21 +35,23 @@ import (
 // fakeSource stands in for the kernel: every drain returns the same stacks.
 type fakeSource struct {
 	mu     sync.Mutex
-	stacks []assemble.Stack
+	stacks []capture.RawStack
 	drains int
 	closed bool
 }
 
-func (f *fakeSource) Drain() ([]assemble.Stack, sourceStats, error) {
+func (f *fakeSource) Drain() ([]capture.RawStack, capture.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.drains++
-	st := sourceStats{Recorded: 10, LostMapFull: 1}
+	st := capture.Stats{Recorded: 10, LostMapFull: 1}
 	st.UserStackLost[capture.StackMapFull] = 2
 	return f.stacks, st, nil
 }
 
 func (f *fakeSource) Mechanism() string { return mechPerfEvent }
+
+func (f *fakeSource) NewProcesses() <-chan capture.ProcessEvent { return nil }
 
 func (f *fakeSource) Close() error {
 	f.mu.Lock()
@@ -71,9 +72,9 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 
 	pid := uint32(os.Getpid())
-	src := &fakeSource{stacks: []assemble.Stack{
-		{PID: pid, TID: pid, Comm: "tester", User: []uint64{pcOf(fakeHotFunction)}, Value: 3},
-		{PID: pid, TID: pid + 1, User: []uint64{0x10}, Value: 1}, // unresolvable
+	src := &fakeSource{stacks: []capture.RawStack{
+		{PID: pid, TID: pid, Comm: "tester", Frames: capture.StackFrames(nil, []uint64{pcOf(fakeHotFunction)}), Value: 3},
+		{PID: pid, TID: pid + 1, Frames: capture.StackFrames(nil, []uint64{0x10}), Value: 1}, // unresolvable
 	}}
 	cfg := createDefaultConfig().(*Config)
 	cfg.ReportInterval = 100 * time.Millisecond

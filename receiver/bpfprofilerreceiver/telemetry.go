@@ -7,7 +7,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
 )
 
 // Attribute values of the receiver's own telemetry, in one place: the enums
@@ -31,9 +33,9 @@ const (
 	stackKernel = "kernel"
 
 	// mechanism: how the kernel records samples (see offcpu.Mechanism)
-	mechPerfEvent = "perf_event"
-	mechTaskWork  = "task_work"
-	mechSwitchOut = "switch_out"
+	mechPerfEvent = sampler.Mechanism
+	mechTaskWork  = string(offcpu.MechanismTaskWork)
+	mechSwitchOut = string(offcpu.MechanismSwitchOut)
 
 	// samples_lost reason
 	lostMapFull = "map_full"
@@ -73,7 +75,7 @@ func kindValue(k report.Kind) string {
 
 // recordSourceStats adds one drain window of one kind, recorded by
 // mechanism, to the counters.
-func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Kind, mechanism string, st sourceStats) {
+func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Kind, mechanism string, st capture.Stats) {
 	tel := r.telemetry
 	k := attribute.String(attrKind, kindValue(kind))
 	tel.BpfprofilerSamplesRecorded.Add(ctx, int64(st.Recorded), metric.WithAttributes(k, attribute.String(attrMech, mechanism)))
