@@ -5,7 +5,10 @@
 // no behaviour beyond small helpers.
 package capture
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // FrameKind says what kind of code a raw frame is in; each kind is
 // symbolized its own way.
@@ -174,5 +177,5 @@ type RawScope struct {
 // MainThread reports whether the scope ran on the process's main thread.
 func (s RawScope) MainThread() bool { return s.PID == s.TID }
 
-// Duration is End - Start in nanoseconds.
-func (s RawScope) Duration() uint64 { return s.End - s.Start }
+// Duration is End - Start.
+func (s RawScope) Duration() time.Duration { return time.Duration(s.End - s.Start) }

@@ -50,3 +50,17 @@ func Unix(mono uint64) (time.Time, error) {
 	}
 	return time.Unix(0, int64(ns)), nil
 }
+
+// UnixNanos is ToUnix for callers that must have a time: when the offset
+// cannot be measured it returns the wall clock now.
+func UnixNanos(mono uint64) uint64 {
+	ns, err := ToUnix(mono)
+	if err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return ns
+}
+
+// Wall is the receiver's wall clock: the monotonic clock now with the shared
+// offset, so profile times and probe log records line up.
+func Wall() time.Time { return time.Unix(0, int64(UnixNanos(Now()))) }

@@ -1,31 +1,40 @@
 package probes
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
-// recordSize is sizeof(struct probe_record) in bpf/probe.bpf.c.
-const recordSize = 8 + 8 + 4 + 4 + 4 + 16 + 4
+// recordSize is sizeof(struct probe_record) in bpf/probe.bpf.c, from its
+// bpf2go type.
+var recordSize = binary.Size(bpf.ProbeProbeRecord{})
 
-// decodeRecord decodes one struct probe_record (little endian).
-func decodeRecord(b []byte) (Record, error) {
+// decodeRecord decodes one struct probe_record into the capture type.
+func decodeRecord(b []byte) (capture.RawScope, error) {
 	if len(b) < recordSize {
-		return Record{}, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
+		return capture.RawScope{}, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
 	}
-	le := binary.LittleEndian
-	comm := b[28:44]
-	if i := bytes.IndexByte(comm, 0); i >= 0 {
-		comm = comm[:i]
+	var rec bpf.ProbeProbeRecord
+	if _, err := binary.Decode(b, binary.LittleEndian, &rec); err != nil {
+		return capture.RawScope{}, fmt.Errorf("probe record: %w", err)
 	}
-	return Record{
-		Start:      le.Uint64(b[0:]),
-		End:        le.Uint64(b[8:]),
-		PID:        le.Uint32(b[16:]),
-		TID:        le.Uint32(b[20:]),
-		ProbeIndex: int(le.Uint32(b[24:])),
+	comm := make([]byte, 0, len(rec.Comm))
+	for _, c := range rec.Comm {
+		if c == 0 {
+			break
+		}
+		comm = append(comm, byte(c))
+	}
+	return capture.RawScope{
+		Start:      rec.StartNs,
+		End:        rec.EndNs,
+		PID:        rec.Pid,
+		TID:        rec.Tid,
+		ProbeIndex: int(rec.ProbeIndex),
 		Comm:       string(comm),
 	}, nil
 }
@@ -64,8 +73,8 @@ type counters struct {
 // empty or maxBatch records were read. Records with an index >= nprobes are
 // malformed. When a Read is interrupted and stopped reports true, it returns
 // nil.
-func readRecords(r ringReader, nprobes int, stopped func() bool, deliver func([]Record), c counters) error {
-	var batch []Record
+func readRecords(r ringReader, nprobes int, stopped func() bool, deliver func([]capture.RawScope), c counters) error {
+	var batch []capture.RawScope
 	flush := func() {
 		if len(batch) > 0 {
 			c.delivered(uint64(len(batch)))

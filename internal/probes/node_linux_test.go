@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -60,7 +61,7 @@ func TestNodeCallbackScope(t *testing.T) {
 	}
 	// Records reach Run within the reader's poll interval; on a busy
 	// machine give them time.
-	var recs []Record
+	var recs []capture.RawScope
 	collect := func() bool {
 		recs = recs[:0]
 		for _, r := range c.byProbe(0) {

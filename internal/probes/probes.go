@@ -5,7 +5,7 @@
 // per-thread depth counter so nested scopes roll up into the outermost one,
 // which alone is timed, filtered by MinDuration, limited to MaxPerSecond
 // records per second (in the kernel, before the ring buffer) and reported as
-// a Record.
+// a capture.RawScope.
 //
 // Uprobes are attached per file (dev+inode): one attachment covers every
 // process mapping the file, running or started later. Files are found by
@@ -72,20 +72,6 @@ func rateLimit(maxPerSecond uint64) (intervalNs, burstNs uint64) {
 	burst := max(maxPerSecond/10, 1) // records
 	return intervalNs, (burst - 1) * intervalNs
 }
-
-// Record is one completed outermost scope.
-type Record struct {
-	ProbeIndex int    // index of the Spec given to Open
-	PID, TID   uint32 // pid (tgid) and thread id, in Options.PIDNamespace
-	Comm       string // thread name at the end of the scope
-	Start, End uint64 // CLOCK_MONOTONIC nanoseconds
-}
-
-// Duration is End - Start.
-func (r Record) Duration() time.Duration { return time.Duration(r.End - r.Start) }
-
-// MainThread reports whether the scope ran on the process's main thread.
-func (r Record) MainThread() bool { return r.PID == r.TID }
 
 // ProbeDrops counts completed scopes of one probe that the kernel did not
 // send to user space.

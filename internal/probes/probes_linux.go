@@ -20,6 +20,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 )
 
@@ -178,7 +179,7 @@ const pollInterval = 50 * time.Millisecond
 // Run reads records and hands them to deliver, in batches, until ctx is done
 // or the Manager is closed; then it returns nil. deliver runs on Run's
 // goroutine and must not keep the slice. One Run at a time.
-func (m *Manager) Run(ctx context.Context, deliver func([]Record)) error {
+func (m *Manager) Run(ctx context.Context, deliver func([]capture.RawScope)) error {
 	m.runMu.Lock()
 	defer m.runMu.Unlock()
 	if m.records == nil {

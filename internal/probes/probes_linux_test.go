@@ -23,25 +23,26 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // collector gathers what Run delivers.
 type collector struct {
 	mu   sync.Mutex
-	recs []Record
+	recs []capture.RawScope
 }
 
-func (c *collector) add(rs []Record) {
+func (c *collector) add(rs []capture.RawScope) {
 	c.mu.Lock()
 	c.recs = append(c.recs, rs...)
 	c.mu.Unlock()
 }
 
-func (c *collector) byProbe(i int) []Record {
+func (c *collector) byProbe(i int) []capture.RawScope {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []Record
+	var out []capture.RawScope
 	for _, r := range c.recs {
 		if r.ProbeIndex == i {
 			out = append(out, r)
@@ -114,7 +115,7 @@ func filterMeasured(ms []measured, keep func(measured) bool) []measured {
 
 // requireMatches checks that every record lies inside the workload's own
 // measurement of the same call and has its duration within ±1% or ±100 µs.
-func requireMatches(t *testing.T, name string, recs []Record, truth []measured, pid int, comm string) {
+func requireMatches(t *testing.T, name string, recs []capture.RawScope, truth []measured, pid int, comm string) {
 	t.Helper()
 	require.Len(t, recs, len(truth), "%s: records %+v", name, recs)
 	for i, r := range recs {

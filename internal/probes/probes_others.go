@@ -5,6 +5,8 @@ package probes
 import (
 	"context"
 	"errors"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 // Manager is only available on Linux.
@@ -16,7 +18,9 @@ var errNotLinux = errors.New("probes are only supported on Linux")
 func Open(specs []Spec, opts Options) (*Manager, error) { return nil, errNotLinux }
 
 // Run returns an error: uprobes need Linux.
-func (m *Manager) Run(ctx context.Context, deliver func([]Record)) error { return errNotLinux }
+func (m *Manager) Run(ctx context.Context, deliver func([]capture.RawScope)) error {
+	return errNotLinux
+}
 
 // Stats returns zero counters.
 func (m *Manager) Stats() Stats { return Stats{} }

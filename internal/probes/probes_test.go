@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 const (
@@ -56,21 +59,21 @@ func TestLongestIdentifier(t *testing.T) {
 }
 
 func encodeRecord(start, end uint64, pid, tid, idx uint32, comm string) []byte {
-	b := make([]byte, recordSize)
-	le := binary.LittleEndian
-	le.PutUint64(b[0:], start)
-	le.PutUint64(b[8:], end)
-	le.PutUint32(b[16:], pid)
-	le.PutUint32(b[20:], tid)
-	le.PutUint32(b[24:], idx)
-	copy(b[28:44], comm)
+	rec := bpf.ProbeProbeRecord{StartNs: start, EndNs: end, Pid: pid, Tid: tid, ProbeIndex: idx}
+	for i := range min(len(comm), len(rec.Comm)) {
+		rec.Comm[i] = int8(comm[i])
+	}
+	b, err := binary.Append(nil, binary.LittleEndian, &rec)
+	if err != nil {
+		panic(err)
+	}
 	return b
 }
 
 func TestDecodeRecord(t *testing.T) {
 	r, err := decodeRecord(encodeRecord(1000, 251000, 42, 43, 2, "node"))
 	require.NoError(t, err)
-	require.Equal(t, Record{ProbeIndex: 2, PID: 42, TID: 43, Comm: "node", Start: 1000, End: 251000}, r)
+	require.Equal(t, capture.RawScope{ProbeIndex: 2, PID: 42, TID: 43, Comm: "node", Start: 1000, End: 251000}, r)
 	require.Equal(t, 250*time.Microsecond, r.Duration())
 	require.False(t, r.MainThread())
 
@@ -118,10 +121,10 @@ func TestReadRecords(t *testing.T) {
 		encodeRecord(5, 6, 10, 10, 9, "c"), // no such probe
 		encodeRecord(7, 8, 10, 10, 1, "d"),
 	}}
-	var batches [][]Record
+	var batches [][]capture.RawScope
 	var delivered, malformed uint64
-	err := readRecords(ring, 2, func() bool { return true }, func(rs []Record) {
-		batches = append(batches, append([]Record(nil), rs...))
+	err := readRecords(ring, 2, func() bool { return true }, func(rs []capture.RawScope) {
+		batches = append(batches, append([]capture.RawScope(nil), rs...))
 	}, counters{
 		delivered: func(n uint64) { delivered += n },
 		malformed: func(n uint64) { malformed += n },
@@ -136,7 +139,7 @@ func TestReadRecords(t *testing.T) {
 	// An interruption without stop goes on reading; other errors end Run.
 	boom := errors.New("boom")
 	calls := 0
-	err = readRecords(&fakeRing{fail: boom}, 1, func() bool { calls++; return false }, func([]Record) {}, counters{
+	err = readRecords(&fakeRing{fail: boom}, 1, func() bool { calls++; return false }, func([]capture.RawScope) {}, counters{
 		delivered: func(uint64) {}, malformed: func(uint64) {},
 	})
 	require.ErrorIs(t, err, boom)

@@ -3,8 +3,7 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 import (
 	"sync"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/probes"
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 )
 
 const (
@@ -20,15 +19,6 @@ const (
 	maxBufferedProbeRecords = 4 * probeBatchRecords
 )
 
-// bufferedRecord is a probe record with what was known when it was read:
-// its process's identity (the process may be gone by the flush) and the
-// time, the log record's observed timestamp.
-type bufferedRecord struct {
-	probes.Record
-	identity report.Identity
-	observed uint64 // unix ns
-}
-
 // recordBuffer holds probe records between the kernel reader and the logs
 // pipeline. It is bounded: the records it holds, waiting or in a batch not
 // yet done, never exceed max; add takes what fits. Safe for concurrent use.
@@ -38,7 +28,7 @@ type recordBuffer struct {
 	ready chan struct{}
 
 	mu       sync.Mutex
-	pending  []bufferedRecord
+	pending  []assemble.ReadScope
 	inFlight int // records handed out by take, not yet done
 	peak     int // most records held at once
 }
@@ -48,7 +38,7 @@ func newRecordBuffer(maxRecords, batch int) *recordBuffer {
 }
 
 // add appends a prefix of recs, as much as fits, and returns its length.
-func (b *recordBuffer) add(recs []bufferedRecord) int {
+func (b *recordBuffer) add(recs []assemble.ReadScope) int {
 	b.mu.Lock()
 	n := max(min(len(recs), b.max-len(b.pending)-b.inFlight), 0)
 	b.pending = append(b.pending, recs[:n]...)
@@ -66,7 +56,7 @@ func (b *recordBuffer) add(recs []bufferedRecord) int {
 
 // take hands out the oldest waiting records, at most batch; they stay held
 // until done is called with their number.
-func (b *recordBuffer) take() []bufferedRecord {
+func (b *recordBuffer) take() []assemble.ReadScope {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := min(len(b.pending), b.batch)

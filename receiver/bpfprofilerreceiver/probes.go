@@ -3,7 +3,6 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -11,19 +10,19 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
-	"github.com/bpfprofiler/bpfprofiler/internal/clock"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
-	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
 // probeSource is the kernel side of the probes, seen from here
 // (probes.Manager): Run hands over records as they are read.
 type probeSource interface {
-	Run(ctx context.Context, deliver func([]probes.Record)) error
+	Run(ctx context.Context, deliver func([]capture.RawScope)) error
 	Stats() probes.Stats
 	Close() error
 }
@@ -43,6 +42,7 @@ func openKernelProbes(specs []probes.Spec, opts probes.Options) (probeSource, er
 type probeRunner struct {
 	r      *profilerReceiver
 	specs  []probes.Spec
+	names  []assemble.Probe // by probe index
 	source probeSource
 	buf    *recordBuffer
 
@@ -73,7 +73,7 @@ func (r *profilerReceiver) startProbes(ctx context.Context, pidns procfs.PIDName
 		return fmt.Errorf("start probes: %w", err)
 	}
 	p := &probeRunner{
-		r: r, specs: specs, source: src,
+		r: r, specs: specs, names: scopeNames(specs), source: src,
 		buf:         newRecordBuffer(maxBufferedProbeRecords, probeBatchRecords),
 		readerDone:  make(chan struct{}),
 		flusherDone: make(chan struct{}),
@@ -109,21 +109,11 @@ func (p *probeRunner) stop() {
 	})
 }
 
-// read runs on the reader goroutine with records just read from the kernel:
+// read runs on the reader goroutine with scopes just read from the kernel:
 // it notes their process identities and buffers what fits.
-func (p *probeRunner) read(recs []probes.Record) {
+func (p *probeRunner) read(raw []capture.RawScope) {
 	ctx := context.Background()
-	observed := unixNanos(clock.Now())
-	ids := map[uint32]report.Identity{}
-	batch := make([]bufferedRecord, len(recs))
-	for i, rec := range recs {
-		id, ok := ids[rec.PID]
-		if !ok {
-			id, _ = p.r.ids.Resolve(rec.PID) // a gone process keeps its pid
-			ids[rec.PID] = id
-		}
-		batch[i] = bufferedRecord{Record: rec, identity: id, observed: observed}
-	}
+	batch := assemble.ReadScopes(p.r.ids, raw)
 	p.count(ctx, p.r.telemetry.BpfprofilerProbeRecords, batch)
 	if n := p.buf.add(batch); n < len(batch) {
 		p.dropped(ctx, batch[n:], dropBufferFull, "the next consumer is slow: probe records dropped, the receiver buffer is full",
@@ -168,24 +158,10 @@ func (p *probeRunner) flush(ctx context.Context) {
 
 // send hands one batch to the logs pipeline as one plog.Logs; a refused
 // batch is counted and dropped.
-func (p *probeRunner) send(ctx context.Context, batch []bufferedRecord) {
-	byPID := map[uint32]*report.ProcessScopes{}
-	for _, rec := range batch {
-		ps, ok := byPID[rec.PID]
-		if !ok {
-			ps = &report.ProcessScopes{Identity: rec.identity}
-			byPID[rec.PID] = ps
-		}
-		ps.Records = append(ps.Records, p.scopeRecord(rec))
-	}
-	processes := make([]report.ProcessScopes, 0, len(byPID))
-	for _, ps := range byPID {
-		processes = append(processes, *ps)
-	}
-	sort.Slice(processes, func(i, j int) bool { return processes[i].Identity.PID < processes[j].Identity.PID })
-
+func (p *probeRunner) send(ctx context.Context, batch []assemble.ReadScope) {
 	next := p.r.logsConsumer()
-	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version}, time.Now(), processes...)
+	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version},
+		time.Now(), assemble.Scopes(p.names, batch)...)
 	if err == nil && next != nil {
 		err = next.ConsumeLogs(ctx, logs)
 	}
@@ -208,7 +184,7 @@ func (p *probeRunner) countKernelDrops(ctx context.Context) {
 
 // dropped counts recs as dropped for reason and logs the first such drop
 // (at debug level afterwards).
-func (p *probeRunner) dropped(ctx context.Context, recs []bufferedRecord, reason, msg string, fields ...zap.Field) {
+func (p *probeRunner) dropped(ctx context.Context, recs []assemble.ReadScope, reason, msg string, fields ...zap.Field) {
 	byProbe := make([]uint64, len(p.specs))
 	for _, rec := range recs {
 		byProbe[rec.ProbeIndex]++
@@ -236,7 +212,7 @@ func (p *probeRunner) addDropped(ctx context.Context, probe int, reason string, 
 }
 
 // count adds recs to counter, by probe.
-func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, recs []bufferedRecord) {
+func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, recs []assemble.ReadScope) {
 	byProbe := make([]int64, len(p.specs))
 	for _, rec := range recs {
 		byProbe[rec.ProbeIndex]++
@@ -248,37 +224,16 @@ func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, re
 	}
 }
 
-func (p *probeRunner) scopeRecord(rec bufferedRecord) report.ScopeRecord {
-	spec := p.specs[rec.ProbeIndex]
-	exit := spec.ExitSymbol
-	if spec.Return {
-		exit = spec.EntrySymbol
+// scopeNames names the scopes of each probe as the log records do: a
+// function's probe (config `symbol:`) enters and exits the same symbol.
+func scopeNames(specs []probes.Spec) []assemble.Probe {
+	out := make([]assemble.Probe, len(specs))
+	for i, s := range specs {
+		exit := s.ExitSymbol
+		if s.Return {
+			exit = s.EntrySymbol
+		}
+		out[i] = assemble.Probe{ID: s.ID, EntrySymbol: s.EntrySymbol, ExitSymbol: exit}
 	}
-	return report.ScopeRecord{
-		ProbeID:     spec.ID,
-		EntrySymbol: spec.EntrySymbol,
-		ExitSymbol:  exit,
-		Start:       unixNanos(rec.Start),
-		End:         unixNanos(rec.End),
-		Observed:    rec.observed,
-		TID:         rec.TID,
-		ThreadName:  rec.Comm,
-		MainThread:  rec.MainThread(),
-	}
-}
-
-// unixNanos converts a kernel monotonic timestamp with the offset shared by
-// every signal of the receiver.
-func unixNanos(mono uint64) uint64 {
-	ns, err := clock.ToUnix(mono)
-	if err != nil {
-		return uint64(time.Now().UnixNano())
-	}
-	return ns
-}
-
-// now is the receiver's wall clock for profile times: the monotonic clock
-// with the shared offset, so profiles and probe logs line up.
-func now() time.Time {
-	return time.Unix(0, int64(unixNanos(clock.Now())))
+	return out
 }

@@ -17,6 +17,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/plog"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
 )
@@ -24,7 +26,7 @@ import (
 // fakeProbes stands in for the kernel side of the probes: the test feeds
 // record batches, as the ring buffer reader would deliver them.
 type fakeProbes struct {
-	feed   chan []probes.Record
+	feed   chan []capture.RawScope
 	read   chan struct{} // a fed batch was delivered
 	closed chan struct{}
 	once   sync.Once
@@ -32,10 +34,10 @@ type fakeProbes struct {
 }
 
 func newFakeProbes(drops []probes.ProbeDrops) *fakeProbes {
-	return &fakeProbes{feed: make(chan []probes.Record), read: make(chan struct{}), closed: make(chan struct{}), drops: drops}
+	return &fakeProbes{feed: make(chan []capture.RawScope), read: make(chan struct{}), closed: make(chan struct{}), drops: drops}
 }
 
-func (f *fakeProbes) Run(ctx context.Context, deliver func([]probes.Record)) error {
+func (f *fakeProbes) Run(ctx context.Context, deliver func([]capture.RawScope)) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,9 +64,9 @@ func (f *fakeProbes) Close() error {
 func (f *fakeProbes) send(n, probe int) {
 	pid := uint32(os.Getpid())
 	for n > 0 {
-		batch := make([]probes.Record, min(n, 500))
+		batch := make([]capture.RawScope, min(n, 500))
 		for i := range batch {
-			batch[i] = probes.Record{ProbeIndex: probe, PID: pid, TID: pid, Comm: "tester", Start: 1, End: 2}
+			batch[i] = capture.RawScope{ProbeIndex: probe, PID: pid, TID: pid, Comm: "tester", Start: 1, End: 2}
 		}
 		f.feed <- batch
 		<-f.read
@@ -284,7 +286,7 @@ func (o *observingLogs) ConsumeLogs(_ context.Context, ld plog.Logs) error {
 // its bound.
 func TestRecordBuffer(t *testing.T) {
 	b := newRecordBuffer(10, 4)
-	recs := make([]bufferedRecord, 7)
+	recs := make([]assemble.ReadScope, 7)
 	assert.Equal(t, 7, b.add(recs))
 	select {
 	case <-b.ready:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/clock"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
@@ -193,7 +194,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	r.cancel = cancel
 	r.done = make(chan struct{})
-	r.lastDrain = now()
+	r.lastDrain = clock.Wall()
 	go r.reportLoop(ctx)
 	if len(r.sources) > 0 {
 		r.background.Go(r.symbols.LoadKernel)
@@ -281,7 +282,7 @@ func (r *profilerReceiver) reportLoop(ctx context.Context) {
 
 // report drains every source, builds the profiles and hands them on.
 func (r *profilerReceiver) report(ctx context.Context) {
-	end := now()
+	end := clock.Wall()
 	start := r.lastDrain
 	r.lastDrain = end
 	if len(r.sources) > 0 {
