@@ -15,6 +15,9 @@ type Downward struct {
 	Namespace     string
 	PodUID        string
 	ContainerName string
+	// NodeName names the node (spec.nodeName), since the pod's own
+	// hostname is the pod name.
+	NodeName string
 }
 
 // Environment variable names read for each field, first non-empty wins.
@@ -23,6 +26,7 @@ var (
 	envNamespace     = []string{"POD_NAMESPACE", "K8S_NAMESPACE_NAME", "K8S_POD_NAMESPACE"}
 	envPodUID        = []string{"POD_UID", "K8S_POD_UID"}
 	envContainerName = []string{"CONTAINER_NAME", "K8S_CONTAINER_NAME"}
+	envNodeName      = []string{"NODE_NAME", "K8S_NODE_NAME"}
 )
 
 // DownwardFromEnv reads the downward API variables through getenv.
@@ -40,6 +44,7 @@ func DownwardFromEnv(getenv func(string) string) Downward {
 		Namespace:     first(envNamespace),
 		PodUID:        first(envPodUID),
 		ContainerName: first(envContainerName),
+		NodeName:      first(envNodeName),
 	}
 }
 

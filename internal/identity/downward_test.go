@@ -21,13 +21,13 @@ func TestDownwardFromEnv(t *testing.T) {
 		{name: "none", env: nil, want: Downward{}},
 		{
 			name: "plain names",
-			env:  map[string]string{"POD_NAME": "otel-x", "POD_NAMESPACE": "obs", "POD_UID": podUID1, "CONTAINER_NAME": "otelcol"},
-			want: Downward{PodName: "otel-x", Namespace: "obs", PodUID: podUID1, ContainerName: "otelcol"},
+			env:  map[string]string{"POD_NAME": "otel-x", "POD_NAMESPACE": "obs", "POD_UID": podUID1, "CONTAINER_NAME": "otelcol", "NODE_NAME": "node-1"},
+			want: Downward{PodName: "otel-x", Namespace: "obs", PodUID: podUID1, ContainerName: "otelcol", NodeName: "node-1"},
 		},
 		{
 			name: "K8S_ names",
-			env:  map[string]string{"K8S_POD_NAME": "otel-x", "K8S_NAMESPACE_NAME": "obs", "K8S_POD_UID": podUID1, "K8S_CONTAINER_NAME": "otelcol"},
-			want: Downward{PodName: "otel-x", Namespace: "obs", PodUID: podUID1, ContainerName: "otelcol"},
+			env:  map[string]string{"K8S_POD_NAME": "otel-x", "K8S_NAMESPACE_NAME": "obs", "K8S_POD_UID": podUID1, "K8S_CONTAINER_NAME": "otelcol", "K8S_NODE_NAME": "node-2"},
+			want: Downward{PodName: "otel-x", Namespace: "obs", PodUID: podUID1, ContainerName: "otelcol", NodeName: "node-2"},
 		},
 		{
 			name: "plain wins, blanks skipped",

@@ -26,7 +26,9 @@ import (
 
 // Options configures a Resolver.
 type Options struct {
-	Proc     procfs.FS
+	Proc procfs.FS
+	// HostName names the node (host.name); empty: the downward API's
+	// NODE_NAME, else the hostname.
 	HostName string
 	// HostRoot is where the node's /run and /var/lib are visible
 	// (kubernetes::host_root); "/" when empty.
@@ -73,6 +75,13 @@ func New(o Options) *Resolver {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	downward := DownwardFromEnv(o.Env)
+	if o.HostName == "" {
+		o.HostName = downward.NodeName
+	}
+	if o.HostName == "" {
+		o.HostName, _ = os.Hostname()
+	}
 	r := &Resolver{
 		proc:     o.Proc,
 		hostName: o.HostName,
@@ -80,7 +89,7 @@ func New(o Options) *Resolver {
 		logger:   o.Logger,
 		cache:    map[uint32]cached{},
 	}
-	r.self = r.readSelf(o.SelfPID, DownwardFromEnv(o.Env))
+	r.self = r.readSelf(o.SelfPID, downward)
 	return r
 }
 

@@ -278,3 +278,28 @@ func TestResolverSelf(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, id.Attributes[attrkey.ServiceName])
 }
+
+func TestHostNamePrecedence(t *testing.T) {
+	proc := t.TempDir()
+	writeProc(t, proc, 7, fakeProcess{exe: "/bin/x", comm: "x", start: 1})
+	hostname, err := os.Hostname()
+	require.NoError(t, err)
+	tests := []struct {
+		name   string
+		option string
+		env    map[string]string
+		want   string
+	}{
+		{"option first", "opt", map[string]string{"NODE_NAME": "node-1"}, "opt"},
+		{"then the downward API", "", map[string]string{"NODE_NAME": "node-1"}, "node-1"},
+		{"then the hostname", "", nil, hostname},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := New(Options{Proc: procfs.FS{Root: proc}, HostName: tt.option, Env: envOf(tt.env), SelfPID: 1})
+			id, err := r.Resolve(7)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, id.Attributes[attrkey.HostName])
+		})
+	}
+}

@@ -15,24 +15,8 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
-	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
-
-// probeSource is the kernel side of the probes, seen from here
-// (probes.Manager): Run hands over records as they are read.
-type probeSource interface {
-	Run(ctx context.Context, deliver func([]capture.RawScope)) error
-	Stats() probes.Stats
-	Close() error
-}
-
-// openProbesFunc opens the probes; replaced in tests.
-type openProbesFunc func(specs []probes.Spec, opts probes.Options) (probeSource, error)
-
-func openKernelProbes(specs []probes.Spec, opts probes.Options) (probeSource, error) {
-	return probes.Open(specs, opts)
-}
 
 // probeRunner attaches the configured probes and turns their records into
 // log records for the logs pipeline: the records are buffered (bounded, see
@@ -56,10 +40,8 @@ type probeRunner struct {
 	warned map[string]bool // drop reasons already logged once
 }
 
-// startProbes attaches the probes; pidns is the collector's pid namespace
-// (records then carry pids as the collector's /proc knows them, like the
-// profiles).
-func (r *profilerReceiver) startProbes(ctx context.Context, pidns procfs.PIDNamespace) error {
+// startProbes attaches the probes.
+func (r *profilerReceiver) startProbes(ctx context.Context, opts sourceOptions) error {
 	specs := r.cfg.probeSpecs()
 	if len(specs) == 0 {
 		return nil
@@ -68,7 +50,7 @@ func (r *profilerReceiver) startProbes(ctx context.Context, pidns procfs.PIDName
 		r.settings.Logger.Warn("probes are configured but the receiver is in no logs pipeline: probes are not attached")
 		return nil
 	}
-	src, err := r.openProbes(specs, probes.Options{Proc: r.proc, Logger: r.settings.Logger, PIDNamespace: pidns})
+	src, err := r.kernel.probes(specs, opts)
 	if err != nil {
 		return fmt.Errorf("start probes: %w", err)
 	}

@@ -111,7 +111,7 @@ func startProbeReceiver(t *testing.T, tel *componenttest.Telemetry, interval tim
 	require.NoError(t, cfg.Validate())
 	rcv, err := newProfilerReceiver(cfg, metadatatest.NewSettings(tel))
 	require.NoError(t, err)
-	rcv.openProbes = func(specs []probes.Spec, _ probes.Options) (probeSource, error) {
+	rcv.kernel.probes = func(specs []probes.Spec, _ sourceOptions) (probeSource, error) {
 		require.Len(t, specs, 2)
 		return src, nil
 	}

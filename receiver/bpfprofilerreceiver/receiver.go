@@ -28,35 +28,12 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
-// stackSource is the kernel side of one profile kind, seen from here: it
-// hands over what was aggregated since the previous drain.
-type stackSource interface {
-	Drain() ([]capture.RawStack, capture.Stats, error)
-	Close() error
-	// Mechanism names how the kernel records the samples (the mechanism
-	// attribute of samples_recorded).
-	Mechanism() string
-	// NewProcesses announces, soon after their first sample, processes the
-	// source has not seen before, and processes that exec'ed.
-	NewProcesses() <-chan capture.ProcessEvent
-}
-
-// sourceOptions is what every kernel source needs besides the config.
-type sourceOptions struct {
-	targets []uint32            // pids as the collector sees them
-	pidns   procfs.PIDNamespace // the collector's pid namespace; zero: host
-}
-
-// openSource opens the kernel side of one kind; replaced in tests.
-type openSourceFunc func(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error)
-
 type profilerReceiver struct {
-	cfg        *Config
-	settings   receiver.Settings
-	telemetry  *metadata.TelemetryBuilder
-	openSource openSourceFunc
-	openProbes openProbesFunc
-	proc       procfs.FS
+	cfg       *Config
+	settings  receiver.Settings
+	telemetry *metadata.TelemetryBuilder
+	kernel    kernelSources
+	proc      procfs.FS
 
 	mu       sync.Mutex
 	profiles xconsumer.Profiles
@@ -83,12 +60,11 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 		return nil, fmt.Errorf("create telemetry: %w", err)
 	}
 	return &profilerReceiver{
-		cfg:        cfg,
-		settings:   set,
-		telemetry:  tb,
-		openSource: openKernelSource,
-		openProbes: openKernelProbes,
-		proc:       procfs.FS{Root: "/proc"},
+		cfg:       cfg,
+		settings:  set,
+		telemetry: tb,
+		kernel:    realKernel,
+		proc:      procfs.FS{Root: "/proc"},
 	}, nil
 }
 
@@ -119,7 +95,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	if err != nil {
 		return fmt.Errorf("find the collector's pid namespace: %w", err)
 	}
-	srcOpts := sourceOptions{targets: targets, pidns: pidns}
+	srcOpts := sourceOptions{targets: targets, pidns: pidns, proc: r.proc, logger: r.settings.Logger}
 	logger := r.settings.Logger
 	r.symbols = symbolize.New(symbolize.Options{
 		Proc:            r.proc,
@@ -128,7 +104,6 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	})
 	r.ids = identity.New(identity.Options{
 		Proc:     r.proc,
-		HostName: hostName(),
 		HostRoot: r.cfg.Kubernetes.HostRoot,
 		Logger:   logger,
 	})
@@ -157,7 +132,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		if !profiling || !k.enabled {
 			continue
 		}
-		src, err := r.openSource(r.cfg, k.kind, srcOpts)
+		src, err := r.kernel.stacks(r.cfg, k.kind, srcOpts)
 		switch {
 		case errors.Is(err, ebpf.ErrNotSupported):
 			// The kernel lacks a feature: the rest keeps running.
@@ -182,7 +157,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		zap.Bool("child_pid_namespace", !pidns.IsZero()))
 
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := r.startProbes(ctx, pidns); err != nil {
+	if err := r.startProbes(ctx, srcOpts); err != nil {
 		cancel()
 		r.closeAll()
 		return err
@@ -213,17 +188,6 @@ func kernelRelease() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// hostName names the node: NODE_NAME (set by the DaemonSet through the
-// downward API, since a pod's own hostname is the pod name), else the
-// hostname.
-func hostName() string {
-	if n := os.Getenv("NODE_NAME"); n != "" {
-		return n
-	}
-	n, _ := os.Hostname()
-	return n
 }
 
 // resolveTargets checks that every target pid exists and returns the pids

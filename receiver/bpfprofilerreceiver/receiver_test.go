@@ -84,7 +84,7 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	set := metadatatest.NewSettings(tel)
 	rcv, err := newProfilerReceiver(cfg, set)
 	require.NoError(t, err)
-	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) { return src, nil }
+	rcv.kernel.stacks = func(*Config, report.Kind, sourceOptions) (stackSource, error) { return src, nil }
 	rcv.setProfilesConsumer(sink)
 
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
@@ -152,7 +152,7 @@ func TestStartFailsWhenSourceFails(t *testing.T) {
 	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(componenttest.NewTelemetry()))
 	require.NoError(t, err)
 	rcv.setProfilesConsumer(consumertest.NewNop())
-	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
+	rcv.kernel.stacks = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
 		return nil, errors.New("cpu::samples_per_second 200000 exceeds kernel.perf_event_max_sample_rate 100000")
 	}
 	err = rcv.Start(context.Background(), componenttest.NewNopHost())
@@ -188,7 +188,7 @@ func TestNoProfilingWithoutProfilesPipeline(t *testing.T) {
 	require.NoError(t, err)
 	rcv.setLogsConsumer(consumertest.NewNop())
 	opened := 0
-	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
+	rcv.kernel.stacks = func(*Config, report.Kind, sourceOptions) (stackSource, error) {
 		opened++
 		return &fakeSource{}, nil
 	}
@@ -221,7 +221,7 @@ func TestUnsupportedSourceKeepsTheRestRunning(t *testing.T) {
 			set.Logger = zap.New(core)
 			rcv, err := newProfilerReceiver(cfg, set)
 			require.NoError(t, err)
-			rcv.openSource = open
+			rcv.kernel.stacks = open
 			rcv.setProfilesConsumer(new(consumertest.ProfilesSink))
 			err = rcv.Start(context.Background(), componenttest.NewNopHost())
 			t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })

@@ -1,17 +1,64 @@
 package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver"
 
 import (
+	"context"
 	"fmt"
 	"os"
 
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
+	"github.com/bpfprofiler/bpfprofiler/internal/probes"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
 )
 
-// openKernelSource opens the kernel side of one profile kind: the CPU
-// sampler or the off-CPU tracer, which hand over capture values as they are.
-func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
+// kernelSources opens the kernel side of every signal: stacks of one
+// profile kind (the CPU sampler, the off-CPU tracer) and the probes' scopes.
+// The receiver opens nothing from the kernel but through it; tests replace
+// it with fakes.
+type kernelSources struct {
+	stacks func(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error)
+	probes func(specs []probes.Spec, opts sourceOptions) (probeSource, error)
+}
+
+// realKernel opens the BPF sources.
+var realKernel = kernelSources{stacks: openKernelStacks, probes: openKernelProbes}
+
+// sourceOptions is what every kernel source needs besides its own config.
+type sourceOptions struct {
+	targets []uint32            // pids as the collector sees them
+	pidns   procfs.PIDNamespace // the collector's pid namespace; zero: host
+	proc    procfs.FS
+	logger  *zap.Logger
+}
+
+// stackSource is the kernel side of one profile kind, seen from here: it
+// hands over what was aggregated since the previous drain.
+type stackSource interface {
+	Drain() ([]capture.RawStack, capture.Stats, error)
+	Close() error
+	// Mechanism names how the kernel records the samples (the mechanism
+	// attribute of samples_recorded).
+	Mechanism() string
+	// NewProcesses announces, soon after their first sample, processes the
+	// source has not seen before, and processes that exec'ed.
+	NewProcesses() <-chan capture.ProcessEvent
+}
+
+// probeSource is the kernel side of the probes (probes.Manager): Run hands
+// over scopes as they are read.
+type probeSource interface {
+	Run(ctx context.Context, deliver func([]capture.RawScope)) error
+	Stats() probes.Stats
+	Close() error
+}
+
+// openKernelStacks opens the CPU sampler or the off-CPU tracer, which hand
+// over capture values as they are.
+func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
 	switch kind {
 	case report.KindCPU:
 		return sampler.Open(sampler.Options{
@@ -31,4 +78,10 @@ func openKernelSource(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 	default:
 		return nil, fmt.Errorf("profile kind %q is not supported", kind)
 	}
+}
+
+// openKernelProbes attaches the probes; scopes carry pids as the
+// collector's /proc knows them, like the profiles.
+func openKernelProbes(specs []probes.Spec, opts sourceOptions) (probeSource, error) {
+	return probes.Open(specs, probes.Options{Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns})
 }

@@ -27,7 +27,7 @@ func newObservedReceiver(t *testing.T, cfg *Config, src stackSource) (*profilerR
 	set.Logger = zap.New(core)
 	rcv, err := newProfilerReceiver(cfg, set)
 	require.NoError(t, err)
-	rcv.openSource = func(*Config, report.Kind, sourceOptions) (stackSource, error) { return src, nil }
+	rcv.kernel.stacks = func(*Config, report.Kind, sourceOptions) (stackSource, error) { return src, nil }
 	rcv.setProfilesConsumer(consumertest.NewNop())
 	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
 	return rcv, logs
