@@ -13,6 +13,7 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
@@ -28,28 +29,20 @@ func decodeProcessEvent(v uint32) capture.ProcessEvent {
 	return capture.ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
 }
 
-// stackKey mirrors struct stack_key of bpf/common.h.
-type stackKey struct {
-	PID, TID                   uint32
-	UserStackID, KernelStackID int32
-}
-
-// config mirrors struct sampler_config.
-type config struct {
-	Generation, FilterEnabled uint32
-	PIDNamespaceDev           uint64
-	PIDNamespaceIno           uint64
-}
-
-// counters mirrors struct sampler_stats.
-type counters struct {
-	Recorded, LostMapFull          uint64
-	UserStackLost, KernelStackLost [numBPFStackLosses]uint64 // by enum stack_loss
-	NewPidDrops                    uint64
-}
+// The drain reads the maps of every stack-aggregating program (cpu.bpf.c,
+// offcpu.bpf.c, offcpu_switchout.bpf.c) with the types bpf2go generated for
+// bpf/common.h from the cpu object; bpf's TestSharedStructsAgree keeps the
+// other objects' alike.
+type (
+	stackKey    = bpf.CpuStackKey
+	config      = bpf.CpuSamplerConfig
+	counters    = bpf.CpuSamplerStats // per CPU
+	threadComm  = bpf.CpuThreadComm
+	inflightSeq = bpf.CpuInflightSeq // per-CPU program entry/exit counts
+)
 
 // numBPFStackLosses is NR_STACK_LOSSES of bpf/common.h.
-const numBPFStackLosses = 3
+const numBPFStackLosses = len(counters{}.UserStackLost)
 
 // bpfStackLoss maps enum stack_loss of bpf/common.h to capture.StackLoss.
 var bpfStackLoss = [numBPFStackLosses]capture.StackLoss{capture.StackMapFull, capture.StackHashCollision, capture.StackCaptureFailed}
@@ -77,8 +70,8 @@ func stackLoss(id int32) capture.StackLoss {
 	}
 }
 
-// add sums one CPU's counters into st.
-func (c counters) add(st *capture.Stats) {
+// addCounters sums one CPU's counters into st.
+func addCounters(st *capture.Stats, c counters) {
 	st.Recorded += c.Recorded
 	st.LostMapFull += c.LostMapFull
 	for i, loss := range bpfStackLoss {
@@ -86,16 +79,6 @@ func (c counters) add(st *capture.Stats) {
 		st.KernelStackLost[loss] += c.KernelStackLost[i]
 	}
 	st.NewProcessDrops += c.NewPidDrops
-}
-
-// threadComm mirrors struct thread_comm.
-type threadComm struct {
-	Comm [16]byte
-}
-
-// inflightSeq mirrors struct inflight_seq: per-CPU program entry/exit counts.
-type inflightSeq struct {
-	Enter, Exit uint64
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first
@@ -135,17 +118,17 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 		if n == 0 {
 			continue
 		}
-		s := capture.RawStack{PID: k.PID, TID: k.TID, Comm: comms[k.TID], Value: n}
+		s := capture.RawStack{PID: k.Pid, TID: k.Tid, Comm: comms[k.Tid], Value: n}
 		missing := uint64(1)
 		if countsAreSamples {
 			missing = n
 		}
-		user, userLoss := stackFor(stacks, k.UserStackID)
+		user, userLoss := stackFor(stacks, k.UserStackId)
 		s.UserLoss = userLoss
 		if s.UserLoss == capture.StackMissing {
 			userMissing += missing
 		}
-		kernel, kernelLoss := stackFor(stacks, k.KernelStackID)
+		kernel, kernelLoss := stackFor(stacks, k.KernelStackId)
 		s.KernelLoss = kernelLoss
 		if s.KernelLoss == capture.StackMissing {
 			kernelMissing += missing

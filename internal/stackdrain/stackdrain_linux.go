@@ -103,7 +103,7 @@ func (b *Buffers) SetTargets(pids []uint32) error {
 }
 
 func (b *Buffers) writeConfig(gen uint32, filter bool) error {
-	cfg := config{Generation: gen, PIDNamespaceDev: b.pidns.Dev, PIDNamespaceIno: b.pidns.Ino}
+	cfg := config{Generation: gen, PidnsDev: b.pidns.Dev, PidnsIno: b.pidns.Ino}
 	if filter {
 		cfg.FilterEnabled = 1
 	}
@@ -235,14 +235,14 @@ func (b *Buffers) readComms(counts map[stackKey]uint64) map[uint32]string {
 	out := map[uint32]string{}
 	var c threadComm
 	for k := range counts {
-		if _, done := out[k.TID]; done {
+		if _, done := out[k.Tid]; done {
 			continue
 		}
 		name := ""
-		if err := b.maps.Comms.Lookup(k.TID, &c); err == nil {
+		if err := b.maps.Comms.Lookup(k.Tid, &c); err == nil {
 			name = commString(c.Comm[:])
 		}
-		out[k.TID] = name
+		out[k.Tid] = name
 	}
 	return out
 }
@@ -255,7 +255,7 @@ func (b *Buffers) drainStats(gen uint32) (capture.Stats, error) {
 	}
 	var st capture.Stats
 	for _, c := range perCPU {
-		c.add(&st)
+		addCounters(&st, c)
 	}
 	if err := b.maps.Stats.Put(gen, make([]counters, len(perCPU))); err != nil {
 		return capture.Stats{}, err

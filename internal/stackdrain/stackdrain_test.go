@@ -3,9 +3,7 @@ package stackdrain
 import (
 	"slices"
 	"testing"
-	"unsafe"
 
-	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
@@ -58,16 +56,16 @@ func TestCommString(t *testing.T) {
 
 func TestAssembleSamples(t *testing.T) {
 	counts := map[stackKey]uint64{
-		{PID: 10, TID: 11, UserStackID: 1, KernelStackID: -1}:    5,
-		{PID: 10, TID: 11, UserStackID: 2, KernelStackID: 3}:     7,
-		{PID: 10, TID: 12, UserStackID: 9, KernelStackID: -1}:    2, // stack 9 missing
-		{PID: 2, TID: 2, UserStackID: -1, KernelStackID: 3}:      1, // kernel thread
-		{PID: 3, TID: 3, UserStackID: -14, KernelStackID: 8}:     4, // capture failed, kernel stack missing
-		{PID: 3, TID: 5, UserStackID: -7, KernelStackID: -17}:    3, // stack map full, collision
-		{PID: 4, TID: 4, UserStackID: 1, KernelStackID: 1}:       0, // zero counts are dropped
-		{PID: 20, TID: 20, UserStackID: 9, KernelStackID: 9}:     6, // both missing
-		{PID: 21, TID: 21, UserStackID: -22, KernelStackID: -1}:  1, // capture failed (-EINVAL)
-		{PID: 22, TID: 22, UserStackID: -28, KernelStackID: -16}: 1, // off-CPU: pending full, busy
+		{Pid: 10, Tid: 11, UserStackId: 1, KernelStackId: -1}:    5,
+		{Pid: 10, Tid: 11, UserStackId: 2, KernelStackId: 3}:     7,
+		{Pid: 10, Tid: 12, UserStackId: 9, KernelStackId: -1}:    2, // stack 9 missing
+		{Pid: 2, Tid: 2, UserStackId: -1, KernelStackId: 3}:      1, // kernel thread
+		{Pid: 3, Tid: 3, UserStackId: -14, KernelStackId: 8}:     4, // capture failed, kernel stack missing
+		{Pid: 3, Tid: 5, UserStackId: -7, KernelStackId: -17}:    3, // stack map full, collision
+		{Pid: 4, Tid: 4, UserStackId: 1, KernelStackId: 1}:       0, // zero counts are dropped
+		{Pid: 20, Tid: 20, UserStackId: 9, KernelStackId: 9}:     6, // both missing
+		{Pid: 21, Tid: 21, UserStackId: -22, KernelStackId: -1}:  1, // capture failed (-EINVAL)
+		{Pid: 22, Tid: 22, UserStackId: -28, KernelStackId: -16}: 1, // off-CPU: pending full, busy
 	}
 	stacks := map[int32][]uint64{
 		1: {0x401000, 0x401100},
@@ -118,8 +116,8 @@ func TestAssembleSamples(t *testing.T) {
 // The per-CPU counters land under the reason their BPF index stands for.
 func TestCountersAdd(t *testing.T) {
 	var st capture.Stats
-	counters{Recorded: 10, LostMapFull: 1, UserStackLost: [3]uint64{2, 3, 4}, KernelStackLost: [3]uint64{5, 6, 7}, NewPidDrops: 8}.add(&st)
-	counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}}.add(&st)
+	addCounters(&st, counters{Recorded: 10, LostMapFull: 1, UserStackLost: [3]uint64{2, 3, 4}, KernelStackLost: [3]uint64{5, 6, 7}, NewPidDrops: 8})
+	addCounters(&st, counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}})
 	want := capture.Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8}
 	want.UserStackLost[capture.StackMapFull] = 3
 	want.UserStackLost[capture.StackHashCollision] = 3
@@ -141,36 +139,16 @@ func TestQuiescent(t *testing.T) {
 		before, now []inflightSeq
 		want        bool
 	}{
-		{name: "idle", before: []inflightSeq{{5, 5}, {7, 7}}, now: []inflightSeq{{6, 5}, {7, 7}}, want: true},
-		{name: "still running", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{5, 4}}, want: false},
-		{name: "finished", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{5, 5}}, want: true},
-		{name: "finished and restarted", before: []inflightSeq{{5, 4}}, now: []inflightSeq{{6, 5}}, want: true},
-		{name: "one cpu busy", before: []inflightSeq{{1, 1}, {9, 8}}, now: []inflightSeq{{2, 2}, {9, 8}}, want: false},
-		{name: "short read", before: []inflightSeq{{9, 8}}, now: nil, want: false},
+		{name: "idle", before: []inflightSeq{{Enter: 5, Exit: 5}, {Enter: 7, Exit: 7}}, now: []inflightSeq{{Enter: 6, Exit: 5}, {Enter: 7, Exit: 7}}, want: true},
+		{name: "still running", before: []inflightSeq{{Enter: 5, Exit: 4}}, now: []inflightSeq{{Enter: 5, Exit: 4}}, want: false},
+		{name: "finished", before: []inflightSeq{{Enter: 5, Exit: 4}}, now: []inflightSeq{{Enter: 5, Exit: 5}}, want: true},
+		{name: "finished and restarted", before: []inflightSeq{{Enter: 5, Exit: 4}}, now: []inflightSeq{{Enter: 6, Exit: 5}}, want: true},
+		{name: "one cpu busy", before: []inflightSeq{{Enter: 1, Exit: 1}, {Enter: 9, Exit: 8}}, now: []inflightSeq{{Enter: 2, Exit: 2}, {Enter: 9, Exit: 8}}, want: false},
+		{name: "short read", before: []inflightSeq{{Enter: 9, Exit: 8}}, now: nil, want: false},
 	}
 	for _, tt := range tests {
 		if got := quiescent(tt.before, tt.now); got != tt.want {
 			t.Errorf("%s: quiescent = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
-// TestMirrorLayouts checks the Go mirrors against the types bpf2go generated
-// from bpf/common.h, which both programs use.
-func TestMirrorLayouts(t *testing.T) {
-	pairs := []struct {
-		name      string
-		got, want uintptr
-	}{
-		{"stack_key", unsafe.Sizeof(stackKey{}), unsafe.Sizeof(bpf.CpuStackKey{})},
-		{"sampler_config", unsafe.Sizeof(config{}), unsafe.Sizeof(bpf.CpuSamplerConfig{})},
-		{"sampler_stats", unsafe.Sizeof(counters{}), unsafe.Sizeof(bpf.CpuSamplerStats{})},
-		{"thread_comm", unsafe.Sizeof(threadComm{}), unsafe.Sizeof(bpf.CpuThreadComm{})},
-		{"inflight_seq", unsafe.Sizeof(inflightSeq{}), unsafe.Sizeof(bpf.CpuInflightSeq{})},
-	}
-	for _, p := range pairs {
-		if p.got != p.want {
-			t.Errorf("%s: Go mirror is %d bytes, generated type %d", p.name, p.got, p.want)
 		}
 	}
 }
