@@ -77,7 +77,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 		}
 		proc := report.Process{Identity: id}
 		for _, s := range byPID[pid] {
-			frames := a.frames(s)
+			frames := a.frames(s, id)
 			for _, f := range frames {
 				if f.Function == "" {
 					st.Unsymbolized++
@@ -130,9 +130,9 @@ func nameUnread(id report.Identity, stacks []capture.RawStack) report.Identity {
 	return id
 }
 
-// frames returns the kernel frames (leaf first) followed by the user frames;
-// a lost stack is one marker frame.
-func (a *Assembler) frames(s capture.RawStack) []report.Frame {
+// frames returns the kernel frames (leaf first) followed by the user frames
+// of a stack of process id; a lost stack is one marker frame.
+func (a *Assembler) frames(s capture.RawStack, id report.Identity) []report.Frame {
 	var out []report.Frame
 	if kernel := s.Addresses(capture.KernelFrame); len(kernel) > 0 {
 		out = append(out, dropTracingFrames(a.Symbols.Kernel(kernel))...)
@@ -140,11 +140,38 @@ func (a *Assembler) frames(s capture.RawStack) []report.Frame {
 		out = append(out, markerFrame(s.KernelLoss, true))
 	}
 	if user := s.Addresses(capture.UserFrame); len(user) > 0 {
-		out = append(out, a.Symbols.User(s.PID, user)...)
+		out = append(out, nameJITFrames(a.Symbols.User(s.PID, user), id.ExeName)...)
 	} else if s.UserLoss != capture.StackKept {
 		out = append(out, markerFrame(s.UserLoss, false))
 	}
 	return out
+}
+
+// nameJITFrames gives the perf-map frames of a process running exe the
+// frame type of its runtime; native when the runtime is not known.
+func nameJITFrames(frames []report.Frame, exe string) []report.Frame {
+	jit := jitFrameType(exe)
+	for i := range frames {
+		if frames[i].Type == report.FrameJIT {
+			frames[i].Type = jit
+		}
+	}
+	return frames
+}
+
+// jitFrameType is the frame type of JIT code in a process running exe (its
+// base name): the runtimes that write perf maps.
+func jitFrameType(exe string) string {
+	switch {
+	case exe == "node" || exe == "nodejs":
+		return report.FrameV8JS
+	case strings.HasPrefix(exe, "python"):
+		return report.FramePython
+	case exe == "java":
+		return report.FrameJVM
+	default:
+		return report.FrameNative
+	}
 }
 
 // hasFrames reports whether s has frames of kind.

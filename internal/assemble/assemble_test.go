@@ -3,6 +3,7 @@ package assemble
 import (
 	"errors"
 	"fmt"
+	"path"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 )
 
 // fakeSymbols names every address "k<addr>" (kernel) or "u<pid>:<addr>"
-// (user); address 0 stays unresolved.
+// (user); address 0 stays unresolved; user addresses from 0x7f0000000000 on
+// are JIT code.
 type fakeSymbols struct{ calls int }
 
 func (f *fakeSymbols) Kernel(addrs []uint64) []report.Frame {
@@ -32,6 +34,9 @@ func (f *fakeSymbols) User(pid uint32, addrs []uint64) []report.Frame {
 	out := make([]report.Frame, len(addrs))
 	for i, a := range addrs {
 		out[i] = report.Frame{Address: a, Type: report.FrameNative}
+		if a >= 0x7f0000000000 {
+			out[i].Type = report.FrameJIT
+		}
 		if a != 0 {
 			out[i].Function = fmt.Sprintf("u%d:%x", pid, a)
 		}
@@ -205,4 +210,42 @@ func TestAssembleNamesUnreadProcesses(t *testing.T) {
 			assert.Equal(t, tt.want, prof.Processes[0].Identity.Attributes[attrkey.ServiceName])
 		})
 	}
+}
+
+// Perf-map frames take the frame type of the process's runtime, from its
+// identity; native frames keep theirs.
+func TestJITFrameTypes(t *testing.T) {
+	tests := []struct {
+		exe  string
+		want string
+	}{
+		{"node", report.FrameV8JS},
+		{"nodejs", report.FrameV8JS},
+		{"python3.12", report.FramePython},
+		{"java", report.FrameJVM},
+		{"server", report.FrameNative},
+	}
+	for _, tt := range tests {
+		t.Run(tt.exe, func(t *testing.T) {
+			a := &Assembler{Symbols: &fakeSymbols{}, Identities: exeNames{fakeIdentities{9: "/usr/bin/" + tt.exe}}}
+			prof, _ := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 1, []capture.RawStack{{
+				PID: 9, TID: 9, Value: 1,
+				Frames: capture.StackFrames(nil, []uint64{0x7f0000001000, 0x401000}),
+			}})
+			require.Len(t, prof.Processes, 1)
+			frames := prof.Processes[0].Samples[0].Frames
+			require.Len(t, frames, 2)
+			assert.Equal(t, tt.want, frames[0].Type)
+			assert.Equal(t, report.FrameNative, frames[1].Type)
+		})
+	}
+}
+
+// exeNames adds the executable's base name to fakeIdentities' identities.
+type exeNames struct{ fakeIdentities }
+
+func (e exeNames) Resolve(pid uint32) (report.Identity, error) {
+	id, err := e.fakeIdentities.Resolve(pid)
+	id.ExeName = path.Base(id.ExePath)
+	return id, err
 }

@@ -23,6 +23,10 @@ const (
 	FrameV8JS   = "v8js"
 	FramePython = "cpython"
 	FrameJVM    = "jvm"
+	// FrameJIT is code a JIT described in a perf map, as the symbolizer
+	// returns it; assemble replaces it with the runtime's type (FrameV8JS,
+	// ...) from the process identity.
+	FrameJIT = "jit"
 	// FrameUnknown marks a pseudo-frame standing for a stack that was lost
 	// (see StackLoss.Marker); it has no address and no mapping.
 	FrameUnknown = "unknown"

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"slices"
 	"sort"
 	"strings"
@@ -44,7 +43,6 @@ type process struct {
 	mappings   []*report.Mapping // parallel to maps, built lazily
 	mapsErr    error
 	readAt     time.Time
-	jitType    string // frame type of JIT code (perf map frames)
 	perfMap    *perfMap
 	perfMapErr error
 	perfMapAt  time.Time
@@ -120,16 +118,7 @@ func (s *Symbolizer) process(pid uint32) *process {
 	if p, ok := s.procs.get(pid); ok {
 		return p
 	}
-	p := &process{jitType: report.FrameNative}
-	if exe, err := s.proc.Exe(pid); err == nil {
-		base := path.Base(exe)
-		switch {
-		case base == "node" || base == "nodejs":
-			p.jitType = report.FrameV8JS
-		case strings.HasPrefix(base, "python"):
-			p.jitType = report.FramePython
-		}
-	}
+	p := &process{}
 	s.readMaps(pid, p)
 	s.procs.add(pid, p)
 	return p
@@ -197,7 +186,7 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 			name = s.perfMapLookup(pid, p, la)
 		}
 		s.count(name != "")
-		return append(out, report.Frame{Address: addr, Function: name, Type: p.jitType, Mapping: s.mapping(p, idx, nil)})
+		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameJIT, Mapping: s.mapping(p, idx, nil)})
 	}
 	ef, key := s.elf(pid, m)
 	mapping := s.mapping(p, idx, ef)
