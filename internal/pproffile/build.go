@@ -30,15 +30,18 @@ const (
 func Build(p report.Profile) (*profile.Profile, error) {
 	b := newBuilder()
 	prof := b.prof
+	typ, unit := p.Kind.SampleType()
+	prof.SampleType = []*profile.ValueType{{Type: typ, Unit: unit}}
 	switch p.Kind {
 	case report.KindCPU:
-		prof.SampleType = []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}
-		prof.DefaultSampleType = "cpu"
-		prof.PeriodType = &profile.ValueType{Type: "cpu", Unit: "nanoseconds"}
+		// pprof's CPU convention: samples, and the time they stand for in
+		// the period's unit, the default view.
+		ptyp, punit := p.Kind.PeriodType()
+		prof.SampleType = append(prof.SampleType, &profile.ValueType{Type: ptyp, Unit: punit})
+		prof.DefaultSampleType = ptyp
+		prof.PeriodType = &profile.ValueType{Type: ptyp, Unit: punit}
 		prof.Period = p.Period
 	case report.KindOffCPU:
-		typ, unit := p.Kind.SampleType()
-		prof.SampleType = []*profile.ValueType{{Type: typ, Unit: unit}}
 	default:
 		return nil, fmt.Errorf("unknown profile kind %q", p.Kind)
 	}
