@@ -1,6 +1,9 @@
 package offcpu
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Mechanism names how the user stack of a blocked thread is taken; the
 // profile means the same whichever runs (see bpf/offcpu.h).
@@ -48,6 +51,9 @@ func (f kernelFeature) String() string {
 	return fmt.Sprintf("%s %s (Linux %s)", f.kind, f.name, f.since)
 }
 
+// ErrMechanismUnsupported is the error of a Mechanism the kernel cannot run.
+var ErrMechanismUnsupported = errors.New("mechanism not supported by this kernel")
+
 // choose resolves want against the features the kernel lacks (of
 // taskWorkNeeds): auto falls back to SwitchOut, an explicit TaskWork is
 // refused, naming what is missing.
@@ -57,8 +63,8 @@ func choose(want Mechanism, missing []kernelFeature) (Mechanism, error) {
 		return MechanismSwitchOut, nil
 	case MechanismTaskWork:
 		if len(missing) > 0 {
-			return "", fmt.Errorf("off_cpu::mechanism %s needs %s, which this kernel lacks: use %s or %s",
-				MechanismTaskWork, missing[0], MechanismAuto, MechanismSwitchOut)
+			return "", fmt.Errorf("%w: %s needs %s, which this kernel lacks: use %s or %s",
+				ErrMechanismUnsupported, MechanismTaskWork, missing[0], MechanismAuto, MechanismSwitchOut)
 		}
 		return MechanismTaskWork, nil
 	default:

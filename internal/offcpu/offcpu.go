@@ -52,7 +52,7 @@ type Options struct {
 
 func (o Options) validate() error {
 	if o.MinBlock < 0 {
-		return fmt.Errorf("off_cpu::min_block: must not be negative, got %v", o.MinBlock)
+		return fmt.Errorf("MinBlock must not be negative, got %v", o.MinBlock)
 	}
 	if len(o.TargetPIDs) > MaxTargets {
 		return fmt.Errorf("targets: %d pids exceed the BPF filter capacity %d", len(o.TargetPIDs), MaxTargets)

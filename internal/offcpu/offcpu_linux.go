@@ -92,7 +92,7 @@ func Open(opts Options) (*Tracer, error) {
 	}
 	want, err := ParseMechanism(string(opts.Mechanism))
 	if err != nil {
-		return nil, fmt.Errorf("off_cpu::mechanism: %w", err)
+		return nil, err
 	}
 	mech, err := choose(want, missingTaskWorkFeatures())
 	if err != nil {
@@ -147,7 +147,7 @@ func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, err
 		return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF spec: %w", err)
 	}
 	if err := spec.Variables["min_block_ns"].Set(uint64(opts.MinBlock.Nanoseconds())); err != nil {
-		return kernelObjects{}, nil, fmt.Errorf("set off_cpu::min_block: %w", err)
+		return kernelObjects{}, nil, fmt.Errorf("set min_block_ns: %w", err)
 	}
 	if mech == MechanismTaskWork {
 		var tw taskWorkObjects

@@ -420,7 +420,7 @@ func testOpenCloseTwice(t *testing.T, mech Mechanism) {
 
 func TestOpenInvalid(t *testing.T) {
 	_, err := Open(Options{MinBlock: -time.Millisecond})
-	if err == nil || !strings.Contains(err.Error(), "off_cpu::min_block") {
-		t.Fatalf("negative min_block: error %v, want one naming off_cpu::min_block", err)
+	if err == nil || !strings.Contains(err.Error(), "MinBlock") {
+		t.Fatalf("negative MinBlock: error %v, want one naming MinBlock", err)
 	}
 }

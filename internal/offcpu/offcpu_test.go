@@ -14,7 +14,7 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{name: "zero", opts: Options{}},
 		{name: "1ms", opts: Options{MinBlock: time.Millisecond, TargetPIDs: []uint32{1}, ExcludePIDs: []uint32{2}}},
-		{name: "negative min_block", opts: Options{MinBlock: -1}, wantErr: "off_cpu::min_block"},
+		{name: "negative min_block", opts: Options{MinBlock: -1}, wantErr: "MinBlock"},
 		{name: "too many targets", opts: Options{TargetPIDs: make([]uint32, MaxTargets+1)}, wantErr: "capacity"},
 		{name: "too many excluded", opts: Options{ExcludePIDs: make([]uint32, MaxExcluded+1)}, wantErr: "excluded"},
 	}
@@ -44,7 +44,7 @@ func TestChooseMechanism(t *testing.T) {
 		{MechanismAuto, lacksTaskWork, MechanismSwitchOut, ""},
 		{MechanismSwitchOut, nil, MechanismSwitchOut, ""},
 		{MechanismTaskWork, nil, MechanismTaskWork, ""},
-		{MechanismTaskWork, lacksTaskWork, "", "off_cpu::mechanism task_work needs kfunc bpf_task_work_schedule_resume_impl (Linux 6.18)"},
+		{MechanismTaskWork, lacksTaskWork, "", "mechanism not supported by this kernel: task_work needs kfunc bpf_task_work_schedule_resume_impl (Linux 6.18)"},
 	}
 	for _, tt := range tests {
 		got, err := choose(tt.want, tt.missing)

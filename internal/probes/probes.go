@@ -104,88 +104,82 @@ func (s Stats) Dropped() ProbeDrops {
 	return d
 }
 
-// FieldError is an invalid value of one Spec key, named as in the collector
-// configuration ("file_match", "symbol", ...).
+// FieldError is an invalid value of one field of one Spec: Index is the
+// Spec's position, Field its Go name ("FileMatch"; "" for the Spec as a
+// whole). The receiver names the configuration key.
 type FieldError struct {
-	Key string
-	Err error
+	Index int
+	Field string
+	Err   error
 }
 
-func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("spec %d: %v", e.Index, e.Err)
+	}
+	return fmt.Sprintf("spec %d: %s: %v", e.Index, e.Field, e.Err)
+}
+
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// Validate checks one Spec. Every problem is a *FieldError (joined).
-func (s Spec) Validate() error {
+// ErrNoScope is the error of a Spec with neither EntrySymbol nor ExitSymbol.
+var ErrNoScope = errors.New("no symbol: set EntrySymbol with Return, or EntrySymbol and ExitSymbol")
+
+// validate checks the Spec at index i.
+func (s Spec) validate(i int) []error {
 	var errs []error
-	add := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+	add := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Index: i, Field: field, Err: fmt.Errorf(format, args...)})
 	}
 	if s.ID == "" {
-		add("id", "must not be empty")
+		add("ID", "must not be empty")
 	}
 	if s.FileMatch == "" {
-		add("file_match", "must not be empty")
+		add("FileMatch", "must not be empty")
 	} else if _, err := regexp.Compile(s.FileMatch); err != nil {
-		add("file_match", "invalid regexp: %v", err)
+		add("FileMatch", "invalid regexp: %v", err)
 	}
 	switch {
 	case s.Return && s.EntrySymbol == "":
-		add("symbol", "must not be empty")
+		add("EntrySymbol", "must not be empty")
 	case s.Return && s.ExitSymbol != "":
-		add("exit_symbol", "must be empty with symbol")
+		add("ExitSymbol", "must be empty: the scope ends when the function returns")
 	case !s.Return && s.EntrySymbol == "" && s.ExitSymbol == "":
-		errs = append(errs, errors.New("set either symbol or entry_symbol+exit_symbol"))
+		errs = append(errs, &FieldError{Index: i, Err: ErrNoScope})
 	case !s.Return && s.EntrySymbol == "":
-		add("entry_symbol", "must not be empty with exit_symbol")
+		add("EntrySymbol", "must not be empty: the scope needs an entry symbol too")
 	case !s.Return && s.ExitSymbol == "":
-		add("exit_symbol", "must not be empty with entry_symbol")
+		add("ExitSymbol", "must not be empty: the scope needs an exit symbol too")
 	case !s.Return && s.EntrySymbol == s.ExitSymbol:
-		add("exit_symbol", "must differ from entry_symbol (use symbol for a function's entry and return)")
+		add("ExitSymbol", "must differ from the entry symbol (a function's entry and return is a probe of one symbol)")
 	}
 	if s.MinDuration < 0 {
-		add("min_duration", "must not be negative")
+		add("MinDuration", "must not be negative")
 	}
 	if s.MaxPerSecond > MaxMaxPerSecond {
-		add("max_per_second", "must be 0 (unlimited) to %d, got %d", MaxMaxPerSecond, s.MaxPerSecond)
+		add("MaxPerSecond", "must be 0 (unlimited) to %d, got %d", MaxMaxPerSecond, s.MaxPerSecond)
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
-// ValidateSpecs checks every Spec and that ids are unique; errors name the
-// key as "probes[i]::key" (or "probes[i]" for errors of the whole entry).
+// ValidateSpecs checks every Spec and that ids are unique. The problems of
+// a Spec are *FieldError values (joined).
 func ValidateSpecs(specs []Spec) error {
 	var errs []error
 	if len(specs) > MaxProbes {
-		errs = append(errs, fmt.Errorf("probes: at most %d probes are supported, got %d", MaxProbes, len(specs)))
+		errs = append(errs, fmt.Errorf("at most %d probes are supported, got %d", MaxProbes, len(specs)))
 	}
 	seen := make(map[string]int)
 	for i, s := range specs {
-		prefix := fmt.Sprintf("probes[%d]", i)
-		if err := s.Validate(); err != nil {
-			for _, e := range unjoin(err) {
-				var fe *FieldError
-				if errors.As(e, &fe) {
-					errs = append(errs, fmt.Errorf("%s::%s: %w", prefix, fe.Key, fe.Err))
-				} else {
-					errs = append(errs, fmt.Errorf("%s: %w", prefix, e))
-				}
-			}
-		}
+		errs = append(errs, s.validate(i)...)
 		if s.ID == "" {
 			continue
 		}
 		if j, dup := seen[s.ID]; dup {
-			errs = append(errs, fmt.Errorf("%s::id: %q already used by probes[%d]", prefix, s.ID, j))
+			errs = append(errs, &FieldError{Index: i, Field: "ID", Err: fmt.Errorf("%q already used by probe %d", s.ID, j)})
 		} else {
 			seen[s.ID] = i
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

@@ -3,7 +3,6 @@ package probes
 import (
 	"encoding/binary"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -158,25 +157,28 @@ func TestValidateSpecs(t *testing.T) {
 		{ID: "d", FileMatch: "x", EntrySymbol: "f", ExitSymbol: "g", Return: true, MaxPerSecond: MaxMaxPerSecond + 1},
 	})
 	require.Error(t, err)
-	msg := err.Error()
-	for _, want := range []string{
-		`probes[1]::id: "a" already used by probes[0]`,
-		"probes[1]::file_match: invalid regexp",
-		"probes[1]::exit_symbol: must not be empty with entry_symbol",
-		"probes[2]::id: must not be empty",
-		"probes[2]: set either symbol or entry_symbol+exit_symbol",
-		"probes[3]::exit_symbol: must differ from entry_symbol",
-		"probes[3]::min_duration: must not be negative",
-		"probes[4]::exit_symbol: must be empty with symbol",
-		"probes[4]::max_per_second: must be 0 (unlimited) to 1000000, got 1000001",
-	} {
-		require.Contains(t, msg, want)
+	type problem struct {
+		index int
+		field string
+		msg   string
 	}
-	require.Len(t, strings.Split(msg, "\n"), 9, msg)
-
-	var fe *FieldError
-	require.ErrorAs(t, Spec{ID: "x", FileMatch: "x", EntrySymbol: "", Return: true}.Validate(), &fe)
-	require.Equal(t, "symbol", fe.Key)
+	var got []problem
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		require.ErrorAs(t, e, &fe)
+		got = append(got, problem{fe.Index, fe.Field, fe.Err.Error()})
+	}
+	require.ElementsMatch(t, []problem{
+		{1, "ID", `"a" already used by probe 0`},
+		{1, "FileMatch", "invalid regexp: error parsing regexp: missing closing ): `(`"},
+		{1, "ExitSymbol", "must not be empty: the scope needs an exit symbol too"},
+		{2, "ID", "must not be empty"},
+		{2, "", ErrNoScope.Error()},
+		{3, "ExitSymbol", "must differ from the entry symbol (a function's entry and return is a probe of one symbol)"},
+		{3, "MinDuration", "must not be negative"},
+		{4, "ExitSymbol", "must be empty: the scope ends when the function returns"},
+		{4, "MaxPerSecond", "must be 0 (unlimited) to 1000000, got 1000001"},
+	}, got)
 
 	require.ErrorContains(t, ValidateSpecs(make([]Spec, MaxProbes+1)), "at most 64 probes")
 }

@@ -49,7 +49,7 @@ type Options struct {
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {
-		return errors.New("cpu::samples_per_second: must be at least 1")
+		return errors.New("SamplesPerSecond must be at least 1")
 	}
 	if len(o.TargetPIDs) > MaxTargets {
 		return fmt.Errorf("targets: %d pids exceed the BPF filter capacity %d", len(o.TargetPIDs), MaxTargets)
@@ -76,11 +76,16 @@ func (o Options) mapSizes(cpus int) MapSizes {
 	return sz
 }
 
+// ErrRateAboveLimit is the error of a sampling frequency above the
+// kernel's kernel.perf_event_max_sample_rate (which the kernel may lower at
+// run time).
+var ErrRateAboveLimit = errors.New("sampling frequency above the kernel's limit")
+
 // checkSampleRate fails when the requested per-CPU frequency is above the
 // kernel limit; the error names both numbers.
 func checkSampleRate(requested, limit uint64) error {
 	if requested > limit {
-		return fmt.Errorf("cpu::samples_per_second %d exceeds kernel.perf_event_max_sample_rate %d", requested, limit)
+		return fmt.Errorf("%w: %d exceeds kernel.perf_event_max_sample_rate %d", ErrRateAboveLimit, requested, limit)
 	}
 	return nil
 }

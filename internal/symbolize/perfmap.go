@@ -136,7 +136,7 @@ func readPerfMap(name string, r io.Reader, sizeHint, limit int64) ([]perfMapEntr
 
 func tooLarge(name string, size, limit int64) error {
 	return &procfs.RefusedError{Path: name, Reason: procfs.ReasonTooLarge,
-		Detail: fmt.Sprintf("%d bytes or more, over the limit of %d bytes (perf_maps::max_size_mib)", size, limit)}
+		Detail: fmt.Sprintf("%d bytes or more, over the limit of %d bytes", size, limit)}
 }
 
 // countingReader counts the bytes read through it.

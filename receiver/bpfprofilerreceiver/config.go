@@ -181,7 +181,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("probes[%d]: set either symbol or entry_symbol+exit_symbol, not both", i))
 		}
 	}
-	errs = append(errs, probes.ValidateSpecs(c.probeSpecs()))
+	errs = append(errs, c.probeErrors(probes.ValidateSpecs(c.probeSpecs()))...)
 	if !c.CPU.Enabled && !c.OffCPU.Enabled && len(c.Probes) == 0 {
 		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, probes: nothing to do: enable cpu or off_cpu, or declare probes"))
 	}

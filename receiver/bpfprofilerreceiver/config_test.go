@@ -151,8 +151,8 @@ func TestProbeValidationNamesEveryKey(t *testing.T) {
 		"probes[0]::file_match: invalid regexp",
 		"probes[1]: set either symbol or entry_symbol+exit_symbol",
 		"probes[2]: set either symbol or entry_symbol+exit_symbol, not both",
-		`probes[2]::id: "b" already used by probes[1]`,
-		"probes[3]::exit_symbol: must differ from entry_symbol",
+		`probes[2]::id: "b" already used by probe 1`,
+		"probes[3]::exit_symbol: must differ from the entry symbol",
 		"probes[3]::min_duration: must not be negative",
 		"probes[4]::max_per_second: must be 0 (unlimited) to 1000000, got 2000000",
 	} {

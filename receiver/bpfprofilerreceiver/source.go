@@ -2,6 +2,7 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -61,20 +62,28 @@ type probeSource interface {
 func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
 	switch kind {
 	case report.KindCPU:
-		return sampler.Open(sampler.Options{
+		src, err := sampler.Open(sampler.Options{
 			SamplesPerSecond: cfg.CPU.SamplesPerSecond,
 			TargetPIDs:       opts.targets,
 			PIDNamespace:     opts.pidns,
 			ReportInterval:   cfg.ReportInterval,
 		})
+		if errors.Is(err, sampler.ErrRateAboveLimit) {
+			return nil, fmt.Errorf("cpu::samples_per_second: %w", err)
+		}
+		return src, err
 	case report.KindOffCPU:
-		return offcpu.Open(offcpu.Options{
+		src, err := offcpu.Open(offcpu.Options{
 			MinBlock:     cfg.OffCPU.MinBlock,
 			TargetPIDs:   opts.targets,
 			ExcludePIDs:  []uint32{uint32(os.Getpid())},
 			PIDNamespace: opts.pidns,
 			Mechanism:    offcpu.Mechanism(cfg.OffCPU.Mechanism),
 		})
+		if errors.Is(err, offcpu.ErrMechanismUnsupported) {
+			return nil, fmt.Errorf("off_cpu::mechanism: %w", err)
+		}
+		return src, err
 	default:
 		return nil, fmt.Errorf("profile kind %q is not supported", kind)
 	}
