@@ -145,7 +145,9 @@ func (p *probeRunner) send(ctx context.Context, batch []assemble.ReadScope) {
 	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version},
 		time.Now(), assemble.Scopes(p.names, batch)...)
 	if err == nil && next != nil {
+		ctx := p.r.obs.StartLogsOp(ctx)
 		err = next.ConsumeLogs(ctx, logs)
+		p.r.obs.EndLogsOp(ctx, obsFormat, logs.LogRecordCount(), err)
 	}
 	if err != nil {
 		p.r.reportFailed(ctx, signalLogs)

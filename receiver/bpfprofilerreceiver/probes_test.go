@@ -183,6 +183,11 @@ func TestProbeLogsRefusingConsumer(t *testing.T) {
 	assert.Equal(t, int64(7), dropped["probe.id=a,reason=rate_limited"], "kernel drops")
 	assert.Equal(t, int64(3), dropped["probe.id=a,reason=ringbuf_full"], "kernel drops")
 	assert.Zero(t, next.records.Load())
+	// The collector's own receiver metrics say the same.
+	assert.Equal(t, next.seen.Load(),
+		sum(counters(t, tel, "otelcol_receiver_refused_log_records"), "transport=bpf")+
+			sum(counters(t, tel, "otelcol_receiver_failed_log_records"), "transport=bpf"))
+	assert.Zero(t, sum(counters(t, tel, "otelcol_receiver_accepted_log_records"), ""))
 	// One batch per interval or per full batch, not one per reader wakeup.
 	assert.Less(t, next.calls.Load(), int64(fed/500), "ConsumeLogs calls")
 }

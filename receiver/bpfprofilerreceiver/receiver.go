@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/consumer"
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
+	"go.opentelemetry.io/collector/receiver/receiverhelper"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
@@ -28,12 +29,22 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
+// The transport and format of the receiver's operations in the collector's
+// receiver metrics: the data comes from the kernel's BPF programs.
+const (
+	obsTransport = "bpf"
+	obsFormat    = "bpf"
+)
+
 type profilerReceiver struct {
 	cfg       *Config
 	settings  receiver.Settings
 	telemetry *metadata.TelemetryBuilder
-	kernel    kernelSources
-	proc      procfs.FS
+	// obs counts what is handed to the pipelines as the collector's own
+	// receiver metrics (otelcol_receiver_accepted_*, _refused_*).
+	obs    *receiverhelper.ObsReport
+	kernel kernelSources
+	proc   procfs.FS
 
 	mu       sync.Mutex
 	profiles xconsumer.Profiles
@@ -59,10 +70,19 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 	if err != nil {
 		return nil, fmt.Errorf("create telemetry: %w", err)
 	}
+	obs, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{
+		ReceiverID:             set.ID,
+		Transport:              obsTransport,
+		ReceiverCreateSettings: set,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create receiver telemetry: %w", err)
+	}
 	return &profilerReceiver{
 		cfg:       cfg,
 		settings:  set,
 		telemetry: tb,
+		obs:       obs,
 		kernel:    realKernel,
 		proc:      procfs.FS{Root: "/proc"},
 	}, nil
@@ -315,7 +335,10 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 		r.reportFailed(ctx, signalProfiles)
 		return
 	}
-	if err := next.ConsumeProfiles(ctx, pd); err != nil {
+	ctx = r.obs.StartProfilesOp(ctx)
+	err = next.ConsumeProfiles(ctx, pd)
+	r.obs.EndProfilesOp(ctx, obsFormat, pd.SampleCount(), err)
+	if err != nil {
 		r.settings.Logger.Warn("next consumer refused profiles", zap.Error(err))
 		r.reportFailed(ctx, signalProfiles)
 	}

@@ -130,6 +130,14 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, files)
 
+	// Every sample handed on is in the collector's own receiver metrics.
+	var samples int64
+	for _, pd := range sink.AllProfiles() {
+		samples += int64(pd.SampleCount())
+	}
+	assert.Equal(t, map[string]int64{"receiver=bpfprofiler,transport=bpf": samples},
+		counters(t, tel, "otelcol_receiver_accepted_profile_samples"))
+
 	drains := int64(src.drains)
 	cpu := attribute.String("kind", "cpu")
 	metadatatest.AssertEqualBpfprofilerSamplesRecorded(t, tel,
