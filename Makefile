@@ -4,6 +4,7 @@ BUILD     := $(CURDIR)/_build
 TOOLS     := $(BUILD)/tools
 OCB       := $(TOOLS)/builder
 MDATAGEN  := $(TOOLS)/mdatagen
+GOLANGCI  := $(TOOLS)/golangci-lint
 COLLECTOR := $(BUILD)/otelcol-bpfprofiler
 CONFIG    ?= deploy/collector.yaml
 GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.go') go.mod go.sum $(wildcard bpf/*.o)
@@ -24,6 +25,9 @@ build:
 
 $(OCB):
 	GOBIN=$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@v0.162.0
+
+$(GOLANGCI):
+	GOBIN=$(TOOLS) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 $(MDATAGEN): tools/mdatagen/go.mod
 	cd tools/mdatagen && $(GO) build -o $(MDATAGEN) go.opentelemetry.io/collector/cmd/mdatagen
@@ -100,9 +104,12 @@ check-generated: generate
 	git diff --exit-code -- bpf receiver
 	@test -z "$$(git status --porcelain -- bpf receiver)" || { git status --porcelain -- bpf receiver; echo 'generated files are not committed'; exit 1; }
 
-lint:
+# gofmt, go vet and golangci-lint (.golangci.yml: errcheck, staticcheck,
+# unused, goimports, ...; generated files excluded).
+lint: $(GOLANGCI)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GOLANGCI) run ./...
 
 clean:
 	rm -rf $(BUILD)

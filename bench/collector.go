@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -172,8 +173,7 @@ func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error
 	}()
 
 	fail := func(err error) (*collector, error) {
-		c.stop()
-		return nil, err
+		return nil, errors.Join(err, c.stop())
 	}
 	select {
 	case <-out.ready:

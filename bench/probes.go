@@ -188,7 +188,7 @@ func runProbedByCollector(ctx context.Context, cfg collectorConfig, w workload, 
 	if err != nil {
 		return probeRun{}, err
 	}
-	defer c.stop()
+	defer func() { _ = c.stop() }() // stopped below; this is for early returns
 	logText, err := os.ReadFile(c.logPath)
 	if err != nil {
 		return probeRun{}, err

@@ -131,7 +131,7 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, w workload, mark
 	if err != nil {
 		return collectorRun{}, err
 	}
-	defer c.stop()
+	defer func() { _ = c.stop() }() // stopped below; this is for early returns
 
 	var before cpuSample
 	var beforeErr error
@@ -173,7 +173,7 @@ func measureIdle(ctx context.Context, cfg collectorConfig, window time.Duration)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer c.stop()
+	defer func() { _ = c.stop() }() // stopped below; this is for early returns
 	before, err := readCPU(c.pid())
 	if err != nil {
 		return 0, 0, err

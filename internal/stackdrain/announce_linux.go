@@ -37,15 +37,13 @@ func StartAnnouncer(newPids *ebpf.Map, forget ...*ebpf.Program) (*Announcer, err
 	for _, p := range forget {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
-			a.closeLinks()
-			return nil, fmt.Errorf("attach %s: %w", p, err)
+			return nil, errors.Join(fmt.Errorf("attach %s: %w", p, err), a.closeLinks())
 		}
 		a.links = append(a.links, l)
 	}
 	var err error
 	if a.reader, err = ringbuf.NewReader(newPids); err != nil {
-		a.closeLinks()
-		return nil, fmt.Errorf("open new-process ring buffer: %w", err)
+		return nil, errors.Join(fmt.Errorf("open new-process ring buffer: %w", err), a.closeLinks())
 	}
 	go a.read()
 	return a, nil

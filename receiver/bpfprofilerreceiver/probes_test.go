@@ -133,7 +133,7 @@ func counters(t *testing.T, tel *componenttest.Telemetry, name string) map[strin
 	for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
 		var kv []string
 		for _, a := range dp.Attributes.ToSlice() {
-			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+			kv = append(kv, string(a.Key)+"="+a.Value.String())
 		}
 		out[strings.Join(kv, ",")] += dp.Value
 	}
@@ -221,7 +221,7 @@ func TestProbeLogsBlockedConsumer(t *testing.T) {
 		close(release)
 		t.Fatal("the reader blocked on the consumer")
 	}
-	now, peak := runner.buf.held()
+	now, _ := runner.buf.held()
 	assert.Equal(t, maxBufferedProbeRecords, now, "held while the consumer blocks")
 	dropped := counters(t, tel, "otelcol_bpfprofiler_probe_records_dropped")
 	assert.Equal(t, int64(fed-maxBufferedProbeRecords), dropped["probe.id=a,reason=buffer_full"])
@@ -230,7 +230,7 @@ func TestProbeLogsBlockedConsumer(t *testing.T) {
 	require.Eventually(t, func() bool { n, _ := runner.buf.held(); return n == 0 }, 10*time.Second, 10*time.Millisecond)
 	src.send(100, 1) // delivered by Shutdown, before the next interval
 	require.NoError(t, rcv.Shutdown(context.Background()))
-	_, peak = runner.buf.held()
+	_, peak := runner.buf.held()
 	assert.LessOrEqual(t, peak, maxBufferedProbeRecords)
 	assert.Equal(t, int64(maxBufferedProbeRecords+100), next.records.Load(), "delivered after the consumer moved, and at shutdown")
 	assert.LessOrEqual(t, next.largest.Load(), int64(probeBatchRecords))
