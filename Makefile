@@ -105,11 +105,14 @@ check-generated: generate
 	@test -z "$$(git status --porcelain -- bpf receiver)" || { git status --porcelain -- bpf receiver; echo 'generated files are not committed'; exit 1; }
 
 # gofmt, go vet and golangci-lint (.golangci.yml: errcheck, staticcheck,
-# unused, goimports, ...; generated files excluded).
+# unused, goimports, ...; generated files excluded); clang-format for the
+# BPF C (bpf/.clang-format).
 lint: $(GOLANGCI)
+	$(call apt_install,clang-format)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GOLANGCI) run ./...
+	clang-format --dry-run --Werror --style=file:bpf/.clang-format bpf/*.c bpf/*.h
 
 clean:
 	rm -rf $(BUILD)

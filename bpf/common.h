@@ -97,7 +97,7 @@ struct thread_comm {
 
 /* Index 0 of the one-element "config" array, written by user space. */
 struct sampler_config {
-	u32 generation;     /* 0 or 1: which counts/stacks set the program writes */
+	u32 generation;	    /* 0 or 1: which counts/stacks set the program writes */
 	u32 filter_enabled; /* non-zero: only tgids present in target_pids are sampled */
 	/*
 	 * Non-zero when the collector runs in a child pid namespace: the nsfs
@@ -135,7 +135,7 @@ static __always_inline int current_ids(const struct sampler_config *cfg, u32 *tg
 enum stack_loss {
 	STACK_LOSS_MAP_FULL = 0,  /* the stacks map was full (-E2BIG) */
 	STACK_LOSS_COLLISION = 1, /* STACK_PROBES ids taken by other stacks (-EEXIST) */
-	STACK_LOSS_FAILED = 2,    /* the capture itself failed (any other error) */
+	STACK_LOSS_FAILED = 2,	  /* the capture itself failed (any other error) */
 	NR_STACK_LOSSES = 3,
 };
 

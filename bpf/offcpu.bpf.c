@@ -65,7 +65,7 @@ struct offcpu_pending {
 	u32 pid;
 	u32 tid;
 	s32 kernel_stack; /* frame hash, or -errno from bpf_get_task_stack */
-	u32 reserved;     /* explicit padding */
+	u32 reserved;	  /* explicit padding */
 	stack_trace_t kernel;
 	stack_trace_t user;
 };
@@ -124,7 +124,6 @@ static __always_inline void switch_out(u64 now, struct task_struct *prev, const 
 	start->tid = tid;
 	start->timestamp = now;
 }
-
 
 /*
  * Task work of a thread with a pending wait, in its own context on its way
@@ -195,7 +194,8 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 			return;
 		n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
 		kernel_hash = hash_frames(frames, n);
-		if (kernel_hash == p->kernel_stack && p->pid == pid && p->tid == tid && same_frames(frames, p->kernel)) {
+		if (kernel_hash == p->kernel_stack && p->pid == pid && p->tid == tid &&
+		    same_frames(frames, p->kernel)) {
 			p->blocked_ns += delta;
 			return;
 		}

@@ -80,7 +80,7 @@ static __always_inline void remember_comm(struct task_struct *task, u32 tid)
 static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
 				   s32 kernel_hash, const u64 *user, s32 user_id)
 {
-	struct stack_key key = {.pid = pid, .tid = tid};
+	struct stack_key key = { .pid = pid, .tid = tid };
 	struct sampler_config *cfg;
 	struct sampler_stats *st;
 	struct inflight_seq *in;
@@ -127,8 +127,8 @@ out:
  * blocked: next is not running yet) and the given user frames (or user
  * stack id, see record).
  */
-static __always_inline void record_at_switch_in(struct task_struct *next, u32 pid, u32 tid, u64 delta,
-						const u64 *user, s32 user_id)
+static __always_inline void record_at_switch_in(struct task_struct *next, u32 pid, u32 tid, u64 delta, const u64 *user,
+						s32 user_id)
 {
 	u32 zero = 0;
 	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);

@@ -16,13 +16,13 @@ typedef u64 frames_t[MAX_STACK_DEPTH];
 
 /* Results of one run, read by the test. */
 struct selftest_result {
-	s32 first_id;   /* store_stack of frames */
-	s32 second_id;  /* store_stack of the same frames again */
-	s32 other_id;   /* store_stack of other frames */
-	s32 full_id;    /* store_stack into the full one-entry map */
-	s32 add_first;  /* add_delta of a new key */
+	s32 first_id;	/* store_stack of frames */
+	s32 second_id;	/* store_stack of the same frames again */
+	s32 other_id;	/* store_stack of other frames */
+	s32 full_id;	/* store_stack into the full one-entry map */
+	s32 add_first;	/* add_delta of a new key */
 	s32 add_second; /* add_delta of the same key */
-	u64 count;      /* the key's total after both */
+	u64 count;	/* the key's total after both */
 	/* count_stack_loss of full_id, -EEXIST, -EFAULT, -1 and first_id */
 	u64 lost[NR_STACK_LOSSES];
 };
@@ -67,7 +67,7 @@ struct {
 SEC("socket")
 int run_selftest(void *ctx)
 {
-	struct stack_key key = {.pid = 1, .tid = 2, .user_stack_id = 3, .kernel_stack_id = 4};
+	struct stack_key key = { .pid = 1, .tid = 2, .user_stack_id = 3, .kernel_stack_id = 4 };
 	struct selftest_result *res;
 	u32 zero = 0, one = 1;
 	u64 *frames, *other, *total;
