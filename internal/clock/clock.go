@@ -15,10 +15,10 @@ var shared = sync.OnceValues(MeasureOffset)
 // It is measured on first use.
 func Offset() (int64, error) { return shared() }
 
-// ToUnix converts a CLOCK_MONOTONIC nanosecond timestamp into unix
+// toUnix converts a CLOCK_MONOTONIC nanosecond timestamp into unix
 // nanoseconds with the shared offset (0 and the error when it cannot be
 // measured).
-func ToUnix(mono uint64) (uint64, error) {
+func toUnix(mono uint64) (uint64, error) {
 	off, err := Offset()
 	if err != nil {
 		return 0, err
@@ -42,19 +42,10 @@ func pick(samples []sample) int64 {
 // sample is CLOCK_MONOTONIC read before and after CLOCK_REALTIME.
 type sample struct{ mono1, real, mono2 int64 }
 
-// Unix returns the time.Time of a CLOCK_MONOTONIC timestamp, for logs and tests.
-func Unix(mono uint64) (time.Time, error) {
-	ns, err := ToUnix(mono)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return time.Unix(0, int64(ns)), nil
-}
-
-// UnixNanos is ToUnix for callers that must have a time: when the offset
+// UnixNanos is toUnix for callers that must have a time: when the offset
 // cannot be measured it returns the wall clock now.
 func UnixNanos(mono uint64) uint64 {
-	ns, err := ToUnix(mono)
+	ns, err := toUnix(mono)
 	if err != nil {
 		return uint64(time.Now().UnixNano())
 	}
