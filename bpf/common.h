@@ -18,6 +18,7 @@
 #include <bpf/bpf_core_read.h>
 
 typedef __u8 u8;
+typedef __s16 s16;
 typedef __s32 s32;
 typedef __u32 u32;
 typedef __u64 u64;
@@ -72,6 +73,7 @@ struct task_struct {
 	int tgid;
 	char comm[TASK_COMM_LEN];
 	struct signal_struct *signal;
+	void *stack;
 } __attribute__((preserve_access_index));
 
 /* perf_event program context; only a pointer is needed. */
@@ -139,6 +141,17 @@ enum stack_loss {
 	NR_STACK_LOSSES = 3,
 };
 
+/* Why a walk ended (indexes unwind stats; UNWIND_END_ROOT is a whole stack). */
+enum unwind_end {
+	UNWIND_END_ROOT = 0,	    /* reached the thread's root */
+	UNWIND_END_NO_MAPPING = 1,  /* a return address outside every known mapping */
+	UNWIND_END_UNSUPPORTED = 2, /* a row the walk cannot follow */
+	UNWIND_END_READ_FAULT = 3,  /* reading the user stack failed */
+	UNWIND_END_DEPTH = 4,	    /* MAX_STACK_DEPTH frames */
+	UNWIND_END_BAD_FRAME = 5,   /* the stack pointer did not grow, or pc 0 */
+	NR_UNWIND_ENDS = 6,
+};
+
 /*
  * Per-CPU counters of one generation; user space reads and zeroes them when
  * it drains. recorded counts records added to counts_N, including those kept
@@ -150,6 +163,9 @@ struct sampler_stats {
 	u64 user_stack_lost[NR_STACK_LOSSES];
 	u64 kernel_stack_lost[NR_STACK_LOSSES];
 	u64 new_pid_drops; /* cpu.bpf.c only: new_pids ring buffer full */
+	/* cpu.bpf.c only: user stacks walked with unwind tables (unwind.h). */
+	u64 unwind_ends[NR_UNWIND_ENDS]; /* walks, by why they ended */
+	u64 unwind_frames;		 /* frames they found */
 };
 
 /*

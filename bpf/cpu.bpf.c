@@ -27,6 +27,7 @@
 #include "stackstore.h"
 #include "drainmaps.h"
 #include "announce.h"
+#include "unwind.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
 struct {
@@ -61,6 +62,93 @@ static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *
 	return store_stack(stacks, frames, hash_frames(frames, n));
 }
 
+/* A sample whose user stack is being walked with unwind tables (unwind.h). */
+struct walk_state {
+	struct stack_key key;
+	struct user_regs regs;
+	u32 gen;
+	u32 host_tgid;
+	u32 task_flags;
+	u32 frames; /* frames written so far */
+	u32 calls;  /* tail calls so far */
+	u32 first;  /* regs are interrupted ones, not a caller's */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct walk_state);
+} walks SEC(".maps");
+
+int walk_user_stack(struct bpf_perf_event_data *ctx);
+
+/* Slot 0: walk_user_stack, which tail-calls itself until the walk ends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, int(struct bpf_perf_event_data *));
+} walk_progs SEC(".maps") = {
+	.values = { [0] = (void *)&walk_user_stack },
+};
+
+/* Frames walked per program run; runs per sample at most WALK_CALLS. */
+#define WALK_FRAMES 8
+#define WALK_CALLS ((MAX_STACK_DEPTH + WALK_FRAMES - 1) / WALK_FRAMES)
+
+/*
+ * Completes a record once its stacks are taken: the kernel stack, the
+ * count, the counters, the thread name and the announcement.
+ */
+static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts, void *stacks, struct stack_key *key,
+				   struct sampler_stats *st, u64 *frames, u32 host_tgid, unsigned int flags)
+{
+	key->kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
+	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
+	if (key->kernel_stack_id == -EFAULT)
+		key->kernel_stack_id = -1;
+
+	if (add_delta(counts, key, 1)) {
+		st->lost_map_full++;
+		return;
+	}
+	/*
+	 * A sample whose stack could not be stored is still recorded (its key
+	 * carries the error, which user space turns into a marker frame), so
+	 * process totals stay right; the loss is counted by reason.
+	 */
+	st->recorded++;
+	count_stack_loss(st->user_stack_lost, key->user_stack_id);
+	count_stack_loss(st->kernel_stack_lost, key->kernel_stack_id);
+	remember_comm(key->tid);
+	announce(host_tgid, key->pid, flags, st);
+}
+
+/*
+ * Hands the sample to walk_user_stack when unwind tables of the process are
+ * loaded (the address sampled is in one of its known mappings). Returns only
+ * when it does not: the caller then takes the stack with frame pointers.
+ */
+static __always_inline void walk_with_tables(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					     struct stack_key *key, u32 gen, u32 host_tgid, unsigned int flags)
+{
+	struct walk_state *w;
+	u32 zero = 0;
+
+	w = bpf_map_lookup_elem(&walks, &zero);
+	if (!w || sample_user_regs(ctx, task, &w->regs) || !find_mapping(key->pid, w->regs.ip))
+		return;
+	w->key = *key;
+	w->gen = gen;
+	w->host_tgid = host_tgid;
+	w->task_flags = flags;
+	w->frames = 0;
+	w->calls = 0;
+	w->first = 1;
+	bpf_tail_call(ctx, &walk_progs, 0);
+}
+
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
 				   const struct sampler_config *cfg)
 {
@@ -90,27 +178,11 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	task = (struct task_struct *)bpf_get_current_task();
 	flags = BPF_CORE_READ(task, flags);
 	key.user_stack_id = -1;
-	if (!(flags & PF_KTHREAD))
+	if (!(flags & PF_KTHREAD)) {
+		walk_with_tables(ctx, task, &key, gen, id >> 32, flags);
 		key.user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
-	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
-	key.kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
-	if (key.kernel_stack_id == -EFAULT)
-		key.kernel_stack_id = -1;
-
-	if (add_delta(counts, &key, 1)) {
-		st->lost_map_full++;
-		return;
 	}
-	/*
-	 * A sample whose stack could not be stored is still recorded (its key
-	 * carries the error, which user space turns into a marker frame), so
-	 * process totals stay right; the loss is counted by reason.
-	 */
-	st->recorded++;
-	count_stack_loss(st->user_stack_lost, key.user_stack_id);
-	count_stack_loss(st->kernel_stack_lost, key.kernel_stack_id);
-	remember_comm(key.tid);
-	announce(id >> 32, key.pid, flags, st);
+	finish(ctx, counts, stacks, &key, st, frames, id >> 32, flags);
 }
 
 SEC("perf_event")
@@ -131,6 +203,76 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 		record(ctx, 1, &counts_1, &stacks_1, cfg);
 	else
 		record(ctx, 0, &counts_0, &stacks_0, cfg);
+	/* Not reached when walk_user_stack took over the sample: it exits. */
+	__sync_fetch_and_add(&in->exit, 1);
+	return 0;
+}
+
+/* Walks up to WALK_FRAMES frames of w; returns an enum unwind_end, or -1 to go on. */
+static __always_inline int walk_some(struct walk_state *w, u64 *frames)
+{
+	int r;
+
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < WALK_FRAMES; i++) {
+		u32 n = w->frames;
+
+		if (n >= MAX_STACK_DEPTH)
+			return UNWIND_END_DEPTH;
+		frames[n] = w->regs.ip;
+		w->frames = n + 1;
+		r = unwind_step(&w->regs, w->key.pid, w->first);
+		if (r >= 0)
+			return r;
+		w->first = r == -2;
+	}
+	return -1;
+}
+
+/* Stores the walked stack of w and completes its record. */
+static __always_inline void finish_walk(struct bpf_perf_event_data *ctx, struct walk_state *w, u64 *frames, int end,
+					void *counts, void *stacks)
+{
+	struct sampler_stats *st = bpf_map_lookup_elem(&stats, &w->gen);
+	u32 n = w->frames;
+
+	if (!st)
+		return;
+	if (n < MAX_STACK_DEPTH)
+		frames[n] = 0; /* zero-terminated, see hash_frames */
+	if (end >= 0 && end < NR_UNWIND_ENDS)
+		st->unwind_ends[end]++;
+	st->unwind_frames += n;
+	w->key.user_stack_id = store_stack(stacks, frames, hash_frames(frames, n * sizeof(u64)));
+	finish(ctx, counts, stacks, &w->key, st, frames, w->host_tgid, w->task_flags);
+}
+
+SEC("perf_event")
+int walk_user_stack(struct bpf_perf_event_data *ctx)
+{
+	struct inflight_seq *in;
+	struct walk_state *w;
+	u32 zero = 0;
+	u64 *frames;
+	int end;
+
+	in = bpf_map_lookup_elem(&inflight, &zero);
+	w = bpf_map_lookup_elem(&walks, &zero);
+	frames = bpf_map_lookup_elem(&scratch, &zero);
+	if (!in || !w || !frames)
+		return 0; /* never: every map has its element */
+
+	end = walk_some(w, frames);
+	if (end < 0 && w->calls < WALK_CALLS) {
+		w->calls++;
+		bpf_tail_call(ctx, &walk_progs, 0);
+	}
+	if (end < 0)
+		end = UNWIND_END_DEPTH;
+	if (w->gen & 1)
+		finish_walk(ctx, w, frames, end, &counts_1, &stacks_1);
+	else
+		finish_walk(ctx, w, frames, end, &counts_0, &stacks_0);
 	__sync_fetch_and_add(&in->exit, 1);
 	return 0;
 }

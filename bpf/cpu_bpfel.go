@@ -34,6 +34,8 @@ type CpuSamplerStats struct {
 	UserStackLost   [3]uint64
 	KernelStackLost [3]uint64
 	NewPidDrops     uint64
+	UnwindEnds      [6]uint64
+	UnwindFrames    uint64
 }
 
 type CpuStackKey struct {
@@ -47,6 +49,46 @@ type CpuStackKey struct {
 type CpuThreadComm struct {
 	_    structs.HostLayout
 	Comm [16]int8
+}
+
+type CpuUnwindMapping struct {
+	_        structs.HostLayout
+	Bias     uint64
+	FirstRow uint32
+	Rows     uint32
+}
+
+type CpuUnwindMappingKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Pid       uint32
+	Addr      uint64
+}
+
+type CpuUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	Kind      uint8
+	CfaReg    uint8
+}
+
+type CpuWalkState struct {
+	_    structs.HostLayout
+	Key  CpuStackKey
+	Regs struct {
+		_  structs.HostLayout
+		Ip uint64
+		Sp uint64
+		Bp uint64
+	}
+	Gen       uint32
+	HostTgid  uint32
+	TaskFlags uint32
+	Frames    uint32
+	Calls     uint32
+	First     uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -65,9 +107,15 @@ const (
 	CpuMapStacks1        = "stacks_1"
 	CpuMapStats          = "stats"
 	CpuMapTargetPids     = "target_pids"
+	CpuMapUnwindMappings = "unwind_mappings"
+	CpuMapUnwindRows     = "unwind_rows"
+	CpuMapWalkProgs      = "walk_progs"
+	CpuMapWalks          = "walks"
 	CpuProgForgetExec    = "forget_exec"
 	CpuProgForgetProcess = "forget_process"
 	CpuProgSampleCpu     = "sample_cpu"
+	CpuProgWalkUserStack = "walk_user_stack"
+	CpuVarHaveTaskPtRegs = "have_task_pt_regs"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -115,30 +163,36 @@ type CpuProgramSpecs struct {
 	ForgetExec    *ebpf.ProgramSpec `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
 	SampleCpu     *ebpf.ProgramSpec `ebpf:"sample_cpu"`
+	WalkUserStack *ebpf.ProgramSpec `ebpf:"walk_user_stack"`
 }
 
 // CpuMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuMapSpecs struct {
-	Comms      *ebpf.MapSpec `ebpf:"comms"`
-	Config     *ebpf.MapSpec `ebpf:"config"`
-	Counts0    *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1    *ebpf.MapSpec `ebpf:"counts_1"`
-	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids    *ebpf.MapSpec `ebpf:"new_pids"`
-	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids   *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0    *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1    *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats      *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids *ebpf.MapSpec `ebpf:"target_pids"`
+	Comms          *ebpf.MapSpec `ebpf:"comms"`
+	Config         *ebpf.MapSpec `ebpf:"config"`
+	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
+	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
+	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks          *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // CpuVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuVariableSpecs struct {
+	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 }
 
 // CpuObjects contains all objects after they have been loaded into the kernel.
@@ -161,18 +215,22 @@ func (o *CpuObjects) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuMaps struct {
-	Comms      *ebpf.Map `ebpf:"comms"`
-	Config     *ebpf.Map `ebpf:"config"`
-	Counts0    *ebpf.Map `ebpf:"counts_0"`
-	Counts1    *ebpf.Map `ebpf:"counts_1"`
-	Inflight   *ebpf.Map `ebpf:"inflight"`
-	NewPids    *ebpf.Map `ebpf:"new_pids"`
-	Scratch    *ebpf.Map `ebpf:"scratch"`
-	SeenPids   *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0    *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1    *ebpf.Map `ebpf:"stacks_1"`
-	Stats      *ebpf.Map `ebpf:"stats"`
-	TargetPids *ebpf.Map `ebpf:"target_pids"`
+	Comms          *ebpf.Map `ebpf:"comms"`
+	Config         *ebpf.Map `ebpf:"config"`
+	Counts0        *ebpf.Map `ebpf:"counts_0"`
+	Counts1        *ebpf.Map `ebpf:"counts_1"`
+	Inflight       *ebpf.Map `ebpf:"inflight"`
+	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
+	Stats          *ebpf.Map `ebpf:"stats"`
+	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
+	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
+	Walks          *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *CpuMaps) Close() error {
@@ -189,6 +247,10 @@ func (m *CpuMaps) Close() error {
 		m.Stacks1,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindMappings,
+		m.UnwindRows,
+		m.WalkProgs,
+		m.Walks,
 	)
 }
 
@@ -196,6 +258,7 @@ func (m *CpuMaps) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuVariables struct {
+	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
 }
 
 // CpuPrograms contains all programs after they have been loaded into the kernel.
@@ -205,6 +268,7 @@ type CpuPrograms struct {
 	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
 	SampleCpu     *ebpf.Program `ebpf:"sample_cpu"`
+	WalkUserStack *ebpf.Program `ebpf:"walk_user_stack"`
 }
 
 func (p *CpuPrograms) Close() error {
@@ -212,6 +276,7 @@ func (p *CpuPrograms) Close() error {
 		p.ForgetExec,
 		p.ForgetProcess,
 		p.SampleCpu,
+		p.WalkUserStack,
 	)
 }
 

@@ -32,9 +32,10 @@ func TestCpuSpecLayout(t *testing.T) {
 		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
 	}
 	// recorded, lost_map_full, user and kernel stack losses by reason
-	// (NR_STACK_LOSSES each), new_pid_drops: internal/stackdrain mirrors it.
-	if got := unsafe.Sizeof(CpuSamplerStats{}); got != (2+2*3+1)*8 {
-		t.Errorf("sampler_stats is %d bytes, want 72", got)
+	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason
+	// (NR_UNWIND_ENDS), unwind_frames: internal/stackdrain mirrors it.
+	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1)*8; got != want {
+		t.Errorf("sampler_stats is %d bytes, want %d", got, want)
 	}
 	if got, want := unsafe.Sizeof(OffcpuSamplerStats{}), unsafe.Sizeof(CpuSamplerStats{}); got != want {
 		t.Errorf("off-CPU sampler_stats is %d bytes, CPU %d: the drain reads both the same way", got, want)

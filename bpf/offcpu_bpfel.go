@@ -61,6 +61,8 @@ type OffcpuSamplerStats struct {
 	UserStackLost   [3]uint64
 	KernelStackLost [3]uint64
 	NewPidDrops     uint64
+	UnwindEnds      [6]uint64
+	UnwindFrames    uint64
 }
 
 type OffcpuStackKey struct {

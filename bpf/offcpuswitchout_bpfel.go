@@ -43,6 +43,8 @@ type OffcpuSwitchoutSamplerStats struct {
 	UserStackLost   [3]uint64
 	KernelStackLost [3]uint64
 	NewPidDrops     uint64
+	UnwindEnds      [6]uint64
+	UnwindFrames    uint64
 }
 
 type OffcpuSwitchoutStackKey struct {

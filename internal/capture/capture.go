@@ -143,6 +143,35 @@ type Stats struct {
 	// (that process is announced again on a later sample) or the Go channel
 	// was full (that notification is gone). No sample is lost with them.
 	NewProcessDrops uint64
+	// UnwindEnds counts user stacks walked with unwind tables (CPU sampler
+	// only), by why the walk ended; UnwindFrames the frames they found.
+	UnwindEnds   UnwindEnds
+	UnwindFrames uint64
+}
+
+// UnwindEnd says why a walk of a user stack with unwind tables ended
+// (bpf/common.h, enum unwind_end).
+type UnwindEnd uint8
+
+const (
+	UnwindRoot        UnwindEnd = iota // reached the thread's root: a whole stack
+	UnwindNoMapping                    // a return address in no known mapping
+	UnwindUnsupported                  // CFI the walk cannot follow
+	UnwindReadFault                    // reading the user stack failed
+	UnwindDepth                        // the frame limit
+	UnwindBadFrame                     // the stack pointer did not grow
+	numUnwindEnds
+)
+
+// UnwindEnds counts walks, indexed by UnwindEnd.
+type UnwindEnds [numUnwindEnds]uint64
+
+// AllUnwindEnds lists every UnwindEnd, in order.
+var AllUnwindEnds = []UnwindEnd{UnwindRoot, UnwindNoMapping, UnwindUnsupported, UnwindReadFault, UnwindDepth, UnwindBadFrame}
+
+// Reason is the end's telemetry attribute value.
+func (e UnwindEnd) Reason() string {
+	return [...]string{"root", "no_mapping", "unsupported_cfi", "read_fault", "depth_limit", "bad_frame"}[e]
 }
 
 // Add returns the sum of s and o.
@@ -154,6 +183,10 @@ func (s Stats) Add(o Stats) Stats {
 		s.KernelStackLost[i] += o.KernelStackLost[i]
 	}
 	s.NewProcessDrops += o.NewProcessDrops
+	for i := range s.UnwindEnds {
+		s.UnwindEnds[i] += o.UnwindEnds[i]
+	}
+	s.UnwindFrames += o.UnwindFrames
 	return s
 }
 

@@ -45,7 +45,24 @@ type Options struct {
 	// Maps overrides the derived map sizes, field by field (0: derived);
 	// tests use small maps to make them fill up.
 	Maps MapSizes
+	// UnwindTables walks user stacks with unwind tables built from the
+	// files' CFI where they are loaded (internal/unwinder), and with frame
+	// pointers elsewhere; false: frame pointers only.
+	UnwindTables bool
+	// UnwindRows is the capacity of the kernel's rows array (0:
+	// DefaultUnwindRows).
+	UnwindRows uint32
+	// Proc reads processes' mappings for the unwind tables.
+	Proc procfs.FS
 }
+
+// DefaultUnwindRows is the default capacity of the unwind rows array:
+// 12 bytes a row, 6 MiB of kernel memory.
+const DefaultUnwindRows = 512 << 10
+
+// maxUnwindMappingEntries bounds the LPM trie of process mappings (an
+// executable mapping takes a few to a few dozen entries).
+const maxUnwindMappingEntries = 128 << 10
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {

@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 const (
@@ -34,6 +38,10 @@ type Sampler struct {
 	events []*perfEvent
 	news   *stackdrain.Announcer
 	closed bool
+	// processes are the announcements NewProcesses hands on: news's own,
+	// or, with unwind tables, those unwind has seen.
+	processes <-chan capture.ProcessEvent
+	unwind    *unwinding // nil: frame pointers only
 }
 
 type perfEvent struct {
@@ -77,6 +85,15 @@ func Open(opts Options) (*Sampler, error) {
 	for _, name := range []string{bpf.CpuMapStacks0, bpf.CpuMapStacks1} {
 		spec.Maps[name].MaxEntries = s.sizes.Stacks
 	}
+	unwindRows := uint32(0)
+	if opts.UnwindTables {
+		unwindRows = cmp.Or(opts.UnwindRows, DefaultUnwindRows)
+		spec.Maps[bpf.CpuMapUnwindRows].MaxEntries = unwindRows
+		spec.Maps[bpf.CpuMapUnwindMappings].MaxEntries = maxUnwindMappingEntries
+	}
+	if err := spec.Variables["have_task_pt_regs"].Set(boolByte(haveTaskPtRegs())); err != nil {
+		return nil, fmt.Errorf("set have_task_pt_regs: %w", err)
+	}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -103,6 +120,12 @@ func Open(opts Options) (*Sampler, error) {
 		_ = s.Close()
 		return nil, err
 	}
+	s.processes = s.news.Events()
+	if opts.UnwindTables {
+		s.unwind = startUnwinding(unwinder.NewLoader(unwinder.Maps{Rows: s.objs.UnwindRows, Mappings: s.objs.UnwindMappings},
+			opts.Proc, unwindRows), s.news.Events())
+		s.processes = s.unwind.events
+	}
 	for _, cpu := range cpus {
 		ev, err := openPerfEvent(cpu, opts.SamplesPerSecond, s.objs.SampleCpu)
 		if err != nil {
@@ -124,7 +147,7 @@ func (s *Sampler) Mechanism() string { return Mechanism }
 // buffered (stackdrain.NewProcessesBuffer); notifications that find it full
 // are dropped and counted in Stats.NewProcessDrops. It is closed by Close.
 func (s *Sampler) NewProcesses() <-chan capture.ProcessEvent {
-	return s.news.Events()
+	return s.processes
 }
 
 func readSampleRate() (uint64, error) {
@@ -211,6 +234,9 @@ func (s *Sampler) Drain() ([]capture.RawStack, capture.Stats, error) {
 	samples, st, err := s.bufs.Drain()
 	if err == nil {
 		st.NewProcessDrops += s.news.TakeDrops()
+		if s.unwind != nil {
+			st.NewProcessDrops += s.unwind.drops.Swap(0)
+		}
 	}
 	return samples, st, err
 }
@@ -235,6 +261,9 @@ func (s *Sampler) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	if s.unwind != nil {
+		s.unwind.wait() // ends when the announcements are closed
+	}
 	if err := s.objs.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -242,4 +271,17 @@ func (s *Sampler) Close() error {
 		return fmt.Errorf("close sampler: %w", err)
 	}
 	return nil
+}
+
+// haveTaskPtRegs says whether the kernel has bpf_task_pt_regs (Linux 5.15)
+// for perf_event programs (see have_task_pt_regs in bpf/unwind.h).
+func haveTaskPtRegs() bool {
+	return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnTaskPtRegs) == nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }

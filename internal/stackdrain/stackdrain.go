@@ -79,6 +79,10 @@ func addCounters(st *capture.Stats, c counters) {
 		st.KernelStackLost[loss] += c.KernelStackLost[i]
 	}
 	st.NewProcessDrops += c.NewPidDrops
+	for i := range st.UnwindEnds {
+		st.UnwindEnds[i] += c.UnwindEnds[i]
+	}
+	st.UnwindFrames += c.UnwindFrames
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first

@@ -117,8 +117,11 @@ func TestAssembleSamples(t *testing.T) {
 func TestCountersAdd(t *testing.T) {
 	var st capture.Stats
 	addCounters(&st, counters{Recorded: 10, LostMapFull: 1, UserStackLost: [3]uint64{2, 3, 4}, KernelStackLost: [3]uint64{5, 6, 7}, NewPidDrops: 8})
-	addCounters(&st, counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}})
-	want := capture.Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8}
+	addCounters(&st, counters{Recorded: 1, UserStackLost: [3]uint64{1, 0, 0}, UnwindEnds: [6]uint64{4, 1, 0, 0, 0, 2}, UnwindFrames: 70})
+	want := capture.Stats{Recorded: 11, LostMapFull: 1, NewProcessDrops: 8, UnwindFrames: 70}
+	want.UnwindEnds[capture.UnwindRoot] = 4
+	want.UnwindEnds[capture.UnwindNoMapping] = 1
+	want.UnwindEnds[capture.UnwindBadFrame] = 2
 	want.UserStackLost[capture.StackMapFull] = 3
 	want.UserStackLost[capture.StackHashCollision] = 3
 	want.UserStackLost[capture.StackCaptureFailed] = 4
@@ -128,7 +131,8 @@ func TestCountersAdd(t *testing.T) {
 	if st != want {
 		t.Errorf("got %+v, want %+v", st, want)
 	}
-	if got := st.Add(st); got.Recorded != 22 || got.UserStackLost.Total() != 20 || got.NewProcessDrops != 16 {
+	if got := st.Add(st); got.Recorded != 22 || got.UserStackLost.Total() != 20 || got.NewProcessDrops != 16 ||
+		got.UnwindEnds[capture.UnwindRoot] != 8 || got.UnwindFrames != 140 {
 		t.Errorf("Add: %+v", got)
 	}
 }

@@ -19,14 +19,15 @@ import (
 // Config is the receiver's configuration; keys follow shared/DESIGN.md.
 type Config struct {
 	// ReportInterval is how often aggregated data is flushed into the pipeline.
-	ReportInterval time.Duration  `mapstructure:"report_interval"`
-	Targets        TargetsConfig  `mapstructure:"targets"`
-	CPU            CPUConfig      `mapstructure:"cpu"`
-	OffCPU         OffCPUConfig   `mapstructure:"off_cpu"`
-	Probes         []ProbeConfig  `mapstructure:"probes"`
-	Pprof          PprofConfig    `mapstructure:"pprof"`
-	Kubernetes     K8sConfig      `mapstructure:"kubernetes"`
-	PerfMaps       PerfMapsConfig `mapstructure:"perf_maps"`
+	ReportInterval time.Duration   `mapstructure:"report_interval"`
+	Targets        TargetsConfig   `mapstructure:"targets"`
+	CPU            CPUConfig       `mapstructure:"cpu"`
+	OffCPU         OffCPUConfig    `mapstructure:"off_cpu"`
+	Probes         []ProbeConfig   `mapstructure:"probes"`
+	Pprof          PprofConfig     `mapstructure:"pprof"`
+	Kubernetes     K8sConfig       `mapstructure:"kubernetes"`
+	PerfMaps       PerfMapsConfig  `mapstructure:"perf_maps"`
+	Unwinding      UnwindingConfig `mapstructure:"unwinding"`
 	// ThreadAttributes are the attributes of its thread each sample of an
 	// OTLP profile carries: thread.id, thread.name, both or none.
 	ThreadAttributes []string `mapstructure:"thread_attributes"`
@@ -103,6 +104,20 @@ type PerfMapsConfig struct {
 	MaxSizeMiB int64 `mapstructure:"max_size_mib"`
 }
 
+// UnwindingConfig chooses how user stacks are walked.
+type UnwindingConfig struct {
+	// Method: auto walks with unwind tables built from the files' CFI
+	// (.eh_frame, .debug_frame) where a process's are loaded, and with
+	// frame pointers elsewhere; frame_pointer only follows frame pointers.
+	Method string `mapstructure:"method"`
+}
+
+// Unwinding methods.
+const (
+	unwindAuto         = "auto"
+	unwindFramePointer = "frame_pointer"
+)
+
 const (
 	minReportInterval   = 100 * time.Millisecond
 	maxReportInterval   = time.Hour
@@ -124,6 +139,7 @@ func createDefaultConfig() component.Config {
 		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
+		Unwinding:        UnwindingConfig{Method: unwindAuto},
 		ThreadAttributes: []string{attrkey.ThreadID, attrkey.ThreadName},
 	}
 }
@@ -184,6 +200,9 @@ func (c *Config) Validate() error {
 	errs = append(errs, c.probeErrors(probes.ValidateSpecs(c.probeSpecs()))...)
 	if !c.CPU.Enabled && !c.OffCPU.Enabled && len(c.Probes) == 0 {
 		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, probes: nothing to do: enable cpu or off_cpu, or declare probes"))
+	}
+	if c.Unwinding.Method != unwindAuto && c.Unwinding.Method != unwindFramePointer {
+		errs = append(errs, fmt.Errorf("unwinding::method: want %s or %s, got %q", unwindAuto, unwindFramePointer, c.Unwinding.Method))
 	}
 	if c.PerfMaps.MaxSizeMiB < 1 || c.PerfMaps.MaxSizeMiB > maxPerfMapSizeMiB {
 		errs = append(errs, fmt.Errorf("perf_maps::max_size_mib: must be 1..%d, got %d", maxPerfMapSizeMiB, c.PerfMaps.MaxSizeMiB))

@@ -67,6 +67,8 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			TargetPIDs:       opts.targets,
 			PIDNamespace:     opts.pidns,
 			ReportInterval:   cfg.ReportInterval,
+			UnwindTables:     cfg.Unwinding.Method == unwindAuto,
+			Proc:             opts.proc,
 		})
 		if errors.Is(err, sampler.ErrRateAboveLimit) {
 			return nil, fmt.Errorf("cpu::samples_per_second: %w", err)

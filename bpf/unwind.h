@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * User stacks walked with unwind tables built from the files' DWARF CFI
+ * (internal/cfi), for code without frame pointers; x86-64.
+ *
+ * Layout (filled by user space, internal/unwinder):
+ * - unwind_rows: one array holding the rows of every loaded file, each
+ *   file's rows contiguous and sorted by pc (offset from the file's table
+ *   base). A row says how to find the CFA of a frame whose pc is in
+ *   [row.pc, next row's pc).
+ * - unwind_mappings: an LPM trie from (pid, address) to the executable
+ *   mapping holding the address: its bias (table pc = address - bias) and
+ *   its file's rows. Mapping ranges are split into power-of-two aligned
+ *   blocks, so one longest-prefix lookup finds the mapping of any address
+ *   in O(address bits), for thousands of processes at once. A mapping with
+ *   no rows (no CFI: Go, JIT code) is walked with frame pointers.
+ * A process with no entry at all is not walked here: its stack is taken
+ * with bpf_get_stack (frame pointers), as before its tables are loaded.
+ *
+ * The walk is a bounded loop of bounded binary searches, so it loads on
+ * every kernel from 5.10 (no bpf_loop); it stops at the thread's root (a
+ * row whose return address is undefined), at a frame it cannot unwind, or
+ * at MAX_STACK_DEPTH, and says why in its result.
+ */
+#ifndef BPFPROFILER_UNWIND_H
+#define BPFPROFILER_UNWIND_H
+
+#include "common.h"
+
+/* Row kinds (internal/cfi.Kind). */
+enum unwind_kind {
+	UNWIND_NO_CFI = 0,	/* no CFI for this pc: use the frame pointer */
+	UNWIND_CFA = 1,		/* CFA = reg + cfa_offset, return address at CFA-8 */
+	UNWIND_PLT = 2,		/* a PLT stub: CFA = rsp + 8, +8 when (pc & 15) >= 11 */
+	UNWIND_SIGNAL = 3,	/* a signal trampoline: registers saved in the ucontext at rsp */
+	UNWIND_STOP = 4,	/* the thread's root: the return address is undefined */
+	UNWIND_UNSUPPORTED = 5, /* CFI the table cannot express: the walk stops */
+};
+
+/* CFA base registers (DWARF x86-64 numbers). */
+#define UNWIND_REG_FP 6
+#define UNWIND_REG_SP 7
+
+/* Where the x86-64 kernel saves a signal frame's registers: struct
+ * rt_sigframe at rsp starts with the return address; its ucontext's
+ * sigcontext holds rbp, rsp and rip at these offsets from rsp. */
+#define SIGFRAME_RBP 120
+#define SIGFRAME_RSP 160
+#define SIGFRAME_RIP 168
+
+/* One row of an unwind table (internal/unwinder writes these). */
+struct unwind_row {
+	u32 pc;		/* first pc of the row, from the table's base */
+	s32 cfa_offset; /* CFA = cfa_reg + cfa_offset */
+	s16 fp_offset;	/* the caller's rbp is saved at CFA + fp_offset; 0: not saved */
+	u8 kind;	/* enum unwind_kind */
+	u8 cfa_reg;	/* UNWIND_REG_SP or UNWIND_REG_FP */
+};
+
+/* Key of unwind_mappings: prefixlen bits of (pid, big-endian address) match. */
+struct unwind_mapping_key {
+	u32 prefixlen;
+	u32 pid;  /* as the collector sees it */
+	u64 addr; /* big-endian */
+};
+
+/* An executable mapping of a process. */
+struct unwind_mapping {
+	u64 bias;      /* table pc = address - bias */
+	u32 first_row; /* the file's rows: unwind_rows[first_row, first_row + rows) */
+	u32 rows;      /* 0: no table, walk with the frame pointer */
+};
+
+/* Rows of every loaded table (sized by user space at load). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct unwind_row);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct unwind_mapping_key);
+	__type(value, struct unwind_mapping);
+} unwind_mappings SEC(".maps");
+
+/* Bits of unwind_mapping_key after prefixlen. */
+#define UNWIND_KEY_BITS 96
+/* Binary search steps: tables of up to 2^22 rows. */
+#define UNWIND_SEARCH_STEPS 22
+
+struct user_regs {
+	u64 ip;
+	u64 sp;
+	u64 bp;
+};
+
+/* struct pt_regs (x86-64, the ptrace ABI): offsets of what the walk needs. */
+#define UREGS_BP 32
+#define UREGS_IP 128
+#define UREGS_CS 136
+#define UREGS_SP 152
+#define UREGS_SIZE 168
+/* x86-64 kernel stacks (without KASAN); pt_regs are at their top. */
+#define THREAD_SIZE 16384
+
+/*
+ * Set by user space: the kernel has bpf_task_pt_regs (Linux 5.15), which
+ * knows where the saved user registers are (below a padding on kernels
+ * built with FRED, 6.9+). Older kernels have none of that padding.
+ */
+const volatile u8 have_task_pt_regs = 0;
+
+/* The user registers the current task saved when it entered the kernel. */
+static __always_inline int saved_user_regs(struct task_struct *task, struct user_regs *regs)
+{
+	u64 base;
+
+	if (have_task_pt_regs)
+		base = bpf_task_pt_regs(bpf_get_current_task_btf());
+	else
+		base = (u64)BPF_CORE_READ(task, stack) + THREAD_SIZE - UREGS_SIZE;
+	if (!base)
+		return -1;
+	if (bpf_probe_read_kernel(&regs->ip, sizeof(u64), (void *)(base + UREGS_IP)) ||
+	    bpf_probe_read_kernel(&regs->sp, sizeof(u64), (void *)(base + UREGS_SP)) ||
+	    bpf_probe_read_kernel(&regs->bp, sizeof(u64), (void *)(base + UREGS_BP)))
+		return -1;
+	return 0;
+}
+
+/*
+ * The user registers of the sampled thread: those of the perf event when
+ * the sample hit user mode, else those saved at kernel entry.
+ */
+static __always_inline int sample_user_regs(struct bpf_perf_event_data *ctx, struct task_struct *task,
+					    struct user_regs *regs)
+{
+	const u64 *r = (const u64 *)ctx; /* bpf_perf_event_data starts with pt_regs */
+
+	if (r[UREGS_CS / 8] & 3) {
+		regs->ip = r[UREGS_IP / 8];
+		regs->sp = r[UREGS_SP / 8];
+		regs->bp = r[UREGS_BP / 8];
+		return 0;
+	}
+	return saved_user_regs(task, regs);
+}
+
+/* The executable mapping of pid holding addr, if its tables are loaded. */
+static __always_inline struct unwind_mapping *find_mapping(u32 pid, u64 addr)
+{
+	struct unwind_mapping_key key = {
+		.prefixlen = UNWIND_KEY_BITS,
+		.pid = pid,
+		.addr = __builtin_bswap64(addr),
+	};
+
+	return bpf_map_lookup_elem(&unwind_mappings, &key);
+}
+
+/* The last row of [first, first+count) whose pc is at most pc, or NULL. */
+static __always_inline struct unwind_row *find_row(u32 first, u32 count, u32 pc)
+{
+	u32 lo = 0, hi = count; /* the answer is in [lo, hi) */
+	struct unwind_row *row;
+	u32 idx;
+
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < UNWIND_SEARCH_STEPS; i++) {
+		u32 mid;
+
+		if (hi - lo <= 1)
+			break;
+		mid = lo + (hi - lo) / 2;
+		idx = first + mid;
+		row = bpf_map_lookup_elem(&unwind_rows, &idx);
+		if (!row)
+			return NULL;
+		if (row->pc <= pc)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	if (hi - lo != 1)
+		return NULL; /* a table longer than UNWIND_SEARCH_STEPS allows */
+	idx = first + lo;
+	row = bpf_map_lookup_elem(&unwind_rows, &idx);
+	if (!row || row->pc > pc)
+		return NULL;
+	return row;
+}
+
+static __always_inline int read_user_u64(u64 *dst, u64 addr)
+{
+	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
+}
+
+/*
+ * One frame up from regs (the frame of a function at regs->ip): sets regs
+ * to the caller's. Returns an enum unwind_end reason to stop, or -1 to go
+ * on. first says regs are the interrupted ones (ip is the faulting or
+ * interrupted instruction, not a return address).
+ */
+static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int first)
+{
+	struct unwind_mapping *m;
+	struct unwind_row *row;
+	u64 cfa, ra, fp = regs->bp;
+	/* A return address is after its call: look up the call itself. */
+	u64 lookup = first ? regs->ip : regs->ip - 1;
+	u64 pc;
+
+	m = find_mapping(pid, lookup);
+	if (!m)
+		return UNWIND_END_NO_MAPPING;
+	if (!m->rows)
+		goto frame_pointer;
+	pc = lookup - m->bias;
+	if (pc >> 32)
+		return UNWIND_END_NO_MAPPING;
+	row = find_row(m->first_row, m->rows, (u32)pc);
+	if (!row)
+		return UNWIND_END_NO_MAPPING;
+	switch (row->kind) {
+	case UNWIND_CFA:
+		cfa = (row->cfa_reg == UNWIND_REG_FP ? regs->bp : regs->sp) + row->cfa_offset;
+		break;
+	case UNWIND_PLT:
+		cfa = regs->sp + 8 + ((lookup & 15) >= 11 ? 8 : 0);
+		break;
+	case UNWIND_SIGNAL:
+		if (read_user_u64(&regs->bp, regs->sp + SIGFRAME_RBP) || read_user_u64(&ra, regs->sp + SIGFRAME_RIP) ||
+		    read_user_u64(&cfa, regs->sp + SIGFRAME_RSP))
+			return UNWIND_END_READ_FAULT;
+		regs->ip = ra;
+		regs->sp = cfa;
+		/* The interrupted ip is not a return address: see unwind_user. */
+		return -2;
+	case UNWIND_NO_CFI:
+		goto frame_pointer;
+	case UNWIND_STOP:
+		return UNWIND_END_ROOT;
+	default:
+		return UNWIND_END_UNSUPPORTED;
+	}
+	if (read_user_u64(&ra, cfa - 8))
+		return UNWIND_END_READ_FAULT;
+	if (row->fp_offset && read_user_u64(&fp, cfa + row->fp_offset))
+		return UNWIND_END_READ_FAULT;
+	goto done;
+
+frame_pointer:
+	/* rbp points at the saved rbp, the return address above it. */
+	if (!fp)
+		return UNWIND_END_ROOT;
+	if (read_user_u64(&ra, fp + 8) || read_user_u64(&fp, fp))
+		return UNWIND_END_READ_FAULT;
+	cfa = regs->bp + 16;
+done:
+	if (!ra)
+		return UNWIND_END_ROOT;
+	if (cfa <= regs->sp)
+		return UNWIND_END_BAD_FRAME;
+	regs->ip = ra;
+	regs->sp = cfa;
+	regs->bp = fp;
+	return -1;
+}
+
+#endif /* BPFPROFILER_UNWIND_H */

@@ -1,0 +1,252 @@
+package cfi
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Bounds on hostile input: ELF files come from profiled processes.
+const (
+	maxSectionSize = 64 << 20 // bytes of .eh_frame, .eh_frame_hdr or .debug_frame
+	maxRows        = 1 << 22  // rows of one table
+)
+
+// Build reads the CFI of an x86-64 ELF file (executable or shared library)
+// and returns its unwind table. Where .eh_frame and .debug_frame both cover a
+// PC, .eh_frame wins. Without section headers, .eh_frame is found through
+// the PT_GNU_EH_FRAME segment. A file without CFI gets an empty table;
+// malformed entries are skipped and counted in the table's Stats.
+func Build(f *elf.File) (*Table, error) {
+	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("cfi: %v %v: only x86-64 is supported", f.Class, f.Machine)
+	}
+	eh, err := ehFrame(f)
+	if err != nil {
+		return nil, fmt.Errorf("cfi: .eh_frame: %w", err)
+	}
+	var dbg *frameSection
+	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		data, err := readSection(s)
+		if err != nil {
+			return nil, fmt.Errorf("cfi: .debug_frame: %w", err)
+		}
+		dbg = &frameSection{data: data, debug: true}
+	}
+	return buildSections(eh, dbg, executableRanges(f))
+}
+
+// buildSections builds the table of .eh_frame (eh.sec may be nil) and
+// .debug_frame (dbg may be nil) for FDEs within exec (nil: anywhere).
+func buildSections(eh ehSource, dbg *frameSection, exec []addrRange) (*Table, error) {
+	b := &builder{sink: rowSink{max: maxRows}, exec: exec}
+	if eh.sec != nil {
+		var err error
+		if eh.fdeOffsets != nil {
+			err = b.parseIndexed(eh.sec, eh.fdeOffsets)
+		} else {
+			err = b.parseAll(eh.sec, eh.fromSegment)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cfi: .eh_frame: %w", err)
+		}
+	}
+	b.ehSpans, b.spans = b.spans, nil
+	if dbg != nil {
+		if err := b.parseAll(dbg, false); err != nil {
+			return nil, fmt.Errorf("cfi: .debug_frame: %w", err)
+		}
+	}
+	return b.finish(), nil
+}
+
+// builder turns the FDEs of one file into spans of rows.
+type builder struct {
+	sink    rowSink
+	spans   []span // of the section being parsed
+	ehSpans []span // of .eh_frame, once parsed
+	exec    []addrRange
+	stats   Stats
+	cies    map[int]cieResult
+	// cieBudget bounds the bytes of CIEs parsed per section, so that FDEs
+	// pointing at many overlapping CIEs cannot make the work quadratic.
+	cieBudget int
+}
+
+type cieResult struct {
+	c   *cie
+	err error
+}
+
+type addrRange struct{ lo, hi uint64 }
+
+// parseAll walks every entry of s. At a zero terminator it stops when
+// stopAtEnd (data that runs on past .eh_frame), else continues as readelf.
+func (b *builder) parseAll(s *frameSection, stopAtEnd bool) error {
+	b.resetCIEs(s)
+	for off := 0; off < len(s.data); {
+		e, next, err := s.entryAt(off)
+		switch {
+		case errors.Is(err, errTerminator):
+			if stopAtEnd {
+				return nil
+			}
+			off = next
+			continue
+		case errors.Is(err, errTruncated):
+			b.stats.Skipped[SkipMalformed]++
+			return nil
+		}
+		if err == nil && e.isCIE {
+			off = next
+			continue
+		}
+		if err := b.addFDE(s, e, err); err != nil {
+			return err
+		}
+		off = next
+	}
+	return nil
+}
+
+// parseIndexed parses the FDEs at the given offsets of s (from the
+// .eh_frame_hdr search table), each once, skipping any that starts inside
+// the previous one.
+func (b *builder) parseIndexed(s *frameSection, offsets []int) error {
+	b.resetCIEs(s)
+	slices.Sort(offsets)
+	end := 0
+	for i, off := range offsets {
+		if i > 0 && off < end {
+			if off != offsets[i-1] {
+				b.stats.Skipped[SkipMalformed]++
+			}
+			continue
+		}
+		e, next, err := s.entryAt(off)
+		if err == nil && e.isCIE {
+			err = errors.New("CIE where an FDE was expected")
+		}
+		if errors.Is(err, errTerminator) || errors.Is(err, errTruncated) {
+			b.stats.Skipped[SkipMalformed]++
+			continue
+		}
+		end = next
+		if err := b.addFDE(s, e, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *builder) resetCIEs(s *frameSection) {
+	b.cies = map[int]cieResult{}
+	b.cieBudget = len(s.data)
+}
+
+// addFDE evaluates one FDE into a span (entryErr: the entry was unreadable).
+// Only errTooManyRows is returned; other problems are counted.
+func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
+	if entryErr != nil {
+		b.stats.Skipped[SkipMalformed]++
+		return nil
+	}
+	c, err := b.cieAt(s, e.cieOff)
+	if err != nil {
+		if errors.Is(err, errUnsupported) {
+			b.stats.Skipped[SkipUnsupportedCIE]++
+		} else {
+			b.stats.Skipped[SkipMalformed]++
+		}
+		return nil
+	}
+	h, err := parseFDE(s, e, c)
+	switch {
+	case err != nil:
+		b.stats.Skipped[SkipMalformed]++
+		return nil
+	case h.start == h.end:
+		b.stats.Skipped[SkipEmpty]++
+		return nil
+	case !b.executable(h.start, h.end):
+		b.stats.Skipped[SkipOutsideText]++
+		return nil
+	}
+	lo := len(b.sink.rows)
+	p := program{c: c, rules: c.initial, loc: h.start, end: h.end, out: &b.sink, first: lo}
+	if c.initialErr != nil {
+		err = errors.Join(c.initialErr, p.add(Row{PC: h.start, Kind: KindUnsupported}))
+	} else {
+		err = p.run(h.instr, s.addr)
+	}
+	if errors.Is(err, errTooManyRows) {
+		return fmt.Errorf("%w: more than %d", errTooManyRows, b.sink.max)
+	}
+	if err != nil {
+		b.stats.BadPrograms++
+	}
+	b.stats.FDEs++
+	b.spans = append(b.spans, span{start: h.start, end: h.end, lo: lo, hi: len(b.sink.rows)})
+	return nil
+}
+
+// cieAt parses (once) the CIE at section offset off.
+func (b *builder) cieAt(s *frameSection, off int) (*cie, error) {
+	if res, ok := b.cies[off]; ok {
+		return res.c, res.err
+	}
+	var c *cie
+	e, next, err := s.entryAt(off)
+	switch {
+	case err != nil:
+	case !e.isCIE:
+		err = errCIEPointer
+	case next-off > b.cieBudget:
+		err = errors.New("CIE budget spent")
+	default:
+		b.cieBudget -= next - off
+		c, err = parseCIE(s, e)
+	}
+	if errors.Is(err, errTerminator) {
+		err = errCIEPointer
+	}
+	b.cies[off] = cieResult{c: c, err: err}
+	return c, err
+}
+
+func (b *builder) executable(start, end uint64) bool {
+	if b.exec == nil {
+		return true
+	}
+	for _, r := range b.exec {
+		if start >= r.lo && end <= r.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// finish lays the spans out: .eh_frame first, .debug_frame in its gaps.
+func (b *builder) finish() *Table {
+	eh, dropped := resolveOverlaps(b.ehSpans)
+	dbg, dropped2 := resolveOverlaps(b.spans)
+	dbg, covered := uncovered(dbg, eh)
+	b.stats.Skipped[SkipOverlap] += dropped + dropped2
+	b.stats.Skipped[SkipCovered] += covered
+	all := append(eh, dbg...)
+	slices.SortFunc(all, func(x, y span) int {
+		switch {
+		case x.start < y.start:
+			return -1
+		case x.start > y.start:
+			return 1
+		}
+		return 0
+	})
+	t := &Table{Rows: layout(b.sink.rows, all), Stats: b.stats}
+	for _, r := range t.Rows {
+		t.Stats.Rows[r.Kind]++
+	}
+	return t
+}

@@ -1,0 +1,302 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+// Maps are the sampler's maps the loader fills.
+type Maps struct {
+	Rows     *ebpf.Map // array of bpf.CpuUnwindRow
+	Mappings *ebpf.Map // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
+}
+
+// fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
+// shows them).
+type fileKey struct {
+	devMajor, devMinor uint32
+	inode              uint64
+}
+
+// fileTable is a file's table in the rows array; rows == 0: no table (the
+// walk uses frame pointers in its mappings).
+type fileTable struct {
+	first, rows uint32
+	base        uint64 // the file virtual address of row pc 0
+	progs       []elf.ProgHeader
+	refs        int // processes mapping the file
+}
+
+// loadedProcess is what the loader put in the maps for one process.
+type loadedProcess struct {
+	start uint64 // start time, to notice a reused pid
+	keys  []bpf.CpuUnwindMappingKey
+	files []fileKey
+}
+
+// releaseDelay is how long freed rows stay unused: a walk that looked up a
+// mapping just before it was deleted may still read its rows.
+const releaseDelay = time.Second
+
+type pendingRelease struct {
+	span
+	at time.Time
+}
+
+// Loader fills the unwind maps from processes' mappings. Safe for
+// concurrent use.
+type Loader struct {
+	maps     Maps
+	proc     procfs.FS
+	deadline *procfs.Deadline
+	build    func(*elf.File) ([]bpf.CpuUnwindRow, uint64, error)
+
+	mu      sync.Mutex
+	space   *rowSpace
+	files   map[fileKey]*fileTable
+	procs   map[uint32]*loadedProcess
+	pending []pendingRelease
+	stats   Stats
+}
+
+// NewLoader returns a Loader of maps with room for capacity rows, reading
+// processes through proc.
+func NewLoader(maps Maps, proc procfs.FS, capacity uint32) *Loader {
+	return &Loader{
+		maps:     maps,
+		proc:     proc,
+		deadline: procfs.NewDeadline(2*time.Second, 4),
+		build:    buildRows,
+		space:    newRowSpace(capacity),
+		files:    make(map[fileKey]*fileTable),
+		procs:    make(map[uint32]*loadedProcess),
+		stats:    Stats{RowCapacity: uint64(capacity)},
+	}
+}
+
+// Load (re)loads the executable mappings of pid: the tables of the files
+// it maps (built the first time a file is seen) and a map entry per
+// mapping. A mapping without a table (no CFI, anonymous JIT code, a file
+// that cannot be read) is walked with frame pointers.
+func (l *Loader) Load(pid uint32) error {
+	maps, err := l.proc.Maps(pid)
+	var start uint64
+	if err == nil {
+		start, err = l.proc.StartTime(pid)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.stats.ProcessErrors++ // most often: the process exited
+		return err
+	}
+	l.forget(pid)
+	lp := &loadedProcess{start: start}
+	l.procs[pid] = lp
+	for _, m := range maps {
+		if !m.Executable() {
+			continue
+		}
+		value := bpf.CpuUnwindMapping{}
+		if m.FileBacked() {
+			if t, key := l.table(pid, m); t != nil {
+				lp.files = append(lp.files, key)
+				if t.rows > 0 {
+					if bias, err := loadBias(t.progs, m.Start, m.Offset); err == nil {
+						value = bpf.CpuUnwindMapping{Bias: bias + t.base, FirstRow: t.first, Rows: t.rows}
+					}
+				}
+			}
+		}
+		for _, b := range blocks(m.Start, m.End) {
+			key := bpf.CpuUnwindMappingKey{Prefixlen: b.prefixLen(), Pid: pid, Addr: bigEndian(b.addr)}
+			if err := l.maps.Mappings.Put(&key, &value); err != nil {
+				l.stats.MappingsFull++
+				return fmt.Errorf("add mapping of pid %d: %w", pid, err)
+			}
+			lp.keys = append(lp.keys, key)
+		}
+	}
+	l.stats.Processes = uint64(len(l.procs))
+	return nil
+}
+
+// Forget removes pid's entries and releases the tables no process maps
+// any more.
+func (l *Loader) Forget(pid uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forget(pid)
+	l.stats.Processes = uint64(len(l.procs))
+}
+
+// Sweep forgets the processes that exited (or whose pid was reused) and
+// reuses rows released long enough ago.
+func (l *Loader) Sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for pid, lp := range l.procs {
+		if start, err := l.proc.StartTime(pid); err != nil || start != lp.start {
+			l.forget(pid)
+		}
+	}
+	l.stats.Processes = uint64(len(l.procs))
+	now := time.Now()
+	kept := l.pending[:0]
+	for _, p := range l.pending {
+		if now.Sub(p.at) >= releaseDelay {
+			l.space.release(p.first, p.n)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	l.pending = kept
+	l.stats.RowsUsed = l.space.used
+}
+
+// Stats returns the loader's counters.
+func (l *Loader) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stats
+	st.Tables = 0
+	for _, t := range l.files {
+		if t.rows > 0 {
+			st.Tables++
+		}
+	}
+	st.RowsUsed = l.space.used
+	return st
+}
+
+func (l *Loader) forget(pid uint32) {
+	lp, ok := l.procs[pid]
+	if !ok {
+		return
+	}
+	delete(l.procs, pid)
+	for i := range lp.keys {
+		_ = l.maps.Mappings.Delete(&lp.keys[i]) // gone already: nothing to do
+	}
+	for _, key := range lp.files {
+		t := l.files[key]
+		if t == nil {
+			continue
+		}
+		if t.refs--; t.refs > 0 {
+			continue
+		}
+		delete(l.files, key)
+		if t.rows > 0 {
+			l.pending = append(l.pending, pendingRelease{span{t.first, t.rows}, time.Now()})
+		}
+	}
+}
+
+// table returns the table of the file of m, building and storing it the
+// first time, with a reference taken for the caller; nil when the file
+// cannot be opened (counted).
+func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
+	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
+	if t, ok := l.files[key]; ok {
+		t.refs++
+		return t, key
+	}
+	t, err := l.load(pid, m)
+	if err != nil {
+		l.stats.countFailure(err)
+		// Remembered without rows: the file is not tried again while mapped.
+		t = &fileTable{}
+	}
+	t.refs = 1
+	l.files[key] = t
+	return t, key
+}
+
+// load builds the table of the file of m and writes its rows.
+func (l *Loader) load(pid uint32, m procfs.Map) (*fileTable, error) {
+	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
+	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
+		func(f *os.File) { f.Close() })
+	if err != nil {
+		return nil, &Failure{Reason: ReasonOpen, Err: err}
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, &Failure{Reason: ReasonBuild, Err: err}
+	}
+	began := time.Now()
+	rows, base, err := l.build(ef)
+	l.stats.BuildTime += time.Since(began)
+	if err != nil {
+		return nil, &Failure{Reason: ReasonBuild, Err: err}
+	}
+	t := &fileTable{base: base, progs: progHeaders(ef)}
+	if len(rows) == 0 {
+		l.stats.NoCFI++
+		return t, nil
+	}
+	if len(rows) > maxSearchRows {
+		return nil, &Failure{Reason: ReasonTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+	}
+	first, ok := l.space.alloc(uint32(len(rows)))
+	if !ok {
+		return nil, &Failure{Reason: ReasonSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
+	}
+	if err := writeRows(l.maps.Rows, first, rows); err != nil {
+		l.space.release(first, uint32(len(rows)))
+		return nil, &Failure{Reason: ReasonBuild, Err: err}
+	}
+	t.first, t.rows = first, uint32(len(rows))
+	return t, nil
+}
+
+func progHeaders(f *elf.File) []elf.ProgHeader {
+	out := make([]elf.ProgHeader, 0, len(f.Progs))
+	for _, p := range f.Progs {
+		out = append(out, p.ProgHeader)
+	}
+	return out
+}
+
+// writeRows writes rows from index first, in batches where the kernel has
+// batch updates of arrays (5.6), else one by one.
+func writeRows(m *ebpf.Map, first uint32, rows []bpf.CpuUnwindRow) error {
+	keys := make([]uint32, len(rows))
+	for i := range keys {
+		keys[i] = first + uint32(i)
+	}
+	if _, err := m.BatchUpdate(keys, rows, nil); err == nil {
+		return nil
+	} else if !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("write unwind rows: %w", err)
+	}
+	for i := range rows {
+		if err := m.Put(keys[i], &rows[i]); err != nil {
+			return fmt.Errorf("write unwind row %d: %w", keys[i], err)
+		}
+	}
+	return nil
+}
+
+// bigEndian returns addr as the LPM trie compares it: the bytes of the
+// address in big-endian order, read as a little-endian uint64 field.
+func bigEndian(addr uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], addr)
+	return binary.LittleEndian.Uint64(b[:])
+}

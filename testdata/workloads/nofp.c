@@ -1,0 +1,111 @@
+// nofp: known call chains in code without frame pointers, for the unwinder's
+// tests. Built by the tests with -O2 -fomit-frame-pointer (and -g0 on request:
+// the unwind tables come from .eh_frame, which gcc always emits on x86-64).
+//
+// Thread "chain": main -> chain_a -> chain_b -> chain_c -> chain_leaf, the
+// leaf burning CPU. Thread "sorter": sorter -> sort_round -> qsort (glibc)
+// -> compare_slow, the comparator burning CPU, so the walk goes through
+// libc's own frames.
+// Usage: nofp [seconds]  (default 5).
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile uint64_t sink;
+static double seconds = 5;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Spins; each level adds to its result after the call, so none of them is a tail call. */
+__attribute__((noinline)) uint64_t chain_leaf(uint64_t seed)
+{
+	for (int i = 0; i < 200000; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+	}
+	sink = seed;
+	return seed;
+}
+
+__attribute__((noinline)) uint64_t chain_c(uint64_t seed)
+{
+	uint64_t buf[16]; /* a frame of its own on the stack */
+	for (int i = 0; i < 16; i++)
+		buf[i] = seed + i;
+	return chain_leaf(buf[seed & 15]) + buf[3];
+}
+
+__attribute__((noinline)) uint64_t chain_b(uint64_t seed)
+{
+	return chain_c(seed * 3) + 1;
+}
+
+__attribute__((noinline)) uint64_t chain_a(uint64_t seed)
+{
+	return chain_b(seed + 7) ^ 5;
+}
+
+__attribute__((noinline)) static int compare_slow(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b, s = x ^ y;
+	for (int i = 0; i < 400; i++) {
+		s ^= s << 13;
+		s ^= s >> 7;
+	}
+	sink = s;
+	return x < y ? -1 : x > y;
+}
+
+__attribute__((noinline)) uint64_t sort_round(uint64_t seed)
+{
+	uint64_t v[512];
+	for (int i = 0; i < 512; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		v[i] = seed;
+	}
+	qsort(v, 512, sizeof(v[0]), compare_slow);
+	return v[0] + v[511];
+}
+
+__attribute__((noinline)) static void *sorter(void *arg)
+{
+	uint64_t seed = 88172645463325252ull, acc = 0;
+	double end = now() + seconds;
+	(void)arg;
+	pthread_setname_np(pthread_self(), "sorter");
+	while (now() < end)
+		acc += sort_round(seed++);
+	sink = acc;
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t t;
+	uint64_t acc = 0, seed = 1;
+	double end;
+
+	if (argc > 1)
+		seconds = atof(argv[1]);
+	printf("%d\n", getpid());
+	fflush(stdout);
+	pthread_setname_np(pthread_self(), "chain");
+	pthread_create(&t, NULL, sorter, NULL);
+	end = now() + seconds;
+	while (now() < end)
+		acc += chain_a(seed++);
+	pthread_join(t, NULL);
+	sink = acc;
+	return 0;
+}
