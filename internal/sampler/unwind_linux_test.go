@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -99,4 +100,101 @@ func TestUnwindTablesWalkCodeWithoutFramePointers(t *testing.T) {
 			t.Errorf("no walk reached a root: %v", st.UnwindEnds)
 		}
 	}
+}
+
+// Debian's own stripped binaries, built without frame pointers, compressing
+// a stream: with unwind tables, at least 90% of their samples reach
+// __libc_start_main (the deepest frame the symbolizer names in them).
+func TestUnwindTablesDebianBinaries(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, tt := range []struct {
+		name string
+		args []string
+	}{
+		{"xz", []string{"-9", "-T1", "-c"}},
+		{"gzip", []string{"-9", "-c"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bin, err := exec.LookPath(tt.name)
+			if err != nil {
+				testutil.SkipOrFail(t, "%s is not installed: %v", tt.name, err)
+			}
+			pid := compressForever(t, bin, tt.args...)
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+			time.Sleep(time.Second) // the first samples announce the process
+			samples, st, _ := sampleFor(t, s, 3*time.Second)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			var total, rooted, depth uint64
+			var example []string
+			for _, smp := range samples {
+				if smp.PID != pid {
+					continue
+				}
+				total += smp.Value
+				addrs := smp.Addresses(capture.UserFrame)
+				depth += smp.Value * uint64(len(addrs))
+				var names []string
+				for _, f := range sym.User(pid, addrs) {
+					names = append(names, f.Function)
+				}
+				if slices.Contains(names, "__libc_start_main") || slices.Contains(names, "__libc_start_call_main") {
+					rooted += smp.Value
+				} else if example == nil {
+					example = names
+				}
+			}
+			if total < 100 {
+				t.Fatalf("%d samples of %s, want 100", total, tt.name)
+			}
+			share := float64(rooted) / float64(total)
+			t.Logf("%s: %.1f%% of %d samples reach __libc_start_main, mean depth %.1f frames; unwind ends %v",
+				tt.name, 100*share, total, float64(depth)/float64(total), st.UnwindEnds)
+			if share < 0.9 {
+				t.Errorf("%.1f%% of samples reach __libc_start_main, want >= 90%%; e.g. %s", 100*share, strings.Join(example, " <- "))
+			}
+		})
+	}
+}
+
+// compressForever runs bin args, reading a pseudo-random but compressible
+// stream and writing to nowhere, until the test ends; it returns its pid.
+func compressForever(t *testing.T, bin string, args ...string) uint32 {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(done)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	go func() {
+		defer in.Close()
+		buf := make([]byte, 1<<16)
+		seed := uint64(1)
+		for {
+			for i := range buf {
+				seed ^= seed << 13
+				seed ^= seed >> 7
+				seed ^= seed << 17
+				buf[i] = "abcdefgh"[seed%8] // compressible, never the same
+			}
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := in.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	return uint32(cmd.Process.Pid)
 }
