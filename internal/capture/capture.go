@@ -147,6 +147,34 @@ type Stats struct {
 	// only), by why the walk ended; UnwindFrames the frames they found.
 	UnwindEnds   UnwindEnds
 	UnwindFrames uint64
+	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
+	// unwind table in the kernel and the kernel memory of their rows;
+	// TableFailures counts the files left without one since the previous
+	// drain (their mappings are walked with frame pointers).
+	UnwindTables, UnwindTableBytes uint64
+	TableFailures                  TableFailures
+}
+
+// TableFailure says why a file got no unwind table.
+type TableFailure uint8
+
+const (
+	TableOpenFailed TableFailure = iota // the file could not be opened (refused, vanished)
+	TableMalformed                      // the ELF file or its CFI could not be read
+	TableTooLarge                       // more rows than the kernel's search covers
+	TableSpaceFull                      // no room left in the kernel's rows array
+	numTableFailures
+)
+
+// TableFailures counts files, indexed by TableFailure.
+type TableFailures [numTableFailures]uint64
+
+// AllTableFailures lists every TableFailure, in order.
+var AllTableFailures = []TableFailure{TableOpenFailed, TableMalformed, TableTooLarge, TableSpaceFull}
+
+// Reason is the failure's telemetry attribute value.
+func (f TableFailure) Reason() string {
+	return [...]string{"open_failed", "malformed", "too_large", "space_full"}[f]
 }
 
 // UnwindEnd says why a walk of a user stack with unwind tables ended
@@ -187,6 +215,11 @@ func (s Stats) Add(o Stats) Stats {
 		s.UnwindEnds[i] += o.UnwindEnds[i]
 	}
 	s.UnwindFrames += o.UnwindFrames
+	for i := range s.TableFailures {
+		s.TableFailures[i] += o.TableFailures[i]
+	}
+	// Gauges: the later window's.
+	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
 	return s
 }
 

@@ -1,6 +1,7 @@
 package cfi
 
 import (
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -15,8 +16,8 @@ const (
 
 // Build reads the CFI of an x86-64 ELF file (executable or shared library)
 // and returns its unwind table. Where .eh_frame and .debug_frame both cover a
-// PC, .eh_frame wins. Without section headers, .eh_frame is found through
-// the PT_GNU_EH_FRAME segment. A file without CFI gets an empty table;
+// PC, .eh_frame wins. In a file without section headers, .eh_frame is found
+// through the PT_GNU_EH_FRAME segment (.eh_frame_hdr). A file without CFI gets an empty table;
 // malformed entries are skipped and counted in the table's Stats.
 func Build(f *elf.File) (*Table, error) {
 	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
@@ -235,15 +236,7 @@ func (b *builder) finish() *Table {
 	b.stats.Skipped[SkipOverlap] += dropped + dropped2
 	b.stats.Skipped[SkipCovered] += covered
 	all := append(eh, dbg...)
-	slices.SortFunc(all, func(x, y span) int {
-		switch {
-		case x.start < y.start:
-			return -1
-		case x.start > y.start:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(all, func(x, y span) int { return cmp.Compare(x.start, y.start) })
 	t := &Table{Rows: layout(b.sink.rows, all), Stats: b.stats}
 	for _, r := range t.Rows {
 		t.Stats.Rows[r.Kind]++

@@ -17,9 +17,15 @@ type ehSource struct {
 	fromSegment bool
 }
 
-// ehFrame finds .eh_frame: by section header, else through PT_GNU_EH_FRAME.
+// ehFrame finds .eh_frame: by section header or, in a file without section
+// headers, through PT_GNU_EH_FRAME. (A separate debug file has section
+// headers, a NOBITS .eh_frame and a PT_GNU_EH_FRAME pointing at nothing.)
 func ehFrame(f *elf.File) (ehSource, error) {
-	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+	if len(f.Sections) > 0 {
+		s := f.Section(".eh_frame")
+		if s == nil || s.Type == elf.SHT_NOBITS {
+			return ehSource{}, nil
+		}
 		data, err := readSection(s)
 		if err != nil {
 			return ehSource{}, err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"testing"
 
@@ -133,4 +134,29 @@ func TestBuildHostileELF(t *testing.T) {
 			require.Error(t, err)
 		}
 	})
+}
+
+// TestBuildSeparateDebugFile: a debug file's .eh_frame is NOBITS and its
+// PT_GNU_EH_FRAME points at nothing; it has no CFI of its own to give.
+func TestBuildSeparateDebugFile(t *testing.T) {
+	lib, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer lib.Close()
+	notes := lib.Section(".note.gnu.build-id")
+	require.NotNil(t, notes)
+	data, err := notes.Data()
+	require.NoError(t, err)
+	id := hex.EncodeToString(data[16:]) // after namesz, descsz, type and "GNU\0"
+	path := "/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Skipf("no debug file (libc6-dbg): %v", err)
+	}
+	defer f.Close()
+	require.Equal(t, elf.SHT_NOBITS, f.Section(".eh_frame").Type)
+	table, err := Build(f)
+	require.NoError(t, err)
+	require.Empty(t, table.Rows)
 }

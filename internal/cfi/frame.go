@@ -249,7 +249,7 @@ type cie struct {
 func parseCIE(s *frameSection, e entry) (*cie, error) {
 	r := &e.body
 	version := r.u8()
-	if version != 1 && version != 3 && !(s.debug && version == 4) {
+	if version != 1 && version != 3 && (!s.debug || version != 4) {
 		return nil, fmt.Errorf("%w: version %d", errUnsupported, version)
 	}
 	aug := r.cstring()

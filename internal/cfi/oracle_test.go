@@ -86,7 +86,9 @@ func TestReadelfOracleDebugFrame(t *testing.T) {
 	require.NoError(t, err)
 	defer f.Close()
 	require.NotNil(t, f.Section(".debug_frame"), "the compiler emitted no .debug_frame")
-	checkAgainstReadelf(t, readelf, bin)
+	checked := checkAgainstReadelf(t, readelf, bin)
+	require.NotZero(t, checked[".debug_frame"], "no .debug_frame row compared")
+	require.NotZero(t, checked[".eh_frame"], "no .eh_frame row compared")
 }
 
 func requireReadelf(t *testing.T) string {
@@ -98,7 +100,8 @@ func requireReadelf(t *testing.T) string {
 	return path
 }
 
-func checkAgainstReadelf(t *testing.T, readelf, path string) {
+// checkAgainstReadelf returns how many rows it compared, by section.
+func checkAgainstReadelf(t *testing.T, readelf, path string) map[string]int {
 	f, err := elf.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
@@ -117,6 +120,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) {
 	fdes := parseReadelf(t, out)
 	b := builder{exec: executableRanges(f)}
 	checked, unsupported, excluded := 0, 0, 0
+	bySection := map[string]int{}
 	for _, fde := range fdes {
 		if !b.executable(fde.start, fde.end) || overlapsOther(fde, fdes) {
 			excluded++
@@ -131,6 +135,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) {
 			if row.cfa == "exp" {
 				requireKnownExpression(t, got, row)
 				checked++
+				bySection[fde.section]++
 				continue
 			}
 			want, ok := row.expected()
@@ -139,6 +144,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) {
 			}
 			require.Equal(t, want, got, "%s: %s FDE %#x..%#x, row at %#x: %s", path, fde.section, fde.start, fde.end, row.pc, row.line)
 			checked++
+			bySection[fde.section]++
 			if got.Kind == KindUnsupported {
 				unsupported++
 			}
@@ -155,6 +161,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) {
 	}
 	t.Logf("%s: rows by kind %s; unsupported %.2f%% of rows", path, strings.Join(kinds, " "),
 		100*float64(s.Rows[KindUnsupported])/float64(max(total, 1)))
+	return bySection
 }
 
 func skipSummary(s Stats) string {

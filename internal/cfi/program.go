@@ -14,6 +14,10 @@ const (
 	dwarfRIP = 16
 )
 
+// raSlot is where a call leaves the return address on x86-64: just below
+// the CFA. CFI saying otherwise is not followed.
+const raSlot = -8
+
 // cfaRule says how to compute the CFA: register + offset, or an expression.
 type cfaRule struct {
 	reg  uint64
@@ -291,7 +295,7 @@ func classify(rs *ruleSet) Row {
 	cfaOff, ok1 := int32Of(rs.cfa.off)
 	raOff, ok2 := savedAt(rs.ra)
 	fpOff, ok3 := savedAt(rs.fp)
-	if !ok1 || !ok2 || !ok3 || raOff == 0 {
+	if !ok1 || !ok2 || !ok3 || raOff != raSlot {
 		return unsupported
 	}
 	return Row{Kind: KindCFA, CFAReg: reg, CFAOffset: cfaOff, FPOffset: fpOff, RAOffset: raOff}
@@ -335,7 +339,7 @@ func classifyExpression(rs *ruleSet) (Row, bool) {
 			tail[3] == opGe && tail[4] == opLit0+3 && tail[5] == opShl && tail[6] == opPlus {
 			cfaOff, ok1 := int32Of(k)
 			raOff, ok2 := savedAt(rs.ra)
-			if ok1 && ok2 && raOff != 0 && rs.fp.kind == ruleSame {
+			if ok1 && ok2 && raOff == raSlot && rs.fp.kind == ruleSame {
 				return Row{Kind: KindPLT, CFAReg: RegSP, CFAOffset: cfaOff, RAOffset: raOff, PLTEdge: tail[2] - opLit0}, true
 			}
 			return Row{}, false

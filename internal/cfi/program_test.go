@@ -1,6 +1,7 @@
 package cfi
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -91,6 +92,10 @@ func TestProgram(t *testing.T) {
 		fde:  []byte{0x09, 16, 3},
 		want: []Row{kindRow(0x1000, KindUnsupported), kindRow(end, KindNoCFI)},
 	}, {
+		name: "return address anywhere but CFA-8",
+		fde:  cat(advance(1), offset(16, 2)),
+		want: []Row{cfaRow(0x1000, RegSP, 8, 0), kindRow(0x1001, KindUnsupported), kindRow(end, KindNoCFI)},
+	}, {
 		name: "CFA offset beyond int32",
 		fde:  defCFA(7, 1<<40),
 		want: []Row{kindRow(0x1000, KindUnsupported), kindRow(end, KindNoCFI)},
@@ -147,11 +152,33 @@ func TestProgram(t *testing.T) {
 }
 
 func TestDebugFrameProgram(t *testing.T) {
-	a := frameAsm{debug: true}
-	a.fde(a.cie("", stdCIE...), 0x2000, 0x40, cat(advance(1), defCFAOffset(16), offset(6, 2))...)
-	table, err := buildSections(ehSource{}, a.section(), nil)
-	require.NoError(t, err)
-	require.Equal(t, []Row{cfaRow(0x2000, RegSP, 8, 0), cfaRow(0x2001, RegSP, 16, -16), kindRow(0x2040, KindNoCFI)}, table.Rows)
+	setLoc := func(pc uint64) []byte { return binary.LittleEndian.AppendUint64([]byte{0x01}, pc) }
+	tests := []struct {
+		name string
+		fde  []byte
+		want []Row
+	}{{
+		name: "push rbp",
+		fde:  cat(advance(1), defCFAOffset(16), offset(6, 2)),
+		want: []Row{cfaRow(0x2000, RegSP, 8, 0), cfaRow(0x2001, RegSP, 16, -16), kindRow(0x2040, KindNoCFI)},
+	}, {
+		name: "set_loc",
+		fde:  cat(setLoc(0x2010), defCFAOffset(32), setLoc(0x2010), setLoc(0x2020), defCFAOffset(8)),
+		want: []Row{cfaRow(0x2000, RegSP, 8, 0), cfaRow(0x2010, RegSP, 32, 0), cfaRow(0x2020, RegSP, 8, 0), kindRow(0x2040, KindNoCFI)},
+	}, {
+		name: "set_loc backwards",
+		fde:  cat(setLoc(0x2010), defCFAOffset(32), setLoc(0x2008), defCFAOffset(8)),
+		want: []Row{cfaRow(0x2000, RegSP, 8, 0), kindRow(0x2010, KindUnsupported), kindRow(0x2040, KindNoCFI)},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := frameAsm{debug: true}
+			a.fde(a.cie("", stdCIE...), 0x2000, 0x40, tt.fde...)
+			table, err := buildSections(ehSource{}, a.section(), nil)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, table.Rows)
+		})
+	}
 }
 
 func TestLookup(t *testing.T) {

@@ -18,8 +18,9 @@ const (
 	// first); the walker may fall back to the frame pointer.
 	KindNoCFI Kind = iota
 	// KindCFA: CFA = CFAReg + CFAOffset; the return address is saved at
-	// CFA+RAOffset, the caller's rbp at CFA+FPOffset (FPOffset 0: rbp is
-	// not saved by this frame, it still holds the caller's value).
+	// CFA+RAOffset (always CFA-8 on x86-64), the caller's rbp at
+	// CFA+FPOffset (FPOffset 0: rbp is not saved by this frame, it still
+	// holds the caller's value).
 	KindCFA
 	// KindPLT: a linker-generated lazy PLT entry (16 bytes each): CFA = rsp +
 	// CFAOffset, plus 8 when (PC&15) >= PLTEdge (after the entry's push).

@@ -57,8 +57,9 @@ type Options struct {
 }
 
 // DefaultUnwindRows is the default capacity of the unwind rows array:
-// 12 bytes a row, 6 MiB of kernel memory.
-const DefaultUnwindRows = 512 << 10
+// 12 bytes a row, 12 MiB of kernel memory. Tables measured (rows): node 20
+// 372k, libjvm (OpenJDK 17) 191k, libc 28k, xz 1.2k.
+const DefaultUnwindRows = 1 << 20
 
 // maxUnwindMappingEntries bounds the LPM trie of process mappings (an
 // executable mapping takes a few to a few dozen entries).

@@ -235,7 +235,7 @@ func (s *Sampler) Drain() ([]capture.RawStack, capture.Stats, error) {
 	if err == nil {
 		st.NewProcessDrops += s.news.TakeDrops()
 		if s.unwind != nil {
-			st.NewProcessDrops += s.unwind.drops.Swap(0)
+			s.unwind.addStats(&st)
 		}
 	}
 	return samples, st, err

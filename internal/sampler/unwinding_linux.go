@@ -23,6 +23,9 @@ type unwinding struct {
 	events chan capture.ProcessEvent
 	drops  atomic.Uint64 // announcements NewProcesses' reader had no room for
 	done   chan struct{}
+	// reportedFailures are the loader's failures addStats reported (the
+	// sampler's lock serializes its calls).
+	reportedFailures capture.TableFailures
 }
 
 func startUnwinding(l *unwinder.Loader, in <-chan capture.ProcessEvent) *unwinding {
@@ -61,3 +64,16 @@ func (u *unwinding) run(in <-chan capture.ProcessEvent) {
 }
 
 func (u *unwinding) wait() { <-u.done }
+
+// addStats adds to st the announcements dropped, the tables loaded and the
+// files left without one since the previous call.
+func (u *unwinding) addStats(st *capture.Stats) {
+	st.NewProcessDrops += u.drops.Swap(0)
+	ls := u.loader.Stats()
+	st.UnwindTables = ls.Tables
+	st.UnwindTableBytes = ls.RowsUsed * unwinder.RowBytes
+	for i, n := range ls.Failed {
+		st.TableFailures[i] += n - u.reportedFailures[i]
+	}
+	u.reportedFailures = ls.Failed
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
@@ -42,7 +43,8 @@ type fileTable struct {
 
 // loadedProcess is what the loader put in the maps for one process.
 type loadedProcess struct {
-	start uint64 // start time, to notice a reused pid
+	start  uint64 // start time, to notice a reused pid
+	mapped uint64 // fingerprint of the executable mappings loaded
 	keys  []bpf.CpuUnwindMappingKey
 	files []fileKey
 }
@@ -103,9 +105,21 @@ func (l *Loader) Load(pid uint32) error {
 		l.stats.ProcessErrors++ // most often: the process exited
 		return err
 	}
-	l.forget(pid)
-	lp := &loadedProcess{start: start}
+	return l.load(pid, start, maps)
+}
+
+func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
+	old := l.procs[pid]
+	lp := &loadedProcess{start: start, mapped: fingerprint(maps)}
 	l.procs[pid] = lp
+	// What was loaded before goes once the new entries are in: entries of
+	// unchanged mappings are overwritten in place, their files' tables kept.
+	defer func() {
+		if old != nil {
+			l.drop(old, lp)
+		}
+		l.stats.Processes = uint64(len(l.procs))
+	}()
 	for _, m := range maps {
 		if !m.Executable() {
 			continue
@@ -130,7 +144,6 @@ func (l *Loader) Load(pid uint32) error {
 			lp.keys = append(lp.keys, key)
 		}
 	}
-	l.stats.Processes = uint64(len(l.procs))
 	return nil
 }
 
@@ -143,14 +156,40 @@ func (l *Loader) Forget(pid uint32) {
 	l.stats.Processes = uint64(len(l.procs))
 }
 
-// Sweep forgets the processes that exited (or whose pid was reused) and
-// reuses rows released long enough ago.
+// Sweep forgets the processes that exited (or whose pid was reused),
+// reloads those whose executable mappings changed (a library loaded with
+// dlopen) and reuses rows released long enough ago.
 func (l *Loader) Sweep() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	loaded := make(map[uint32]loadedProcess, len(l.procs))
 	for pid, lp := range l.procs {
-		if start, err := l.proc.StartTime(pid); err != nil || start != lp.start {
-			l.forget(pid)
+		loaded[pid] = *lp
+	}
+	l.mu.Unlock()
+	type reload struct {
+		start uint64
+		maps  []procfs.Map
+	}
+	gone, changed := []uint32{}, map[uint32]reload{}
+	for pid, lp := range loaded {
+		start, err := l.proc.StartTime(pid)
+		if err != nil || start != lp.start {
+			gone = append(gone, pid)
+			continue
+		}
+		if maps, err := l.proc.Maps(pid); err == nil && fingerprint(maps) != lp.mapped {
+			changed[pid] = reload{start, maps}
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, pid := range gone {
+		l.forget(pid)
+	}
+	for pid, r := range changed {
+		if lp, ok := l.procs[pid]; ok && lp.start == r.start {
+			_ = l.load(pid, r.start, r.maps) // counted in the stats
 		}
 	}
 	l.stats.Processes = uint64(len(l.procs))
@@ -183,13 +222,26 @@ func (l *Loader) Stats() Stats {
 }
 
 func (l *Loader) forget(pid uint32) {
-	lp, ok := l.procs[pid]
-	if !ok {
-		return
+	if lp, ok := l.procs[pid]; ok {
+		delete(l.procs, pid)
+		l.drop(lp, nil)
 	}
-	delete(l.procs, pid)
+}
+
+// drop deletes the entries of lp that kept (the process's entries now, or
+// nil) does not have, and releases lp's references to tables.
+func (l *Loader) drop(lp, kept *loadedProcess) {
+	var keep map[bpf.CpuUnwindMappingKey]bool
+	if kept != nil {
+		keep = make(map[bpf.CpuUnwindMappingKey]bool, len(kept.keys))
+		for _, k := range kept.keys {
+			keep[k] = true
+		}
+	}
 	for i := range lp.keys {
-		_ = l.maps.Mappings.Delete(&lp.keys[i]) // gone already: nothing to do
+		if !keep[lp.keys[i]] {
+			_ = l.maps.Mappings.Delete(&lp.keys[i]) // gone already: nothing to do
+		}
 	}
 	for _, key := range lp.files {
 		t := l.files[key]
@@ -215,7 +267,7 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 		t.refs++
 		return t, key
 	}
-	t, err := l.load(pid, m)
+	t, err := l.buildTable(pid, m)
 	if err != nil {
 		l.stats.countFailure(err)
 		// Remembered without rows: the file is not tried again while mapped.
@@ -226,24 +278,24 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 	return t, key
 }
 
-// load builds the table of the file of m and writes its rows.
-func (l *Loader) load(pid uint32, m procfs.Map) (*fileTable, error) {
+// buildTable builds the table of the file of m and writes its rows.
+func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
 		func(f *os.File) { f.Close() })
 	if err != nil {
-		return nil, &Failure{Reason: ReasonOpen, Err: err}
+		return nil, &Failure{Reason: capture.TableOpenFailed, Err: err}
 	}
 	defer f.Close()
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return nil, &Failure{Reason: ReasonBuild, Err: err}
+		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	began := time.Now()
 	rows, base, err := l.build(ef)
 	l.stats.BuildTime += time.Since(began)
 	if err != nil {
-		return nil, &Failure{Reason: ReasonBuild, Err: err}
+		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t := &fileTable{base: base, progs: progHeaders(ef)}
 	if len(rows) == 0 {
@@ -251,15 +303,15 @@ func (l *Loader) load(pid uint32, m procfs.Map) (*fileTable, error) {
 		return t, nil
 	}
 	if len(rows) > maxSearchRows {
-		return nil, &Failure{Reason: ReasonTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+		return nil, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
 	}
 	first, ok := l.space.alloc(uint32(len(rows)))
 	if !ok {
-		return nil, &Failure{Reason: ReasonSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
+		return nil, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
 	}
 	if err := writeRows(l.maps.Rows, first, rows); err != nil {
 		l.space.release(first, uint32(len(rows)))
-		return nil, &Failure{Reason: ReasonBuild, Err: err}
+		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t.first, t.rows = first, uint32(len(rows))
 	return t, nil
@@ -299,4 +351,25 @@ func bigEndian(addr uint64) uint64 {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], addr)
 	return binary.LittleEndian.Uint64(b[:])
+}
+
+// fingerprint hashes the executable mappings of maps (FNV-1a).
+func fingerprint(maps []procfs.Map) uint64 {
+	h := uint64(14695981039346656037)
+	mix := func(v uint64) {
+		for range 8 {
+			h ^= v & 0xff
+			h *= 1099511628211
+			v >>= 8
+		}
+	}
+	for _, m := range maps {
+		if m.Executable() {
+			mix(m.Start)
+			mix(m.End)
+			mix(m.Offset)
+			mix(m.Inode)
+		}
+	}
+	return h
 }

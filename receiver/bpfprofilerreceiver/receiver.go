@@ -58,6 +58,8 @@ type profilerReceiver struct {
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
+	// unwindGauges are the unwind table gauges last recorded.
+	unwindGauges struct{ tables, bytes uint64 }
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
 	// background runs the kernel symbol preload and the prefetchProcesses

@@ -50,9 +50,15 @@ const (
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
 // the code emits.
 func emittedAttributeValues() map[string][]string {
-	var stackReasons []string
+	var stackReasons, unwindEnds, tableFailures []string
 	for _, l := range capture.AllStackLosses {
 		stackReasons = append(stackReasons, l.Reason())
+	}
+	for _, e := range capture.AllUnwindEnds {
+		unwindEnds = append(unwindEnds, e.Reason())
+	}
+	for _, f := range capture.AllTableFailures {
+		tableFailures = append(tableFailures, f.Reason())
 	}
 	return map[string][]string{
 		"kind":               {kindCPU, kindOffCPU},
@@ -62,6 +68,8 @@ func emittedAttributeValues() map[string][]string {
 		"sample_loss_reason": {lostMapFull},
 		"stack_loss_reason":  stackReasons,
 		"probe_drop_reason":  {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+		"unwind_end":         unwindEnds,
+		"table_failure":      tableFailures,
 	}
 }
 
@@ -94,6 +102,31 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 	if st.NewProcessDrops > 0 {
 		tel.BpfprofilerNewProcessesDropped.Add(ctx, int64(st.NewProcessDrops))
 	}
+	if kind == report.KindCPU {
+		r.recordUnwindStats(ctx, st)
+	}
+}
+
+// recordUnwindStats adds the CPU sampler's unwind counters of one window,
+// and moves the table gauges to their values at its drain.
+func (r *profilerReceiver) recordUnwindStats(ctx context.Context, st capture.Stats) {
+	tel := r.telemetry
+	for _, e := range capture.AllUnwindEnds {
+		if n := st.UnwindEnds[e]; n > 0 {
+			tel.BpfprofilerUnwindWalks.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, e.Reason())))
+		}
+	}
+	if st.UnwindFrames > 0 {
+		tel.BpfprofilerUnwindFrames.Add(ctx, int64(st.UnwindFrames))
+	}
+	for _, f := range capture.AllTableFailures {
+		if n := st.TableFailures[f]; n > 0 {
+			tel.BpfprofilerUnwindTablesFailed.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, f.Reason())))
+		}
+	}
+	tel.BpfprofilerUnwindTables.Add(ctx, int64(st.UnwindTables)-int64(r.unwindGauges.tables))
+	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
+	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
 }
 
 // reportFailed counts one report of signal that could not be built or delivered.

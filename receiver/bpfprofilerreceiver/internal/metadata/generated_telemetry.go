@@ -35,6 +35,11 @@ type TelemetryBuilder struct {
 	BpfprofilerSamplesLost         metric.Int64Counter
 	BpfprofilerSamplesRecorded     metric.Int64Counter
 	BpfprofilerStacksLost          metric.Int64Counter
+	BpfprofilerUnwindFrames        metric.Int64Counter
+	BpfprofilerUnwindTableBytes    metric.Int64UpDownCounter
+	BpfprofilerUnwindTables        metric.Int64UpDownCounter
+	BpfprofilerUnwindTablesFailed  metric.Int64Counter
+	BpfprofilerUnwindWalks         metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -117,6 +122,36 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.BpfprofilerStacksLost, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_stacks_lost",
 		metric.WithDescription("Recorded samples (cpu) or waits (off_cpu) that lost their user or kernel stack, by kind, stack and reason. They are kept (and counted in bpfprofiler_samples_recorded) with one marker frame in place of the lost stack, named [user stack lost: <reason>] or [kernel stack lost: <reason>], so process totals stay right and a flame graph shows the loss. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_unwind_frames",
+		metric.WithDescription("User frames found by the walks of bpfprofiler_unwind_walks (their quotient is the mean depth). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindTableBytes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_unwind_table_bytes",
+		metric.WithDescription("Kernel memory taken by the rows of the unwind tables in use. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindTables, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_unwind_tables",
+		metric.WithDescription("Files whose unwind table is in the kernel (each shared by every process mapping the file). [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindTablesFailed, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_unwind_tables_failed",
+		metric.WithDescription("Files that got no unwind table, by reason; their code is walked with frame pointers. [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindWalks, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_unwind_walks",
+		metric.WithDescription("CPU samples whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by why the walk ended. Samples of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

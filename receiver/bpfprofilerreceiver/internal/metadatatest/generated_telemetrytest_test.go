@@ -28,6 +28,11 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
 	tb.BpfprofilerStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindFrames.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindTableBytes.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindTables.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindTablesFailed.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindWalks.Add(context.Background(), 1)
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -53,6 +58,21 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindTableBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindTables(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindTablesFailed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindWalks(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 

@@ -1,0 +1,169 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"debug/elf"
+	"os"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// libc is glibc as processes map it (usrmerge: /lib is a link to /usr/lib).
+const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+
+// newTestMaps creates maps shaped like the sampler's.
+func newTestMaps(t *testing.T, rows uint32) Maps {
+	t.Helper()
+	testutil.RequireBPF(t)
+	spec, err := bpf.LoadCpu()
+	require.NoError(t, err)
+	rs := spec.Maps[bpf.CpuMapUnwindRows].Copy()
+	rs.MaxEntries = rows
+	ms := spec.Maps[bpf.CpuMapUnwindMappings].Copy()
+	ms.MaxEntries = 4096
+	r, err := ebpf.NewMap(rs)
+	require.NoError(t, err)
+	m, err := ebpf.NewMap(ms)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close(); m.Close() })
+	return Maps{Rows: r, Mappings: m}
+}
+
+// lookup does what bpf/unwind.h does for one address: the mapping, then
+// the row.
+func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapping, *bpf.CpuUnwindRow, bool) {
+	t.Helper()
+	var m bpf.CpuUnwindMapping
+	key := bpf.CpuUnwindMappingKey{Prefixlen: keyBits, Pid: pid, Addr: bigEndian(addr)}
+	if err := maps.Mappings.Lookup(&key, &m); err != nil {
+		return m, nil, false
+	}
+	if m.Rows == 0 {
+		return m, nil, true
+	}
+	pc := uint32(addr - m.Bias)
+	lo, hi := uint32(0), m.Rows
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		var r bpf.CpuUnwindRow
+		require.NoError(t, maps.Rows.Lookup(m.FirstRow+mid, &r))
+		if r.Pc <= pc {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	var r bpf.CpuUnwindRow
+	require.NoError(t, maps.Rows.Lookup(m.FirstRow+lo, &r))
+	return m, &r, true
+}
+
+// The rows the kernel would find for addresses of libc in this process are
+// the CFI table's rows at the same file addresses; a mapping added later
+// (as by dlopen) is loaded by Sweep; Forget removes everything.
+func TestLoaderMatchesTheTable(t *testing.T) {
+	maps := newTestMaps(t, 1<<20)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
+	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c", "-O2", "-fomit-frame-pointer"), "60")
+	pid := uint32(cmd.Process.Pid)
+	require.Eventually(t, func() bool { // the dynamic loader has mapped libc
+		b, _ := os.ReadFile(procfs.FS{Root: "/proc"}.Path(pid, "maps"))
+		return strings.Contains(string(b), libc)
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, l.Load(pid))
+	st := l.Stats()
+	t.Logf("loaded: %+v", st)
+	require.NotZero(t, st.Tables)
+
+	f, err := elf.Open(libc)
+	require.NoError(t, err)
+	defer f.Close()
+	table, err := cfi.Build(f)
+	require.NoError(t, err)
+
+	all, err := procfs.FS{Root: "/proc"}.Maps(pid)
+	require.NoError(t, err)
+	checked := 0
+	for _, m := range all {
+		if !m.Executable() || m.Path != libc {
+			continue
+		}
+		bias, err := loadBias(progHeaders(f), m.Start, m.Offset)
+		require.NoError(t, err)
+		for addr := m.Start; addr < m.End; addr += 997 {
+			km, kr, ok := lookup(t, maps, pid, addr)
+			require.True(t, ok, "no mapping at %#x", addr)
+			require.NotZero(t, km.Rows)
+			want := kernelRow(table.Lookup(addr - bias))
+			want.Pc = kr.Pc
+			require.Equal(t, want, *kr, "row at %#x (vaddr %#x)", addr, addr-bias)
+			checked++
+		}
+	}
+	require.Greater(t, checked, 100, "addresses of libc checked")
+
+	l.Forget(pid)
+	assert.Zero(t, l.Stats().Tables, "no process maps a file any more")
+
+	// libc's code mapped again, later, as dlopen maps a library.
+	pid = uint32(os.Getpid())
+	require.NoError(t, l.Load(pid))
+	st = l.Stats()
+	var text elf.ProgHeader
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			text = p.ProgHeader
+			break
+		}
+	}
+	fd, err := unix.Open(libc, unix.O_RDONLY, 0)
+	require.NoError(t, err)
+	mem, err := unix.Mmap(fd, int64(text.Off), 1<<20, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
+	unix.Close(fd)
+	require.NoError(t, err)
+	defer unix.Munmap(mem)
+	addr := uint64(uintptr(unsafePointer(mem))) + 0x3000
+	_, _, ok := lookup(t, maps, pid, addr)
+	assert.False(t, ok, "the new mapping is not loaded before Sweep")
+	l.Sweep()
+	km, kr, ok := lookup(t, maps, pid, addr)
+	require.True(t, ok, "Sweep loads a mapping added since")
+	require.NotZero(t, km.Rows)
+	want := kernelRow(table.Lookup(addr - uint64(uintptr(unsafePointer(mem))) + text.Vaddr))
+	want.Pc = kr.Pc
+	assert.Equal(t, want, *kr)
+	assert.LessOrEqual(t, l.Stats().Tables, st.Tables+1, "a file's table is built once: before %+v, after %+v", st, l.Stats())
+
+	l.Forget(pid)
+	_, _, ok = lookup(t, maps, pid, addr)
+	assert.False(t, ok, "Forget removes the process's mappings")
+	assert.Zero(t, l.Stats().Tables, "no process maps a file any more")
+	var key bpf.CpuUnwindMappingKey
+	assert.ErrorIs(t, maps.Mappings.NextKey(nil, &key), ebpf.ErrKeyNotExist, "the trie is empty")
+}
+
+// A table that does not fit leaves the file to frame pointers, counted.
+func TestLoaderSpaceFull(t *testing.T) {
+	maps := newTestMaps(t, 16)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 16)
+	require.NoError(t, l.Load(uint32(os.Getpid())))
+	st := l.Stats()
+	assert.NotZero(t, st.Failed[capture.TableSpaceFull], "stats %+v", st)
+	assert.Zero(t, st.Tables)
+}
+
+func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
