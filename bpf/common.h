@@ -22,6 +22,7 @@ typedef __s16 s16;
 typedef __s32 s32;
 typedef __u32 u32;
 typedef __u64 u64;
+typedef __s64 s64;
 
 #define TASK_COMM_LEN 16
 /* include/linux/sched.h */

@@ -31,7 +31,7 @@
 enum unwind_kind {
 	UNWIND_NO_CFI = 0,	/* no CFI for this pc: use the frame pointer */
 	UNWIND_CFA = 1,		/* CFA = reg + cfa_offset, return address at CFA-8 */
-	UNWIND_PLT = 2,		/* a PLT stub: CFA = rsp + 8, +8 when (pc & 15) >= 11 */
+	UNWIND_PLT = 2,		/* a PLT entry: CFA = rsp + cfa_offset, +8 when (pc & 15) >= fp_offset */
 	UNWIND_SIGNAL = 3,	/* a signal trampoline: registers saved in the ucontext at rsp */
 	UNWIND_STOP = 4,	/* the thread's root: the return address is undefined */
 	UNWIND_UNSUPPORTED = 5, /* CFI the table cannot express: the walk stops */
@@ -52,7 +52,7 @@ enum unwind_kind {
 struct unwind_row {
 	u32 pc;		/* first pc of the row, from the table's base */
 	s32 cfa_offset; /* CFA = cfa_reg + cfa_offset */
-	s16 fp_offset;	/* the caller's rbp is saved at CFA + fp_offset; 0: not saved */
+	s16 fp_offset;	/* the caller's rbp is saved at CFA + fp_offset (0: not saved); PLT: the push's offset */
 	u8 kind;	/* enum unwind_kind */
 	u8 cfa_reg;	/* UNWIND_REG_SP or UNWIND_REG_FP */
 };
@@ -210,6 +210,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	struct unwind_mapping *m;
 	struct unwind_row *row;
 	u64 cfa, ra, fp = regs->bp;
+	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
 	u64 pc;
@@ -228,9 +229,11 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	switch (row->kind) {
 	case UNWIND_CFA:
 		cfa = (row->cfa_reg == UNWIND_REG_FP ? regs->bp : regs->sp) + row->cfa_offset;
+		fp_slot = row->fp_offset;
 		break;
 	case UNWIND_PLT:
-		cfa = regs->sp + 8 + ((lookup & 15) >= 11 ? 8 : 0);
+		/* The entry pushes a word at a fixed offset within its 16 bytes. */
+		cfa = regs->sp + row->cfa_offset + ((s64)(lookup & 15) >= row->fp_offset ? 8 : 0);
 		break;
 	case UNWIND_SIGNAL:
 		if (read_user_u64(&regs->bp, regs->sp + SIGFRAME_RBP) || read_user_u64(&ra, regs->sp + SIGFRAME_RIP) ||
@@ -238,7 +241,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 			return UNWIND_END_READ_FAULT;
 		regs->ip = ra;
 		regs->sp = cfa;
-		/* The interrupted ip is not a return address: see unwind_user. */
+		/* The interrupted ip is not a return address: see walk_some. */
 		return -2;
 	case UNWIND_NO_CFI:
 		goto frame_pointer;
@@ -249,7 +252,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	}
 	if (read_user_u64(&ra, cfa - 8))
 		return UNWIND_END_READ_FAULT;
-	if (row->fp_offset && read_user_u64(&fp, cfa + row->fp_offset))
+	if (fp_slot && read_user_u64(&fp, cfa + fp_slot))
 		return UNWIND_END_READ_FAULT;
 	goto done;
 

@@ -12,8 +12,6 @@ import (
 // says otherwise becomes an unsupported one.
 const (
 	raOffset       = -8  // the return address is at CFA-8
-	pltCFAOffset   = 8   // a PLT entry's CFA is rsp+8 ...
-	pltEdge        = 11  // ... plus 8 from (pc & 15) >= 11
 	sigframeRSP    = 160 // a signal frame's saved rsp, rip and rbp, from rsp
 	sigframeRIP    = 168
 	sigframeRBP    = 120
@@ -87,10 +85,11 @@ func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 		}
 		return bpf.CpuUnwindRow{Kind: kindCFA, CfaReg: reg, CfaOffset: r.CFAOffset, FpOffset: int16(r.FPOffset)}
 	case cfi.KindPLT:
-		if r.CFAReg != cfi.RegSP || r.CFAOffset != pltCFAOffset || r.PLTEdge != pltEdge || r.RAOffset != raOffset {
+		if r.CFAReg != cfi.RegSP || r.RAOffset != raOffset || r.PLTEdge > 15 {
 			return unsupported
 		}
-		return bpf.CpuUnwindRow{Kind: kindPLT}
+		// The edge of the entry's push travels in fp_offset (bpf/unwind.h).
+		return bpf.CpuUnwindRow{Kind: kindPLT, CfaOffset: r.CFAOffset, FpOffset: int16(r.PLTEdge)}
 	case cfi.KindSignal:
 		if r.CFAOffset != sigframeRSP || r.RAOffset != sigframeRIP || r.FPOffset != sigframeRBP {
 			return unsupported
