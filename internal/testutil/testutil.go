@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -77,9 +78,14 @@ func BuildC(t testing.TB, src string, extraFlags ...string) string {
 	return out
 }
 
-// CompileC compiles the C file src into out with CFlags and extraFlags.
+// CompileC compiles the C file src into out with CFlags, the flags of the
+// file's own "// cflags:" line (see SourceFlags) and extraFlags.
 func CompileC(src, out string, extraFlags ...string) error {
-	args := append(append(slices.Clone(CFlags), "-o", out, src), extraFlags...)
+	own, err := SourceFlags(src)
+	if err != nil {
+		return err
+	}
+	args := append(append(append(slices.Clone(CFlags), "-o", out, src), own...), extraFlags...)
 	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("cc %v: %w\n%s", args, err, b)
 	}
@@ -118,4 +124,24 @@ func SkipOrFail(t testing.TB, format string, args ...any) {
 		t.Fatalf(format, args...)
 	}
 	t.Skipf(format, args...)
+}
+
+// SourceFlags returns the flags a workload asks for in a line of its own
+// "// cflags: -O2 -fomit-frame-pointer" (before its first #include), which
+// override CFlags: the workload is built the same way by every test and by
+// the kernel matrix.
+func SourceFlags(src string) ([]string, error) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "#include") {
+			break
+		}
+		if rest, ok := strings.CutPrefix(line, "// cflags:"); ok {
+			return strings.Fields(rest), nil
+		}
+	}
+	return nil, nil
 }

@@ -146,6 +146,5 @@ func (s *rowSpace) release(first, n uint32) {
 	}
 }
 
-// fitsInt16 and fitsInt32 say whether an offset fits a row field.
+// fitsInt16 says whether an offset fits a row's int16 field.
 func fitsInt16(v int64) bool { return v >= math.MinInt16 && v <= math.MaxInt16 }
-func fitsInt32(v int64) bool { return v >= math.MinInt32 && v <= math.MaxInt32 }

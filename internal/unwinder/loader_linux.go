@@ -45,8 +45,8 @@ type fileTable struct {
 type loadedProcess struct {
 	start  uint64 // start time, to notice a reused pid
 	mapped uint64 // fingerprint of the executable mappings loaded
-	keys  []bpf.CpuUnwindMappingKey
-	files []fileKey
+	keys   []bpf.CpuUnwindMappingKey
+	files  []fileKey
 }
 
 // releaseDelay is how long freed rows stay unused: a walk that looked up a

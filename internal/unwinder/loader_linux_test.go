@@ -78,7 +78,7 @@ func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapp
 func TestLoaderMatchesTheTable(t *testing.T) {
 	maps := newTestMaps(t, 1<<20)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
-	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c", "-O2", "-fomit-frame-pointer"), "60")
+	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
 	require.Eventually(t, func() bool { // the dynamic loader has mapped libc
 		b, _ := os.ReadFile(procfs.FS{Root: "/proc"}.Path(pid, "maps"))
@@ -135,7 +135,7 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 	mem, err := unix.Mmap(fd, int64(text.Off), 1<<20, unix.PROT_READ|unix.PROT_EXEC, unix.MAP_PRIVATE)
 	unix.Close(fd)
 	require.NoError(t, err)
-	defer unix.Munmap(mem)
+	defer func() { _ = unix.Munmap(mem) }()
 	addr := uint64(uintptr(unsafePointer(mem))) + 0x3000
 	_, _, ok := lookup(t, maps, pid, addr)
 	assert.False(t, ok, "the new mapping is not loaded before Sweep")

@@ -49,7 +49,7 @@ func TestKernelRows(t *testing.T) {
 	rows, base, err := kernelRows([]cfi.Row{
 		cfa(0x401000, 8), cfa(0x401004, 16),
 		{PC: 0x401010, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 16, RAOffset: -8, FPOffset: 1 << 20}, // unsupported
-		{PC: 0x401020, Kind: cfi.KindUnsupported}, // merges with the one before
+		{PC: 0x401020, Kind: cfi.KindUnsupported},                                                            // merges with the one before
 		{PC: 0x401030},
 	})
 	require.NoError(t, err)

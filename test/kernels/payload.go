@@ -25,6 +25,7 @@ type check struct {
 var checks = []check{
 	{"stack store", "bpf.test", "TestStackStoreHelpers"},
 	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd"},
+	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers"},
 	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile"},
 	{"probe", "e2e.test", "TestCollectorProbeLogs"},
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},

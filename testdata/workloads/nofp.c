@@ -1,6 +1,6 @@
 // nofp: known call chains in code without frame pointers, for the unwinder's
-// tests. Built by the tests with -O2 -fomit-frame-pointer (and -g0 on request:
-// the unwind tables come from .eh_frame, which gcc always emits on x86-64).
+// tests (the unwind tables come from .eh_frame, which gcc emits on x86-64).
+// cflags: -O2 -fomit-frame-pointer
 //
 // Thread "chain": main -> chain_a -> chain_b -> chain_c -> chain_leaf, the
 // leaf burning CPU. Thread "sorter": sorter -> sort_round -> qsort (glibc)

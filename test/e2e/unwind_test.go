@@ -1,0 +1,103 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// chainCheck is one call chain of the nofp workload: the samples whose
+// leaf is leaf must hold callers in order (others may come between) and
+// end at one of roots.
+type chainCheck struct {
+	leaf    string
+	callers []string
+	roots   []string
+}
+
+// share returns the share of the samples with leaf c.leaf that are whole,
+// their number, and an example of one that is not.
+func (c chainCheck) share(s *otlpProfilesServer) (float64, int64, string) {
+	var all, whole int64
+	example := ""
+	for _, pd := range s.all() {
+		for _, st := range pdata.Stacks(pd) {
+			if len(st.Functions) == 0 || st.Functions[0] != c.leaf {
+				continue
+			}
+			all += st.Value
+			if c.whole(st.Functions) {
+				whole += st.Value
+			} else if example == "" {
+				example = strings.Join(st.Functions, " <- ")
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}
+
+func (c chainCheck) whole(fns []string) bool {
+	i := 0
+	for _, fn := range fns[1:] {
+		if i < len(c.callers) && (fn == c.callers[i] || c.callers[i] == "qsort" && strings.Contains(fn, "qsort")) {
+			i++
+		}
+	}
+	return i == len(c.callers) && slices.ContainsFunc(fns, func(fn string) bool { return slices.Contains(c.roots, fn) })
+}
+
+// Code built without frame pointers (nofp.c, -O2 -fomit-frame-pointer)
+// comes out of the collector with whole stacks: through the program's own
+// frames, and through glibc's qsort, down to the threads' roots.
+func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
+	bin := collectorBinary(t)
+	nofp := testutil.BuildC(t, "nofp.c")
+	otlp, addr := startOTLPServer(t)
+	work := exec.Command(nofp, "60")
+	require.NoError(t, work.Start())
+	t.Cleanup(func() { _ = work.Process.Kill(); _ = work.Wait() })
+
+	startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {pids: [%d]}
+    cpu: {samples_per_second: 99}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, work.Process.Pid, addr))
+
+	chain := chainCheck{"chain_leaf", []string{"chain_c", "chain_b", "chain_a", "main"}, []string{"__libc_start_call_main", "__libc_start_main", "_start"}}
+	sorter := chainCheck{"compare_slow", []string{"qsort", "sort_round", "sorter"}, []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}}
+	require.Eventually(t, func() bool {
+		_, a, _ := chain.share(otlp)
+		_, b, _ := sorter.share(otlp)
+		return a >= 300 && b >= 300
+	}, 90*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the workload")
+
+	chainShare, chainN, chainEx := chain.share(otlp)
+	sortShare, sortN, sortEx := sorter.share(otlp)
+	matrixFigure(t, "own frames %.1f%% whole, through qsort %.1f%%", 100*chainShare, 100*sortShare)
+	t.Logf("chain: %d samples, sorter: %d", chainN, sortN)
+	// The first samples come before the process's tables are loaded.
+	assert.GreaterOrEqual(t, chainShare, 0.95, "e.g. %s", chainEx)
+	assert.GreaterOrEqual(t, sortShare, 0.95, "e.g. %s", sortEx)
+}
