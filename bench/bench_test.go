@@ -94,7 +94,8 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "offcpu", "probes"}, false},
+		{"all", []string{"cpu", "unwind", "offcpu", "probes"}, false},
+		{"unwind", []string{"unwind"}, false},
 		{"probes", []string{"probes"}, false},
 		{"cpu", []string{"cpu"}, false},
 		{"offcpu", []string{"offcpu"}, false},

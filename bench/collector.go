@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/google/pprof/profile"
 )
 
 // readyMessage is what the collector logs once every component has started.
@@ -39,6 +41,8 @@ type profileConfig struct {
 	// probes, when not empty, are declared in the receiver and a logs
 	// pipeline sends their records to the debug exporter.
 	probes []benchProbe
+	// unwinding is unwinding::method ("" is the default, auto).
+	unwinding string
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -90,6 +94,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 		}
 	} else {
 		b.WriteString("    off_cpu:\n      enabled: false\n")
+	}
+	if p.unwinding != "" {
+		fmt.Fprintf(&b, "    unwinding:\n      method: %s\n", p.unwinding)
 	}
 	if len(p.probes) > 0 {
 		b.WriteString("    probes:\n")
@@ -307,4 +314,43 @@ func (l *lineLog) last(n int) string {
 		s += "\n" + string(l.partial)
 	}
 	return s
+}
+
+// meanDepth returns the mean number of frames (lines, inlined ones too) of
+// the samples whose stack names function marker, over every pprof file the
+// collector wrote, weighted by sample value; 0 when none does.
+func (c *collector) meanDepth(marker string) (float64, error) {
+	paths, err := filepath.Glob(filepath.Join(c.profiles, "*.pb.gz"))
+	if err != nil {
+		return 0, err
+	}
+	var frames, samples int64
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return 0, err
+		}
+		prof, err := profile.Parse(f)
+		f.Close()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p, err)
+		}
+		for _, s := range prof.Sample {
+			n, named := 0, false
+			for _, loc := range s.Location {
+				n += max(1, len(loc.Line))
+				for _, l := range loc.Line {
+					named = named || l.Function != nil && l.Function.Name == marker
+				}
+			}
+			if named && len(s.Value) > 0 {
+				frames += int64(n) * s.Value[0]
+				samples += s.Value[0]
+			}
+		}
+	}
+	if samples == 0 {
+		return 0, nil
+	}
+	return float64(frames) / float64(samples), nil
 }

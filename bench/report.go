@@ -40,6 +40,16 @@ type report struct {
 
 	haveIdle             bool
 	idleTicks, idleSched float64
+
+	depths map[string][]float64 // per collector scenario: mean frames of the marker's samples, per round
+}
+
+// addDepth records the mean depth a collector scenario measured in a round.
+func (r *report) addDepth(scenario string, depth float64) {
+	if r.depths == nil {
+		r.depths = map[string][]float64{}
+	}
+	r.depths[scenario] = append(r.depths[scenario], depth)
 }
 
 func newReport(scenarios []string, collectorSc, marker string, checks func(io.Writer, *report)) *report {
@@ -233,4 +243,29 @@ func yesNo(ok bool) string {
 		return "yes"
 	}
 	return "no"
+}
+
+// unwindChecks are the verdicts of the unwind suite: the workload's stacks
+// are deeper with auto, auto slows it no more than frame_pointer + 1 point,
+// and the collector's CPU and RSS.
+func unwindChecks(w io.Writer, r *report) {
+	auto, hasAuto := r.ratios[scUnwindAuto]
+	fp, hasFP := r.ratios[scFramePtr]
+	if !hasAuto || !hasFP {
+		fmt.Fprintln(w, "unwinding: n/a (collector skipped)")
+		return
+	}
+	da, df := median(r.depths[scUnwindAuto]), median(r.depths[scFramePtr])
+	fmt.Fprintf(w, "mean frames of work_hot samples: auto %.1f, frame_pointer %.1f\n", da, df)
+	a, f := median(auto), median(fp)
+	fmt.Fprintf(w, "slowdown with auto <= frame_pointer's + 0.01: %s (wall ratio: auto %.3f, frame_pointer %.3f)\n", yesNo(a <= f+0.01), a, f)
+	if perf, ok := r.ratios[scPerfDwarf]; ok {
+		fmt.Fprintf(w, "slowdown with auto <= perf --call-graph dwarf's: %s (wall ratio: auto %.3f, perf %.3f)\n", yesNo(a <= median(perf)), a, median(perf))
+	}
+	if len(r.cpuTicks) > 0 {
+		c := median(r.cpuTicks)
+		fmt.Fprintf(w, "collector CPU with auto <= %.1f%% of a core: %s (%.2f%%)\n", targetCPUPercent, yesNo(c <= targetCPUPercent), c)
+		rss := mib(slices.Max(r.rss))
+		fmt.Fprintf(w, "peak RSS with auto <= 80 MiB: %s (%.1f MiB)\n", yesNo(rss <= 80), rss)
+	}
 }

@@ -30,8 +30,9 @@ func (w workload) argv() []string { return append([]string{w.bin}, w.args...) }
 
 // buildWorkload writes the embedded C source of workload name into dir and
 // compiles it with frame pointers and debug info, so every profiler can
-// unwind and symbolize it. It returns the path of the binary.
-func buildWorkload(ctx context.Context, dir, name string, source []byte) (string, error) {
+// unwind and symbolize it, then extraFlags (which may take the frame
+// pointers away again). It returns the path of the binary.
+func buildWorkload(ctx context.Context, dir, name string, source []byte, extraFlags ...string) (string, error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
@@ -44,7 +45,11 @@ func buildWorkload(ctx context.Context, dir, name string, source []byte) (string
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.CommandContext(ctx, cc, "-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, src)
+	if len(extraFlags) > 0 {
+		bin += "-" + strings.Trim(strings.Join(extraFlags, ""), "-")
+	}
+	args := append([]string{"-O2", "-g", "-fno-omit-frame-pointer", "-pthread", "-o", bin, src}, extraFlags...)
+	cmd := exec.CommandContext(ctx, cc, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("compiling the workload %s: %v\n%s", name, err, out)
 	}
@@ -120,6 +125,9 @@ type collectorRun struct {
 	// sawWorkload: the collector's pprof files name the workload's marker
 	// function, so it did profile the workload.
 	sawWorkload bool
+	// depth is the mean number of frames of the samples naming the marker
+	// in the collector's pprof files.
+	depth float64
 }
 
 // runWithCollector starts the collector, waits until it is ready and settled,
@@ -161,7 +169,11 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, w workload, mark
 	if err != nil {
 		return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
 	}
-	out := collectorRun{runResult: res, peakRSS: rss, sawWorkload: seen}
+	depth, err := c.meanDepth(marker)
+	if err != nil {
+		return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
+	}
+	out := collectorRun{runResult: res, peakRSS: rss, sawWorkload: seen, depth: depth}
 	out.cpuTicks, out.cpuSched = cpuPercent(before, after, res.outside)
 	return out, nil
 }

@@ -15,6 +15,9 @@ const (
 	scBpfprofiler = "bpfprofiler 99Hz"
 	scPerfSwitch  = "perf sched_switch -a -g"
 	scOffCPU      = "bpfprofiler off-CPU"
+	scPerfDwarf   = "perf -F99 -a --call-graph dwarf"
+	scFramePtr    = "bpfprofiler frame_pointer"
+	scUnwindAuto  = "bpfprofiler auto"
 )
 
 // Suite names, as -suite takes them.
@@ -22,18 +25,19 @@ const (
 	suiteCPU    = "cpu"
 	suiteOffCPU = "offcpu"
 	suiteProbes = "probes"
+	suiteUnwind = "unwind"
 	suiteAll    = "all"
 )
 
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteOffCPU, suiteProbes}, nil
+		return []string{suiteCPU, suiteUnwind, suiteOffCPU, suiteProbes}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s or %s, not %q", suiteCPU, suiteOffCPU, suiteProbes, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s or %s, not %q", suiteCPU, suiteUnwind, suiteOffCPU, suiteProbes, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
@@ -84,7 +88,10 @@ func runSuite(ctx context.Context, s *suite, rounds int, idleWindow time.Duratio
 			}
 			round[sc.name] = res
 			if c != nil {
-				cr = c
+				s.rep.addDepth(sc.name, c.depth)
+				if sc.name == s.rep.collectorSc {
+					cr = c
+				}
 			}
 			// Let perf's post-processing or the collector's exit settle.
 			select {
@@ -163,6 +170,35 @@ func newCPUSuite(ctx context.Context, e env) (*suite, error) {
 		}
 	}
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, cpuChecks)
+	return s, nil
+}
+
+// newUnwindSuite is the unwinding suite: fixedwork built without frame
+// pointers alone, under `perf record -F 99 -a --call-graph dwarf`, and beside
+// the collector sampling the host at 99 Hz with unwinding::method
+// frame_pointer and auto (whose CPU and RSS the report gives).
+func newUnwindSuite(ctx context.Context, e env) (*suite, error) {
+	bin, err := buildWorkload(ctx, e.dir, "fixedwork", fixedworkSource, "-fomit-frame-pointer")
+	if err != nil {
+		return nil, err
+	}
+	w := workload{name: "fixedwork", bin: bin, args: []string{strconv.FormatUint(e.o.iterations, 10)}}
+	const marker = "work_hot"
+	s := &suite{
+		title:     fmt.Sprintf("== suite unwind: fixedwork without frame pointers, %d iterations x 2 threads ==", e.o.iterations),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	if !e.o.skipPerf {
+		s.scenarios = append(s.scenarios, perfScenario(scPerfDwarf, e, []string{"-F", "99", "-a", "--call-graph", "dwarf"}, w))
+	}
+	collectorSc := ""
+	if !e.o.skipCollector {
+		s.scenarios = append(s.scenarios,
+			collectorScenario(scFramePtr, e.collector(profileConfig{cpuHz: 99, unwinding: "frame_pointer"}), w, marker),
+			collectorScenario(scUnwindAuto, e.collector(profileConfig{cpuHz: 99, unwinding: "auto"}), w, marker))
+		collectorSc = scUnwindAuto
+	}
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, unwindChecks)
 	return s, nil
 }
 
