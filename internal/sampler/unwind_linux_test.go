@@ -15,21 +15,45 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// chainShare returns, of the samples of threads named comm, the share
-// (by value) whose symbolized user stack holds want in order, leaf first
-// (other frames may come between), and reaches one of roots.
-func chainShare(sym *symbolize.Symbolizer, pid uint32, samples []capture.RawStack, comm string, want, roots []string) (share float64, total uint64, example []string) {
+// chain is a call chain a fixture runs: samples whose leaf frame is
+// callers[0] must hold the rest of callers in order (other frames may come
+// between) and reach one of roots.
+type chain struct {
+	callers []string
+	roots   []string
+}
+
+var (
+	mainRoots   = []string{"__libc_start_main", "__libc_start_call_main", "_start"}
+	threadRoots = []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}
+	goRoots     = []string{"runtime.goexit", "runtime.main"}
+)
+
+// matches says whether a symbolized name is want: equal, a Rust path
+// ending in it, a C++ function with its parameters, or glibc's own name of
+// qsort (__qsort_r in 2.36).
+func matches(name, want string) bool {
+	return name == want || strings.HasSuffix(name, "::"+want) || strings.HasPrefix(name, want+"(") ||
+		want == "qsort" && strings.Contains(name, "qsort")
+}
+
+// share returns, of the samples whose leaf is the chain's, the share (by
+// value) that are whole, their number and an example of one that is not.
+func (c chain) share(sym *symbolize.Symbolizer, pid uint32, samples []capture.RawStack) (share float64, total uint64, example []string) {
 	var whole uint64
 	for _, smp := range samples {
-		if smp.Comm != comm {
+		if smp.PID != pid {
 			continue
 		}
-		total += smp.Value
 		var names []string
 		for _, f := range sym.User(pid, smp.Addresses(capture.UserFrame)) {
 			names = append(names, f.Function)
 		}
-		if inOrder(names, want) && slices.ContainsFunc(names, func(n string) bool { return slices.Contains(roots, n) }) {
+		if len(names) == 0 || !matches(names[0], c.callers[0]) {
+			continue
+		}
+		total += smp.Value
+		if c.whole(names) {
 			whole += smp.Value
 		} else if example == nil {
 			example = names
@@ -41,64 +65,78 @@ func chainShare(sym *symbolize.Symbolizer, pid uint32, samples []capture.RawStac
 	return float64(whole) / float64(total), total, example
 }
 
-// inOrder reports whether want appears in names in order; "qsort" stands
-// for glibc's own name of it (__qsort_r in 2.36).
-func inOrder(names, want []string) bool {
-	i := 0
-	for _, n := range names {
-		if i < len(want) && (n == want[i] || want[i] == "qsort" && strings.Contains(n, "qsort")) {
+func (c chain) whole(names []string) bool {
+	i := 1
+	for _, n := range names[1:] {
+		if i < len(c.callers) && matches(n, c.callers[i]) {
 			i++
 		}
 	}
-	return i == len(want)
+	return i == len(c.callers) && slices.ContainsFunc(names, func(n string) bool { return slices.Contains(c.roots, n) })
 }
 
-// A program built without frame pointers: with unwind tables, its stacks
-// are whole, through its own frames and through glibc's qsort, down to the
-// thread's root; with frame pointers only, they are not.
+// Programs built without frame pointers (C, C++ with exceptions, a Rust
+// release build), and a Go binary: with unwind tables, at least 95% of the
+// samples of each known chain are whole, through the programs' own frames
+// and glibc's, down to the thread's root. Without tables, the C fixture's
+// are not (what the tables fix).
 func TestUnwindTablesWalkCodeWithoutFramePointers(t *testing.T) {
 	testutil.RequireBPF(t)
-	bin := testutil.BuildC(t, "nofp.c")
-	cmd := testutil.StartWorkload(t, bin, "60")
-	pid := uint32(cmd.Process.Pid)
-	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
-	defer sym.Close()
-
-	chain := []string{"chain_leaf", "chain_c", "chain_b", "chain_a", "main"}
-	sorter := []string{"compare_slow", "qsort", "sort_round", "sorter"}
-	mainRoots := []string{"__libc_start_main", "__libc_start_call_main", "_start"}
-	threadRoots := []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}
-
-	for _, tables := range []bool{false, true} {
-		s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: tables, Proc: procfs.FS{Root: "/proc"}})
-		// The first samples announce the process; its tables load then.
-		time.Sleep(time.Second)
-		samples, st, _ := sampleFor(t, s, 3*time.Second)
-		_ = s.Close()
-
-		chainOK, chainN, chainEx := chainShare(sym, pid, samples, "chain", chain, mainRoots)
-		sortOK, sortN, sortEx := chainShare(sym, pid, samples, "sorter", sorter, threadRoots)
-		t.Logf("tables %v: chain %.1f%% of %d samples whole, sorter %.1f%% of %d; unwind ends %v, %d frames",
-			tables, 100*chainOK, chainN, 100*sortOK, sortN, st.UnwindEnds, st.UnwindFrames)
-		if chainN < 100 || sortN < 100 {
-			t.Fatalf("tables %v: %d chain and %d sorter samples, want 100 each", tables, chainN, sortN)
-		}
-		if !tables {
-			// Without tables the walk loses callers: what the tables must fix.
-			if chainOK > 0.5 && sortOK > 0.5 {
-				t.Errorf("frame pointers alone give whole stacks (%.2f, %.2f): the fixture does not test the tables", chainOK, sortOK)
+	for _, tt := range []struct {
+		name   string
+		build  func(t *testing.T) string
+		chains []chain
+		// fpBreaks: frame pointers alone lose these chains' callers.
+		fpBreaks bool
+	}{
+		{"C", func(t *testing.T) string { return testutil.BuildC(t, "nofp.c") }, []chain{
+			{[]string{"chain_leaf", "chain_c", "chain_b", "chain_a", "main"}, mainRoots},
+			{[]string{"compare_slow", "qsort", "sort_round", "sorter"}, threadRoots},
+		}, true},
+		{"C++", func(t *testing.T) string { return testutil.BuildC(t, "nofp_cpp.cpp") }, []chain{
+			{[]string{"cpp_leaf", "cpp_b", "cpp_a", "main"}, mainRoots},
+		}, false},
+		{"Rust", func(t *testing.T) string { return testutil.BuildRust(t, "nofp_rust.rs") }, []chain{
+			{[]string{"rust_leaf", "rust_b", "rust_a", "main"}, mainRoots},
+		}, false},
+		{"Go", func(t *testing.T) string { return testutil.BuildGo(t, "gohot") }, []chain{
+			{[]string{"main.(*Cruncher).hotLoop", "main.main"}, goRoots},
+		}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := testutil.StartWorkload(t, tt.build(t), "60")
+			pid := uint32(cmd.Process.Pid)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			modes := []bool{true}
+			if tt.fpBreaks {
+				modes = []bool{false, true}
 			}
-			continue
-		}
-		if chainOK < 0.95 {
-			t.Errorf("chain: %.1f%% of samples whole, want >= 95%%; e.g. %s", 100*chainOK, strings.Join(chainEx, " <- "))
-		}
-		if sortOK < 0.95 {
-			t.Errorf("sorter: %.1f%% of samples whole, want >= 95%%; e.g. %s", 100*sortOK, strings.Join(sortEx, " <- "))
-		}
-		if st.UnwindEnds[capture.UnwindRoot] == 0 {
-			t.Errorf("no walk reached a root: %v", st.UnwindEnds)
-		}
+			for _, tables := range modes {
+				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: tables, Proc: procfs.FS{Root: "/proc"}})
+				// The first samples announce the process; its tables load then.
+				time.Sleep(time.Second)
+				samples, st, _ := sampleFor(t, s, 3*time.Second)
+				_ = s.Close()
+				for _, c := range tt.chains {
+					share, n, example := c.share(sym, pid, samples)
+					t.Logf("tables %v: %s: %.1f%% of %d samples whole; unwind ends %v, %d frames",
+						tables, c.callers[0], 100*share, n, st.UnwindEnds, st.UnwindFrames)
+					if n < 100 {
+						t.Fatalf("%d samples with leaf %s, want 100", n, c.callers[0])
+					}
+					switch {
+					case !tables && share > 0.5:
+						t.Errorf("frame pointers alone give whole stacks (%.2f): the fixture does not test the tables", share)
+					case tables && share < 0.95:
+						t.Errorf("%.1f%% of samples whole, want >= 95%%; e.g. %s", 100*share, strings.Join(example, " <- "))
+					}
+				}
+				if tables && st.UnwindEnds[capture.UnwindRoot] == 0 {
+					t.Errorf("no walk reached a root: %v", st.UnwindEnds)
+				}
+			}
+		})
 	}
 }
 

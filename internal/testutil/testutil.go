@@ -86,7 +86,11 @@ func CompileC(src, out string, extraFlags ...string) error {
 		return err
 	}
 	args := append(append(append(slices.Clone(CFlags), "-o", out, src), own...), extraFlags...)
-	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+	compiler := "cc"
+	if strings.HasSuffix(src, ".cpp") {
+		compiler = "c++"
+	}
+	if b, err := exec.Command(compiler, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("cc %v: %w\n%s", args, err, b)
 	}
 	return nil
@@ -144,4 +148,25 @@ func SourceFlags(src string) ([]string, error) {
 		}
 	}
 	return nil, nil
+}
+
+// BuildRust compiles the single-file Rust program testdata/workloads/<src>
+// as a release build (optimized, no frame pointers) and returns the
+// binary's path. rustc is taken from PATH, else from ~/.cargo/bin (rustup);
+// without it the test is skipped (failed with BPFPROFILER_REQUIRE_BPF=1).
+func BuildRust(t testing.TB, src string) string {
+	t.Helper()
+	rustc, err := exec.LookPath("rustc")
+	if err != nil {
+		home, _ := os.UserHomeDir()
+		rustc = filepath.Join(home, ".cargo", "bin", "rustc")
+		if _, err := os.Stat(rustc); err != nil {
+			SkipOrFail(t, "no rustc in PATH or ~/.cargo/bin")
+		}
+	}
+	out := filepath.Join(t.TempDir(), trimExt(src))
+	cmd := exec.Command(rustc, "-C", "opt-level=3", "-C", "force-frame-pointers=no", "-o", out, Workload(t, src))
+	cmd.Dir = t.TempDir()
+	run(t, cmd)
+	return out
 }
