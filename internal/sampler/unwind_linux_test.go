@@ -3,11 +3,16 @@
 package sampler
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -235,4 +240,76 @@ func compressForever(t *testing.T, bin string, args ...string) uint32 {
 		}
 	}()
 	return uint32(cmd.Process.Pid)
+}
+
+// A non-PIE build, a stripped build (whose own functions have no names:
+// its samples must still reach the thread's root), and a process that
+// execs the fixture after running a shell loop (the tables of its new
+// program are loaded at the exec's announcement).
+func TestUnwindTablesBuildsAndExec(t *testing.T) {
+	testutil.RequireBPF(t)
+	pie := testutil.BuildC(t, "nofp.c")
+	stripped := filepath.Join(t.TempDir(), "nofp-stripped")
+	out, err := exec.Command("strip", "-o", stripped, pie).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	shell := func(bin string) []string {
+		return []string{"/bin/sh", "-c", "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; exec " + bin + " 60"}
+	}
+	leaf := chain{[]string{"chain_leaf", "chain_c", "chain_b", "chain_a", "main"}, mainRoots}
+	for _, tt := range []struct {
+		name     string
+		argv     []string
+		named    bool          // the fixture's functions have names
+		warmup   time.Duration // before the window measured
+		settleOn string        // wait until the process runs this file
+	}{
+		{"non-PIE", []string{testutil.BuildC(t, "nofp.c", "-no-pie"), "60"}, true, time.Second, ""},
+		{"stripped", []string{stripped, "60"}, false, time.Second, ""},
+		{"exec", shell(pie), true, time.Second, pie},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := testutil.StartWorkload(t, tt.argv[0], tt.argv[1:]...)
+			pid := uint32(cmd.Process.Pid)
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+			if tt.settleOn != "" {
+				opened := time.Now()
+				require.Eventually(t, func() bool {
+					exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+					return exe == tt.settleOn
+				}, 30*time.Second, 10*time.Millisecond, "the shell did not exec %s", tt.settleOn)
+				// The shell ran (and was announced) under the sampler first.
+				require.Greater(t, time.Since(opened), 500*time.Millisecond, "the shell's loop ended too soon to test the exec")
+			}
+			time.Sleep(tt.warmup)
+			samples, st, _ := sampleFor(t, s, 3*time.Second)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			if tt.named {
+				share, n, example := leaf.share(sym, pid, samples)
+				t.Logf("%s: %.1f%% of %d chain_leaf samples whole; unwind ends %v", tt.name, 100*share, n, st.UnwindEnds)
+				if n < 100 || share < 0.95 {
+					t.Errorf("%.1f%% of %d samples whole, want >= 95%% of at least 100; e.g. %s", 100*share, n, strings.Join(example, " <- "))
+				}
+				return
+			}
+			var total, rooted uint64
+			for _, smp := range samples {
+				if smp.PID != pid {
+					continue
+				}
+				total += smp.Value
+				for _, f := range sym.User(pid, smp.Addresses(capture.UserFrame)) {
+					if slices.Contains(mainRoots, f.Function) || slices.Contains(threadRoots, f.Function) {
+						rooted += smp.Value
+						break
+					}
+				}
+			}
+			share := float64(rooted) / float64(max(total, 1))
+			t.Logf("%s: %.1f%% of %d samples reach a thread's root; unwind ends %v", tt.name, 100*share, total, st.UnwindEnds)
+			if total < 100 || share < 0.95 {
+				t.Errorf("%.1f%% of %d samples reach a root, want >= 95%% of at least 100", 100*share, total)
+			}
+		})
+	}
 }
