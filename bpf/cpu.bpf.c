@@ -259,8 +259,10 @@ int walk_user_stack(struct bpf_perf_event_data *ctx)
 	in = bpf_map_lookup_elem(&inflight, &zero);
 	w = bpf_map_lookup_elem(&walks, &zero);
 	frames = bpf_map_lookup_elem(&scratch, &zero);
-	if (!in || !w || !frames)
-		return 0; /* never: every map has its element */
+	if (!in)
+		return 0; /* never: every array has its element */
+	if (!w || !frames)
+		goto out;
 
 	end = walk_some(w, frames);
 	if (end < 0 && w->calls < WALK_CALLS) {
@@ -273,6 +275,8 @@ int walk_user_stack(struct bpf_perf_event_data *ctx)
 		finish_walk(ctx, w, frames, end, &counts_1, &stacks_1);
 	else
 		finish_walk(ctx, w, frames, end, &counts_0, &stacks_0);
+out:
+	/* sample_cpu counted the entry; the sample ends here. */
 	__sync_fetch_and_add(&in->exit, 1);
 	return 0;
 }
