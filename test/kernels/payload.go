@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -108,7 +110,9 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 }
 
 // copyLibraries copies the shared libraries (and the dynamic loader) that
-// ldd lists for bins into root, at the same paths.
+// ldd lists for bins into root, at the same paths, with their separate
+// debug files where the host has them (libc6-dbg: glibc's internal
+// functions, qsort's and start_thread's callers, are named from it).
 func copyLibraries(ctx context.Context, root string, bins []string) error {
 	libs := map[string]bool{}
 	for _, b := range bins {
@@ -127,8 +131,42 @@ func copyLibraries(ctx context.Context, root string, bins []string) error {
 		if err := copyFile(l, filepath.Join(root, l), 0o755); err != nil {
 			return err
 		}
+		debug, err := debugFile(l)
+		if err != nil || debug == "" {
+			continue // a library without a build id or debug file: nothing more to name
+		}
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(debug)), 0o755); err != nil {
+			return err
+		}
+		if err := copyFile(debug, filepath.Join(root, debug), 0o644); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// debugFile returns the host's separate debug file of the ELF file at
+// path, by build id, or "" when it has none.
+func debugFile(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	s := f.Section(".note.gnu.build-id")
+	if s == nil {
+		return "", nil
+	}
+	note, err := s.Data()
+	if err != nil || len(note) < 16 {
+		return "", err
+	}
+	id := hex.EncodeToString(note[16:]) // namesz 4, descsz 4, type 4, "GNU\0"
+	debug := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
+	if _, err := os.Stat(debug); err != nil {
+		return "", nil
+	}
+	return debug, nil
 }
 
 // parseLDD returns the absolute library paths in ldd output: "name => /path
