@@ -114,23 +114,30 @@ func filterMeasured(ms []measured, keep func(measured) bool) []measured {
 }
 
 // requireMatches checks that every record lies inside the workload's own
-// measurement of the same call and has its duration within ±1% or ±100 µs.
+// measurement of the same call, and that its duration is within ±1% or
+// ±100 µs of it for at least 90% of the records and within ±5% or ±1 ms for
+// every one: the thread may be preempted between the probe and the
+// workload's own clock reads (218 µs seen on a loaded 2-CPU machine).
 func requireMatches(t *testing.T, name string, recs []capture.RawScope, truth []measured, pid int, comm string) {
 	t.Helper()
 	require.Len(t, recs, len(truth), "%s: records %+v", name, recs)
+	tight := 0
 	for i, r := range recs {
 		m := truth[i]
 		want := time.Duration(m.end - m.start)
-		tol := max(want/100, 100*time.Microsecond)
 		diff := (want - r.Duration()).Abs()
 		t.Logf("%s[%d]: tid %d probe %v workload %v diff %v", name, i, r.TID, r.Duration(), want, diff)
-		require.LessOrEqual(t, diff, tol, "%s[%d]", name, i)
+		if diff <= max(want/100, 100*time.Microsecond) {
+			tight++
+		}
+		require.LessOrEqual(t, diff, max(want/20, time.Millisecond), "%s[%d]", name, i)
 		require.GreaterOrEqual(t, r.Start, m.start, "%s[%d] starts before the call", name, i)
 		require.LessOrEqual(t, r.End, m.end, "%s[%d] ends after the call", name, i)
 		require.Equal(t, uint32(pid), r.PID)
 		require.Equal(t, m.tid, r.TID)
 		require.Equal(t, comm, r.Comm)
 	}
+	require.GreaterOrEqual(t, 10*tight, 9*len(recs), "%s: %d of %d records within 1%% or 100 µs of the workload's measurement", name, tight, len(recs))
 }
 
 func scopeSpecs(bin string) []Spec {

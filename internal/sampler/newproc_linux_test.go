@@ -90,9 +90,11 @@ func TestExecAnnounced(t *testing.T) {
 	testutil.RequireBPF(t)
 	s := openSampler(t, Options{SamplesPerSecond: 99})
 	bin := testutil.BuildC(t, "cpuburn.c")
-	// The shell burns ~0.3 s of CPU in its own loop, then becomes cpuburn.
+	// The shell burns CPU in its own loop (no child process: a loop on
+	// date spent its time in the children, and the shell was sometimes
+	// never sampled), about a second, then becomes cpuburn.
 	cmd := testutil.StartWorkload(t, "sh", "-c",
-		`i=0; end=$(( $(date +%s) + 1 )); while [ $(date +%s) -lt $end ]; do i=$((i+1)); done; exec "$0" 0.5`, bin)
+		`i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done; exec "$0" 0.5`, bin)
 	pid := uint32(cmd.Process.Pid)
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
