@@ -14,7 +14,7 @@ import (
 const module = "github.com/bpfprofiler/bpfprofiler/"
 
 // kernelSide are the packages that load BPF and read its maps.
-var kernelSide = []string{"bpf", "internal/stackdrain", "internal/sampler", "internal/offcpu", "internal/probes"}
+var kernelSide = []string{"bpf", "internal/stackdrain", "internal/sampler", "internal/offcpu", "internal/probes", "internal/unwinder"}
 
 // forbidden lists, for each package, the packages it must not import
 // (directly); "kernel" stands for every package of kernelSide.
