@@ -106,15 +106,24 @@ func probeDurations(durations *regexp.Regexp, text string) []time.Duration {
 // record must be one min_duration could drop (its probe saw less than the
 // workload, never more). internal/probes checks durations to 1% or 100 µs;
 // here the tolerance also covers the cost of the uprobes themselves on the
-// emulated kernels of the kernel matrix.
+// emulated kernels of the kernel matrix, where the first call, which sets up
+// the process's uprobe state (its out-of-line page, the return trampoline),
+// took 12 ms for a 2 ms sleep and its probe saw 10.4 ms of the 14: only its
+// containment is checked.
 func matchScopes(durations, calls []time.Duration, minDuration time.Duration) error {
+	tolerance := func(j int) time.Duration {
+		if j == 0 {
+			return calls[0]
+		}
+		return scopeTolerance(calls[j])
+	}
 	j := 0
 	for i, d := range durations {
 		for ; j < len(calls); j++ {
-			if d <= calls[j] && calls[j]-d <= scopeTolerance(calls[j]) && d >= minDuration {
+			if d <= calls[j] && calls[j]-d <= tolerance(j) && d >= minDuration {
 				break
 			}
-			if calls[j] >= minDuration+scopeTolerance(calls[j]) {
+			if calls[j] >= minDuration+tolerance(j) {
 				return fmt.Errorf("record %d (%v): the workload's call %d (%v) has no record", i, d, j, calls[j])
 			}
 		}
@@ -124,7 +133,7 @@ func matchScopes(durations, calls []time.Duration, minDuration time.Duration) er
 		j++
 	}
 	for ; j < len(calls); j++ {
-		if calls[j] >= minDuration+scopeTolerance(calls[j]) {
+		if calls[j] >= minDuration+tolerance(j) {
 			return fmt.Errorf("the workload's call %d (%v) has no record", j, calls[j])
 		}
 	}
@@ -178,10 +187,15 @@ func TestMatchScopes(t *testing.T) {
 		{"much shorter than the call", ms(12.0, 30.1, 45.0, 25.0, 15.1), false},
 		{"an extra record", ms(12.0, 30.1, 50.0, 25.0, 15.1, 10.2, 11), false},
 		{"a short call stretched past min_duration", ms(12.0, 30.1, 50.0, 25.0, 15.1), true},
+		{"the first call slowed by the uprobe setup", ms(10.4, 13.5, 30.9, 50.5, 25.6, 15.6), true},
+		{"a later call much longer than its record", ms(10.4, 13.5, 30.9, 46.9, 25.6, 15.6), false},
 	} {
 		c := calls
-		if strings.Contains(tt.name, "stretched") {
+		switch {
+		case strings.Contains(tt.name, "stretched"):
 			c = stretched
+		case strings.Contains(tt.name, "slowed"), strings.Contains(tt.name, "later call"):
+			c = ms(14.0, 14.2, 31.2, 50.6, 25.8, 1.4, 1.3, 1.4, 15.7, 9.0) // seen on 6.1 under qemu
 		}
 		if err := matchScopes(tt.records, c, 10*time.Millisecond); (err == nil) != tt.ok {
 			t.Errorf("%s: %v", tt.name, err)
