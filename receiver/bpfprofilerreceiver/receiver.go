@@ -172,6 +172,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	logger.Info("bpfprofiler started",
 		zap.Bool("cpu", r.cfg.CPU.Enabled),
 		zap.Uint64("samples_per_second", r.cfg.CPU.SamplesPerSecond),
+		zap.String("unwinding", r.cfg.Unwinding.Method),
 		zap.Bool("off_cpu", r.cfg.OffCPU.Enabled),
 		zap.Duration("min_block", r.cfg.OffCPU.MinBlock),
 		zap.Duration("report_interval", r.cfg.ReportInterval),
