@@ -86,7 +86,7 @@ kernel-tools:
 # util-linux has chrt, unshare and setpriv. No test needs bpftool, bpftrace
 # or clang.
 test-tools:
-	$(call apt_install,gcc g++ binutils libc6-dbg util-linux)
+	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -312,4 +313,60 @@ func TestUnwindTablesBuildsAndExec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Our walk of the C fixture is at least as deep as what
+// `perf record --call-graph dwarf` (which copies the stack and unwinds it
+// afterwards with the same CFI) finds for the same process.
+func TestUnwindDepthAgainstPerfDwarf(t *testing.T) {
+	testutil.RequireBPF(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		testutil.SkipOrFail(t, "no perf: %v", err)
+	}
+	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
+	pid := uint32(cmd.Process.Pid)
+
+	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+	time.Sleep(time.Second) // the first samples announce the process
+	samples, _, _ := sampleFor(t, s, 3*time.Second)
+	_ = s.Close()
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
+	var ours, oursN float64
+	for _, smp := range samples {
+		addrs := smp.Addresses(capture.UserFrame)
+		if smp.PID != pid || len(addrs) == 0 {
+			continue
+		}
+		if f := sym.User(pid, addrs[:1]); len(f) == 0 || f[0].Function != "chain_leaf" {
+			continue
+		}
+		ours += float64(smp.Value) * float64(len(addrs))
+		oursN += float64(smp.Value)
+	}
+
+	data := filepath.Join(t.TempDir(), "perf.data")
+	out, err := exec.Command(perf, "record", "-q", "-F", "99", "--call-graph", "dwarf", "-p", fmt.Sprint(pid), "-o", data, "--", "sleep", "3").CombinedOutput()
+	require.NoError(t, err, "perf record: %s", out)
+	script, err := exec.Command(perf, "script", "-i", data, "-F", "comm,tid,ip,sym").Output()
+	require.NoError(t, err, "perf script")
+	var theirs, theirsN float64
+	for _, block := range strings.Split(string(script), "\n\n") {
+		var frames []string
+		for _, line := range strings.Split(block, "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 2 {
+				frames = append(frames, f[1])
+			}
+		}
+		if len(frames) > 0 && frames[0] == "chain_leaf" {
+			theirs += float64(len(frames))
+			theirsN++
+		}
+	}
+	require.Positive(t, oursN, "our samples of chain_leaf")
+	require.Positive(t, theirsN, "perf's samples of chain_leaf")
+	t.Logf("mean depth of chain_leaf samples: ours %.2f (%v samples), perf --call-graph dwarf %.2f (%v samples)",
+		ours/oursN, oursN, theirs/theirsN, theirsN)
+	assert.GreaterOrEqual(t, ours/oursN, theirs/theirsN-0.5, "our stacks are shallower than perf's")
 }
