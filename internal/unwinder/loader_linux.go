@@ -5,6 +5,7 @@ package unwinder
 import (
 	"debug/elf"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -38,7 +39,9 @@ type fileTable struct {
 	first, rows uint32
 	base        uint64 // the file virtual address of row pc 0
 	progs       []elf.ProgHeader
-	refs        int // processes mapping the file
+	refs        int       // (process, file) pairs using it
+	keys        []fileKey // the files (device, inode) it serves
+	buildID     string    // GNU build id, "" if the file has none
 }
 
 // loadedProcess is what the loader put in the maps for one process.
@@ -69,6 +72,7 @@ type Loader struct {
 	mu      sync.Mutex
 	space   *rowSpace
 	files   map[fileKey]*fileTable
+	byBuild map[string]*fileTable // tables by build id: copies of a file share one
 	procs   map[uint32]*loadedProcess
 	pending []pendingRelease
 	stats   Stats
@@ -84,6 +88,7 @@ func NewLoader(maps Maps, proc procfs.FS, capacity uint32) *Loader {
 		build:    buildRows,
 		space:    newRowSpace(capacity),
 		files:    make(map[fileKey]*fileTable),
+		byBuild:  make(map[string]*fileTable),
 		procs:    make(map[uint32]*loadedProcess),
 		stats:    Stats{RowCapacity: uint64(capacity)},
 	}
@@ -211,12 +216,13 @@ func (l *Loader) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	st := l.stats
-	st.Tables = 0
+	tables := map[*fileTable]bool{} // a table serves every copy of its file
 	for _, t := range l.files {
 		if t.rows > 0 {
-			st.Tables++
+			tables[t] = true
 		}
 	}
+	st.Tables = uint64(len(tables))
 	st.RowsUsed = l.space.used
 	return st
 }
@@ -251,34 +257,41 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		if t.refs--; t.refs > 0 {
 			continue
 		}
-		delete(l.files, key)
+		for _, k := range t.keys {
+			delete(l.files, k)
+		}
+		if t.buildID != "" && l.byBuild[t.buildID] == t {
+			delete(l.byBuild, t.buildID)
+		}
 		if t.rows > 0 {
 			l.pending = append(l.pending, pendingRelease{span{t.first, t.rows}, time.Now()})
 		}
 	}
 }
 
-// table returns the table of the file of m, building and storing it the
-// first time, with a reference taken for the caller; nil when the file
-// cannot be opened (counted).
+// table returns the table of the file of m, with a reference taken for the
+// caller: the one of this file (device and inode), else the one of a copy
+// of it (same build id, e.g. the same library in two container images),
+// else one built now. A file that cannot be read gets an empty table
+// (counted), so it is not tried again while mapped.
 func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
-	if t, ok := l.files[key]; ok {
-		t.refs++
-		return t, key
+	t, ok := l.files[key]
+	if !ok {
+		var err error
+		if t, err = l.buildTable(pid, m); err != nil {
+			l.stats.countFailure(err)
+			t = &fileTable{}
+		}
+		t.keys = append(t.keys, key)
+		l.files[key] = t
 	}
-	t, err := l.buildTable(pid, m)
-	if err != nil {
-		l.stats.countFailure(err)
-		// Remembered without rows: the file is not tried again while mapped.
-		t = &fileTable{}
-	}
-	t.refs = 1
-	l.files[key] = t
+	t.refs++
 	return t, key
 }
 
-// buildTable builds the table of the file of m and writes its rows.
+// buildTable builds the table of the file of m and writes its rows, or
+// returns the table of a file with the same build id.
 func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
@@ -291,13 +304,20 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	if err != nil {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
+	id := buildID(ef)
+	if t := l.byBuild[id]; id != "" && t != nil {
+		return t, nil
+	}
 	began := time.Now()
 	rows, base, err := l.build(ef)
 	l.stats.BuildTime += time.Since(began)
 	if err != nil {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	t := &fileTable{base: base, progs: progHeaders(ef)}
+	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id}
+	if id != "" {
+		l.byBuild[id] = t
+	}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		return t, nil
@@ -372,4 +392,22 @@ func fingerprint(maps []procfs.Map) uint64 {
 		}
 	}
 	return h
+}
+
+// buildID returns the GNU build id of f in hex, or "" (none, or unreadable).
+func buildID(f *elf.File) string {
+	s := f.Section(".note.gnu.build-id")
+	if s == nil || s.Size > 1024 {
+		return ""
+	}
+	note, err := s.Data()
+	if err != nil || len(note) < 16 {
+		return ""
+	}
+	namesz, descsz := f.ByteOrder.Uint32(note[0:4]), f.ByteOrder.Uint32(note[4:8])
+	desc := 12 + (uint64(namesz)+3)&^3
+	if namesz != 4 || string(note[12:15]) != "GNU" || desc+uint64(descsz) > uint64(len(note)) || descsz == 0 {
+		return ""
+	}
+	return hex.EncodeToString(note[desc : desc+uint64(descsz)])
 }

@@ -5,6 +5,7 @@ package unwinder
 import (
 	"debug/elf"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -167,3 +168,57 @@ func TestLoaderSpaceFull(t *testing.T) {
 }
 
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// Two copies of one binary (two inodes, one build id, as the same file in
+// two container images) share one table, kept until neither runs.
+func TestLoaderSharesTablesByBuildID(t *testing.T) {
+	maps := newTestMaps(t, 1<<20)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
+	bin := testutil.BuildC(t, "nofp.c")
+	copied := filepath.Join(t.TempDir(), "nofp-copy")
+	b, err := os.ReadFile(bin)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(copied, b, 0o755))
+
+	var pids []uint32
+	for _, path := range []string{bin, copied} {
+		cmd := testutil.StartWorkload(t, path, "60")
+		pid := uint32(cmd.Process.Pid)
+		require.Eventually(t, func() bool { // the dynamic loader has mapped libc
+			b, _ := os.ReadFile(procfs.FS{Root: "/proc"}.Path(pid, "maps"))
+			return strings.Contains(string(b), libc)
+		}, 5*time.Second, 10*time.Millisecond)
+		pids = append(pids, pid)
+	}
+	require.NoError(t, l.Load(pids[0]))
+	one := l.Stats()
+	require.NoError(t, l.Load(pids[1]))
+	two := l.Stats()
+	t.Logf("one process: %+v; both: %+v", one, two)
+	assert.Equal(t, one.Tables, two.Tables, "the copy's table is the original's")
+	assert.Equal(t, one.RowsUsed, two.RowsUsed)
+
+	firstRow := func(pid uint32, path string) uint32 {
+		all, err := procfs.FS{Root: "/proc"}.Maps(pid)
+		require.NoError(t, err)
+		for _, m := range all {
+			if m.Executable() && m.Path == path {
+				km, _, ok := lookup(t, maps, pid, m.Start)
+				require.True(t, ok)
+				require.NotZero(t, km.Rows)
+				return km.FirstRow
+			}
+		}
+		t.Fatalf("%s is not mapped by %d", path, pid)
+		return 0
+	}
+	assert.Equal(t, firstRow(pids[0], bin), firstRow(pids[1], copied))
+
+	l.Forget(pids[0])
+	assert.Equal(t, two.Tables, l.Stats().Tables, "the copy still uses every table")
+	_, _, ok := lookup(t, maps, pids[1], 0)
+	assert.False(t, ok)
+	firstRow(pids[1], copied)
+	l.Forget(pids[1])
+	assert.Zero(t, l.Stats().Tables)
+}
