@@ -300,26 +300,31 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 		return nil, &Failure{Reason: capture.TableOpenFailed, Err: err}
 	}
 	defer f.Close()
-	ef, err := elf.NewFile(f)
-	if err != nil {
+	var ef *elf.File
+	var id string
+	if err := noPanic(func() (err error) {
+		if ef, err = elf.NewFile(f); err == nil {
+			id = buildID(ef)
+		}
+		return err
+	}); err != nil {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	id := buildID(ef)
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, nil
 	}
 	began := time.Now()
-	rows, base, err := l.build(ef)
+	var rows []bpf.CpuUnwindRow
+	var base uint64
+	err = noPanic(func() (err error) { rows, base, err = l.build(ef); return err })
 	l.stats.BuildTime += time.Since(began)
 	if err != nil {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id}
-	if id != "" {
-		l.byBuild[id] = t
-	}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
+		l.shareByBuildID(t)
 		return t, nil
 	}
 	if len(rows) > maxSearchRows {
@@ -334,7 +339,26 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t.first, t.rows = first, uint32(len(rows))
+	l.shareByBuildID(t)
 	return t, nil
+}
+
+// shareByBuildID offers t to the copies of its file.
+func (l *Loader) shareByBuildID(t *fileTable) {
+	if t.buildID != "" {
+		l.byBuild[t.buildID] = t
+	}
+}
+
+// noPanic runs f, turning a panic of a parser on a crafted file into an
+// error: the files are the profiled processes' to choose.
+func noPanic(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed file: %v", r)
+		}
+	}()
+	return f()
 }
 
 func progHeaders(f *elf.File) []elf.ProgHeader {

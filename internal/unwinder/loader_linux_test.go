@@ -222,3 +222,8 @@ func TestLoaderSharesTablesByBuildID(t *testing.T) {
 	l.Forget(pids[1])
 	assert.Zero(t, l.Stats().Tables)
 }
+
+func TestNoPanic(t *testing.T) {
+	require.NoError(t, noPanic(func() error { return nil }))
+	require.ErrorContains(t, noPanic(func() error { panic("index out of range") }), "malformed file: index out of range")
+}
