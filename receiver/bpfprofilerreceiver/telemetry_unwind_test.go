@@ -1,0 +1,50 @@
+package bpfprofilerreceiver
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
+)
+
+// Two CPU drain windows: walks and frames add up, files without a table
+// are counted by reason, and the table gauges end at the last window's
+// values.
+func TestUnwindTelemetry(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(tel))
+	require.NoError(t, err)
+
+	first := capture.Stats{UnwindFrames: 40, UnwindTables: 3, UnwindTableBytes: 3000}
+	first.UnwindEnds[capture.UnwindRoot] = 4
+	first.UnwindEnds[capture.UnwindNoMapping] = 1
+	first.TableFailures[capture.TableOpenFailed] = 2
+	second := capture.Stats{UnwindFrames: 10, UnwindTables: 2, UnwindTableBytes: 1200}
+	second.UnwindEnds[capture.UnwindRoot] = 1
+	ctx := context.Background()
+	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, first)
+	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, second)
+	// Off-CPU windows carry no unwind figures.
+	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, capture.Stats{})
+
+	reason := func(r string) attribute.Set { return attribute.NewSet(attribute.String(attrReason, r)) }
+	metadatatest.AssertEqualBpfprofilerUnwindWalks(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 5, Attributes: reason("root")},
+		{Value: 1, Attributes: reason("no_mapping")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindFrames(t, tel, []metricdata.DataPoint[int64]{{Value: 50}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTablesFailed(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 2, Attributes: reason("open_failed")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTableBytes(t, tel, []metricdata.DataPoint[int64]{{Value: 1200}}, metricdatatest.IgnoreTimestamp())
+}
