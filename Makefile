@@ -61,7 +61,9 @@ fuzz:
 	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' bench bpf internal receiver test | sort); do \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
 			echo "== fuzz $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file); \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$(dirname $$file) || \
+			{ echo "retrying $$target once (the fuzz engine can time out at its deadline while minimizing)"; \
+			  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$(dirname $$file); }; \
 		done; \
 	done
 
