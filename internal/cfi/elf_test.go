@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // fixtureELF returns the bytes of a real x86-64 executable and its table.
@@ -17,7 +19,7 @@ func fixtureELF(t *testing.T) ([]byte, *Table) {
 	const path = "/usr/bin/xz"
 	data, err := os.ReadFile(path)
 	if err != nil {
-		t.Skipf("%s: %v", path, err)
+		testutil.SkipOrFail(t, "%s: %v", path, err)
 	}
 	f, err := elf.NewFile(bytes.NewReader(data))
 	require.NoError(t, err)
@@ -141,7 +143,7 @@ func TestBuildHostileELF(t *testing.T) {
 func TestBuildSeparateDebugFile(t *testing.T) {
 	lib, err := elf.Open("/lib/x86_64-linux-gnu/libc.so.6")
 	if err != nil {
-		t.Skip(err)
+		testutil.SkipOrFail(t, "%v", err)
 	}
 	defer lib.Close()
 	notes := lib.Section(".note.gnu.build-id")
@@ -152,7 +154,7 @@ func TestBuildSeparateDebugFile(t *testing.T) {
 	path := "/usr/lib/debug/.build-id/" + id[:2] + "/" + id[2:] + ".debug"
 	f, err := elf.Open(path)
 	if err != nil {
-		t.Skipf("no debug file (libc6-dbg): %v", err)
+		testutil.SkipOrFail(t, "no debug file (libc6-dbg): %v", err)
 	}
 	defer f.Close()
 	require.Equal(t, elf.SHT_NOBITS, f.Section(".eh_frame").Type)

@@ -48,7 +48,7 @@ func TestReadelfOracle(t *testing.T) {
 	for _, path := range oracleFiles() {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			if _, err := os.Stat(path); err != nil {
-				t.Skipf("%s: %v", path, err)
+				testutil.SkipOrFail(t, "%s: %v", path, err)
 			}
 			checkAgainstReadelf(t, readelf, path)
 		})
@@ -60,7 +60,7 @@ func TestReadelfOracle(t *testing.T) {
 func TestReadelfOracleDebugFrame(t *testing.T) {
 	readelf := requireReadelf(t)
 	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("no C compiler")
+		testutil.SkipOrFail(t, "no C compiler")
 	}
 	dir := t.TempDir()
 	src := map[string]string{
