@@ -19,6 +19,7 @@
 
 typedef __u8 u8;
 typedef __s16 s16;
+typedef __u16 u16;
 typedef __s32 s32;
 typedef __u32 u32;
 typedef __u64 u64;
@@ -164,7 +165,7 @@ struct sampler_stats {
 	u64 user_stack_lost[NR_STACK_LOSSES];
 	u64 kernel_stack_lost[NR_STACK_LOSSES];
 	u64 new_pid_drops; /* cpu.bpf.c only: new_pids ring buffer full */
-	/* cpu.bpf.c only: user stacks walked with unwind tables (unwind.h). */
+	/* User stacks walked with unwind tables (unwind.h), of the records counted. */
 	u64 unwind_ends[NR_UNWIND_ENDS]; /* walks, by why they ended */
 	u64 unwind_frames;		 /* frames they found */
 };

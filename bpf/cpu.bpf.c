@@ -65,13 +65,11 @@ static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *
 /* A sample whose user stack is being walked with unwind tables (unwind.h). */
 struct walk_state {
 	struct stack_key key;
-	struct user_regs regs;
+	struct unwind_walk walk;
 	u32 gen;
 	u32 host_tgid;
 	u32 task_flags;
-	u32 frames; /* frames written so far */
-	u32 calls;  /* tail calls so far */
-	u32 first;  /* regs are interrupted ones, not a caller's */
+	u32 reserved; /* explicit padding */
 };
 
 struct {
@@ -92,10 +90,6 @@ struct {
 } walk_progs SEC(".maps") = {
 	.values = { [0] = (void *)&walk_user_stack },
 };
-
-/* Frames walked per program run; runs per sample at most WALK_CALLS. */
-#define WALK_FRAMES 8
-#define WALK_CALLS ((MAX_STACK_DEPTH + WALK_FRAMES - 1) / WALK_FRAMES)
 
 /*
  * Completes a record once its stacks are taken: the kernel stack, the
@@ -137,15 +131,12 @@ static __always_inline void walk_with_tables(struct bpf_perf_event_data *ctx, st
 	u32 zero = 0;
 
 	w = bpf_map_lookup_elem(&walks, &zero);
-	if (!w || sample_user_regs(ctx, task, &w->regs) || !find_mapping(key->pid, w->regs.ip))
+	if (!w || sample_user_regs(ctx, task, &w->walk.regs) || unwind_walk_start(&w->walk, key->pid))
 		return;
 	w->key = *key;
 	w->gen = gen;
 	w->host_tgid = host_tgid;
 	w->task_flags = flags;
-	w->frames = 0;
-	w->calls = 0;
-	w->first = 1;
 	bpf_tail_call(ctx, &walk_progs, 0);
 }
 
@@ -208,38 +199,15 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
-/* Walks up to WALK_FRAMES frames of w; returns an enum unwind_end, or -1 to go on. */
-static __always_inline int walk_some(struct walk_state *w, u64 *frames)
-{
-	int r;
-
-#pragma clang loop unroll(disable)
-	for (int i = 0; i < WALK_FRAMES; i++) {
-		u32 n = w->frames;
-
-		if (n >= MAX_STACK_DEPTH)
-			return UNWIND_END_DEPTH;
-		frames[n] = w->regs.ip;
-		w->frames = n + 1;
-		r = unwind_step(&w->regs, w->key.pid, w->first);
-		if (r >= 0)
-			return r;
-		w->first = r == -2;
-	}
-	return -1;
-}
-
 /* Stores the walked stack of w and completes its record. */
 static __always_inline void finish_walk(struct bpf_perf_event_data *ctx, struct walk_state *w, u64 *frames, int end,
 					void *counts, void *stacks)
 {
 	struct sampler_stats *st = bpf_map_lookup_elem(&stats, &w->gen);
-	u32 n = w->frames;
+	u32 n = unwind_walk_end(&w->walk, frames);
 
 	if (!st)
 		return;
-	if (n < MAX_STACK_DEPTH)
-		frames[n] = 0; /* zero-terminated, see hash_frames */
 	if (end >= 0 && end < NR_UNWIND_ENDS)
 		st->unwind_ends[end]++;
 	st->unwind_frames += n;
@@ -264,9 +232,9 @@ int walk_user_stack(struct bpf_perf_event_data *ctx)
 	if (!w || !frames)
 		goto out;
 
-	end = walk_some(w, frames);
-	if (end < 0 && w->calls < WALK_CALLS) {
-		w->calls++;
+	end = unwind_walk_some(&w->walk, frames);
+	if (end < 0 && w->walk.calls < UNWIND_WALK_CALLS) {
+		w->walk.calls++;
 		bpf_tail_call(ctx, &walk_progs, 0);
 	}
 	if (end < 0)

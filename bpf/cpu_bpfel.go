@@ -77,18 +77,23 @@ type CpuUnwindRow struct {
 type CpuWalkState struct {
 	_    structs.HostLayout
 	Key  CpuStackKey
-	Regs struct {
-		_  structs.HostLayout
-		Ip uint64
-		Sp uint64
-		Bp uint64
+	Walk struct {
+		_    structs.HostLayout
+		Regs struct {
+			_  structs.HostLayout
+			Ip uint64
+			Sp uint64
+			Bp uint64
+		}
+		Pid    uint32
+		Frames uint32
+		Calls  uint32
+		First  uint32
 	}
 	Gen       uint32
 	HostTgid  uint32
 	TaskFlags uint32
-	Frames    uint32
-	Calls     uint32
-	First     uint32
+	Reserved  uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -19,7 +19,8 @@
  *   BPF task work (TWA_RESUME) on next: offcpu_user_stack runs in next's own
  *   context before it returns to user space, when its user registers are
  *   still those of the kernel entry it blocked in (syscall, page fault or
- *   interrupt), takes the user stack and counts the wait. Kernel threads
+ *   interrupt), takes the user stack (with unwind tables when the process
+ *   has them, one frame per bpf_loop iteration) and counts the wait. Kernel threads
  *   (and user workers, which never return to user space) are counted at
  *   switch-in, without a user stack.
  *
@@ -34,7 +35,7 @@
  * Starts live in task storage, freed with the task: nothing is evicted, and
  * a sleep whose storage cannot be created is counted (lost_map_full).
  *
- * Kernel requirements: bpf_task_work_schedule_resume_impl (6.18),
+ * Kernel requirements: bpf_task_work_schedule_resume_impl (6.18), bpf_loop (5.17),
  * bpf_preempt_disable (6.10), the prev_state argument of sched_switch
  * (5.18), task storage in tracing programs (5.11).
  */
@@ -126,6 +127,69 @@ static __always_inline void switch_out(u64 now, struct task_struct *prev, const 
 }
 
 /*
+ * A walk with unwind tables in the task work (see walk_user_stack), in a
+ * per-CPU map rather than on the stack: bpf_loop's callback then reads the
+ * same unknown values at every iteration, so the verifier checks it once
+ * instead of once per frame.
+ */
+struct loop_walk {
+	struct unwind_walk w;
+	s32 end;      /* enum unwind_end once the walk ended */
+	u32 reserved; /* explicit padding */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct loop_walk);
+} walks SEC(".maps");
+
+/* bpf_loop callback: one frame of this CPU's walk into scratch. */
+static long walk_frame(u32 index, void *data)
+{
+	u32 zero = 0;
+	struct loop_walk *lw = bpf_map_lookup_elem(&walks, &zero);
+	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
+	int r;
+
+	if (!lw || !frames)
+		return 1; /* never: the arrays have their element */
+	r = unwind_walk_one(&lw->w, frames);
+	if (r < 0)
+		return 0;
+	lw->end = r;
+	return 1;
+}
+
+/*
+ * Walks the current task's user stack with the unwind tables of pid into
+ * scratch, if they know where its pc is: returns the frames (their hash in
+ * *hash, how the walk ended in *walk), or NULL for frame pointers. The
+ * caller has preemption disabled (the state is per CPU).
+ */
+static __always_inline u64 *walk_user_stack(struct task_struct *task, u32 pid, struct walk_result *walk, s32 *hash)
+{
+	struct loop_walk *lw;
+	u32 zero = 0, n;
+	u64 *frames;
+
+	lw = bpf_map_lookup_elem(&walks, &zero);
+	if (!lw || saved_user_regs(task, &lw->w.regs) || unwind_walk_start(&lw->w, pid))
+		return NULL;
+	lw->end = UNWIND_END_DEPTH;
+	bpf_loop(MAX_STACK_DEPTH, walk_frame, NULL, 0);
+	frames = bpf_map_lookup_elem(&scratch, &zero);
+	if (!frames)
+		return NULL;
+	n = unwind_walk_end(&lw->w, frames);
+	walk->end = lw->end;
+	walk->frames = n;
+	*hash = hash_frames(frames, n * sizeof(u64));
+	return frames;
+}
+
+/*
  * Task work of a thread with a pending wait, in its own context on its way
  * back to user space: its user stack is still the one it blocked with. The
  * entry is deleted once counted, so pending only holds waits in flight.
@@ -134,7 +198,10 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 {
 	struct offcpu_pending *p = value;
 	struct task_struct *task = bpf_get_current_task_btf();
+	struct walk_result walk = NOT_WALKED;
 	u32 tid = *(u32 *)key;
+	s32 user_hash;
+	u64 *user;
 	int n; /* int on every kernel: see common.h */
 
 	/*
@@ -144,9 +211,13 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	 */
 	bpf_preempt_disable();
 	if (p->blocked_ns) {
-		n = bpf_get_task_stack(task, p->user, sizeof(p->user), BPF_F_USER_STACK);
-		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, p->user,
-		       hash_frames(p->user, n));
+		user = walk_user_stack(task, p->pid, &walk, &user_hash);
+		if (!user) {
+			n = bpf_get_task_stack(task, p->user, sizeof(p->user), BPF_F_USER_STACK);
+			user = p->user;
+			user_hash = hash_frames(p->user, n);
+		}
+		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk);
 	}
 	bpf_preempt_enable();
 	bpf_map_delete_elem(&pending, &tid);
@@ -178,7 +249,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 		 */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC);
+			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC, NOT_WALKED);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);
@@ -199,7 +270,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 			p->blocked_ns += delta;
 			return;
 		}
-		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY);
+		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY, NOT_WALKED);
 		return;
 	}
 	n = bpf_get_task_stack(next, p->kernel, sizeof(p->kernel), 0);
@@ -211,7 +282,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 	if (err) {
 		/* Count it now, without user stack. */
 		p->blocked_ns = 0;
-		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL);
+		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED);
 	}
 }
 
@@ -231,7 +302,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	if (delta < min_block_ns)
 		return;
 	if (next->flags & PF_NO_USER_STACK)
-		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1);
+		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1, NOT_WALKED);
 	else
 		defer_user_stack(next, start->pid, start->tid, delta);
 }

@@ -10,6 +10,9 @@
  * Only voluntary sleeps are recorded: a thread preempted while runnable is
  * waiting on a runqueue, not blocked, and is left to the CPU profile's view
  * of contention. Blocks shorter than min_block_ns are not recorded.
+ *
+ * User stacks of processes whose unwind tables are loaded are walked with
+ * them (unwind.h), others with frame pointers.
  */
 #ifndef BPFPROFILER_OFFCPU_H
 #define BPFPROFILER_OFFCPU_H
@@ -18,6 +21,7 @@
 #include "stackstore.h"
 #include "drainmaps.h"
 #include "announce.h"
+#include "unwind.h"
 
 #define MAX_EXCLUDED 64
 
@@ -70,15 +74,24 @@ static __always_inline void remember_comm(struct task_struct *task, u32 tid)
 		store_comm(&comms, tid, &cur);
 }
 
+/* How a wait's user stack was walked: with unwind tables, or not (end < 0). */
+struct walk_result {
+	s32 end;    /* enum unwind_end, or -1: frame pointers */
+	u32 frames; /* frames the walk found */
+};
+
+#define NOT_WALKED ((struct walk_result){ .end = -1 })
+
 /*
  * Counts one wait of task with its stacks in the current generation; the
  * caller runs with preemption disabled. With user frames, user_id is their
  * hash (or the capture's error); without, it is the user stack id to count:
  * -1 for a thread without user stack, another negative value for a user
- * stack that could not be taken (counted as an error).
+ * stack that could not be taken (counted as an error). walk says how the
+ * user stack was walked, for the unwind counters.
  */
 static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
-				   s32 kernel_hash, const u64 *user, s32 user_id)
+				   s32 kernel_hash, const u64 *user, s32 user_id, struct walk_result walk)
 {
 	struct stack_key key = { .pid = pid, .tid = tid };
 	struct sampler_config *cfg;
@@ -115,6 +128,13 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		st->recorded++;
 		count_stack_loss(st->user_stack_lost, key.user_stack_id);
 		count_stack_loss(st->kernel_stack_lost, key.kernel_stack_id);
+		/* Unsigned: -1 (not walked) is out of range too. */
+		u32 end = walk.end;
+
+		if (end < NR_UNWIND_ENDS) {
+			st->unwind_ends[end]++;
+			st->unwind_frames += walk.frames;
+		}
 		remember_comm(task, tid);
 		announce(task->tgid, pid, task->flags, st);
 	}
@@ -128,7 +148,7 @@ out:
  * stack id, see record).
  */
 static __always_inline void record_at_switch_in(struct task_struct *next, u32 pid, u32 tid, u64 delta, const u64 *user,
-						s32 user_id)
+						s32 user_id, struct walk_result walk)
 {
 	u32 zero = 0;
 	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
@@ -137,7 +157,7 @@ static __always_inline void record_at_switch_in(struct task_struct *next, u32 pi
 	if (!frames)
 		return;
 	n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
-	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id);
+	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id, walk);
 }
 
 #endif /* BPFPROFILER_OFFCPU_H */

@@ -19,6 +19,25 @@ type OffcpuInflightSeq struct {
 	Exit  uint64
 }
 
+type OffcpuLoopWalk struct {
+	_ structs.HostLayout
+	W struct {
+		_    structs.HostLayout
+		Regs struct {
+			_  structs.HostLayout
+			Ip uint64
+			Sp uint64
+			Bp uint64
+		}
+		Pid    uint32
+		Frames uint32
+		Calls  uint32
+		First  uint32
+	}
+	End      int32
+	Reserved uint32
+}
+
 type OffcpuOffcpuPending struct {
 	_    structs.HostLayout
 	Work struct {
@@ -78,6 +97,29 @@ type OffcpuThreadComm struct {
 	Comm [16]int8
 }
 
+type OffcpuUnwindMapping struct {
+	_        structs.HostLayout
+	Bias     uint64
+	FirstRow uint32
+	Rows     uint32
+}
+
+type OffcpuUnwindMappingKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Pid       uint32
+	Addr      uint64
+}
+
+type OffcpuUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	Kind      uint8
+	CfaReg    uint8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -97,11 +139,15 @@ const (
 	OffcpuMapStarts         = "starts"
 	OffcpuMapStats          = "stats"
 	OffcpuMapTargetPids     = "target_pids"
+	OffcpuMapUnwindMappings = "unwind_mappings"
+	OffcpuMapUnwindRows     = "unwind_rows"
+	OffcpuMapWalks          = "walks"
 	OffcpuMapZeroPending    = "zero_pending"
 	OffcpuProgForgetExec    = "forget_exec"
 	OffcpuProgForgetProcess = "forget_process"
 	OffcpuProgOffcpuFree    = "offcpu_free"
 	OffcpuProgOffcpuSwitch  = "offcpu_switch"
+	OffcpuVarHaveTaskPtRegs = "have_task_pt_regs"
 	OffcpuVarMinBlockNs     = "min_block_ns"
 )
 
@@ -157,29 +203,33 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
-	Comms        *ebpf.MapSpec `ebpf:"comms"`
-	Config       *ebpf.MapSpec `ebpf:"config"`
-	Counts0      *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids *ebpf.MapSpec `ebpf:"excluded_pids"`
-	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids      *ebpf.MapSpec `ebpf:"new_pids"`
-	Pending      *ebpf.MapSpec `ebpf:"pending"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids     *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
-	Starts       *ebpf.MapSpec `ebpf:"starts"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids   *ebpf.MapSpec `ebpf:"target_pids"`
-	ZeroPending  *ebpf.MapSpec `ebpf:"zero_pending"`
+	Comms          *ebpf.MapSpec `ebpf:"comms"`
+	Config         *ebpf.MapSpec `ebpf:"config"`
+	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
+	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	Pending        *ebpf.MapSpec `ebpf:"pending"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
+	Starts         *ebpf.MapSpec `ebpf:"starts"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
+	Walks          *ebpf.MapSpec `ebpf:"walks"`
+	ZeroPending    *ebpf.MapSpec `ebpf:"zero_pending"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
-	MinBlockNs *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -202,22 +252,25 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
-	Comms        *ebpf.Map `ebpf:"comms"`
-	Config       *ebpf.Map `ebpf:"config"`
-	Counts0      *ebpf.Map `ebpf:"counts_0"`
-	Counts1      *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids *ebpf.Map `ebpf:"excluded_pids"`
-	Inflight     *ebpf.Map `ebpf:"inflight"`
-	NewPids      *ebpf.Map `ebpf:"new_pids"`
-	Pending      *ebpf.Map `ebpf:"pending"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	SeenPids     *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
-	Starts       *ebpf.Map `ebpf:"starts"`
-	Stats        *ebpf.Map `ebpf:"stats"`
-	TargetPids   *ebpf.Map `ebpf:"target_pids"`
-	ZeroPending  *ebpf.Map `ebpf:"zero_pending"`
+	Comms          *ebpf.Map `ebpf:"comms"`
+	Config         *ebpf.Map `ebpf:"config"`
+	Counts0        *ebpf.Map `ebpf:"counts_0"`
+	Counts1        *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
+	Inflight       *ebpf.Map `ebpf:"inflight"`
+	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	Pending        *ebpf.Map `ebpf:"pending"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
+	Starts         *ebpf.Map `ebpf:"starts"`
+	Stats          *ebpf.Map `ebpf:"stats"`
+	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
+	Walks          *ebpf.Map `ebpf:"walks"`
+	ZeroPending    *ebpf.Map `ebpf:"zero_pending"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -237,6 +290,9 @@ func (m *OffcpuMaps) Close() error {
 		m.Starts,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindMappings,
+		m.UnwindRows,
+		m.Walks,
 		m.ZeroPending,
 	)
 }
@@ -245,7 +301,8 @@ func (m *OffcpuMaps) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
-	MinBlockNs *ebpf.Variable `ebpf:"min_block_ns"`
+	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.

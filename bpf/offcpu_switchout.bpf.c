@@ -12,6 +12,12 @@
  * (bpf_get_task_stack(next): next is not running yet, so its saved kernel
  * stack is where it blocked) and the user stack found in user_stacks.
  *
+ * A process whose unwind tables are loaded has its user stack walked with
+ * them (unwind.h): offcpu_switch hands the walk to walk_switch_out, which
+ * tail-calls itself UNWIND_WALK_FRAMES frames at a time and then stores the
+ * stack like capture_user_stack. So offcpu_switch handles the switch-in
+ * first: a tail call does not return.
+ *
  * The cost is a user stack walk at every switch-out of a traced thread,
  * short sleep or not (the wait's length is not known yet); the stack is
  * written to user_stacks only when it is not there already, so threads that
@@ -35,11 +41,38 @@
 
 /* A traced thread that went to sleep, by host tid. */
 struct offcpu_sleep {
-	u64 timestamp; /* bpf_ktime_get_ns at switch-out; 0: not sleeping */
-	u32 pid;       /* tgid as the collector sees it (see current_ids) */
-	u32 tid;       /* tid as the collector sees it */
-	s32 user_id;   /* id in user_stacks, or a negative user stack id (see record) */
-	u32 reserved;  /* explicit padding */
+	u64 timestamp;	   /* bpf_ktime_get_ns at switch-out; 0: not sleeping */
+	u32 pid;	   /* tgid as the collector sees it (see current_ids) */
+	u32 tid;	   /* tid as the collector sees it */
+	s32 user_id;	   /* id in user_stacks, or a negative user stack id (see record) */
+	s16 unwind_end;	   /* how the walk with unwind tables ended; -1: frame pointers */
+	u16 unwind_frames; /* frames it found */
+};
+
+/* A switch-out whose user stack is being walked with unwind tables. */
+struct switchout_walk {
+	struct unwind_walk walk;
+	u32 host_tid; /* the key of sleeps */
+	u32 reserved; /* explicit padding */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct switchout_walk);
+} walks SEC(".maps");
+
+int walk_switch_out(void *ctx);
+
+/* Slot 0: walk_switch_out, which tail-calls itself until the walk ends. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__array(values, int(void *));
+} walk_progs SEC(".maps") = {
+	.values = { [0] = (void *)&walk_switch_out },
 };
 
 struct {
@@ -104,6 +137,25 @@ static __always_inline s32 capture_user_stack(void *ctx, struct task_struct *tas
 	return store_user_stack(frames, hash_frames(frames, n));
 }
 
+/*
+ * Hands the user stack of prev (current) to walk_switch_out when the
+ * unwind tables of its process know its pc; returns only when they do not
+ * (or the tail call failed): frame pointers then.
+ */
+static __always_inline void walk_with_tables(void *ctx, struct task_struct *prev, u32 pid, u32 host_tid)
+{
+	struct switchout_walk *w;
+	u32 zero = 0;
+
+	if (prev->flags & PF_NO_USER_STACK)
+		return;
+	w = bpf_map_lookup_elem(&walks, &zero);
+	if (!w || saved_user_regs(prev, &w->walk.regs) || unwind_walk_start(&w->walk, pid))
+		return;
+	w->host_tid = host_tid;
+	bpf_tail_call(ctx, &walk_progs, 0);
+}
+
 /* prev (current) goes to sleep: remember when, and its user stack. */
 static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, const struct sampler_config *cfg)
 {
@@ -126,8 +178,13 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 	}
 	s->pid = pid;
 	s->tid = tid;
-	s->user_id = capture_user_stack(ctx, prev);
+	/* The sleep starts now, whatever stack it gets (the walk takes its time). */
 	s->timestamp = now;
+	s->unwind_end = -1;
+	s->unwind_frames = 0;
+	s->user_id = -EFAULT; /* until a capture says otherwise */
+	walk_with_tables(ctx, prev, pid, host_tid);
+	s->user_id = capture_user_stack(ctx, prev);
 }
 
 /* next runs again: count how long it was away. */
@@ -156,7 +213,8 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 		else
 			user_id = -ENOENT; /* evicted */
 	}
-	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id);
+	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id,
+			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames });
 }
 
 /* Three arguments: prev_state only exists from 5.18 (see task_state). */
@@ -168,12 +226,45 @@ int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task
 	/* One timestamp for both ends, so the program's cost is charged to neither thread. */
 	u64 now = bpf_ktime_get_ns();
 
+	/* Switch-in first: switch_out may end in a tail call. */
+	switch_in(now, next);
 	if (!preempt && task_state(prev) != TASK_RUNNING) {
 		cfg = bpf_map_lookup_elem(&config, &zero);
 		if (cfg)
 			switch_out(ctx, now, prev, cfg);
 	}
-	switch_in(now, next);
+	return 0;
+}
+
+/* Walks UNWIND_WALK_FRAMES frames of this CPU's switch-out, then the next ones or stores the stack. */
+SEC("tp_btf/sched_switch")
+int walk_switch_out(void *ctx)
+{
+	struct switchout_walk *w;
+	struct offcpu_sleep *s;
+	u32 zero = 0;
+	u64 *frames;
+	int end;
+	u32 n;
+
+	w = bpf_map_lookup_elem(&walks, &zero);
+	frames = bpf_map_lookup_elem(&scratch, &zero);
+	if (!w || !frames)
+		return 0;
+	end = unwind_walk_some(&w->walk, frames);
+	if (end < 0 && w->walk.calls < UNWIND_WALK_CALLS) {
+		w->walk.calls++;
+		bpf_tail_call(ctx, &walk_progs, 0);
+	}
+	if (end < 0)
+		end = UNWIND_END_DEPTH;
+	s = bpf_map_lookup_elem(&sleeps, &w->host_tid);
+	if (!s)
+		return 0;
+	n = unwind_walk_end(&w->walk, frames);
+	s->user_id = store_user_stack(frames, hash_frames(frames, n * sizeof(u64)));
+	s->unwind_end = end;
+	s->unwind_frames = n;
 	return 0;
 }
 

@@ -20,12 +20,13 @@ type OffcpuSwitchoutInflightSeq struct {
 }
 
 type OffcpuSwitchoutOffcpuSleep struct {
-	_         structs.HostLayout
-	Timestamp uint64
-	Pid       uint32
-	Tid       uint32
-	UserId    int32
-	Reserved  uint32
+	_            structs.HostLayout
+	Timestamp    uint64
+	Pid          uint32
+	Tid          uint32
+	UserId       int32
+	UnwindEnd    int16
+	UnwindFrames uint16
 }
 
 type OffcpuSwitchoutSamplerConfig struct {
@@ -55,9 +56,51 @@ type OffcpuSwitchoutStackKey struct {
 	KernelStackId int32
 }
 
+type OffcpuSwitchoutSwitchoutWalk struct {
+	_    structs.HostLayout
+	Walk struct {
+		_    structs.HostLayout
+		Regs struct {
+			_  structs.HostLayout
+			Ip uint64
+			Sp uint64
+			Bp uint64
+		}
+		Pid    uint32
+		Frames uint32
+		Calls  uint32
+		First  uint32
+	}
+	HostTid  uint32
+	Reserved uint32
+}
+
 type OffcpuSwitchoutThreadComm struct {
 	_    structs.HostLayout
 	Comm [16]int8
+}
+
+type OffcpuSwitchoutUnwindMapping struct {
+	_        structs.HostLayout
+	Bias     uint64
+	FirstRow uint32
+	Rows     uint32
+}
+
+type OffcpuSwitchoutUnwindMappingKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Pid       uint32
+	Addr      uint64
+}
+
+type OffcpuSwitchoutUnwindRow struct {
+	_         structs.HostLayout
+	Pc        uint32
+	CfaOffset int32
+	FpOffset  int16
+	Kind      uint8
+	CfaReg    uint8
 }
 
 // Names of all BPF objects in the ELF.
@@ -78,11 +121,17 @@ const (
 	OffcpuSwitchoutMapStacks1        = "stacks_1"
 	OffcpuSwitchoutMapStats          = "stats"
 	OffcpuSwitchoutMapTargetPids     = "target_pids"
+	OffcpuSwitchoutMapUnwindMappings = "unwind_mappings"
+	OffcpuSwitchoutMapUnwindRows     = "unwind_rows"
 	OffcpuSwitchoutMapUserStacks     = "user_stacks"
+	OffcpuSwitchoutMapWalkProgs      = "walk_progs"
+	OffcpuSwitchoutMapWalks          = "walks"
 	OffcpuSwitchoutProgForgetExec    = "forget_exec"
 	OffcpuSwitchoutProgForgetProcess = "forget_process"
 	OffcpuSwitchoutProgOffcpuFree    = "offcpu_free"
 	OffcpuSwitchoutProgOffcpuSwitch  = "offcpu_switch"
+	OffcpuSwitchoutProgWalkSwitchOut = "walk_switch_out"
+	OffcpuSwitchoutVarHaveTaskPtRegs = "have_task_pt_regs"
 	OffcpuSwitchoutVarMinBlockNs     = "min_block_ns"
 )
 
@@ -132,34 +181,40 @@ type OffcpuSwitchoutProgramSpecs struct {
 	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.ProgramSpec `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	WalkSwitchOut *ebpf.ProgramSpec `ebpf:"walk_switch_out"`
 }
 
 // OffcpuSwitchoutMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutMapSpecs struct {
-	Comms        *ebpf.MapSpec `ebpf:"comms"`
-	Config       *ebpf.MapSpec `ebpf:"config"`
-	Counts0      *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1      *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids *ebpf.MapSpec `ebpf:"excluded_pids"`
-	Inflight     *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids      *ebpf.MapSpec `ebpf:"new_pids"`
-	Scratch      *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids     *ebpf.MapSpec `ebpf:"seen_pids"`
-	Sleeps       *ebpf.MapSpec `ebpf:"sleeps"`
-	Stacks0      *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1      *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids   *ebpf.MapSpec `ebpf:"target_pids"`
-	UserStacks   *ebpf.MapSpec `ebpf:"user_stacks"`
+	Comms          *ebpf.MapSpec `ebpf:"comms"`
+	Config         *ebpf.MapSpec `ebpf:"config"`
+	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
+	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
+	Sleeps         *ebpf.MapSpec `ebpf:"sleeps"`
+	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
+	UserStacks     *ebpf.MapSpec `ebpf:"user_stacks"`
+	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks          *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // OffcpuSwitchoutVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutVariableSpecs struct {
-	MinBlockNs *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
 }
 
 // OffcpuSwitchoutObjects contains all objects after they have been loaded into the kernel.
@@ -182,21 +237,25 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutMaps struct {
-	Comms        *ebpf.Map `ebpf:"comms"`
-	Config       *ebpf.Map `ebpf:"config"`
-	Counts0      *ebpf.Map `ebpf:"counts_0"`
-	Counts1      *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids *ebpf.Map `ebpf:"excluded_pids"`
-	Inflight     *ebpf.Map `ebpf:"inflight"`
-	NewPids      *ebpf.Map `ebpf:"new_pids"`
-	Scratch      *ebpf.Map `ebpf:"scratch"`
-	SeenPids     *ebpf.Map `ebpf:"seen_pids"`
-	Sleeps       *ebpf.Map `ebpf:"sleeps"`
-	Stacks0      *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1      *ebpf.Map `ebpf:"stacks_1"`
-	Stats        *ebpf.Map `ebpf:"stats"`
-	TargetPids   *ebpf.Map `ebpf:"target_pids"`
-	UserStacks   *ebpf.Map `ebpf:"user_stacks"`
+	Comms          *ebpf.Map `ebpf:"comms"`
+	Config         *ebpf.Map `ebpf:"config"`
+	Counts0        *ebpf.Map `ebpf:"counts_0"`
+	Counts1        *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
+	Inflight       *ebpf.Map `ebpf:"inflight"`
+	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
+	Sleeps         *ebpf.Map `ebpf:"sleeps"`
+	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
+	Stats          *ebpf.Map `ebpf:"stats"`
+	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
+	UserStacks     *ebpf.Map `ebpf:"user_stacks"`
+	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
+	Walks          *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *OffcpuSwitchoutMaps) Close() error {
@@ -215,7 +274,11 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Stacks1,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindMappings,
+		m.UnwindRows,
 		m.UserStacks,
+		m.WalkProgs,
+		m.Walks,
 	)
 }
 
@@ -223,7 +286,8 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutVariables struct {
-	MinBlockNs *ebpf.Variable `ebpf:"min_block_ns"`
+	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
 }
 
 // OffcpuSwitchoutPrograms contains all programs after they have been loaded into the kernel.
@@ -234,6 +298,7 @@ type OffcpuSwitchoutPrograms struct {
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
 	OffcpuFree    *ebpf.Program `ebpf:"offcpu_free"`
 	OffcpuSwitch  *ebpf.Program `ebpf:"offcpu_switch"`
+	WalkSwitchOut *ebpf.Program `ebpf:"walk_switch_out"`
 }
 
 func (p *OffcpuSwitchoutPrograms) Close() error {
@@ -242,6 +307,7 @@ func (p *OffcpuSwitchoutPrograms) Close() error {
 		p.ForgetProcess,
 		p.OffcpuFree,
 		p.OffcpuSwitch,
+		p.WalkSwitchOut,
 	)
 }
 

@@ -20,7 +20,13 @@
  * The walk is a bounded loop of bounded binary searches, so it loads on
  * every kernel from 5.10 (no bpf_loop); it stops at the thread's root (a
  * row whose return address is undefined), at a frame it cannot unwind, or
- * at MAX_STACK_DEPTH, and says why in its result.
+ * at MAX_STACK_DEPTH, and says why in its result. Its state (struct
+ * unwind_walk) lives in a map between runs: programs walk UNWIND_WALK_FRAMES
+ * frames a run and tail-call themselves (cpu.bpf.c, offcpu_switchout.bpf.c),
+ * or step one frame per bpf_loop iteration (offcpu.bpf.c).
+ *
+ * Every program that includes this file has the two maps; user space shares
+ * one pair between them (internal/unwinder.Tables).
  */
 #ifndef BPFPROFILER_UNWIND_H
 #define BPFPROFILER_UNWIND_H
@@ -272,6 +278,76 @@ done:
 	regs->sp = cfa;
 	regs->bp = fp;
 	return -1;
+}
+
+/* A user stack being walked (see unwind_walk_one). */
+struct unwind_walk {
+	struct user_regs regs;
+	u32 pid;    /* as the collector sees it: the key of unwind_mappings */
+	u32 frames; /* frames written so far */
+	u32 calls;  /* program runs after the first so far */
+	u32 first;  /* regs are interrupted ones, not a caller's */
+};
+
+/* Frames walked per program run; runs per walk at most UNWIND_WALK_CALLS. */
+#define UNWIND_WALK_FRAMES 8
+#define UNWIND_WALK_CALLS ((MAX_STACK_DEPTH + UNWIND_WALK_FRAMES - 1) / UNWIND_WALK_FRAMES)
+
+/*
+ * Starts a walk of pid's stack from regs (already in w) if its tables know
+ * the mapping of the first pc; non-zero otherwise (frame pointers then).
+ */
+static __always_inline int unwind_walk_start(struct unwind_walk *w, u32 pid)
+{
+	if (!find_mapping(pid, w->regs.ip))
+		return -1;
+	w->pid = pid;
+	w->frames = 0;
+	w->calls = 0;
+	w->first = 1;
+	return 0;
+}
+
+/* Writes w's pc to frames and steps to its caller: an enum unwind_end, or -1 to go on. */
+static __always_inline int unwind_walk_one(struct unwind_walk *w, u64 *frames)
+{
+	u32 n = w->frames;
+	int r;
+
+	if (n >= MAX_STACK_DEPTH)
+		return UNWIND_END_DEPTH;
+	frames[n] = w->regs.ip;
+	w->frames = n + 1;
+	r = unwind_step(&w->regs, w->pid, w->first);
+	if (r >= 0)
+		return r;
+	/* After a signal frame the pc is an interrupted one again. */
+	w->first = r == -2;
+	return -1;
+}
+
+/* Walks up to UNWIND_WALK_FRAMES frames of w; returns an enum unwind_end, or -1 to go on. */
+static __always_inline int unwind_walk_some(struct unwind_walk *w, u64 *frames)
+{
+	int r;
+
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < UNWIND_WALK_FRAMES; i++) {
+		r = unwind_walk_one(w, frames);
+		if (r >= 0)
+			return r;
+	}
+	return -1;
+}
+
+/* Zero-terminates the walked frames (see hash_frames); returns their number. */
+static __always_inline u32 unwind_walk_end(const struct unwind_walk *w, u64 *frames)
+{
+	u32 n = w->frames;
+
+	if (n < MAX_STACK_DEPTH)
+		frames[n] = 0;
+	return n;
 }
 
 #endif /* BPFPROFILER_UNWIND_H */

@@ -143,8 +143,9 @@ type Stats struct {
 	// (that process is announced again on a later sample) or the Go channel
 	// was full (that notification is gone). No sample is lost with them.
 	NewProcessDrops uint64
-	// UnwindEnds counts user stacks walked with unwind tables (CPU sampler
-	// only), by why the walk ended; UnwindFrames the frames they found.
+	// UnwindEnds counts the user stacks of the records that were walked
+	// with unwind tables, by why the walk ended; UnwindFrames the frames
+	// they found.
 	UnwindEnds   UnwindEnds
 	UnwindFrames uint64
 	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
@@ -193,6 +194,15 @@ const (
 
 // UnwindEnds counts walks, indexed by UnwindEnd.
 type UnwindEnds [numUnwindEnds]uint64
+
+// Total is the number of walks.
+func (e UnwindEnds) Total() uint64 {
+	var n uint64
+	for _, v := range e {
+		n += v
+	}
+	return n
+}
 
 // AllUnwindEnds lists every UnwindEnd, in order.
 var AllUnwindEnds = []UnwindEnd{UnwindRoot, UnwindNoMapping, UnwindUnsupported, UnwindReadFault, UnwindDepth, UnwindBadFrame}

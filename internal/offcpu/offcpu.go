@@ -23,6 +23,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 const (
@@ -48,6 +49,11 @@ type Options struct {
 	PIDNamespace procfs.PIDNamespace
 	// Mechanism chooses how user stacks are taken; "" is MechanismAuto.
 	Mechanism Mechanism
+	// Unwind, when set, walks user stacks with its unwind tables where
+	// they are loaded (the tracer loads those of the processes it
+	// announces), and with frame pointers elsewhere; nil: frame pointers
+	// only.
+	Unwind *unwinder.Tables
 }
 
 func (o Options) validate() error {

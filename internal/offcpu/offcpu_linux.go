@@ -5,6 +5,7 @@ package offcpu
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 // Tracer measures off-CPU time with BPF. Its methods are safe for concurrent use.
@@ -24,9 +26,12 @@ type Tracer struct {
 	mu        sync.Mutex
 	mechanism Mechanism
 	objs      kernelObjects
-	pending   *ebpf.Map // task_work only: waits whose user stack is not taken yet
+	pending   *ebpf.Map   // task_work only: waits whose user stack is not taken yet
+	walk      []io.Closer // switch_out only: the walk program and its program array
 	bufs      *stackdrain.Buffers
 	news      *stackdrain.Announcer
+	unwind    *unwinder.Follower // nil: frame pointers only
+	processes <-chan capture.ProcessEvent
 	links     []link.Link
 	closed    bool
 }
@@ -55,6 +60,14 @@ type kernelObjects struct {
 type taskWorkObjects struct {
 	kernelObjects
 	Pending *ebpf.Map `ebpf:"pending"`
+}
+
+// switchOutObjects are the switch_out program's objects: the program that
+// walks user stacks with unwind tables tail-calls itself through WalkProgs.
+type switchOutObjects struct {
+	kernelObjects
+	WalkProgs *ebpf.Map     `ebpf:"walk_progs"`
+	Walk      *ebpf.Program `ebpf:"walk_switch_out"`
 }
 
 // drainMaps are the maps stackdrain reads.
@@ -103,7 +116,7 @@ func Open(opts Options) (*Tracer, error) {
 	_ = memlock.Raise()
 
 	t := &Tracer{mechanism: mech}
-	if t.objs, t.pending, err = load(mech, opts); err != nil {
+	if t.objs, t.pending, t.walk, err = load(mech, opts); err != nil {
 		return nil, err
 	}
 	one := uint8(1)
@@ -122,6 +135,11 @@ func Open(opts Options) (*Tracer, error) {
 		_ = t.closeObjects()
 		return nil, err
 	}
+	t.processes = t.news.Events()
+	if opts.Unwind != nil {
+		t.unwind = opts.Unwind.Follow(t.news.Events())
+		t.processes = t.unwind.Events()
+	}
 	// The free hook goes first, so no wait of an exited thread is left behind.
 	for _, p := range []*ebpf.Program{t.objs.Free, t.objs.Sched} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
@@ -134,9 +152,10 @@ func Open(opts Options) (*Tracer, error) {
 	return t, nil
 }
 
-// load loads the program of mech with min_block set; pending is the
-// task_work program's map of waits whose user stack is not taken yet.
-func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, err error) {
+// load loads the program of mech with min_block set, sharing the unwind
+// maps of opts.Unwind; pending is the task_work program's map of waits whose
+// user stack is not taken yet, walk the switch_out program's walk objects.
+func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, walk []io.Closer, err error) {
 	var spec *ebpf.CollectionSpec
 	if mech == MechanismTaskWork {
 		spec, err = bpf.LoadOffcpu()
@@ -144,26 +163,32 @@ func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, err
 		spec, err = bpf.LoadOffcpuSwitchout()
 	}
 	if err != nil {
-		return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF spec: %w", err)
+		return kernelObjects{}, nil, nil, fmt.Errorf("load off-CPU BPF spec: %w", err)
 	}
 	if err := spec.Variables["min_block_ns"].Set(uint64(opts.MinBlock.Nanoseconds())); err != nil {
-		return kernelObjects{}, nil, fmt.Errorf("set min_block_ns: %w", err)
+		return kernelObjects{}, nil, nil, fmt.Errorf("set min_block_ns: %w", err)
+	}
+	loadOpts, err := unwinder.Prepare(spec, opts.Unwind)
+	if err != nil {
+		return kernelObjects{}, nil, nil, err
 	}
 	if mech == MechanismTaskWork {
 		var tw taskWorkObjects
-		err = spec.LoadAndAssign(&tw, nil)
+		err = spec.LoadAndAssign(&tw, loadOpts)
 		o, pending = tw.kernelObjects, tw.Pending
 	} else {
-		err = spec.LoadAndAssign(&o, nil)
+		var so switchOutObjects
+		err = spec.LoadAndAssign(&so, loadOpts)
+		o, walk = so.kernelObjects, []io.Closer{so.Walk, so.WalkProgs}
 	}
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF program (%s): %+v", mech, verr)
+			return kernelObjects{}, nil, nil, fmt.Errorf("load off-CPU BPF program (%s): %+v", mech, verr)
 		}
-		return kernelObjects{}, nil, fmt.Errorf("load off-CPU BPF program (%s): %w", mech, memlock.Explain(err))
+		return kernelObjects{}, nil, nil, fmt.Errorf("load off-CPU BPF program (%s): %w", mech, memlock.Explain(err))
 	}
-	return o, pending, nil
+	return o, pending, walk, nil
 }
 
 // missingTaskWorkFeatures returns what the running kernel lacks of
@@ -215,6 +240,9 @@ func (t *Tracer) closeObjects() error {
 	if t.pending != nil {
 		err = errors.Join(err, t.pending.Close())
 	}
+	for _, c := range t.walk {
+		err = errors.Join(err, c.Close())
+	}
 	return err
 }
 
@@ -225,7 +253,7 @@ func (t *Tracer) Mechanism() string { return string(t.mechanism) }
 // Options.PIDNamespace) of each newly recorded user process is sent once
 // (see stackdrain.Announcer), so it can be inspected while it still runs.
 // It is closed by Close.
-func (t *Tracer) NewProcesses() <-chan capture.ProcessEvent { return t.news.Events() }
+func (t *Tracer) NewProcesses() <-chan capture.ProcessEvent { return t.processes }
 
 // SetTargets replaces the pid filter; an empty list traces every process.
 // Waits that began before the change are still counted when they end.
@@ -250,6 +278,9 @@ func (t *Tracer) Drain() ([]capture.RawStack, capture.Stats, error) {
 	samples, st, err := t.bufs.Drain()
 	if err == nil {
 		st.NewProcessDrops += t.news.TakeDrops()
+		if t.unwind != nil {
+			t.unwind.AddStats(&st)
+		}
 	}
 	return samples, st, err
 }
@@ -269,6 +300,9 @@ func (t *Tracer) Close() error {
 	t.links = nil
 	if t.news != nil {
 		errs = append(errs, t.news.Close())
+	}
+	if t.unwind != nil {
+		t.unwind.Wait() // ends when the announcements are closed
 	}
 	errs = append(errs, t.closeObjects())
 	if err := errors.Join(errs...); err != nil {

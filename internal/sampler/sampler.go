@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids in cpu.bpf.c).
@@ -45,25 +46,12 @@ type Options struct {
 	// Maps overrides the derived map sizes, field by field (0: derived);
 	// tests use small maps to make them fill up.
 	Maps MapSizes
-	// UnwindTables walks user stacks with unwind tables built from the
-	// files' CFI where they are loaded (internal/unwinder), and with frame
-	// pointers elsewhere; false: frame pointers only.
-	UnwindTables bool
-	// UnwindRows is the capacity of the kernel's rows array (0:
-	// DefaultUnwindRows).
-	UnwindRows uint32
-	// Proc reads processes' mappings for the unwind tables.
-	Proc procfs.FS
+	// Unwind, when set, walks user stacks with its unwind tables where
+	// they are loaded (the sampler loads those of the processes it
+	// announces), and with frame pointers elsewhere; nil: frame pointers
+	// only.
+	Unwind *unwinder.Tables
 }
-
-// DefaultUnwindRows is the default capacity of the unwind rows array:
-// 12 bytes a row, 12 MiB of kernel memory. Tables measured (rows): node 20
-// 372k, libjvm (OpenJDK 17) 191k, libc 28k, xz 1.2k.
-const DefaultUnwindRows = 1 << 20
-
-// maxUnwindMappingEntries bounds the LPM trie of process mappings (an
-// executable mapping takes a few to a few dozen entries).
-const maxUnwindMappingEntries = 128 << 10
 
 func (o Options) validate() error {
 	if o.SamplesPerSecond == 0 {

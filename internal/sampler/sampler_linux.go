@@ -3,7 +3,6 @@
 package sampler
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -41,7 +38,7 @@ type Sampler struct {
 	// processes are the announcements NewProcesses hands on: news's own,
 	// or, with unwind tables, those unwind has seen.
 	processes <-chan capture.ProcessEvent
-	unwind    *unwinding // nil: frame pointers only
+	unwind    *unwinder.Follower // nil: frame pointers only
 }
 
 type perfEvent struct {
@@ -85,16 +82,11 @@ func Open(opts Options) (*Sampler, error) {
 	for _, name := range []string{bpf.CpuMapStacks0, bpf.CpuMapStacks1} {
 		spec.Maps[name].MaxEntries = s.sizes.Stacks
 	}
-	unwindRows := uint32(0)
-	if opts.UnwindTables {
-		unwindRows = cmp.Or(opts.UnwindRows, DefaultUnwindRows)
-		spec.Maps[bpf.CpuMapUnwindRows].MaxEntries = unwindRows
-		spec.Maps[bpf.CpuMapUnwindMappings].MaxEntries = maxUnwindMappingEntries
+	loadOpts, err := unwinder.Prepare(spec, opts.Unwind)
+	if err != nil {
+		return nil, err
 	}
-	if err := spec.Variables["have_task_pt_regs"].Set(boolByte(haveTaskPtRegs())); err != nil {
-		return nil, fmt.Errorf("set have_task_pt_regs: %w", err)
-	}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&s.objs, loadOpts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load cpu sampler BPF program: %+v", verr)
@@ -121,10 +113,9 @@ func Open(opts Options) (*Sampler, error) {
 		return nil, err
 	}
 	s.processes = s.news.Events()
-	if opts.UnwindTables {
-		s.unwind = startUnwinding(unwinder.NewLoader(unwinder.Maps{Rows: s.objs.UnwindRows, Mappings: s.objs.UnwindMappings},
-			opts.Proc, unwindRows), s.news.Events())
-		s.processes = s.unwind.events
+	if opts.Unwind != nil {
+		s.unwind = opts.Unwind.Follow(s.news.Events())
+		s.processes = s.unwind.Events()
 	}
 	for _, cpu := range cpus {
 		ev, err := openPerfEvent(cpu, opts.SamplesPerSecond, s.objs.SampleCpu)
@@ -235,7 +226,7 @@ func (s *Sampler) Drain() ([]capture.RawStack, capture.Stats, error) {
 	if err == nil {
 		st.NewProcessDrops += s.news.TakeDrops()
 		if s.unwind != nil {
-			s.unwind.addStats(&st)
+			s.unwind.AddStats(&st)
 		}
 	}
 	return samples, st, err
@@ -262,7 +253,7 @@ func (s *Sampler) Close() error {
 		}
 	}
 	if s.unwind != nil {
-		s.unwind.wait() // ends when the announcements are closed
+		s.unwind.Wait() // ends when the announcements are closed
 	}
 	if err := s.objs.Close(); err != nil {
 		errs = append(errs, err)
@@ -271,17 +262,4 @@ func (s *Sampler) Close() error {
 		return fmt.Errorf("close sampler: %w", err)
 	}
 	return nil
-}
-
-// haveTaskPtRegs says whether the kernel has bpf_task_pt_regs (Linux 5.15)
-// for perf_event programs (see have_task_pt_regs in bpf/unwind.h).
-func haveTaskPtRegs() bool {
-	return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnTaskPtRegs) == nil
-}
-
-func boolByte(b bool) uint8 {
-	if b {
-		return 1
-	}
-	return 0
 }

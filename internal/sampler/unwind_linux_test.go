@@ -19,6 +19,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 // chain is a call chain a fixture runs: samples whose leaf frame is
@@ -81,6 +82,20 @@ func (c chain) whole(names []string) bool {
 	return i == len(c.callers) && slices.ContainsFunc(names, func(n string) bool { return slices.Contains(c.roots, n) })
 }
 
+// openTables opens unwind tables for the test, or returns nil (frame
+// pointers only) when with is false.
+func openTables(t *testing.T, with bool) *unwinder.Tables {
+	t.Helper()
+	if !with {
+		return nil
+	}
+	testutil.RequireBPF(t)
+	tables, err := unwinder.OpenTables(procfs.FS{Root: "/proc"}, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tables.Close()) })
+	return tables
+}
+
 // Programs built without frame pointers (C, C++ with exceptions, a Rust
 // release build), and a Go binary: with unwind tables, at least 95% of the
 // samples of each known chain are whole, through the programs' own frames
@@ -119,7 +134,7 @@ func TestUnwindTablesWalkCodeWithoutFramePointers(t *testing.T) {
 				modes = []bool{false, true}
 			}
 			for _, tables := range modes {
-				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: tables, Proc: procfs.FS{Root: "/proc"}})
+				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, tables)})
 				// The first samples announce the process; its tables load then.
 				time.Sleep(time.Second)
 				samples, st, _ := sampleFor(t, s, 3*time.Second)
@@ -164,7 +179,7 @@ func TestUnwindTablesDebianBinaries(t *testing.T) {
 				testutil.SkipOrFail(t, "%s is not installed: %v", tt.name, err)
 			}
 			pid := compressForever(t, bin, tt.args...)
-			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
 			time.Sleep(time.Second) // the first samples announce the process
 			samples, st, _ := sampleFor(t, s, 3*time.Second)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
@@ -271,7 +286,7 @@ func TestUnwindTablesBuildsAndExec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := testutil.StartWorkload(t, tt.argv[0], tt.argv[1:]...)
 			pid := uint32(cmd.Process.Pid)
-			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
 			if tt.settleOn != "" {
 				opened := time.Now()
 				require.Eventually(t, func() bool {
@@ -327,7 +342,7 @@ func TestUnwindDepthAgainstPerfDwarf(t *testing.T) {
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
 
-	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}, UnwindTables: true, Proc: procfs.FS{Root: "/proc"}})
+	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
 	time.Sleep(time.Second) // the first samples announce the process
 	samples, _, _ := sampleFor(t, s, 3*time.Second)
 	_ = s.Close()

@@ -106,9 +106,10 @@ type PerfMapsConfig struct {
 
 // UnwindingConfig chooses how user stacks are walked.
 type UnwindingConfig struct {
-	// Method: auto walks with unwind tables built from the files' CFI
-	// (.eh_frame, .debug_frame) where a process's are loaded, and with
-	// frame pointers elsewhere; frame_pointer only follows frame pointers.
+	// Method: auto walks CPU and off-CPU stacks with unwind tables built
+	// from the files' CFI (.eh_frame, .debug_frame) where a process's are
+	// loaded, and with frame pointers elsewhere; frame_pointer only follows
+	// frame pointers.
 	Method string `mapstructure:"method"`
 }
 

@@ -53,6 +53,7 @@ type profilerReceiver struct {
 	cancel    context.CancelFunc
 	done      chan struct{}
 	sources   map[report.Kind]stackSource
+	unwind    *sharedTables // unwind tables the sources share; nil: frame pointers
 	assembler *assemble.Assembler
 	symbols   *symbolize.Symbolizer
 	ids       *identity.Resolver
@@ -118,6 +119,10 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		return fmt.Errorf("find the collector's pid namespace: %w", err)
 	}
 	srcOpts := sourceOptions{targets: targets, pidns: pidns, proc: r.proc, logger: r.settings.Logger}
+	if r.cfg.Unwinding.Method == unwindAuto {
+		r.unwind = &sharedTables{proc: r.proc}
+		srcOpts.unwind = r.unwind
+	}
 	logger := r.settings.Logger
 	r.symbols = symbolize.New(symbolize.Options{
 		Proc:            r.proc,
@@ -390,6 +395,10 @@ func (r *profilerReceiver) closeAll() {
 		}
 	}
 	r.sources = nil
+	if err := r.unwind.close(); err != nil {
+		r.settings.Logger.Warn("close unwind tables", zap.Error(err))
+	}
+	r.unwind = nil
 	if r.symbols != nil {
 		_ = r.symbols.Close()
 		r.symbols = nil

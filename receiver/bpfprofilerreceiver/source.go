@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"go.uber.org/zap"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 // kernelSources opens the kernel side of every signal: stacks of one
@@ -34,6 +36,35 @@ type sourceOptions struct {
 	pidns   procfs.PIDNamespace // the collector's pid namespace; zero: host
 	proc    procfs.FS
 	logger  *zap.Logger
+	unwind  *sharedTables // nil: frame pointers only
+}
+
+// sharedTables are the unwind tables the CPU sampler and the off-CPU tracer
+// share, opened by the first source that asks for them.
+type sharedTables struct {
+	proc   procfs.FS
+	once   sync.Once
+	tables *unwinder.Tables
+	err    error
+}
+
+// get opens the tables the first time; nil receiver: none.
+func (s *sharedTables) get() (*unwinder.Tables, error) {
+	if s == nil {
+		return nil, nil
+	}
+	s.once.Do(func() { s.tables, s.err = unwinder.OpenTables(s.proc, 0) })
+	return s.tables, s.err
+}
+
+// close closes the tables if they were opened; the sources come first.
+func (s *sharedTables) close() error {
+	if s == nil || s.tables == nil {
+		return nil
+	}
+	err := s.tables.Close()
+	s.tables = nil
+	return err
 }
 
 // stackSource is the kernel side of one profile kind, seen from here: it
@@ -60,6 +91,10 @@ type probeSource interface {
 // openKernelStacks opens the CPU sampler or the off-CPU tracer, which hand
 // over capture values as they are.
 func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
+	tables, err := opts.unwind.get()
+	if err != nil {
+		return nil, fmt.Errorf("unwinding::method %s: %w", cfg.Unwinding.Method, err)
+	}
 	switch kind {
 	case report.KindCPU:
 		src, err := sampler.Open(sampler.Options{
@@ -67,8 +102,7 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			TargetPIDs:       opts.targets,
 			PIDNamespace:     opts.pidns,
 			ReportInterval:   cfg.ReportInterval,
-			UnwindTables:     cfg.Unwinding.Method == unwindAuto,
-			Proc:             opts.proc,
+			Unwind:           tables,
 		})
 		if errors.Is(err, sampler.ErrRateAboveLimit) {
 			return nil, fmt.Errorf("cpu::samples_per_second: %w", err)
@@ -81,6 +115,7 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			ExcludePIDs:  []uint32{uint32(os.Getpid())},
 			PIDNamespace: opts.pidns,
 			Mechanism:    offcpu.Mechanism(cfg.OffCPU.Mechanism),
+			Unwind:       tables,
 		})
 		if errors.Is(err, offcpu.ErrMechanismUnsupported) {
 			return nil, fmt.Errorf("off_cpu::mechanism: %w", err)

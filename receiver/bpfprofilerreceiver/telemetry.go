@@ -102,22 +102,24 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 	if st.NewProcessDrops > 0 {
 		tel.BpfprofilerNewProcessesDropped.Add(ctx, int64(st.NewProcessDrops))
 	}
-	if kind == report.KindCPU {
-		r.recordUnwindStats(ctx, st)
-	}
+	r.recordUnwindStats(ctx, k, st)
 }
 
-// recordUnwindStats adds the CPU sampler's unwind counters of one window,
-// and moves the table gauges to their values at its drain.
-func (r *profilerReceiver) recordUnwindStats(ctx context.Context, st capture.Stats) {
+// recordUnwindStats adds the unwind counters of one window of one kind,
+// and, with unwind tables (shared by the kinds), moves the table gauges to
+// their values at its drain.
+func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute.KeyValue, st capture.Stats) {
 	tel := r.telemetry
 	for _, e := range capture.AllUnwindEnds {
 		if n := st.UnwindEnds[e]; n > 0 {
-			tel.BpfprofilerUnwindWalks.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, e.Reason())))
+			tel.BpfprofilerUnwindWalks.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrReason, e.Reason())))
 		}
 	}
 	if st.UnwindFrames > 0 {
-		tel.BpfprofilerUnwindFrames.Add(ctx, int64(st.UnwindFrames))
+		tel.BpfprofilerUnwindFrames.Add(ctx, int64(st.UnwindFrames), metric.WithAttributes(kind))
+	}
+	if r.cfg.Unwinding.Method != unwindAuto {
+		return
 	}
 	for _, f := range capture.AllTableFailures {
 		if n := st.TableFailures[f]; n > 0 {

@@ -15,9 +15,9 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
 )
 
-// Two CPU drain windows: walks and frames add up, files without a table
-// are counted by reason, and the table gauges end at the last window's
-// values.
+// Two CPU drain windows and an off-CPU one: walks and frames add up by
+// kind, files without a table are counted by reason, and the table gauges
+// (shared by the kinds) end at the last window's values.
 func TestUnwindTelemetry(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
@@ -33,18 +33,34 @@ func TestUnwindTelemetry(t *testing.T) {
 	ctx := context.Background()
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, first)
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, second)
-	// Off-CPU windows carry no unwind figures.
-	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, capture.Stats{})
+	offCPU := capture.Stats{UnwindFrames: 21, UnwindTables: 4, UnwindTableBytes: 1500}
+	offCPU.UnwindEnds[capture.UnwindRoot] = 3
+	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, offCPU)
 
 	reason := func(r string) attribute.Set { return attribute.NewSet(attribute.String(attrReason, r)) }
+	kindReason := func(k, r string) attribute.Set {
+		return attribute.NewSet(attribute.String(attrKind, k), attribute.String(attrReason, r))
+	}
+	kind := func(k string) attribute.Set { return attribute.NewSet(attribute.String(attrKind, k)) }
 	metadatatest.AssertEqualBpfprofilerUnwindWalks(t, tel, []metricdata.DataPoint[int64]{
-		{Value: 5, Attributes: reason("root")},
-		{Value: 1, Attributes: reason("no_mapping")},
+		{Value: 5, Attributes: kindReason("cpu", "root")},
+		{Value: 1, Attributes: kindReason("cpu", "no_mapping")},
+		{Value: 3, Attributes: kindReason("off_cpu", "root")},
 	}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualBpfprofilerUnwindFrames(t, tel, []metricdata.DataPoint[int64]{{Value: 50}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindFrames(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 50, Attributes: kind("cpu")},
+		{Value: 21, Attributes: kind("off_cpu")},
+	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerUnwindTablesFailed(t, tel, []metricdata.DataPoint[int64]{
 		{Value: 2, Attributes: reason("open_failed")},
 	}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualBpfprofilerUnwindTableBytes(t, tel, []metricdata.DataPoint[int64]{{Value: 1200}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 4}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTableBytes(t, tel, []metricdata.DataPoint[int64]{{Value: 1500}}, metricdatatest.IgnoreTimestamp())
+
+	// With frame pointers only, the gauges stay where they are.
+	fp := createDefaultConfig().(*Config)
+	fp.Unwinding.Method = unwindFramePointer
+	rcv.cfg = fp
+	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, capture.Stats{})
+	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 4}}, metricdatatest.IgnoreTimestamp())
 }

@@ -5,7 +5,8 @@
 // Thread "chain": main -> chain_a -> chain_b -> chain_c -> chain_leaf, the
 // leaf burning CPU. Thread "sorter": sorter -> sort_round -> qsort (glibc)
 // -> compare_slow, the comparator burning CPU, so the walk goes through
-// libc's own frames.
+// libc's own frames. Thread "napper": napper -> nap_round -> nap_leaf ->
+// nanosleep (glibc), sleeping 2 ms at a time, for off-CPU walks.
 // Usage: nofp [seconds]  (default 5).
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -90,9 +91,37 @@ __attribute__((noinline)) static void *sorter(void *arg)
 	return NULL;
 }
 
+__attribute__((noinline)) uint64_t nap_leaf(uint64_t n)
+{
+	struct timespec ts = { 0, 2000000 }; /* 2 ms */
+
+	nanosleep(&ts, NULL);
+	return n * 3 + 1;
+}
+
+__attribute__((noinline)) uint64_t nap_round(uint64_t seed)
+{
+	uint64_t buf[8]; /* a frame of its own on the stack */
+	for (int i = 0; i < 8; i++)
+		buf[i] = seed + i;
+	return nap_leaf(buf[seed & 7]) + buf[2];
+}
+
+__attribute__((noinline)) static void *napper(void *arg)
+{
+	uint64_t seed = 1, acc = 0;
+	double end = now() + seconds;
+	(void)arg;
+	pthread_setname_np(pthread_self(), "napper");
+	while (now() < end)
+		acc += nap_round(seed++);
+	sink = acc;
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
-	pthread_t t;
+	pthread_t t, nap;
 	uint64_t acc = 0, seed = 1;
 	double end;
 
@@ -102,10 +131,12 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	pthread_setname_np(pthread_self(), "chain");
 	pthread_create(&t, NULL, sorter, NULL);
+	pthread_create(&nap, NULL, napper, NULL);
 	end = now() + seconds;
 	while (now() < end)
 		acc += chain_a(seed++);
 	pthread_join(t, NULL);
+	pthread_join(nap, NULL);
 	sink = acc;
 	return 0;
 }

@@ -127,7 +127,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerUnwindFrames, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_unwind_frames",
-		metric.WithDescription("User frames found by the walks of bpfprofiler_unwind_walks (their quotient is the mean depth). [Development]"),
+		metric.WithDescription("User frames found by the walks of bpfprofiler_unwind_walks, by profile kind (their quotient is the mean depth). [Development]"),
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
@@ -151,7 +151,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerUnwindWalks, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_unwind_walks",
-		metric.WithDescription("CPU samples whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by why the walk ended. Samples of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]"),
+		metric.WithDescription("Samples (cpu) and recorded waits (off_cpu) whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by profile kind and why the walk ended. Those of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

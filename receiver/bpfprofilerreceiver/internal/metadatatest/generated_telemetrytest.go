@@ -168,7 +168,7 @@ func AssertEqualBpfprofilerStacksLost(t *testing.T, tt *componenttest.Telemetry,
 func AssertEqualBpfprofilerUnwindFrames(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_unwind_frames",
-		Description: "User frames found by the walks of bpfprofiler_unwind_walks (their quotient is the mean depth). [Development]",
+		Description: "User frames found by the walks of bpfprofiler_unwind_walks, by profile kind (their quotient is the mean depth). [Development]",
 		Unit:        "{frame}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -232,7 +232,7 @@ func AssertEqualBpfprofilerUnwindTablesFailed(t *testing.T, tt *componenttest.Te
 func AssertEqualBpfprofilerUnwindWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_unwind_walks",
-		Description: "CPU samples whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by why the walk ended. Samples of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]",
+		Description: "Samples (cpu) and recorded waits (off_cpu) whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by profile kind and why the walk ended. Those of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]",
 		Unit:        "{sample}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
