@@ -61,19 +61,48 @@ func Total(p pprofile.Profiles) int64 {
 }
 
 func forEachSample(p pprofile.Profiles, fn func(pprofile.ProfilesDictionary, pprofile.Sample, int64)) {
+	forEachProfile(p, func(dict pprofile.ProfilesDictionary, prof pprofile.Profile) {
+		for _, s := range prof.Samples().All() {
+			if s.Values().Len() == 0 {
+				continue
+			}
+			fn(dict, s, s.Values().At(0))
+		}
+	})
+}
+
+func forEachProfile(p pprofile.Profiles, fn func(pprofile.ProfilesDictionary, pprofile.Profile)) {
 	dict := p.Dictionary()
 	for _, rp := range p.ResourceProfiles().All() {
 		for _, sp := range rp.ScopeProfiles().All() {
 			for _, prof := range sp.Profiles().All() {
-				for _, s := range prof.Samples().All() {
-					if s.Values().Len() == 0 {
-						continue
-					}
-					fn(dict, s, s.Values().At(0))
-				}
+				fn(dict, prof)
 			}
 		}
 	}
+}
+
+// OfType returns a copy of p holding only its profiles whose sample type is
+// typ ("samples" for CPU profiles, "off_cpu").
+func OfType(p pprofile.Profiles, typ string) pprofile.Profiles {
+	out := pprofile.NewProfiles()
+	p.CopyTo(out)
+	dict := out.Dictionary()
+	for _, rp := range out.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			sp.Profiles().RemoveIf(func(prof pprofile.Profile) bool {
+				return stringAt(dict, prof.SampleType().TypeStrindex()) != typ
+			})
+		}
+	}
+	return out
+}
+
+func stringAt(dict pprofile.ProfilesDictionary, i int32) string {
+	if i < 0 || int(i) >= dict.StringTable().Len() {
+		return ""
+	}
+	return dict.StringTable().At(int(i))
 }
 
 // forEachLocation calls fn for the locations of the stack of s, leaf first,

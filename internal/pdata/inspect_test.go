@@ -99,3 +99,19 @@ func TestStacks(t *testing.T) {
 	assert.Equal(t, []string{"main.inner", "main.hot", "main.main"}, byValue[4])
 	assert.Equal(t, []string{"", "main.main"}, byValue[6])
 }
+
+func TestOfType(t *testing.T) {
+	p, err := BuildProfiles(Scope{},
+		cpu(process(1, nil, report.Sample{TID: 1, Frames: hotStack(), Value: 4})),
+		offcpu(process(1, nil, report.Sample{TID: 1, Frames: coldStack(), Value: 7000})))
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		typ   string
+		total int64
+	}{{"samples", 4}, {"off_cpu", 7000}, {"probe_duration", 0}} {
+		t.Run(tt.typ, func(t *testing.T) {
+			assert.Equal(t, tt.total, Total(OfType(p, tt.typ)))
+		})
+	}
+	assert.Equal(t, int64(7004), Total(p), "p itself is left whole")
+}

@@ -58,9 +58,40 @@ func (c chainCheck) whole(fns []string) bool {
 	return i == len(c.callers) && slices.ContainsFunc(fns, func(fn string) bool { return slices.Contains(c.roots, fn) })
 }
 
+// napperShare returns the share of the off-CPU time in glibc's nanosleep
+// (nofp's napper thread, the only one that calls it) whose user stack is
+// whole: nap_leaf <- nap_round <- napper <- start_thread; its total and an
+// example of a stack that is not.
+func napperShare(received []pprofile.Profiles) (float64, int64, string) {
+	want := []string{"nap_leaf", "nap_round", "napper", "start_thread"}
+	var all, whole int64
+	example := ""
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfType(pd, "off_cpu")) {
+			if !slices.ContainsFunc(st.Functions, func(fn string) bool { return strings.Contains(fn, "nanosleep") }) {
+				continue
+			}
+			all += st.Value
+			i := 0
+			for _, fn := range st.Functions {
+				if i < len(want) && fn == want[i] {
+					i++
+				}
+			}
+			if i == len(want) {
+				whole += st.Value
+			} else if example == "" {
+				example = strings.Join(st.Functions, " <- ")
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}
+
 // Code built without frame pointers (nofp.c, -O2 -fomit-frame-pointer)
-// comes out of the collector with whole stacks: through the program's own
-// frames, and through glibc's qsort, down to the threads' roots.
+// comes out of the collector with whole stacks: on CPU through the
+// program's own frames and through glibc's qsort, off CPU from glibc's
+// nanosleep, down to the threads' roots.
 func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	bin := collectorBinary(t)
 	nofp := testutil.BuildC(t, "nofp.c")
@@ -75,6 +106,7 @@ receivers:
     report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 99}
+    off_cpu: {enabled: true, min_block: 1ms}
 exporters:
   otlp_grpc:
     endpoint: %s
@@ -102,13 +134,16 @@ service:
 	require.Eventually(t, func() bool {
 		_, a, _ := chain.share(later())
 		_, b, _ := sorter.share(later())
-		return a >= 300 && b >= 300
+		_, c, _ := napperShare(later())
+		return a >= 300 && b >= 300 && c >= int64(2*time.Second)
 	}, 90*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the workload")
 
 	chainShare, chainN, chainEx := chain.share(later())
 	sortShare, sortN, sortEx := sorter.share(later())
-	matrixFigure(t, "own frames %.1f%% whole, through qsort %.1f%%", 100*chainShare, 100*sortShare)
-	t.Logf("chain: %d samples, sorter: %d (after %d requests)", chainN, sortN, skip)
+	napShare, napNs, napEx := napperShare(later())
+	matrixFigure(t, "own frames %.1f%% whole, through qsort %.1f%%, off-CPU %.1f%%", 100*chainShare, 100*sortShare, 100*napShare)
+	t.Logf("chain: %d samples, sorter: %d, napper: %v off CPU (after %d requests)", chainN, sortN, time.Duration(napNs), skip)
 	assert.GreaterOrEqual(t, chainShare, 0.95, "e.g. %s", chainEx)
 	assert.GreaterOrEqual(t, sortShare, 0.95, "e.g. %s", sortEx)
+	assert.GreaterOrEqual(t, napShare, 0.95, "off-CPU, e.g. %s", napEx)
 }
