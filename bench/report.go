@@ -217,6 +217,11 @@ func offCPUChecks(minBlock string) func(io.Writer, *report) {
 			fmt.Fprintf(w, "%s: n/a (collector skipped)\n", head)
 		}
 		bpf, hasBpf := r.ratios[scOffCPU]
+		if fp, ok := r.ratios[scOffCPUFP]; ok && hasBpf {
+			b, f := median(bpf), median(fp)
+			fmt.Fprintf(w, "unwind tables cost no more than frame pointers + 1 point: %s (wall ratio: auto %.3f, frame_pointer %.3f)\n",
+				yesNo(b <= f+0.01), b, f)
+		}
 		if perf, ok := r.ratios[scPerfSwitch]; ok && hasBpf {
 			b, p := median(bpf), median(perf)
 			fmt.Fprintf(w, "slowdown no worse than perf sched_switch's: %s (wall ratio: bpfprofiler %.3f, perf %.3f)\n", yesNo(b <= p), b, p)

@@ -15,6 +15,7 @@ const (
 	scBpfprofiler = "bpfprofiler 99Hz"
 	scPerfSwitch  = "perf sched_switch -a -g"
 	scOffCPU      = "bpfprofiler off-CPU"
+	scOffCPUFP    = "bpfprofiler off-CPU frame_pointer"
 	scPerfDwarf   = "perf -F99 -a --call-graph dwarf"
 	scFramePtr    = "bpfprofiler frame_pointer"
 	scUnwindAuto  = "bpfprofiler auto"
@@ -204,7 +205,8 @@ func newUnwindSuite(ctx context.Context, e env) (*suite, error) {
 
 // newOffCPUSuite is the off-CPU suite: pingpong (two threads switching
 // ~50k times a second) alone, beside the collector with only off-CPU
-// profiling on, and under `perf record -e sched:sched_switch -a -g` when perf
+// profiling on (unwinding auto, and frame_pointer: with switch_out every
+// switch-out walks the stack, with the tables or frame pointers), and under `perf record -e sched:sched_switch -a -g` when perf
 // can open that tracepoint. The returned cleanup undoes a tracefs mount the
 // probe for perf caused; call it after the suite.
 func newOffCPUSuite(ctx context.Context, e env) (s *suite, cleanup func(), err error) {
@@ -225,7 +227,8 @@ func newOffCPUSuite(ctx context.Context, e env) (s *suite, cleanup func(), err e
 	collectorSc := ""
 	if !e.o.skipCollector {
 		cfg := e.collector(profileConfig{offCPU: true, minBlock: e.o.minBlock, mechanism: e.o.mechanism})
-		s.scenarios = append(s.scenarios, collectorScenario(scOffCPU, cfg, w, marker))
+		fp := e.collector(profileConfig{offCPU: true, minBlock: e.o.minBlock, mechanism: e.o.mechanism, unwinding: "frame_pointer"})
+		s.scenarios = append(s.scenarios, collectorScenario(scOffCPU, cfg, w, marker), collectorScenario(scOffCPUFP, fp, w, marker))
 		collectorSc = scOffCPU
 	}
 	if !e.o.skipPerf {
