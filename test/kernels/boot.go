@@ -32,7 +32,7 @@ func runGuest(ctx context.Context, series string, p *payload, dir string, opts o
 	var console bytes.Buffer
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
 		// Software emulation: the host's KVM cannot boot these kernels.
-		"-accel", "tcg,thread=multi", "-cpu", "max", "-smp", "2", "-m", "2048",
+		"-accel", "tcg,thread="+opts.tcgThread, "-cpu", "max", "-smp", "2", "-m", "2048",
 		"-kernel", vmlinuz, "-initrd", p.initramfs,
 		"-append", "console=ttyS0 panic=-1 loglevel=3",
 		"-nographic", "-nodefaults", "-no-reboot", "-serial", "stdio", "-monitor", "none")

@@ -28,8 +28,21 @@ func main() {
 		timeout   = flag.Duration("timeout", 8*time.Minute, "time allowed for one kernel: boot and every check")
 		readme    = flag.String("readme", "", "when set, rewrite the kernel table between the matrix markers of this file")
 		keep      = flag.Bool("keep", false, "keep the work directory (initramfs, serial logs)")
+		only      = flag.String("checks", "", "run only these checks (column or test names, comma-separated); stress checks run only when named")
+		boots     = flag.Int("boots", 1, "boot (or run, for host) each kernel this many times, one row each")
+		tcgThread = flag.String("tcg-thread", "single", "qemu TCG threading, single or multi (see runGuest)")
+		env       = flag.String("env", "", "KEY=VALUE pairs (comma-separated) added to the tests' environment")
 	)
 	flag.Parse()
+	if err := selectChecks(splitList(*only)); err != nil {
+		fmt.Fprintln(os.Stderr, "kernels:", err)
+		os.Exit(2)
+	}
+	if *readme != "" && (*only != "" || *boots != 1) {
+		fmt.Fprintln(os.Stderr, "kernels: -readme writes the whole table: it takes neither -checks nor -boots")
+		os.Exit(2)
+	}
+	extraEnv = splitList(*env)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, options{
@@ -39,6 +52,8 @@ func main() {
 		timeout:   *timeout,
 		readme:    *readme,
 		keep:      *keep,
+		boots:     max(*boots, 1),
+		tcgThread: *tcgThread,
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "kernels:", err)
 		os.Exit(1)
@@ -52,6 +67,8 @@ type options struct {
 	timeout   time.Duration
 	readme    string
 	keep      bool
+	boots     int
+	tcgThread string
 }
 
 func splitList(s string) []string {
@@ -77,19 +94,21 @@ func run(ctx context.Context, opts options) error {
 	}
 	var results []kernelResult
 	for _, k := range opts.kernels {
-		start := time.Now()
-		var res kernelResult
-		if k == "host" {
-			res = runHost(ctx, payload, opts.timeout)
-		} else {
-			res = runGuest(ctx, k, payload, filepath.Join(work, k), opts)
+		for boot := range opts.boots {
+			start := time.Now()
+			var res kernelResult
+			if k == "host" {
+				res = runHost(ctx, payload, opts.timeout)
+			} else {
+				res = runGuest(ctx, k, payload, filepath.Join(work, fmt.Sprintf("%s-%d", k, boot)), opts)
+			}
+			res.took = time.Since(start)
+			fmt.Printf("%s: %s in %v\n", res.label(), res.summary(), res.took.Round(time.Second))
+			if res.err != nil || res.failed() {
+				fmt.Print(indent(res.log))
+			}
+			results = append(results, res)
 		}
-		res.took = time.Since(start)
-		fmt.Printf("%s: %s in %v\n", res.label(), res.summary(), res.took.Round(time.Second))
-		if res.err != nil || res.failed() {
-			fmt.Print(indent(res.log))
-		}
-		results = append(results, res)
 	}
 	table := renderTable(results)
 	fmt.Println()

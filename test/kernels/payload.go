@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -33,8 +34,41 @@ var checks = []check{
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
 }
 
+// stressChecks run only when -checks names them: they repeat one
+// operation to find out how a kernel (or qemu) fails at it, and are not
+// part of the table CI requires.
+var stressChecks = []check{
+	// Attach and detach sched_switch programs under heavy switching
+	// (rounds from BPFPROFILER_DETACH_ROUNDS, see -env).
+	{"detach stress", "offcpu.test", "TestDetachUnderSwitches"},
+}
+
+// selectChecks makes checks the ones named (by column or test name) in
+// names, in the order given; empty names keep the table's checks.
+func selectChecks(names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	all := append(slices.Clone(checks), stressChecks...)
+	var chosen []check
+	for _, n := range names {
+		i := slices.IndexFunc(all, func(c check) bool {
+			return c.name == n || c.test == n || strings.HasPrefix(c.name, n+" ")
+		})
+		if i < 0 {
+			return fmt.Errorf("-checks: no check named %q", n)
+		}
+		chosen = append(chosen, all[i])
+	}
+	checks = chosen
+	return nil
+}
+
 // testPackages are the packages compiled into the test binaries of checks.
-var testPackages = map[string]string{"bpf.test": "./bpf", "e2e.test": "./test/e2e"}
+var testPackages = map[string]string{"bpf.test": "./bpf", "e2e.test": "./test/e2e", "offcpu.test": "./internal/offcpu"}
+
+// extraEnv is added to the test binaries' environment (-env).
+var extraEnv []string
 
 // busyboxApplets are the commands the guest's init and the tests run.
 var busyboxApplets = []string{
@@ -77,7 +111,13 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 	if err := copyFile(collector, filepath.Join(root, guestCollector), 0o755); err != nil {
 		return nil, fmt.Errorf("the collector (make collector): %w", err)
 	}
-	for bin, pkg := range testPackages {
+	built := map[string]bool{}
+	for _, c := range checks {
+		bin, pkg := c.binary, testPackages[c.binary]
+		if built[bin] {
+			continue
+		}
+		built[bin] = true
 		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", filepath.Join(root, "bin", bin), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -215,11 +255,11 @@ const (
 // testEnv is the environment of the test binaries, in the guest and on the
 // host (with the payload's paths under root).
 func testEnv(root string) []string {
-	return []string{
+	return append([]string{
 		testutil.RequireBPFEnv + "=1",
 		"BPFPROFILER_COLLECTOR=" + filepath.Join(root, guestCollector),
 		testutil.PrebuiltWorkloadsEnv + "=" + filepath.Join(root, guestWorkloads),
-	}
+	}, extraEnv...)
 }
 
 // initScript is the guest's /init: mount what the collector reads, run each
