@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,13 +90,32 @@ service:
 	}
 }
 
+// probeStarts are the probe.start_time_unix_nano values the debug exporter
+// prints, one per record like probe.duration_ns.
+var probeStarts = regexp.MustCompile(`probe\.start_time_unix_nano: Int\((\d+)\)`)
+
 // probeDurations returns the probe.duration_ns values the debug exporter
-// printed, in order.
+// printed, in the order the scopes started: records need not be exported
+// in the order they were taken (a backend orders them by time too).
 func probeDurations(durations *regexp.Regexp, text string) []time.Duration {
-	var got []time.Duration
-	for _, m := range durations.FindAllStringSubmatch(text, -1) {
-		ns, _ := strconv.Atoi(m[1])
-		got = append(got, time.Duration(ns))
+	type scope struct {
+		start    int64
+		duration time.Duration
+	}
+	ds, starts := durations.FindAllStringSubmatch(text, -1), probeStarts.FindAllStringSubmatch(text, -1)
+	scopes := make([]scope, 0, len(ds))
+	for i, m := range ds {
+		ns, _ := strconv.ParseInt(m[1], 10, 64)
+		s := scope{duration: time.Duration(ns)}
+		if i < len(starts) {
+			s.start, _ = strconv.ParseInt(starts[i][1], 10, 64)
+		}
+		scopes = append(scopes, s)
+	}
+	sort.SliceStable(scopes, func(i, j int) bool { return scopes[i].start < scopes[j].start })
+	got := make([]time.Duration, len(scopes))
+	for i, s := range scopes {
+		got[i] = s.duration
 	}
 	return got
 }
@@ -201,4 +221,16 @@ func TestMatchScopes(t *testing.T) {
 			t.Errorf("%s: %v", tt.name, err)
 		}
 	}
+}
+
+// Records printed out of order (as seen on 6.1 under qemu: the record of
+// the second scope before the first's) are put back in the order the
+// scopes started.
+func TestProbeDurationsInStartOrder(t *testing.T) {
+	text := ""
+	for _, r := range []struct{ start, ns int64 }{{2000, 16128710}, {1000, 12938690}, {3000, 30283470}} {
+		text += fmt.Sprintf("-> probe.start_time_unix_nano: Int(%d)\n-> probe.duration_ns: Int(%d)\n", r.start, r.ns)
+	}
+	durations := regexp.MustCompile(`probe\.duration_ns: Int\((\d+)\)`)
+	require.Equal(t, []time.Duration{12938690, 16128710, 30283470}, probeDurations(durations, text))
 }
