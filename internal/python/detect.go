@@ -1,0 +1,239 @@
+package python
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"regexp"
+	"strconv"
+)
+
+// Symbols Detect looks for. Py_IsNone (3.10+) and PyFrame_GetCode (3.9+)
+// tell the minor version of an interpreter older than Py_Version (3.11+).
+const (
+	symRuntime       = "_PyRuntime"
+	symVersion       = "Py_Version"
+	symSince310      = "Py_IsNone"
+	symSince39       = "PyFrame_GetCode"
+	symRefDebugBuild = "_Py_NegativeRefcount" // only in builds with Py_REF_DEBUG (debug builds)
+)
+
+// Detect finds the CPython interpreter in f: ErrNotPython when f has no
+// _PyRuntime, an error wrapping ErrUnsupported when its version or build is
+// not one this package knows.
+func Detect(f *elf.File) (*Interpreter, error) {
+	syms := definedSymbols(f, symRuntime, symVersion, symSince310, symSince39, symRefDebugBuild)
+	runtime, ok := syms[symRuntime]
+	if !ok {
+		return nil, ErrNotPython
+	}
+	v, err := detectVersion(f, syms)
+	if err != nil {
+		return nil, err
+	}
+	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
+		return nil, fmt.Errorf("%w %s on %s: only x86-64 is supported", ErrUnsupported, v, f.Machine)
+	}
+	if _, debug := syms[symRefDebugBuild]; debug {
+		return nil, fmt.Errorf("%w %s: a debug build (only release builds are supported)", ErrUnsupported, v)
+	}
+	o, ok := offsetsFor(v)
+	if !ok {
+		return nil, fmt.Errorf("%w version %s (supported: 3.9 to 3.13)", ErrUnsupported, v)
+	}
+	if v.Minor == 13 {
+		b, err := readFileData(f, runtime.Value, debugOffsetsSize)
+		if err != nil {
+			return nil, fmt.Errorf("read _Py_DebugOffsets of %s: %w", v, err)
+		}
+		if o, err = applyDebugOffsets313(o, b, runtime.Size); err != nil {
+			return nil, err
+		}
+	}
+	return &Interpreter{Version: v, RuntimeAddr: runtime.Value, Offsets: o}, nil
+}
+
+// definedSymbols returns those of names f defines, from .dynsym, or from
+// .symtab when .dynsym lacks _PyRuntime.
+func definedSymbols(f *elf.File, names ...string) map[string]elf.Symbol {
+	found := map[string]elf.Symbol{}
+	collect := func(syms []elf.Symbol) {
+		for _, s := range syms {
+			if s.Section == elf.SHN_UNDEF || s.Value == 0 {
+				continue
+			}
+			for _, n := range names {
+				if s.Name == n {
+					found[n] = s
+				}
+			}
+		}
+	}
+	if syms, err := f.DynamicSymbols(); err == nil {
+		collect(syms)
+	}
+	if _, ok := found[symRuntime]; !ok {
+		if syms, err := f.Symbols(); err == nil {
+			collect(syms)
+		}
+	}
+	return found
+}
+
+// detectVersion reads Py_Version (3.11+); before it, the minor version comes
+// from the symbols the file defines and the patch from the PY_VERSION string
+// in .rodata (0 when that is not found).
+func detectVersion(f *elf.File, syms map[string]elf.Symbol) (Version, error) {
+	if s, ok := syms[symVersion]; ok {
+		b, err := readFileData(f, s.Value, 4)
+		if err != nil {
+			return Version{}, fmt.Errorf("read Py_Version: %w", err)
+		}
+		hex := binary.LittleEndian.Uint32(b) // PY_VERSION_HEX: 0x030B07F0 is 3.11.7 final
+		return Version{int(hex >> 24), int(hex >> 16 & 0xff), int(hex >> 8 & 0xff)}, nil
+	}
+	minor := 0
+	switch {
+	case hasSymbol(syms, symSince310):
+		minor = 10
+	case hasSymbol(syms, symSince39):
+		minor = 9
+	default: // older than 3.9: name the version when the file says it
+		if v, ok := rodataVersion(f, func(v Version) bool { return v.Minor < 9 }); ok {
+			return v, nil
+		}
+		return Version{}, fmt.Errorf("%w version older than 3.9", ErrUnsupported)
+	}
+	if v, ok := rodataVersion(f, func(v Version) bool { return v.Minor == minor }); ok {
+		return v, nil
+	}
+	return Version{3, minor, 0}, nil
+}
+
+func hasSymbol(syms map[string]elf.Symbol, name string) bool {
+	_, ok := syms[name]
+	return ok
+}
+
+// versionString matches PY_VERSION ("3.9.18", "3.10.0rc2", "3.9.2+") where
+// it ends a NUL-terminated string: the linker may have merged it into the
+// tail of a longer one such as the install prefix ".../versions/3.9.18".
+var versionString = regexp.MustCompile(`(?:^|[^0-9.])3\.(\d{1,2})\.(\d{1,3})(?:(?:a|b|rc)\d{1,2})?\+?\x00`)
+
+// rodataVersion returns the first version string in .rodata accept takes.
+func rodataVersion(f *elf.File, accept func(Version) bool) (Version, bool) {
+	s := f.Section(".rodata")
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return Version{}, false
+	}
+	data, err := s.Data()
+	if err != nil {
+		return Version{}, false
+	}
+	for _, m := range versionString.FindAllSubmatch(data, -1) {
+		minor, _ := strconv.Atoi(string(m[1]))
+		patch, _ := strconv.Atoi(string(m[2]))
+		if v := (Version{3, minor, patch}); accept(v) {
+			return v, true
+		}
+	}
+	return Version{}, false
+}
+
+// readFileData reads n bytes of initialised data at link-time address addr.
+func readFileData(f *elf.File, addr uint64, n int) ([]byte, error) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr+uint64(n) > p.Filesz {
+			continue
+		}
+		b := make([]byte, n)
+		if _, err := p.ReadAt(b, int64(addr-p.Vaddr)); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("%d bytes at %#x are not in the file's loaded data", n, addr)
+}
+
+// The _Py_DebugOffsets of 3.13 (Include/internal/pycore_runtime.h) open
+// _PyRuntime: the cookie "xdebugpy", PY_VERSION_HEX, free_threaded, then
+// one struct of uint64 offsets per CPython struct, each opening with that
+// struct's size. Positions read with gdb `ptype /o struct _Py_DebugOffsets`
+// on pyenv 3.13.0.
+const (
+	debugOffsetsSize         = 584
+	debugCookie              = "xdebugpy"
+	debugVersionAt           = 8
+	debugFreeThreadedAt      = 16
+	debugRuntimeSizeAt       = 24 // runtime_state.size = sizeof(_PyRuntimeState)
+	maxPlausibleStructOffset = 1 << 20
+)
+
+// applyDebugOffsets313 takes from the _Py_DebugOffsets in b the offsets it
+// has, over the table's.
+func applyDebugOffsets313(o Offsets, b []byte, runtimeSize uint64) (Offsets, error) {
+	if string(b[:len(debugCookie)]) != debugCookie {
+		return o, fmt.Errorf("%w %s: _PyRuntime does not start with the %q cookie", ErrUnsupported, o.Version, debugCookie)
+	}
+	word := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
+	if hex := word(debugVersionAt); hex>>16 != uint64(o.Version.Major<<8|o.Version.Minor) {
+		return o, fmt.Errorf("%w %s: _Py_DebugOffsets version %#x differs", ErrUnsupported, o.Version, hex)
+	}
+	if word(debugFreeThreadedAt) != 0 {
+		return o, fmt.Errorf("%w %s: a free-threaded build", ErrUnsupported, o.Version)
+	}
+	if runtimeSize != 0 && word(debugRuntimeSizeAt) != runtimeSize {
+		return o, fmt.Errorf("%w %s: _Py_DebugOffsets gives sizeof(_PyRuntimeState) %d, the symbol %d",
+			ErrUnsupported, o.Version, word(debugRuntimeSizeAt), runtimeSize)
+	}
+	for _, f := range []struct {
+		at  int
+		dst *uint32
+	}{
+		{40, &o.RuntimeInterpretersHead}, // runtime_state.interpreters_head
+		{72, &o.InterpThreadsHead},       // interpreter_state.threads_head
+		{168, &o.ThreadNext},             // thread_state.next
+		{184, &o.ThreadFrame},            // thread_state.current_frame
+		{192, &o.ThreadID},               // thread_state.thread_id
+		{232, &o.FramePrevious},          // interpreter_frame.previous
+		{240, &o.FrameCode},              // interpreter_frame.executable
+		{248, &o.FrameInstruction},       // interpreter_frame.instr_ptr
+		{264, &o.FrameOwner},             // interpreter_frame.owner
+		{280, &o.CodeFilename},           // code_object.filename
+		{288, &o.CodeName},               // code_object.name
+		{296, &o.CodeQualname},           // code_object.qualname
+		{304, &o.CodeLineTable},          // code_object.linetable
+		{312, &o.CodeFirstLineNo},        // code_object.firstlineno
+		{344, &o.CodeAdaptive},           // code_object.co_code_adaptive
+		{360, &o.ObjectType},             // pyobject.ob_type
+		{376, &o.TypeName},               // type_object.tp_name
+		{520, &o.VarObjectSize},          // bytes_object.ob_size
+		{528, &o.BytesData},              // bytes_object.ob_sval
+		{544, &o.UnicodeState},           // unicode_object.state
+		{552, &o.UnicodeLength},          // unicode_object.length
+		{560, &o.UnicodeASCIIData},       // unicode_object.asciiobject_size
+	} {
+		v := word(f.at)
+		if v >= maxPlausibleStructOffset {
+			return o, fmt.Errorf("%w %s: implausible offset %d at %d in _Py_DebugOffsets", ErrUnsupported, o.Version, v, f.at)
+		}
+		*f.dst = uint32(v)
+	}
+	o.CodeSize = o.CodeAdaptive
+	if !o.codeHeaderCovers() {
+		return o, fmt.Errorf("%w %s: code object fields beyond co_code_adaptive in _Py_DebugOffsets", ErrUnsupported, o.Version)
+	}
+	return o, nil
+}
+
+// codeHeaderCovers reports whether CodeSize bytes hold every code object
+// field ReadCode reads.
+func (o *Offsets) codeHeaderCovers() bool {
+	for _, end := range []uint32{o.CodeFilename + 8, o.CodeName + 8, o.CodeQualname + 8,
+		o.CodeFirstLineNo + 4, o.CodeLineTable + 8, o.CodeCode + 8, o.ObjectType + 8, o.VarObjectSize + 8} {
+		if end > o.CodeSize {
+			return false
+		}
+	}
+	return true
+}

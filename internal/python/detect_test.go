@@ -1,0 +1,272 @@
+package python
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+const pyenv = "/root/.pyenv/versions/"
+
+// Interpreters on the development machine: pyenv release builds with DWARF
+// and Debian's stripped executable.
+var interpreterFiles = []struct {
+	path    string
+	version Version
+	minor   int // column of offsetMatrix
+}{
+	{pyenv + "3.9.18/lib/libpython3.9.so.1.0", Version{3, 9, 18}, 9},
+	{pyenv + "3.10.13/lib/libpython3.10.so.1.0", Version{3, 10, 13}, 10},
+	{pyenv + "3.11.7/lib/libpython3.11.so.1.0", Version{3, 11, 7}, 11},
+	{pyenv + "3.12.1/lib/libpython3.12.so.1.0", Version{3, 12, 1}, 12},
+	{pyenv + "3.13.0/lib/libpython3.13.so.1.0", Version{3, 13, 0}, 13},
+	{"/usr/bin/python3.11", Version{3, 11, 2}, 11},
+}
+
+// offsetMatrix is what gdb printed for each Offsets field on the pyenv
+// builds of 3.9, 3.10, 3.11, 3.12 and 3.13 (columns), with the gdb
+// expression of each ("" where gdb has nothing to say: the field is unused
+// or not a struct offset).
+var offsetMatrix = []struct {
+	field string
+	gdb   [5]string
+	want  [5]uint64
+}{
+	{"RuntimeInterpretersHead", all("&((_PyRuntimeState*)0)->interpreters.head"), [5]uint64{32, 32, 40, 40, 632}},
+	{"InterpThreadsHead", [5]string{tstateHead, tstateHead, threadsHead, threadsHead, threadsHead}, [5]uint64{8, 8, 16, 72, 7344}},
+	{"ThreadNext", all("&((PyThreadState*)0)->next"), [5]uint64{8, 8, 8, 8, 8}},
+	{"ThreadID", all("&((PyThreadState*)0)->thread_id"), [5]uint64{176, 176, 152, 136, 152}},
+	{"ThreadFrame", [5]string{tsFrame, tsFrame, tsCFrame, tsCFrame, "&((PyThreadState*)0)->current_frame"}, [5]uint64{24, 24, 56, 56, 72}},
+	{"CFrameCurrentFrame", [5]string{"", "", cframeCurrent, cframeCurrent, ""}, [5]uint64{0, 0, 8, 0, 0}},
+	{"ThreadFrameViaCFrame", [5]string{}, [5]uint64{0, 0, 1, 1, 0}},
+	{"FramePrevious", [5]string{fBack, fBack, iframe("previous"), iframe("previous"), iframe("previous")}, [5]uint64{24, 24, 48, 8, 8}},
+	{"FrameCode", [5]string{fCode, fCode, iframe("f_code"), iframe("f_code"), iframe("f_executable")}, [5]uint64{32, 32, 32, 0, 0}},
+	{"FrameInstruction", [5]string{fLasti, fLasti, iframe("prev_instr"), iframe("prev_instr"), iframe("instr_ptr")}, [5]uint64{104, 96, 56, 56, 56}},
+	{"InstructionKind", [5]string{}, [5]uint64{0, 1, 2, 2, 2}},
+	{"FrameOwner", [5]string{"", "", iframe("is_entry"), iframe("owner"), iframe("owner")}, [5]uint64{0, 0, 68, 70, 70}},
+	{"EntryKind", [5]string{}, [5]uint64{0, 0, 1, 2, 2}},
+	{"CodeAdaptive", [5]string{"", "", codeAdaptive, codeAdaptive, codeAdaptive}, [5]uint64{0, 0, 184, 192, 200}},
+	{"CodeFilename", all(code("co_filename")), [5]uint64{104, 104, 112, 112, 112}},
+	{"CodeName", all(code("co_name")), [5]uint64{112, 112, 120, 120, 120}},
+	{"CodeQualname", [5]string{"", "", code("co_qualname"), code("co_qualname"), code("co_qualname")}, [5]uint64{0, 0, 128, 128, 128}},
+	{"CodeFirstLineNo", all(code("co_firstlineno")), [5]uint64{40, 40, 72, 68, 68}},
+	{"CodeLineTable", [5]string{code("co_lnotab"), code("co_linetable"), code("co_linetable"), code("co_linetable"), code("co_linetable")}, [5]uint64{120, 120, 136, 136, 136}},
+	{"CodeCode", [5]string{code("co_code"), code("co_code"), "", "", ""}, [5]uint64{48, 48, 0, 0, 0}},
+	{"CodeSize", [5]string{"sizeof(PyCodeObject)", "sizeof(PyCodeObject)", codeAdaptive, codeAdaptive, codeAdaptive}, [5]uint64{176, 176, 184, 192, 200}},
+	{"ObjectType", all("&((PyObject*)0)->ob_type"), [5]uint64{8, 8, 8, 8, 8}},
+	{"TypeName", all("&((PyTypeObject*)0)->tp_name"), [5]uint64{24, 24, 24, 24, 24}},
+	{"VarObjectSize", all("&((PyVarObject*)0)->ob_size"), [5]uint64{16, 16, 16, 16, 16}},
+	{"BytesData", all("&((PyBytesObject*)0)->ob_sval"), [5]uint64{32, 32, 32, 32, 32}},
+	{"UnicodeLength", all("&((PyASCIIObject*)0)->length"), [5]uint64{16, 16, 16, 16, 16}},
+	{"UnicodeState", all("&((PyASCIIObject*)0)->state"), [5]uint64{32, 32, 32, 32, 32}},
+	{"UnicodeASCIIData", all("sizeof(PyASCIIObject)"), [5]uint64{48, 48, 48, 40, 40}},
+	{"UnicodeCompactData", all("sizeof(PyCompactUnicodeObject)"), [5]uint64{72, 72, 72, 56, 56}},
+	{"UnicodeKindShift", [5]string{}, [5]uint64{2, 2, 2, 2, 2}},
+	{"UnicodeCompactBit", [5]string{}, [5]uint64{5, 5, 5, 5, 5}},
+	{"UnicodeASCIIBit", [5]string{}, [5]uint64{6, 6, 6, 6, 6}},
+}
+
+const (
+	tstateHead    = "&((PyInterpreterState*)0)->tstate_head"
+	threadsHead   = "&((PyInterpreterState*)0)->threads.head"
+	tsFrame       = "&((PyThreadState*)0)->frame"
+	tsCFrame      = "&((PyThreadState*)0)->cframe"
+	cframeCurrent = "&((_PyCFrame*)0)->current_frame"
+	fBack         = "&((PyFrameObject*)0)->f_back"
+	fCode         = "&((PyFrameObject*)0)->f_code"
+	fLasti        = "&((PyFrameObject*)0)->f_lasti"
+	codeAdaptive  = "&((PyCodeObject*)0)->co_code_adaptive"
+)
+
+func all(expr string) [5]string  { return [5]string{expr, expr, expr, expr, expr} }
+func code(field string) string   { return "&((PyCodeObject*)0)->" + field }
+func iframe(field string) string { return "&((_PyInterpreterFrame*)0)->" + field }
+func column(minor int) int       { return minor - 9 }
+func fieldValue(o Offsets, f string) uint64 {
+	v := reflect.ValueOf(o).FieldByName(f)
+	if v.Kind() == reflect.Bool {
+		if v.Bool() {
+			return 1
+		}
+		return 0
+	}
+	return v.Uint()
+}
+
+func openELF(t *testing.T, path string) *elf.File {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("no %s on this machine", path)
+	}
+	f, err := elf.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestDetect(t *testing.T) {
+	for _, tc := range interpreterFiles {
+		t.Run(tc.path, func(t *testing.T) {
+			f := openELF(t, tc.path)
+			py, err := Detect(f)
+			require.NoError(t, err)
+			require.Equal(t, tc.version, py.Version)
+			require.Equal(t, tc.version, py.Offsets.Version)
+
+			syms, err := f.DynamicSymbols()
+			require.NoError(t, err)
+			i := slices.IndexFunc(syms, func(s elf.Symbol) bool { return s.Name == "_PyRuntime" })
+			require.GreaterOrEqual(t, i, 0)
+			require.Equal(t, syms[i].Value, py.RuntimeAddr)
+
+			for _, row := range offsetMatrix {
+				require.Equal(t, row.want[column(tc.minor)], fieldValue(py.Offsets, row.field), row.field)
+			}
+		})
+	}
+}
+
+func TestDetectRejects(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want error
+		msg  string
+	}{
+		{"/bin/ls", ErrNotPython, ""},
+		{pyenv + "2.7.18/lib/libpython2.7.so.1.0", ErrNotPython, ""},
+		{pyenv + "3.6.15/lib/libpython3.6m.so.1.0", ErrNotPython, ""}, // no _PyRuntime before 3.7
+		{pyenv + "3.9.18/bin/python3.9", ErrNotPython, ""},            // _PyRuntime is in libpython
+		{pyenv + "3.7.16/lib/libpython3.7m.so.1.0", ErrUnsupported, "unsupported CPython version 3.7.16"},
+		{pyenv + "3.8.18/lib/libpython3.8.so.1.0", ErrUnsupported, "unsupported CPython version 3.8.18"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			_, err := Detect(openELF(t, tc.path))
+			require.ErrorIs(t, err, tc.want)
+			if tc.msg != "" {
+				require.ErrorContains(t, err, tc.msg)
+			}
+		})
+	}
+}
+
+// The _Py_DebugOffsets of 3.13.0 agree with the table, and a damaged one is
+// refused.
+func TestDebugOffsets313(t *testing.T) {
+	f := openELF(t, pyenv+"3.13.0/lib/libpython3.13.so.1.0")
+	runtime := definedSymbols(f, symRuntime)[symRuntime]
+	b, err := readFileData(f, runtime.Value, debugOffsetsSize)
+	require.NoError(t, err)
+	table, ok := offsetsFor(Version{3, 13, 0})
+	require.True(t, ok)
+	got, err := applyDebugOffsets313(table, b, runtime.Size)
+	require.NoError(t, err)
+	require.Equal(t, table, got)
+
+	for name, damage := range map[string]func(b []byte){
+		"cookie":        func(b []byte) { b[0] = 'y' },
+		"version":       func(b []byte) { b[debugVersionAt+2] = 12 },
+		"free-threaded": func(b []byte) { b[debugFreeThreadedAt] = 1 },
+		"runtime size":  func(b []byte) { b[debugRuntimeSizeAt] ^= 8 },
+		"offset":        func(b []byte) { b[40+3] = 0xff },
+	} {
+		c := append([]byte(nil), b...)
+		damage(c)
+		_, err := applyDebugOffsets313(table, c, runtime.Size)
+		require.ErrorIs(t, err, ErrUnsupported, name)
+	}
+}
+
+func TestOffsetTableCoversCodeHeader(t *testing.T) {
+	for minor := range offsetsByMinor {
+		o, _ := offsetsFor(Version{3, minor, 0})
+		require.True(t, o.codeHeaderCovers(), "3.%d", minor)
+	}
+}
+
+// TestOffsetsMatchGDB asks gdb, from the DWARF of the pyenv builds, for every
+// offset of the table: the oracle the table was written from.
+func TestOffsetsMatchGDB(t *testing.T) {
+	for _, tc := range interpreterFiles {
+		if !strings.HasPrefix(tc.path, pyenv) {
+			continue // no DWARF
+		}
+		t.Run(tc.path, func(t *testing.T) {
+			openELF(t, tc.path)
+			gdb, err := exec.LookPath("gdb")
+			if err != nil {
+				testutil.SkipOrFail(t, "no gdb: %v", err)
+			}
+			var fields, exprs []string
+			want := map[string]uint64{}
+			for _, row := range offsetMatrix {
+				if e := row.gdb[column(tc.minor)]; e != "" {
+					fields = append(fields, row.field)
+					exprs = append(exprs, "(long)"+e)
+					want[row.field] = row.want[column(tc.minor)]
+				}
+			}
+			if tc.minor >= 12 {
+				fields = append(fields, "FrameOwnedByCStack")
+				exprs = append(exprs, "(int)FRAME_OWNED_BY_CSTACK")
+				want["FrameOwnedByCStack"] = FrameOwnedByCStack
+			}
+			got := gdbPrint(t, gdb, tc.path, exprs)
+			for i, f := range fields {
+				require.Equal(t, want[f], got[i], "%s: gdb print %s", f, exprs[i])
+			}
+		})
+	}
+}
+
+var gdbValue = regexp.MustCompile(`(?m)^\$(\d+) = (-?\d+)$`)
+
+// gdbPrint has gdb print each expression on file and returns the values.
+func gdbPrint(t *testing.T, gdb, file string, exprs []string) []uint64 {
+	args := []string{"-batch", "-nx"}
+	for _, e := range exprs {
+		args = append(args, "-ex", "print "+e)
+	}
+	out, err := exec.Command(gdb, append(args, file)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	values := make([]uint64, len(exprs))
+	matches := gdbValue.FindAllStringSubmatch(string(out), -1)
+	require.Len(t, matches, len(exprs), "gdb output:\n%s", out)
+	for i, m := range matches {
+		require.Equal(t, strconv.Itoa(i+1), m[1], "gdb output:\n%s", out)
+		values[i], err = strconv.ParseUint(m[2], 10, 64)
+		require.NoError(t, err)
+	}
+	return values
+}
+
+func TestLooksLikePython(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/usr/bin/python3.11":     true,
+		"/usr/bin/python3":        true,
+		"/usr/local/bin/python":   true,
+		"/opt/py/bin/python3.13t": true,
+		"/root/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0": true,
+		"/usr/lib/x86_64-linux-gnu/libpython3.11.so.1":          true,
+		"libpython3.13t.so":          true,
+		"/usr/bin/python3.11-config": false,
+		"/usr/lib/libpythonista.so":  false,
+		"/usr/bin/ls":                false,
+		"/usr/lib/python3.11/lib-dynload/_json.cpython-311-x86_64-linux-gnu.so": false,
+	} {
+		require.Equal(t, want, LooksLikePython(path), path)
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	require.Equal(t, "3.12.1", Version{3, 12, 1}.String())
+}

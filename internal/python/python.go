@@ -1,0 +1,119 @@
+// Package python recognises a CPython interpreter in an ELF file, gives the
+// struct offsets the BPF frame walk needs for its version, and turns what the
+// walk records per Python frame (a code object's address and the instruction
+// the frame is at) into a function name, file name and line by reading the
+// code object from the process's memory.
+//
+// Supported: CPython 3.9 to 3.13, x86-64 release builds (not free-threaded).
+package python
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+)
+
+// Version is a CPython version.
+type Version struct{ Major, Minor, Patch int }
+
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// InstructionKind says how Offsets.FrameInstruction gives the instruction
+// index in code units (2-byte _Py_CODEUNIT).
+type InstructionKind uint8
+
+const (
+	InstructionByteOffset InstructionKind = iota // 3.9: f_lasti is a byte offset (index = f_lasti/2)
+	InstructionIndex                             // 3.10: f_lasti is the index
+	InstructionPointer                           // 3.11+: a pointer into co_code_adaptive
+)
+
+// EntryKind says how the walk sees where one call of the native
+// _PyEval_EvalFrameDefault begins.
+type EntryKind uint8
+
+const (
+	EntryEveryFrame EntryKind = iota // 3.9/3.10: every frame is its own eval call
+	EntryFlag                        // 3.11: is_entry != 0 marks the outermost frame of an eval call
+	// EntryShimFrame (3.12+): a frame with owner == FrameOwnedByCStack is a
+	// shim pushed by an eval call: skip it; the frame above it (leafward) was
+	// the outermost of that call.
+	EntryShimFrame
+)
+
+// FrameOwnedByCStack is _PyInterpreterFrame.owner of an eval call's shim
+// frame (FRAME_OWNED_BY_CSTACK in enum _frameowner, 3 in 3.12 and 3.13).
+const FrameOwnedByCStack = 3
+
+// Offsets are byte offsets into CPython's structs for one version (x86-64
+// release build). The table is in offsets.go.
+type Offsets struct {
+	// Version is the interpreter's version; Line picks the line table
+	// format by it.
+	Version Version
+
+	// The walk (BPF):
+	RuntimeInterpretersHead uint32 // _PyRuntimeState.interpreters.head (PyInterpreterState*)
+	InterpThreadsHead       uint32 // PyInterpreterState: tstate_head (3.9/3.10), threads.head (3.11+)
+	ThreadNext              uint32 // PyThreadState.next
+	ThreadID                uint32 // PyThreadState.thread_id (unsigned long, = pthread_self())
+	ThreadFrame             uint32 // PyThreadState: frame (3.9/3.10), cframe (3.11/3.12), current_frame (3.13)
+	CFrameCurrentFrame      uint32 // _PyCFrame.current_frame (3.11/3.12); meaningful only when ThreadFrameViaCFrame
+	ThreadFrameViaCFrame    bool   // 3.11/3.12: ThreadFrame points at a _PyCFrame, follow CFrameCurrentFrame
+	FramePrevious           uint32 // PyFrameObject.f_back (3.9/3.10); _PyInterpreterFrame.previous (3.11+)
+	FrameCode               uint32 // f_code (3.9-3.12), f_executable (3.13)
+	FrameInstruction        uint32 // f_lasti int (3.9/3.10); prev_instr (3.11/3.12) or instr_ptr (3.13) pointer
+	InstructionKind         InstructionKind
+	FrameOwner              uint32 // _PyInterpreterFrame: is_entry (3.11, bool), owner (3.12+, char); unused 3.9/3.10
+	EntryKind               EntryKind
+	CodeAdaptive            uint32 // PyCodeObject.co_code_adaptive (3.11+): instruction index = (ptr - code - CodeAdaptive) / 2
+
+	// Symbolization (user space), PyCodeObject:
+	CodeFilename    uint32 // co_filename (str)
+	CodeName        uint32 // co_name (str)
+	CodeQualname    uint32 // co_qualname (str, 3.11+); 0 before
+	CodeFirstLineNo uint32 // co_firstlineno (int)
+	CodeLineTable   uint32 // co_lnotab (3.9) or co_linetable (3.10+) (bytes)
+	CodeCode        uint32 // co_code (bytes, 3.9/3.10), for bounds; 0 from 3.11 (the code object's own ob_size counts code units)
+	CodeSize        uint32 // bytes to read for one PyCodeObject header (covers every field above)
+
+	// Objects:
+	ObjectType         uint32 // PyObject.ob_type
+	TypeName           uint32 // PyTypeObject.tp_name (char*)
+	VarObjectSize      uint32 // PyVarObject.ob_size: a bytes object's length; a code object's length in code units (3.11+)
+	BytesData          uint32 // PyBytesObject.ob_sval, the first byte
+	UnicodeLength      uint32 // PyASCIIObject.length, in characters
+	UnicodeState       uint32 // PyASCIIObject.state (bit field, 4 bytes)
+	UnicodeASCIIData   uint32 // sizeof(PyASCIIObject): where a compact ASCII string's characters start
+	UnicodeCompactData uint32 // sizeof(PyCompactUnicodeObject): where a compact non-ASCII string's characters start
+	UnicodeKindShift   uint8  // state >> UnicodeKindShift & 7 is the kind: bytes per character (1, 2, 4)
+	UnicodeCompactBit  uint8  // state bit set on compact strings (characters follow the header)
+	UnicodeASCIIBit    uint8  // state bit set on ASCII-only strings
+}
+
+// Interpreter is CPython found in one ELF file.
+type Interpreter struct {
+	Version     Version
+	RuntimeAddr uint64 // link-time virtual address of _PyRuntime in the file (add the load bias for the process address)
+	Offsets     Offsets
+}
+
+// ErrNotPython means the file is not a CPython interpreter: no _PyRuntime
+// (an executable linked to libpython, Python 2, another program).
+var ErrNotPython = errors.New("not a CPython interpreter")
+
+// ErrUnsupported wraps the error of an interpreter this package cannot
+// walk; the message names the version or the kind of build.
+var ErrUnsupported = errors.New("unsupported CPython")
+
+// pythonFileName matches the base names of CPython executables and shared
+// libraries: python, python3, python3.12, python3.13t, libpython3.12.so.1.0.
+var pythonFileName = regexp.MustCompile(`^(python\d*(\.\d+)?[a-z]?|libpython\d+\.\d+[a-z]*\.so(\.[\d.]+)?)$`)
+
+// LooksLikePython is a cheap test on a mapped file's path, made before
+// opening the file: whether its base name is one CPython's executable or
+// shared library has.
+func LooksLikePython(path string) bool {
+	return pythonFileName.MatchString(filepath.Base(path))
+}
