@@ -92,6 +92,8 @@ struct stack_key {
 	u32 tid; /* host thread id */
 	s32 user_stack_id;
 	s32 kernel_stack_id;
+	s32 python_stack_id; /* the thread's CPython frames (python.h); -1: none */
+	u32 reserved;	     /* explicit padding, always 0 */
 };
 
 /* One thread name, stored by tid in an LRU map so exited threads keep a name. */
@@ -154,6 +156,15 @@ enum unwind_end {
 	NR_UNWIND_ENDS = 6,
 };
 
+/* Why a Python walk ended (python.h; indexes sampler_stats.python_ends). */
+enum python_end {
+	PY_END_ROOT = 0,      /* the thread's first frame: the whole Python stack */
+	PY_END_NO_THREAD = 1, /* no thread state for this thread (a thread Python does not run) */
+	PY_END_READ_FAULT = 2,
+	PY_END_DEPTH = 3, /* PY_MAX_FRAMES frames: the stack is cut */
+	NR_PYTHON_ENDS = 4,
+};
+
 /*
  * Per-CPU counters of one generation; user space reads and zeroes them when
  * it drains. recorded counts records added to counts_N, including those kept
@@ -168,6 +179,10 @@ struct sampler_stats {
 	/* User stacks walked with unwind tables (unwind.h), of the records counted. */
 	u64 unwind_ends[NR_UNWIND_ENDS]; /* walks, by why they ended */
 	u64 unwind_frames;		 /* frames they found */
+	/* Threads of CPython processes whose Python frames were read (python.h). */
+	u64 python_ends[NR_PYTHON_ENDS]; /* walks, by why they ended */
+	u64 python_frames;		 /* Python frames they found */
+	u64 python_stack_lost;		 /* walks whose frames could not be stored */
 };
 
 /*

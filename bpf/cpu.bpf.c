@@ -22,12 +22,16 @@
  * reads and zeroes describe exactly the samples it drained.
  *
  * New processes are announced at their first sample (announce.h).
+ *
+ * Threads of CPython processes also have their Python frames read
+ * (python.h) and stored as a third stack of the key.
  */
 #include "common.h"
 #include "stackstore.h"
 #include "drainmaps.h"
 #include "announce.h"
 #include "unwind.h"
+#include "python.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
 struct {
@@ -92,16 +96,20 @@ struct {
 };
 
 /*
- * Completes a record once its stacks are taken: the kernel stack, the
- * count, the counters, the thread name and the announcement.
+ * Completes a record once its user stack is taken: the kernel and Python
+ * stacks, the count, the counters, the thread name and the announcement.
  */
 static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts, void *stacks, struct stack_key *key,
 				   struct sampler_stats *st, u64 *frames, u32 host_tgid, unsigned int flags)
 {
+	struct python_stack py;
+
 	key->kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
 	if (key->kernel_stack_id == -EFAULT)
 		key->kernel_stack_id = -1;
+	python_capture(key->pid, &py);
+	key->python_stack_id = python_store(stacks, &py, st);
 
 	if (add_delta(counts, key, 1)) {
 		st->lost_map_full++;

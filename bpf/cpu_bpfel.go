@@ -19,6 +19,40 @@ type CpuInflightSeq struct {
 	Exit  uint64
 }
 
+type CpuPythonProc struct {
+	_                  structs.HostLayout
+	Runtime            uint64
+	InterpretersHead   uint32
+	ThreadsHead        uint32
+	ThreadNext         uint32
+	ThreadId           uint32
+	ThreadFrame        uint32
+	CframeCurrentFrame uint32
+	FramePrevious      uint32
+	FrameCode          uint32
+	FrameInstruction   uint32
+	FrameOwner         uint32
+	CodeAdaptive       uint32
+	ViaCframe          uint8
+	InstructionKind    uint8
+	EntryKind          uint8
+	Reserved           uint8
+}
+
+type CpuPythonResult struct {
+	_        structs.HostLayout
+	Hash     int32
+	End      int32
+	Count    uint32
+	Reserved uint32
+}
+
+type CpuPythonWalkState struct {
+	_     structs.HostLayout
+	Count uint32
+	End   int32
+}
+
 type CpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32
@@ -36,6 +70,9 @@ type CpuSamplerStats struct {
 	NewPidDrops     uint64
 	UnwindEnds      [6]uint64
 	UnwindFrames    uint64
+	PythonEnds      [4]uint64
+	PythonFrames    uint64
+	PythonStackLost uint64
 }
 
 type CpuStackKey struct {
@@ -44,6 +81,8 @@ type CpuStackKey struct {
 	Tid           uint32
 	UserStackId   int32
 	KernelStackId int32
+	PythonStackId int32
+	Reserved      uint32
 }
 
 type CpuThreadComm struct {
@@ -106,6 +145,10 @@ const (
 	CpuMapCounts1        = "counts_1"
 	CpuMapInflight       = "inflight"
 	CpuMapNewPids        = "new_pids"
+	CpuMapPythonProcs    = "python_procs"
+	CpuMapPythonResults  = "python_results"
+	CpuMapPythonScratch  = "python_scratch"
+	CpuMapPythonWalks    = "python_walks"
 	CpuMapScratch        = "scratch"
 	CpuMapSeenPids       = "seen_pids"
 	CpuMapStacks0        = "stacks_0"
@@ -181,6 +224,10 @@ type CpuMapSpecs struct {
 	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -226,6 +273,10 @@ type CpuMaps struct {
 	Counts1        *ebpf.Map `ebpf:"counts_1"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
+	PythonResults  *ebpf.Map `ebpf:"python_results"`
+	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
@@ -246,6 +297,10 @@ func (m *CpuMaps) Close() error {
 		m.Counts1,
 		m.Inflight,
 		m.NewPids,
+		m.PythonProcs,
+		m.PythonResults,
+		m.PythonScratch,
+		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,

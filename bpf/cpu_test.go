@@ -27,14 +27,20 @@ func TestCpuSpecLayout(t *testing.T) {
 		{CpuMapTargetPids, ebpf.Hash, 4, 1},
 		{CpuMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
 		{CpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
+		{CpuMapPythonProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuPythonProc{})},
 	})
-	if got := unsafe.Sizeof(CpuStackKey{}); got != 16 {
-		t.Errorf("stack_key is %d bytes, want 16 (no padding)", got)
+	if got := unsafe.Sizeof(CpuPythonProc{}); got != 56 {
+		t.Errorf("python_proc is %d bytes, want 56 (explicit padding only)", got)
+	}
+	if got := unsafe.Sizeof(CpuStackKey{}); got != 24 {
+		t.Errorf("stack_key is %d bytes, want 24 (explicit padding only)", got)
 	}
 	// recorded, lost_map_full, user and kernel stack losses by reason
 	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason
-	// (NR_UNWIND_ENDS), unwind_frames: internal/stackdrain mirrors it.
-	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1)*8; got != want {
+	// (NR_UNWIND_ENDS), unwind_frames, Python walk ends by reason
+	// (NR_PYTHON_ENDS), python_frames, python_stack_lost:
+	// internal/stackdrain mirrors it.
+	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+4+1+1)*8; got != want {
 		t.Errorf("sampler_stats is %d bytes, want %d", got, want)
 	}
 	if got, want := unsafe.Sizeof(OffcpuSamplerStats{}), unsafe.Sizeof(CpuSamplerStats{}); got != want {

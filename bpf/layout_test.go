@@ -43,6 +43,7 @@ var generatedTypes = []goLayout{
 	{LoadProbe, "probe_stats", ProbeProbeStats{}},
 	{LoadProbe, "probe_drops", ProbeProbeDrops{}},
 	{LoadSelftest, "selftest_result", SelftestSelftestResult{}},
+	{LoadCpu, "python_proc", CpuPythonProc{}},
 }
 
 // TestGoTypesMatchObjects checks every generated Go type field by field

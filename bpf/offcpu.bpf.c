@@ -20,7 +20,8 @@
  *   context before it returns to user space, when its user registers are
  *   still those of the kernel entry it blocked in (syscall, page fault or
  *   interrupt), takes the user stack (with unwind tables when the process
- *   has them, one frame per bpf_loop iteration) and counts the wait. Kernel threads
+ *   has them, one frame per bpf_loop iteration) and its Python frames, and
+ *   counts the wait. Kernel threads
  *   (and user workers, which never return to user space) are counted at
  *   switch-in, without a user stack.
  *
@@ -199,6 +200,7 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	struct offcpu_pending *p = value;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct walk_result walk = NOT_WALKED;
+	struct python_stack py;
 	u32 tid = *(u32 *)key;
 	s32 user_hash;
 	u64 *user;
@@ -217,7 +219,8 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 			user = p->user;
 			user_hash = hash_frames(p->user, n);
 		}
-		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk);
+		python_capture(p->pid, &py);
+		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py);
 	}
 	bpf_preempt_enable();
 	bpf_map_delete_elem(&pending, &tid);
@@ -249,7 +252,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 		 */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC, NOT_WALKED);
+			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC, NOT_WALKED, NULL);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);
@@ -270,7 +273,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 			p->blocked_ns += delta;
 			return;
 		}
-		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY, NOT_WALKED);
+		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY, NOT_WALKED, NULL);
 		return;
 	}
 	n = bpf_get_task_stack(next, p->kernel, sizeof(p->kernel), 0);
@@ -282,7 +285,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 	if (err) {
 		/* Count it now, without user stack. */
 		p->blocked_ns = 0;
-		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED);
+		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED, NULL);
 	}
 }
 
@@ -302,7 +305,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	if (delta < min_block_ns)
 		return;
 	if (next->flags & PF_NO_USER_STACK)
-		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1, NOT_WALKED);
+		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1, NOT_WALKED, NULL);
 	else
 		defer_user_stack(next, start->pid, start->tid, delta);
 }

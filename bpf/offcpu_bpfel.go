@@ -65,6 +65,40 @@ type OffcpuPendingZero struct {
 	Bytes [2064]uint8
 }
 
+type OffcpuPythonProc struct {
+	_                  structs.HostLayout
+	Runtime            uint64
+	InterpretersHead   uint32
+	ThreadsHead        uint32
+	ThreadNext         uint32
+	ThreadId           uint32
+	ThreadFrame        uint32
+	CframeCurrentFrame uint32
+	FramePrevious      uint32
+	FrameCode          uint32
+	FrameInstruction   uint32
+	FrameOwner         uint32
+	CodeAdaptive       uint32
+	ViaCframe          uint8
+	InstructionKind    uint8
+	EntryKind          uint8
+	Reserved           uint8
+}
+
+type OffcpuPythonResult struct {
+	_        structs.HostLayout
+	Hash     int32
+	End      int32
+	Count    uint32
+	Reserved uint32
+}
+
+type OffcpuPythonWalkState struct {
+	_     structs.HostLayout
+	Count uint32
+	End   int32
+}
+
 type OffcpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32
@@ -82,6 +116,9 @@ type OffcpuSamplerStats struct {
 	NewPidDrops     uint64
 	UnwindEnds      [6]uint64
 	UnwindFrames    uint64
+	PythonEnds      [4]uint64
+	PythonFrames    uint64
+	PythonStackLost uint64
 }
 
 type OffcpuStackKey struct {
@@ -90,6 +127,8 @@ type OffcpuStackKey struct {
 	Tid           uint32
 	UserStackId   int32
 	KernelStackId int32
+	PythonStackId int32
+	Reserved      uint32
 }
 
 type OffcpuThreadComm struct {
@@ -132,6 +171,10 @@ const (
 	OffcpuMapInflight       = "inflight"
 	OffcpuMapNewPids        = "new_pids"
 	OffcpuMapPending        = "pending"
+	OffcpuMapPythonProcs    = "python_procs"
+	OffcpuMapPythonResults  = "python_results"
+	OffcpuMapPythonScratch  = "python_scratch"
+	OffcpuMapPythonWalks    = "python_walks"
 	OffcpuMapScratch        = "scratch"
 	OffcpuMapSeenPids       = "seen_pids"
 	OffcpuMapStacks0        = "stacks_0"
@@ -211,6 +254,10 @@ type OffcpuMapSpecs struct {
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
 	Pending        *ebpf.MapSpec `ebpf:"pending"`
+	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -260,6 +307,10 @@ type OffcpuMaps struct {
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
 	Pending        *ebpf.Map `ebpf:"pending"`
+	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
+	PythonResults  *ebpf.Map `ebpf:"python_results"`
+	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
@@ -283,6 +334,10 @@ func (m *OffcpuMaps) Close() error {
 		m.Inflight,
 		m.NewPids,
 		m.Pending,
+		m.PythonProcs,
+		m.PythonResults,
+		m.PythonScratch,
+		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,

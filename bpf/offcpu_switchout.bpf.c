@@ -47,6 +47,9 @@ struct offcpu_sleep {
 	s32 user_id;	   /* id in user_stacks, or a negative user stack id (see record) */
 	s16 unwind_end;	   /* how the walk with unwind tables ended; -1: frame pointers */
 	u16 unwind_frames; /* frames it found */
+	s32 python_id;	   /* its Python frames' id in user_stacks; -1: none */
+	s16 python_end;	   /* how their walk ended (enum python_end); -1: no CPython */
+	u16 python_frames; /* Python frames it found */
 };
 
 /* A switch-out whose user stack is being walked with unwind tables. */
@@ -156,6 +159,17 @@ static __always_inline void walk_with_tables(void *ctx, struct task_struct *prev
 	bpf_tail_call(ctx, &walk_progs, 0);
 }
 
+/* Takes the Python frames of the current thread (of process pid) for s. */
+static __always_inline void capture_python(struct offcpu_sleep *s, u32 pid)
+{
+	struct python_stack py;
+
+	python_capture(pid, &py);
+	s->python_end = py.end;
+	s->python_frames = py.count;
+	s->python_id = py.frames ? store_user_stack(py.frames, py.hash) : -1;
+}
+
 /* prev (current) goes to sleep: remember when, and its user stack. */
 static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, const struct sampler_config *cfg)
 {
@@ -183,8 +197,31 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 	s->unwind_end = -1;
 	s->unwind_frames = 0;
 	s->user_id = -EFAULT; /* until a capture says otherwise */
+	capture_python(s, pid);
 	walk_with_tables(ctx, prev, pid, host_tid);
 	s->user_id = capture_user_stack(ctx, prev);
+}
+
+/*
+ * The Python frames s took at switch-out, described in py with their
+ * frames found again in user_stacks (NULL frames when evicted: counted as
+ * lost), or NULL when the thread runs no CPython.
+ */
+static __always_inline const struct python_stack *python_of(struct offcpu_sleep *s, struct python_stack *py)
+{
+	s32 id = s->python_id;
+
+	py->end = s->python_end;
+	py->count = s->python_frames;
+	py->frames = NULL;
+	if (py->end < 0)
+		return NULL;
+	if (id >= 0) {
+		py->frames = bpf_map_lookup_elem(&user_stacks, &id);
+		if (py->frames)
+			py->hash = hash_frames(py->frames, sizeof(stack_trace_t));
+	}
+	return py;
 }
 
 /* next runs again: count how long it was away. */
@@ -193,6 +230,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	struct offcpu_sleep *s;
 	u32 host_tid = next->pid;
 	const u64 *user = 0;
+	struct python_stack py;
 	s32 user_id;
 	u64 delta;
 
@@ -214,7 +252,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 			user_id = -ENOENT; /* evicted */
 	}
 	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id,
-			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames });
+			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames }, python_of(s, &py));
 }
 
 /* Three arguments: prev_state only exists from 5.18 (see task_state). */

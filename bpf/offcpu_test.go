@@ -82,8 +82,8 @@ func TestOffcpuSpecLayout(t *testing.T) {
 	if got, want := unsafe.Sizeof(OffcpuOffcpuPending{}), uintptr(8+8+16+2*stackDepth*8); got != want {
 		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
 	}
-	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 24 {
-		t.Errorf("offcpu_sleep is %d bytes, want 24 (explicit padding only)", got)
+	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 32 {
+		t.Errorf("offcpu_sleep is %d bytes, want 32 (explicit padding only)", got)
 	}
 }
 

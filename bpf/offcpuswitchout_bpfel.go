@@ -27,6 +27,43 @@ type OffcpuSwitchoutOffcpuSleep struct {
 	UserId       int32
 	UnwindEnd    int16
 	UnwindFrames uint16
+	PythonId     int32
+	PythonEnd    int16
+	PythonFrames uint16
+}
+
+type OffcpuSwitchoutPythonProc struct {
+	_                  structs.HostLayout
+	Runtime            uint64
+	InterpretersHead   uint32
+	ThreadsHead        uint32
+	ThreadNext         uint32
+	ThreadId           uint32
+	ThreadFrame        uint32
+	CframeCurrentFrame uint32
+	FramePrevious      uint32
+	FrameCode          uint32
+	FrameInstruction   uint32
+	FrameOwner         uint32
+	CodeAdaptive       uint32
+	ViaCframe          uint8
+	InstructionKind    uint8
+	EntryKind          uint8
+	Reserved           uint8
+}
+
+type OffcpuSwitchoutPythonResult struct {
+	_        structs.HostLayout
+	Hash     int32
+	End      int32
+	Count    uint32
+	Reserved uint32
+}
+
+type OffcpuSwitchoutPythonWalkState struct {
+	_     structs.HostLayout
+	Count uint32
+	End   int32
 }
 
 type OffcpuSwitchoutSamplerConfig struct {
@@ -46,6 +83,9 @@ type OffcpuSwitchoutSamplerStats struct {
 	NewPidDrops     uint64
 	UnwindEnds      [6]uint64
 	UnwindFrames    uint64
+	PythonEnds      [4]uint64
+	PythonFrames    uint64
+	PythonStackLost uint64
 }
 
 type OffcpuSwitchoutStackKey struct {
@@ -54,6 +94,8 @@ type OffcpuSwitchoutStackKey struct {
 	Tid           uint32
 	UserStackId   int32
 	KernelStackId int32
+	PythonStackId int32
+	Reserved      uint32
 }
 
 type OffcpuSwitchoutSwitchoutWalk struct {
@@ -114,6 +156,10 @@ const (
 	OffcpuSwitchoutMapExcludedPids   = "excluded_pids"
 	OffcpuSwitchoutMapInflight       = "inflight"
 	OffcpuSwitchoutMapNewPids        = "new_pids"
+	OffcpuSwitchoutMapPythonProcs    = "python_procs"
+	OffcpuSwitchoutMapPythonResults  = "python_results"
+	OffcpuSwitchoutMapPythonScratch  = "python_scratch"
+	OffcpuSwitchoutMapPythonWalks    = "python_walks"
 	OffcpuSwitchoutMapScratch        = "scratch"
 	OffcpuSwitchoutMapSeenPids       = "seen_pids"
 	OffcpuSwitchoutMapSleeps         = "sleeps"
@@ -195,6 +241,10 @@ type OffcpuSwitchoutMapSpecs struct {
 	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Sleeps         *ebpf.MapSpec `ebpf:"sleeps"`
@@ -244,6 +294,10 @@ type OffcpuSwitchoutMaps struct {
 	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
+	PythonResults  *ebpf.Map `ebpf:"python_results"`
+	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Sleeps         *ebpf.Map `ebpf:"sleeps"`
@@ -267,6 +321,10 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.ExcludedPids,
 		m.Inflight,
 		m.NewPids,
+		m.PythonProcs,
+		m.PythonResults,
+		m.PythonScratch,
+		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Sleeps,

@@ -31,6 +31,8 @@ type SelftestStackKey struct {
 	Tid           uint32
 	UserStackId   int32
 	KernelStackId int32
+	PythonStackId int32
+	Reserved      uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -19,6 +19,9 @@ import (
 type Symbolizer interface {
 	Kernel(addrs []uint64) []report.Frame
 	User(pid uint32, addrs []uint64) []report.Frame
+	// Python names the CPython frame of pid whose code object is at code,
+	// at instruction (code units).
+	Python(pid uint32, code uint64, instruction uint32) report.Frame
 }
 
 // Identities resolves a process's identity; on error the returned identity
@@ -139,12 +142,13 @@ func (a *Assembler) frames(s capture.RawStack, id report.Identity) []report.Fram
 	} else if s.KernelLoss != capture.StackKept {
 		out = append(out, markerFrame(s.KernelLoss, true))
 	}
+	var native []report.Frame
 	if user := s.Addresses(capture.UserFrame); len(user) > 0 {
-		out = append(out, nameJITFrames(a.Symbols.User(s.PID, user), id.ExeName)...)
+		native = nameJITFrames(a.Symbols.User(s.PID, user), id.ExeName)
 	} else if s.UserLoss != capture.StackKept {
-		out = append(out, markerFrame(s.UserLoss, false))
+		native = []report.Frame{markerFrame(s.UserLoss, false)}
 	}
-	return out
+	return append(out, a.withPython(s, native)...)
 }
 
 // nameJITFrames gives the perf-map frames of a process running exe the

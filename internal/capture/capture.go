@@ -20,12 +20,40 @@ const (
 	// UserFrame is a user-space address: native, Go or JIT code, told apart
 	// when symbolized.
 	UserFrame
+	// PythonFrame is a CPython frame: Address is its code object's address
+	// in the process, Instruction the instruction it is at (code units).
+	PythonFrame
 )
 
 // Frame is one raw frame: every frame but the leaf is a return address.
 type Frame struct {
 	Kind    FrameKind
 	Address uint64
+	// PythonFrame only: the instruction (code units), and whether the frame
+	// is the outermost of its call of the interpreter's native eval
+	// function (the Python frames between two such frames ran in one call).
+	Instruction uint32
+	EvalEntry   bool
+}
+
+// Python frame words as bpf/python.h writes them.
+const (
+	pythonAddrBits  = 47
+	pythonEvalEntry = 1 << 63
+)
+
+// PythonFrames decodes the words of a Python stack (leaf first).
+func PythonFrames(words []uint64) []Frame {
+	out := make([]Frame, 0, len(words))
+	for _, w := range words {
+		out = append(out, Frame{
+			Kind:        PythonFrame,
+			Address:     w & (1<<pythonAddrBits - 1),
+			Instruction: uint32(w>>pythonAddrBits) & 0xffff,
+			EvalEntry:   w&pythonEvalEntry != 0,
+		})
+	}
+	return out
 }
 
 // RawStack is one aggregated stack of one thread, as captured.
@@ -148,6 +176,13 @@ type Stats struct {
 	// they found.
 	UnwindEnds   UnwindEnds
 	UnwindFrames uint64
+	// PythonEnds counts the records of threads of CPython processes whose
+	// Python frames were read, by why the walk ended; PythonFrames the
+	// frames found; PythonStackLost the walks whose frames could not be
+	// stored (the sample is kept with its native frames).
+	PythonEnds      PythonEnds
+	PythonFrames    uint64
+	PythonStackLost uint64
 	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
 	// unwind table in the kernel and the kernel memory of their rows;
 	// TableFailures counts the files left without one since the previous
@@ -212,6 +247,29 @@ func (e UnwindEnd) Reason() string {
 	return [...]string{"root", "no_mapping", "unsupported_cfi", "read_fault", "depth_limit", "bad_frame"}[e]
 }
 
+// PythonEnd says why a walk of a thread's CPython frames ended
+// (bpf/common.h, enum python_end).
+type PythonEnd uint8
+
+const (
+	PythonRoot      PythonEnd = iota // the thread's first frame: every Python frame
+	PythonNoThread                   // the thread has no Python thread state
+	PythonReadFault                  // reading the interpreter's memory failed
+	PythonDepth                      // the frame limit: the stack is cut
+	numPythonEnds
+)
+
+// PythonEnds counts Python walks, indexed by PythonEnd.
+type PythonEnds [numPythonEnds]uint64
+
+// AllPythonEnds lists every PythonEnd, in order.
+var AllPythonEnds = []PythonEnd{PythonRoot, PythonNoThread, PythonReadFault, PythonDepth}
+
+// Reason is the end's telemetry attribute value.
+func (e PythonEnd) Reason() string {
+	return [...]string{"root", "no_thread_state", "read_fault", "depth_limit"}[e]
+}
+
 // Add returns the sum of s and o.
 func (s Stats) Add(o Stats) Stats {
 	s.Recorded += o.Recorded
@@ -225,6 +283,11 @@ func (s Stats) Add(o Stats) Stats {
 		s.UnwindEnds[i] += o.UnwindEnds[i]
 	}
 	s.UnwindFrames += o.UnwindFrames
+	for i := range s.PythonEnds {
+		s.PythonEnds[i] += o.PythonEnds[i]
+	}
+	s.PythonFrames += o.PythonFrames
+	s.PythonStackLost += o.PythonStackLost
 	for i := range s.TableFailures {
 		s.TableFailures[i] += o.TableFailures[i]
 	}

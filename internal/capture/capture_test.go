@@ -1,6 +1,10 @@
 package capture
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
 
 func TestStackLoss(t *testing.T) {
 	tests := []struct {
@@ -28,4 +32,14 @@ func TestStackLoss(t *testing.T) {
 	if len(AllStackLosses) != int(StackMissing) {
 		t.Errorf("AllStackLosses lists %d losses, want every one but StackKept", len(AllStackLosses))
 	}
+}
+
+// Python frame words as bpf/python.h packs them.
+func TestPythonFramesDecode(t *testing.T) {
+	words := []uint64{0x7f00_1234_5678 | 17<<47 | 1<<63, 0x5555_0000_1000 | 0xffff<<47}
+	got := PythonFrames(words)
+	require.Equal(t, []Frame{
+		{Kind: PythonFrame, Address: 0x7f00_1234_5678, Instruction: 17, EvalEntry: true},
+		{Kind: PythonFrame, Address: 0x5555_0000_1000, Instruction: 0xffff},
+	}, got)
 }

@@ -83,6 +83,11 @@ func addCounters(st *capture.Stats, c counters) {
 		st.UnwindEnds[i] += c.UnwindEnds[i]
 	}
 	st.UnwindFrames += c.UnwindFrames
+	for i := range st.PythonEnds {
+		st.PythonEnds[i] += c.PythonEnds[i]
+	}
+	st.PythonFrames += c.PythonFrames
+	st.PythonStackLost += c.PythonStackLost
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first
@@ -138,6 +143,11 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			kernelMissing += missing
 		}
 		s.Frames = capture.StackFrames(kernel, user)
+		// Python frames are an addition: without them the sample keeps
+		// its native frames (their loss is counted in BPF).
+		if python, loss := stackFor(stacks, k.PythonStackId); loss == capture.StackKept {
+			s.Frames = append(s.Frames, capture.PythonFrames(python)...)
+		}
 		samples = append(samples, s)
 	}
 	slices.SortFunc(samples, func(a, b capture.RawStack) int {
@@ -155,7 +165,15 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 
 // compareFrames orders frames by kind, then address.
 func compareFrames(a, b capture.Frame) int {
-	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Address, b.Address))
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Address, b.Address),
+		cmp.Compare(a.Instruction, b.Instruction), cmp.Compare(boolInt(a.EvalEntry), boolInt(b.EvalEntry)))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // stackFor returns the stack with the given id, or why there is none.

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/python"
 )
 
 // elfFile is what the symbolizer keeps of one ELF file: its loadable
@@ -22,6 +24,12 @@ type elfFile struct {
 	buildIDGNU string
 	buildIDGo  string
 	gotab      *goTable // nil unless the file is a Go binary with a usable .gopclntab
+
+	// python is the CPython interpreter in the file (pythonInterpreter),
+	// pythonErr why a file that looks like one is not usable.
+	python        *python.Interpreter
+	pythonChecked bool
+	pythonErr     error
 
 	symSrc    []rawSymbols // the debug file's .symtab, then .symtab, then .dynsym
 	syms      symbolTable

@@ -3,7 +3,8 @@
 // process's memory maps and the mapped ELF files (.symtab/.dynsym, the
 // .symtab of separate debug files, Go .gopclntab with inlined frames, GNU
 // and Go build ids) or, for JIT code,
-// through /tmp/perf-<pid>.map files. Parsed files are cached by file identity
+// through /tmp/perf-<pid>.map files; CPython frames (code object and
+// instruction) through the interpreter's code objects in /proc/<pid>/mem. Parsed files are cached by file identity
 // and every cache is bounded.
 package symbolize
 
@@ -56,6 +57,11 @@ type Stats struct {
 	// files) that were refused, by reason (procfs.Reason*: too_large,
 	// not_regular, symlink, owner, replaced, remote_fs, timeout, stuck).
 	FilesRefused map[string]uint64
+	// PythonFrames counts CPython frames named; PythonUnsymbolized those
+	// left without a name, by reason (Python*: no_interpreter, memory,
+	// bad_code).
+	PythonFrames       uint64
+	PythonUnsymbolized map[string]uint64
 }
 
 // Defaults of Options and internal intervals.
@@ -178,6 +184,7 @@ func New(opts Options) *Symbolizer {
 	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) {
 		s.dropFrames(p)
 		s.dropPerfMap(p)
+		dropPython(p)
 	})
 	return s
 }
@@ -188,6 +195,7 @@ func (s *Symbolizer) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.FilesRefused = maps.Clone(s.stats.FilesRefused)
+	st.PythonUnsymbolized = maps.Clone(s.stats.PythonUnsymbolized)
 	return st
 }
 

@@ -18,12 +18,14 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/python"
 )
 
 // Maps are the sampler's maps the loader fills.
 type Maps struct {
 	Rows     *ebpf.Map // array of bpf.CpuUnwindRow
 	Mappings *ebpf.Map // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
+	Python   *ebpf.Map // hash pid -> bpf.CpuPythonProc (bpf/python.h)
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -39,9 +41,10 @@ type fileTable struct {
 	first, rows uint32
 	base        uint64 // the file virtual address of row pc 0
 	progs       []elf.ProgHeader
-	refs        int       // (process, file) pairs using it
-	keys        []fileKey // the files (device, inode) it serves
-	buildID     string    // GNU build id, "" if the file has none
+	refs        int                 // (process, file) pairs using it
+	keys        []fileKey           // the files (device, inode) it serves
+	buildID     string              // GNU build id, "" if the file has none
+	python      *python.Interpreter // the CPython interpreter in the file, if any
 }
 
 // loadedProcess is what the loader put in the maps for one process.
@@ -50,6 +53,8 @@ type loadedProcess struct {
 	mapped uint64 // fingerprint of the executable mappings loaded
 	keys   []bpf.CpuUnwindMappingKey
 	files  []fileKey
+	pid    uint32
+	python bool // its interpreter is in the Python map
 }
 
 // releaseDelay is how long freed rows stay unused: a walk that looked up a
@@ -115,7 +120,7 @@ func (l *Loader) Load(pid uint32) error {
 
 func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 	old := l.procs[pid]
-	lp := &loadedProcess{start: start, mapped: fingerprint(maps)}
+	lp := &loadedProcess{start: start, mapped: fingerprint(maps), pid: pid}
 	l.procs[pid] = lp
 	// What was loaded before goes once the new entries are in: entries of
 	// unchanged mappings are overwritten in place, their files' tables kept.
@@ -133,10 +138,12 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		if m.FileBacked() {
 			if t, key := l.table(pid, m); t != nil {
 				lp.files = append(lp.files, key)
-				if t.rows > 0 {
-					if bias, err := loadBias(t.progs, m.Start, m.Offset); err == nil {
-						value = bpf.CpuUnwindMapping{Bias: bias + t.base, FirstRow: t.first, Rows: t.rows}
-					}
+				bias, err := loadBias(t.progs, m.Start, m.Offset)
+				if t.rows > 0 && err == nil {
+					value = bpf.CpuUnwindMapping{Bias: bias + t.base, FirstRow: t.first, Rows: t.rows}
+				}
+				if t.python != nil && err == nil && !lp.python {
+					lp.python = l.addPython(pid, t.python, bias)
 				}
 			}
 		}
@@ -224,6 +231,11 @@ func (l *Loader) Stats() Stats {
 	}
 	st.Tables = uint64(len(tables))
 	st.RowsUsed = l.space.used
+	for _, lp := range l.procs {
+		if lp.python {
+			st.PythonProcesses++
+		}
+	}
 	return st
 }
 
@@ -248,6 +260,9 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		if !keep[lp.keys[i]] {
 			_ = l.maps.Mappings.Delete(&lp.keys[i]) // gone already: nothing to do
 		}
+	}
+	if lp.python && (kept == nil || !kept.python) {
+		l.dropPython(lp.pid)
 	}
 	for _, key := range lp.files {
 		t := l.files[key]
@@ -313,6 +328,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, nil
 	}
+	interp := l.detectPython(m.Path, ef)
 	began := time.Now()
 	var rows []bpf.CpuUnwindRow
 	var base uint64
@@ -321,7 +337,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	if err != nil {
 		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id}
+	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, python: interp}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		l.shareByBuildID(t)

@@ -20,6 +20,10 @@ type Stats struct {
 	// ProcessErrors counts processes whose mappings could not be read
 	// (most often: they exited before).
 	ProcessErrors uint64
+	// PythonProcesses is the processes whose CPython frames BPF reads;
+	// PythonUnsupported counts interpreter files of a version it cannot
+	// walk; PythonMapFull processes refused by a full map.
+	PythonProcesses, PythonUnsupported, PythonMapFull uint64
 }
 
 // RowBytes is the size of one row in the kernel (struct unwind_row).

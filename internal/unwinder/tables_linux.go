@@ -34,8 +34,9 @@ const maxMappingEntries = 128 << 10
 const sweepInterval = 5 * time.Second
 
 // Tables are the unwind tables every stack-walking BPF program of the
-// receiver shares (the CPU sampler, the off-CPU tracer): one pair of kernel
-// maps, given to each program's collection in place of its own (Prepare),
+// receiver shares (the CPU sampler, the off-CPU tracer): the kernel maps
+// (rows, mappings, CPython processes), given to each program's collection
+// in place of its own (Prepare),
 // the Loader that fills them from the processes the programs announce
 // (Follow), and its periodic sweep. Safe for concurrent use.
 type Tables struct {
@@ -71,7 +72,13 @@ func OpenTables(proc procfs.FS, rows uint32) (*Tables, error) {
 		_ = r.Close()
 		return nil, fmt.Errorf("create unwind mappings map: %w", memlock.Explain(err))
 	}
-	maps := Maps{Rows: r, Mappings: m}
+	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
+	if err != nil {
+		_ = r.Close()
+		_ = m.Close()
+		return nil, fmt.Errorf("create python processes map: %w", memlock.Explain(err))
+	}
+	maps := Maps{Rows: r, Mappings: m, Python: py}
 	t := &Tables{maps: maps, loader: NewLoader(maps, proc, rows), stop: make(chan struct{}), done: make(chan struct{})}
 	go t.sweep()
 	return t, nil
@@ -96,7 +103,7 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
-	return errors.Join(t.maps.Rows.Close(), t.maps.Mappings.Close())
+	return errors.Join(t.maps.Rows.Close(), t.maps.Mappings.Close(), t.maps.Python.Close())
 }
 
 // Stats returns the loader's counters.
@@ -121,6 +128,10 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 			return nil, fmt.Errorf("BPF collection has no map %s", name)
 		}
 		ms.MaxEntries = m.MaxEntries()
+	}
+	// Collections that read Python frames (bpf/python.h) share its map too.
+	if _, ok := spec.Maps[bpf.CpuMapPythonProcs]; ok {
+		repl[bpf.CpuMapPythonProcs] = tables.maps.Python
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }

@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * CPython frames of the current thread, read from the interpreter's own
+ * structures (no flag in the profiled program).
+ *
+ * User space (internal/python, internal/unwinder) recognises a CPython
+ * interpreter among a process's mappings when the process is announced and
+ * fills python_procs[pid] with the address of its _PyRuntime and the struct
+ * offsets of its version. The walk then:
+ * 1. finds the thread's PyThreadState in the main interpreter's thread list
+ *    by its thread_id, which is pthread_self(), the thread's fs base;
+ * 2. follows the frame chain from the thread's current frame, writing one
+ *    word per Python frame, leaf first: the code object's address, the
+ *    instruction the frame is at (code units, clamped), and a flag on the
+ *    outermost frame of each call of the native _PyEval_EvalFrameDefault
+ *    (user space puts each such run of Python frames where the native walk
+ *    met that function).
+ * The frames are stored by content in the stacks map like any stack; the
+ * key's python_stack_id names them.
+ */
+#ifndef BPFPROFILER_PYTHON_H
+#define BPFPROFILER_PYTHON_H
+
+#include "common.h"
+#include "stackstore.h"
+
+/* internal/python.InstructionKind: how the frame gives its instruction. */
+enum python_instruction {
+	PY_INSTR_BYTE_OFFSET = 0, /* 3.9: f_lasti, a byte offset */
+	PY_INSTR_INDEX = 1,	  /* 3.10: f_lasti, an index in code units */
+	PY_INSTR_POINTER = 2,	  /* 3.11+: a pointer into the code object's bytecode */
+};
+
+/* internal/python.EntryKind: where one eval call's run of frames ends. */
+enum python_entry {
+	PY_ENTRY_EVERY_FRAME = 0, /* 3.9/3.10: each frame is its own eval call */
+	PY_ENTRY_FLAG = 1,	  /* 3.11: is_entry marks the outermost frame of a call */
+	PY_ENTRY_SHIM = 2,	  /* 3.12+: a frame owned by the C stack is the call's shim */
+};
+
+/* _PyInterpreterFrame.owner of a shim frame (FRAME_OWNED_BY_CSTACK). */
+#define PY_OWNED_BY_CSTACK 3
+
+/* A Python frame word: code address | instruction << 47 | eval entry. */
+#define PY_FRAME_ADDR_BITS 47
+#define PY_FRAME_ADDR_MASK ((1ULL << PY_FRAME_ADDR_BITS) - 1)
+#define PY_FRAME_INSTR_MAX 0xffffULL
+#define PY_FRAME_EVAL_ENTRY (1ULL << 63)
+
+/* Threads searched for the current one; Python frames kept per stack. */
+#define PY_MAX_THREADS 64
+#define PY_MAX_FRAMES 96
+
+/* One interpreter process (internal/unwinder fills it; see internal/python.Offsets). */
+struct python_proc {
+	u64 runtime; /* address of _PyRuntime */
+	u32 interpreters_head;
+	u32 threads_head;
+	u32 thread_next;
+	u32 thread_id;
+	u32 thread_frame;
+	u32 cframe_current_frame;
+	u32 frame_previous;
+	u32 frame_code;
+	u32 frame_instruction;
+	u32 frame_owner;
+	u32 code_adaptive;
+	u8 via_cframe; /* thread_frame points at a _PyCFrame (3.11/3.12) */
+	u8 instruction_kind;
+	u8 entry_kind;
+	u8 reserved;
+};
+
+/* pid (as the collector sees it) -> its interpreter. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, struct python_proc);
+} python_procs SEC(".maps");
+
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct___fs {
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
+static __always_inline int py_read(void *dst, u32 size, u64 addr)
+{
+	return bpf_probe_read_user(dst, size, (const void *)addr);
+}
+
+/* The PyThreadState of the thread whose fs base is fsbase, or 0. */
+static __always_inline u64 python_thread_state(const struct python_proc *p, u64 fsbase)
+{
+	u64 interp = 0, ts = 0, id = 0;
+
+	if (py_read(&interp, sizeof(interp), p->runtime + p->interpreters_head) || !interp ||
+	    py_read(&ts, sizeof(ts), interp + p->threads_head))
+		return 0;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < PY_MAX_THREADS && ts; i++) {
+		if (py_read(&id, sizeof(id), ts + p->thread_id))
+			return 0;
+		if (id == fsbase)
+			return ts;
+		if (py_read(&ts, sizeof(ts), ts + p->thread_next))
+			return 0;
+	}
+	return 0;
+}
+
+/* The instruction (code units) frame f of code object code is at; < 0: not started. */
+static __always_inline s64 python_instruction(const struct python_proc *p, u64 f, u64 code)
+{
+	s32 lasti = 0;
+	u64 ptr = 0, base = code + p->code_adaptive;
+
+	if (p->instruction_kind == PY_INSTR_POINTER) {
+		if (py_read(&ptr, sizeof(ptr), f + p->frame_instruction) || ptr < base)
+			return -1;
+		return (ptr - base) / 2;
+	}
+	if (py_read(&lasti, sizeof(lasti), f + p->frame_instruction) || lasti < 0)
+		return -1;
+	if (p->instruction_kind == PY_INSTR_BYTE_OFFSET)
+		return (u32)lasti / 2;
+	return lasti;
+}
+
+/*
+ * A walk's frame count, kept in a map so the verifier sees a bounded
+ * unknown rather than one exact value per path (which it could not prune).
+ */
+struct python_walk_state {
+	u32 count;
+	s32 end; /* enum python_end */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct python_walk_state);
+} python_walks SEC(".maps");
+
+/*
+ * One frame of a walk: writes the frame at *f (unless it is a shim or has
+ * not started) and moves *f to the previous one. Returns non-zero when the
+ * walk ends (w->end says why). Its variables live here, not in the loop,
+ * so the verifier sees the same state at every iteration.
+ */
+static __always_inline int python_step(const struct python_proc *p, struct python_walk_state *w, u64 *frames, u64 *f)
+{
+	u32 count = w->count;
+	u64 code = 0, word;
+	u8 owner = 0;
+	s64 instr;
+
+	if (!*f) {
+		w->end = PY_END_ROOT;
+		return 1;
+	}
+	if (count >= MAX_STACK_DEPTH)
+		return 1;
+	if (p->entry_kind != PY_ENTRY_EVERY_FRAME && py_read(&owner, sizeof(owner), *f + p->frame_owner))
+		goto fault;
+	if (p->entry_kind == PY_ENTRY_SHIM && owner == PY_OWNED_BY_CSTACK) {
+		/* The frame leafward of the shim was its call's outermost. */
+		if (count > 0)
+			frames[count - 1] |= PY_FRAME_EVAL_ENTRY;
+		goto next;
+	}
+	if (py_read(&code, sizeof(code), *f + p->frame_code))
+		goto fault;
+	instr = python_instruction(p, *f, code);
+	/* A frame whose first instruction has not run yet is not shown. */
+	if (instr < 0 || !code)
+		goto next;
+	if (instr > PY_FRAME_INSTR_MAX)
+		instr = PY_FRAME_INSTR_MAX;
+	word = (code & PY_FRAME_ADDR_MASK) | ((u64)instr << PY_FRAME_ADDR_BITS);
+	if (p->entry_kind == PY_ENTRY_EVERY_FRAME || (p->entry_kind == PY_ENTRY_FLAG && owner))
+		word |= PY_FRAME_EVAL_ENTRY;
+	frames[count] = word;
+	w->count = count + 1;
+next:
+	if (!py_read(f, sizeof(*f), *f + p->frame_previous))
+		return 0;
+fault:
+	w->end = PY_END_READ_FAULT;
+	return 1;
+}
+
+/*
+ * Writes the Python frames of the current thread to frames (zero-terminated)
+ * and returns why the walk ended; *n is the number written.
+ */
+static __always_inline int python_walk(const struct python_proc *p, u64 *frames, u32 *n)
+{
+	struct task_struct___fs *task = (void *)bpf_get_current_task();
+	struct python_walk_state *w;
+	u32 zero = 0, count;
+	u64 f = 0, ts;
+
+	*n = 0;
+	w = bpf_map_lookup_elem(&python_walks, &zero);
+	if (!w)
+		return PY_END_READ_FAULT;
+	w->count = 0;
+	w->end = PY_END_DEPTH;
+	ts = python_thread_state(p, BPF_CORE_READ(task, thread.fsbase));
+	if (!ts)
+		return PY_END_NO_THREAD;
+	if (py_read(&f, sizeof(f), ts + p->thread_frame))
+		return PY_END_READ_FAULT;
+	if (p->via_cframe && f && py_read(&f, sizeof(f), f + p->cframe_current_frame))
+		return PY_END_READ_FAULT;
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < PY_MAX_FRAMES; i++) {
+		if (python_step(p, w, frames, &f))
+			break;
+	}
+	count = w->count;
+	if (count < MAX_STACK_DEPTH)
+		frames[count] = 0;
+	*n = count;
+	return w->end;
+}
+
+/* Per-CPU buffer of the Python frames being captured. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64[MAX_STACK_DEPTH]);
+} python_scratch SEC(".maps");
+
+/* The Python frames of a thread, as captured (python_capture). */
+struct python_stack {
+	const u64 *frames; /* zero-terminated, in python_scratch; NULL: none */
+	s32 hash;	   /* their hash (stackstore.h) */
+	s32 end;	   /* enum python_end; -1: the process does not run CPython */
+	u32 count;	   /* frames */
+	u32 reserved;	   /* explicit padding */
+};
+
+/* What python_walk_current found, per CPU (beside python_scratch). */
+struct python_result {
+	s32 hash;
+	s32 end;
+	u32 count;
+	u32 reserved; /* explicit padding */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct python_result);
+} python_results SEC(".maps");
+
+/*
+ * Walks and hashes the Python frames of the current thread of process pid
+ * into this CPU's python_scratch and python_results; returns 0 when pid
+ * runs CPython. A global function: the verifier checks it once, apart from
+ * its callers, whatever state they reach it in.
+ */
+__attribute__((noinline)) int python_walk_current(u32 pid)
+{
+	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &pid);
+	struct python_result *r;
+	u32 zero = 0, n = 0;
+	u64 *frames;
+
+	r = bpf_map_lookup_elem(&python_results, &zero);
+	frames = bpf_map_lookup_elem(&python_scratch, &zero);
+	if (!p || !r || !frames)
+		return -1;
+	r->end = python_walk(p, frames, &n);
+	r->count = n;
+	r->hash = n ? hash_frames(frames, n * sizeof(u64)) : -1;
+	return 0;
+}
+
+/*
+ * Captures the Python frames of the current thread into py when process
+ * pid (as the collector sees it) runs CPython; py->end is -1 when it does
+ * not. The frames stay valid until the next capture on this CPU.
+ */
+static __always_inline void python_capture(u32 pid, struct python_stack *py)
+{
+	struct python_result *r;
+	u32 zero = 0;
+
+	py->frames = NULL;
+	py->end = -1;
+	py->count = 0;
+	if (python_walk_current(pid))
+		return;
+	r = bpf_map_lookup_elem(&python_results, &zero);
+	if (!r)
+		return;
+	py->end = r->end;
+	py->count = r->count;
+	py->hash = r->hash;
+	if (r->count)
+		py->frames = bpf_map_lookup_elem(&python_scratch, &zero);
+}
+
+/*
+ * Stores the frames of py in stacks and counts its walk in st; returns
+ * the stack id for the key (-1: none, the loss counted).
+ */
+static __always_inline s32 python_store(void *stacks, const struct python_stack *py, struct sampler_stats *st)
+{
+	u32 end = py->end; /* unsigned: -1 (no walk) is out of range too */
+	s32 id;
+
+	if (end >= NR_PYTHON_ENDS)
+		return -1;
+	st->python_ends[end]++;
+	st->python_frames += py->count;
+	if (!py->frames) {
+		/* Frames found but not kept (not stored, or evicted since). */
+		if (py->count)
+			st->python_stack_lost++;
+		return -1;
+	}
+	id = store_stack(stacks, py->frames, py->hash);
+	if (id < 0) {
+		st->python_stack_lost++;
+		return -1;
+	}
+	return id;
+}
+
+#endif /* BPFPROFILER_PYTHON_H */

@@ -1,0 +1,87 @@
+package testutil
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Interpreter is a CPython interpreter the tests run.
+type Interpreter struct {
+	Name string // e.g. "3.12.1" (pyenv) or "debian-3.11"
+	Path string
+}
+
+// PythonVersions are the pyenv versions the Python unwinder supports.
+var PythonVersions = []string{"3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"}
+
+// Interpreters returns the supported CPython interpreters of the machine:
+// pyenv's (under $PYENV_ROOT or /root/.pyenv) and Debian's
+// /usr/bin/python3.11 (a static, stripped build). A missing pyenv version
+// skips it, or fails under RequireBPFEnv (CI has them all).
+func Interpreters(t testing.TB) []Interpreter {
+	t.Helper()
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		root = "/root/.pyenv"
+	}
+	var out []Interpreter
+	for _, v := range PythonVersions {
+		p := filepath.Join(root, "versions", v, "bin", "python")
+		if _, err := os.Stat(p); err != nil {
+			SkipOrFail(t, "pyenv CPython %s: %v", v, err)
+			continue
+		}
+		out = append(out, Interpreter{Name: v, Path: p})
+	}
+	if _, err := os.Stat("/usr/bin/python3.11"); err == nil {
+		out = append(out, Interpreter{Name: "debian-3.11", Path: "/usr/bin/python3.11"})
+	}
+	return out
+}
+
+// StartPython runs testdata/workloads/pywork.py under in with args, waits
+// for its "ready" line and returns the process (killed at cleanup).
+func StartPython(t testing.TB, in Interpreter, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(in.Path, append([]string{Workload(t, "pywork.py")}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", in.Path, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("%s pywork.py %v: %q, %v", in.Path, args, line, err)
+	}
+	return cmd
+}
+
+var lineMarker = regexp.MustCompile(`#\s*line:(\w+)\s*$`)
+
+// PythonLines returns the lines of pywork.py marked "# line:NAME", by NAME.
+func PythonLines(t testing.TB) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(Workload(t, "pywork.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]int{}
+	for i, l := range strings.Split(string(b), "\n") {
+		if m := lineMarker.FindStringSubmatch(l); m != nil {
+			lines[m[1]] = i + 1
+		}
+	}
+	return lines
+}
