@@ -98,6 +98,31 @@ func OfType(p pprofile.Profiles, typ string) pprofile.Profiles {
 	return out
 }
 
+// OfPID returns a copy of p holding only the samples of process pid (by
+// the process.pid of their attributes or resource).
+func OfPID(p pprofile.Profiles, pid int) pprofile.Profiles {
+	out := pprofile.NewProfiles()
+	p.CopyTo(out)
+	dict := out.Dictionary()
+	for _, rp := range out.ResourceProfiles().All() {
+		resPID, hasResPID := rp.Resource().Attributes().Get(attrkey.ProcessPID)
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				prof.Samples().RemoveIf(func(s pprofile.Sample) bool {
+					attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict)
+					if err == nil {
+						if v, ok := attrs.Get(attrkey.ProcessPID); ok {
+							return v.Int() != int64(pid)
+						}
+					}
+					return !hasResPID || resPID.Int() != int64(pid)
+				})
+			}
+		}
+	}
+	return out
+}
+
 func stringAt(dict pprofile.ProfilesDictionary, i int32) string {
 	if i < 0 || int(i) >= dict.StringTable().Len() {
 		return ""
@@ -146,12 +171,44 @@ func functionName(dict pprofile.ProfilesDictionary, fi int32) string {
 	return strs.At(int(ni))
 }
 
+// fileName is the source file of function fi, or "".
+func fileName(dict pprofile.ProfilesDictionary, fi int32) string {
+	fns := dict.FunctionTable()
+	if fi <= 0 || int(fi) >= fns.Len() {
+		return ""
+	}
+	return stringAt(dict, fns.At(int(fi)).FilenameStrindex())
+}
+
+// frameType is the profile.frame.type attribute of loc, or "".
+func frameType(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
+	attrs := dict.AttributeTable()
+	for _, ai := range loc.AttributeIndices().All() {
+		if ai < 0 || int(ai) >= attrs.Len() {
+			continue
+		}
+		a := attrs.At(int(ai))
+		if stringAt(dict, a.KeyStrindex()) == attrkey.ProfileFrameType {
+			return a.Value().Str()
+		}
+	}
+	return ""
+}
+
 // NamedStack is the stack of one sample as function names, leaf first, one
 // entry per line of each location (inlined frames included); "" stands for
-// an unsymbolized frame.
+// an unsymbolized frame. Frames has the same entries in full.
 type NamedStack struct {
 	Functions []string
+	Frames    []NamedFrame
 	Value     int64
+}
+
+// NamedFrame is one line of a location: its function, source file and line,
+// and the location's profile.frame.type.
+type NamedFrame struct {
+	Function, File, Type string
+	Line                 int64
 }
 
 // Stacks returns the stacks of every sample in p with their first value, for
@@ -161,11 +218,15 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
 		st := NamedStack{Value: v}
 		forEachLocation(dict, s, func(loc pprofile.Location) bool {
+			typ := frameType(dict, loc)
 			if loc.Lines().Len() == 0 {
 				st.Functions = append(st.Functions, "")
+				st.Frames = append(st.Frames, NamedFrame{Type: typ})
 			}
 			for _, l := range loc.Lines().All() {
-				st.Functions = append(st.Functions, symbolName(dict, l.FunctionIndex()))
+				fn := symbolName(dict, l.FunctionIndex())
+				st.Functions = append(st.Functions, fn)
+				st.Frames = append(st.Frames, NamedFrame{Function: fn, File: fileName(dict, l.FunctionIndex()), Type: typ, Line: l.Line()})
 			}
 			return true
 		})

@@ -1,0 +1,213 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// pythonChain is the share of the samples of process pid (by process.pid)
+// whose CPython frames are fib (any line, recursing at fibLine) <- work <-
+// main <- <module> at the lines in want, with profile.frame.type cpython,
+// the file pywork.py, and a native frame below them; their number and an
+// example of one that is not.
+func pythonChain(received []pprofile.Profiles, pid int, fibLine int64, want []pdata.NamedFrame) (float64, int64, string) {
+	var all, whole int64
+	example := ""
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), pid)) {
+			all += st.Value
+			if pythonWhole(st.Frames, fibLine, want) {
+				whole += st.Value
+			} else if example == "" {
+				example = describeFrames(st.Frames)
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}
+
+func pythonWhole(frames []pdata.NamedFrame, fibLine int64, want []pdata.NamedFrame) bool {
+	var py []pdata.NamedFrame
+	last := -1
+	for i, f := range frames {
+		if f.Type != "cpython" {
+			continue
+		}
+		if filepath.Base(f.File) != "pywork.py" {
+			return false
+		}
+		py = append(py, f)
+		last = i
+	}
+	if len(py) == 0 || last == len(frames)-1 || frames[last+1].Type != "native" || py[0].Function != "fib" {
+		return false
+	}
+	py = py[1:]
+	for len(py) > len(want) && py[0].Function == "fib" && py[0].Line == fibLine {
+		py = py[1:]
+	}
+	if len(py) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		if py[i].Function != w.Function || py[i].Line != w.Line {
+			return false
+		}
+	}
+	return true
+}
+
+func describeFrames(frames []pdata.NamedFrame) string {
+	var b strings.Builder
+	for i, f := range frames {
+		if i > 0 {
+			b.WriteString(" <- ")
+		}
+		b.WriteString(f.Function)
+		if f.Type == "cpython" {
+			fmt.Fprintf(&b, ":%d", f.Line)
+		}
+	}
+	return b.String()
+}
+
+// CPython processes started after the collector, one of them in a child
+// pid namespace, with no flag: their CPU profiles through OTLP have the
+// Python frames fib <- work <- main <- <module> with file and line (frame
+// type cpython) in place of the interpreter's eval frames in at least 95%
+// of their samples; the pprof files name the same functions, files and
+// lines.
+func TestCollectorPythonFrames(t *testing.T) {
+	bin := collectorBinary(t)
+	interpreters := testutil.Interpreters(t)
+	if len(interpreters) == 0 {
+		t.Fatal("no CPython interpreter")
+	}
+	lines := testutil.PythonLines(t)
+	otlp, addr := startOTLPServer(t)
+	dir := t.TempDir()
+	out := startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {executables: ['python']}
+    cpu: {samples_per_second: 99}
+    pprof: {directory: %s}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, dir, addr))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
+		60*time.Second, 100*time.Millisecond, "the collector did not start")
+
+	// The newest pyenv interpreter on its own, Debian's static one (or the
+	// oldest) in a child pid namespace.
+	direct, nested := interpreters[len(interpreters)-2], interpreters[len(interpreters)-1]
+	p1 := testutil.StartPython(t, direct, "fib", "60")
+	unshare := exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60")
+	require.NoError(t, unshare.Start())
+	t.Cleanup(func() { _ = unshare.Process.Kill(); _ = unshare.Wait() })
+	p2 := childOf(t, unshare.Process.Pid)
+
+	want := []pdata.NamedFrame{
+		{Function: "work", Line: int64(lines["work_call"])},
+		{Function: "main", Line: int64(lines["module_call"])},
+		{Function: "<module>", Line: int64(lines["module_main"])},
+	}
+	fibLine := int64(lines["fib_recurse"])
+	// The first samples of a process come before its tables and
+	// interpreter are loaded: the reports of the first 4 s are left out.
+	require.Eventually(t, func() bool {
+		_, a, _ := pythonChain(otlp.all(), p1.Process.Pid, fibLine, want)
+		_, b, _ := pythonChain(otlp.all(), p2, fibLine, want)
+		return a > 0 && b > 0
+	}, 60*time.Second, 100*time.Millisecond, "no samples of the Python processes")
+	time.Sleep(4 * time.Second)
+	skip := len(otlp.all())
+	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
+	require.Eventually(t, func() bool {
+		_, a, _ := pythonChain(later(), p1.Process.Pid, fibLine, want)
+		_, b, _ := pythonChain(later(), p2, fibLine, want)
+		return a >= 300 && b >= 300
+	}, 60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the Python processes")
+
+	for _, p := range []struct {
+		name string
+		pid  int
+	}{{direct.Name, p1.Process.Pid}, {nested.Name + " in a pid namespace", p2}} {
+		share, n, example := pythonChain(later(), p.pid, fibLine, want)
+		t.Logf("%s (pid %d): %.1f%% of %d samples whole", p.name, p.pid, 100*share, n)
+		assert.GreaterOrEqual(t, share, 0.95, "%s: e.g. %s", p.name, example)
+	}
+	checkPprofPython(t, dir, lines)
+}
+
+// checkPprofPython checks that the pprof files name fib with its file and
+// a line of it.
+func checkPprofPython(t *testing.T, dir string, lines map[string]int) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "cpu-*.pb.gz"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no pprof files")
+	found := 0
+	for _, f := range files {
+		r, err := os.Open(f)
+		require.NoError(t, err)
+		prof, err := profile.Parse(r)
+		r.Close()
+		require.NoError(t, err)
+		for _, loc := range prof.Location {
+			for _, l := range loc.Line {
+				if l.Function.Name == "work" && filepath.Base(l.Function.Filename) == "pywork.py" && l.Line == int64(lines["work_call"]) {
+					found++
+				}
+			}
+		}
+	}
+	assert.Positive(t, found, "no pprof location names work at pywork.py:%d", lines["work_call"])
+}
+
+// childOf returns the first child of pid (unshare's forked process), once
+// it has exec'ed the interpreter.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	var child int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil {
+			return false
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			return false
+		}
+		child, _ = strconv.Atoi(f[0])
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", child))
+		return strings.Contains(filepath.Base(exe), "python")
+	}, 10*time.Second, 20*time.Millisecond, "unshare started no interpreter")
+	// Give it the time to start running Python.
+	time.Sleep(500 * time.Millisecond)
+	return child
+}
