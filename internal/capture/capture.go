@@ -183,6 +183,9 @@ type Stats struct {
 	PythonEnds      PythonEnds
 	PythonFrames    uint64
 	PythonStackLost uint64
+	// PythonProcesses is, at the drain, the processes whose CPython frames
+	// BPF reads (a gauge, like UnwindTables).
+	PythonProcesses uint64
 	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
 	// unwind table in the kernel and the kernel memory of their rows;
 	// TableFailures counts the files left without one since the previous
@@ -293,6 +296,7 @@ func (s Stats) Add(o Stats) Stats {
 	}
 	// Gauges: the later window's.
 	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
+	s.PythonProcesses = o.PythonProcesses
 	return s
 }
 

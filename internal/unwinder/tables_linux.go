@@ -196,6 +196,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	ls := f.tables.loader.Stats()
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes
+	st.PythonProcesses = ls.PythonProcesses
 	t := f.tables
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -60,7 +60,10 @@ type profilerReceiver struct {
 	probes    *probeRunner
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
-	unwindGauges struct{ tables, bytes uint64 }
+	unwindGauges struct{ tables, bytes, python uint64 }
+	// pythonUnsymbolized is the symbolizer's count of CPython frames left
+	// without a name, by reason, when last recorded.
+	pythonUnsymbolized map[string]uint64
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
 	// background runs the kernel symbol preload and the prefetchProcesses
@@ -300,6 +303,7 @@ func (r *profilerReceiver) report(ctx context.Context) {
 			profiles = append(profiles, prof)
 		}
 	}
+	r.recordPythonSymbolization(ctx, r.symbols.Stats().PythonUnsymbolized)
 	for _, pid := range r.ids.Prune() {
 		r.symbols.ForgetProcess(pid)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 )
 
 // Attribute values of the receiver's own telemetry, in one place: the enums
@@ -50,7 +51,7 @@ const (
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
 // the code emits.
 func emittedAttributeValues() map[string][]string {
-	var stackReasons, unwindEnds, tableFailures []string
+	var stackReasons, unwindEnds, tableFailures, pythonEnds []string
 	for _, l := range capture.AllStackLosses {
 		stackReasons = append(stackReasons, l.Reason())
 	}
@@ -59,6 +60,9 @@ func emittedAttributeValues() map[string][]string {
 	}
 	for _, f := range capture.AllTableFailures {
 		tableFailures = append(tableFailures, f.Reason())
+	}
+	for _, e := range capture.AllPythonEnds {
+		pythonEnds = append(pythonEnds, e.Reason())
 	}
 	return map[string][]string{
 		"kind":               {kindCPU, kindOffCPU},
@@ -70,6 +74,10 @@ func emittedAttributeValues() map[string][]string {
 		"probe_drop_reason":  {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
 		"unwind_end":         unwindEnds,
 		"table_failure":      tableFailures,
+		"python_end":         pythonEnds,
+		"python_unsymbolized_reason": {
+			symbolize.PythonNoInterpreter, symbolize.PythonMemory, symbolize.PythonBadCode,
+		},
 	}
 }
 
@@ -103,6 +111,7 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 		tel.BpfprofilerNewProcessesDropped.Add(ctx, int64(st.NewProcessDrops))
 	}
 	r.recordUnwindStats(ctx, k, st)
+	r.recordPythonStats(ctx, k, st)
 }
 
 // recordUnwindStats adds the unwind counters of one window of one kind,
@@ -128,7 +137,36 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	}
 	tel.BpfprofilerUnwindTables.Add(ctx, int64(st.UnwindTables)-int64(r.unwindGauges.tables))
 	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
-	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
+	tel.BpfprofilerPythonProcesses.Add(ctx, int64(st.PythonProcesses)-int64(r.unwindGauges.python))
+	r.unwindGauges.tables, r.unwindGauges.bytes, r.unwindGauges.python = st.UnwindTables, st.UnwindTableBytes, st.PythonProcesses
+}
+
+// recordPythonStats adds the CPython walk counters of one window of one
+// kind.
+func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute.KeyValue, st capture.Stats) {
+	tel := r.telemetry
+	for _, e := range capture.AllPythonEnds {
+		if n := st.PythonEnds[e]; n > 0 {
+			tel.BpfprofilerPythonWalks.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrReason, e.Reason())))
+		}
+	}
+	if st.PythonFrames > 0 {
+		tel.BpfprofilerPythonFrames.Add(ctx, int64(st.PythonFrames), metric.WithAttributes(kind))
+	}
+	if st.PythonStackLost > 0 {
+		tel.BpfprofilerPythonStacksLost.Add(ctx, int64(st.PythonStackLost), metric.WithAttributes(kind))
+	}
+}
+
+// recordPythonSymbolization adds the CPython frames left without a name
+// since the previous call, by reason.
+func (r *profilerReceiver) recordPythonSymbolization(ctx context.Context, unsymbolized map[string]uint64) {
+	for reason, n := range unsymbolized {
+		if d := n - r.pythonUnsymbolized[reason]; d > 0 {
+			r.telemetry.BpfprofilerPythonFramesUnsymbolized.Add(ctx, int64(d), metric.WithAttributes(attribute.String(attrReason, reason)))
+		}
+	}
+	r.pythonUnsymbolized = unsymbolized
 }
 
 // reportFailed counts one report of signal that could not be built or delivered.

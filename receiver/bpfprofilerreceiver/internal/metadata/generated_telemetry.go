@@ -23,23 +23,28 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                          metric.Meter
-	mu                             sync.Mutex
-	registrations                  []metric.Registration
-	BpfprofilerFramesUnsymbolized  metric.Int64Counter
-	BpfprofilerNewProcessesDropped metric.Int64Counter
-	BpfprofilerProbeRecords        metric.Int64Counter
-	BpfprofilerProbeRecordsDropped metric.Int64Counter
-	BpfprofilerProcessesSeen       metric.Int64Counter
-	BpfprofilerReportsFailed       metric.Int64Counter
-	BpfprofilerSamplesLost         metric.Int64Counter
-	BpfprofilerSamplesRecorded     metric.Int64Counter
-	BpfprofilerStacksLost          metric.Int64Counter
-	BpfprofilerUnwindFrames        metric.Int64Counter
-	BpfprofilerUnwindTableBytes    metric.Int64UpDownCounter
-	BpfprofilerUnwindTables        metric.Int64UpDownCounter
-	BpfprofilerUnwindTablesFailed  metric.Int64Counter
-	BpfprofilerUnwindWalks         metric.Int64Counter
+	meter                               metric.Meter
+	mu                                  sync.Mutex
+	registrations                       []metric.Registration
+	BpfprofilerFramesUnsymbolized       metric.Int64Counter
+	BpfprofilerNewProcessesDropped      metric.Int64Counter
+	BpfprofilerProbeRecords             metric.Int64Counter
+	BpfprofilerProbeRecordsDropped      metric.Int64Counter
+	BpfprofilerProcessesSeen            metric.Int64Counter
+	BpfprofilerPythonFrames             metric.Int64Counter
+	BpfprofilerPythonFramesUnsymbolized metric.Int64Counter
+	BpfprofilerPythonProcesses          metric.Int64UpDownCounter
+	BpfprofilerPythonStacksLost         metric.Int64Counter
+	BpfprofilerPythonWalks              metric.Int64Counter
+	BpfprofilerReportsFailed            metric.Int64Counter
+	BpfprofilerSamplesLost              metric.Int64Counter
+	BpfprofilerSamplesRecorded          metric.Int64Counter
+	BpfprofilerStacksLost               metric.Int64Counter
+	BpfprofilerUnwindFrames             metric.Int64Counter
+	BpfprofilerUnwindTableBytes         metric.Int64UpDownCounter
+	BpfprofilerUnwindTables             metric.Int64UpDownCounter
+	BpfprofilerUnwindTablesFailed       metric.Int64Counter
+	BpfprofilerUnwindWalks              metric.Int64Counter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -99,6 +104,36 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_processes_seen",
 		metric.WithDescription("Processes with at least one sample in a report, summed over reports. [Development]"),
 		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_python_frames",
+		metric.WithDescription("CPython frames read by the walks of bpfprofiler_python_walks, by profile kind. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonFramesUnsymbolized, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_python_frames_unsymbolized",
+		metric.WithDescription("CPython frames emitted without a function name, by reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_python_processes",
+		metric.WithDescription("Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonStacksLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_python_stacks_lost",
+		metric.WithDescription("Walks whose CPython frames were found but not kept (the stack map was full, or, off_cpu on kernels before 6.18, they were evicted before the wait ended); the samples keep their native frames. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonWalks, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_python_walks",
+		metric.WithDescription("Samples (cpu) and recorded waits (off_cpu) of CPython processes whose thread's Python frames were read, by profile kind and why the walk ended. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerReportsFailed, err = builder.meter.Int64Counter(

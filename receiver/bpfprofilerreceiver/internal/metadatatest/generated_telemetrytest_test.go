@@ -24,6 +24,11 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
+	tb.BpfprofilerPythonFrames.Add(context.Background(), 1)
+	tb.BpfprofilerPythonFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerPythonProcesses.Add(context.Background(), 1)
+	tb.BpfprofilerPythonStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerPythonWalks.Add(context.Background(), 1)
 	tb.BpfprofilerReportsFailed.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
@@ -46,6 +51,21 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProcessesSeen(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonWalks(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerReportsFailed(t, testTel,

@@ -1,0 +1,61 @@
+package bpfprofilerreceiver
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata/metricdatatest"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
+)
+
+// CPU and off-CPU windows of CPython processes: walks by reason, frames and
+// lost stacks add up by kind, the process gauge ends at the last window's
+// value, and unnamed frames are counted by the symbolizer's increments.
+func TestPythonTelemetry(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(tel))
+	require.NoError(t, err)
+
+	cpu := capture.Stats{PythonFrames: 70, PythonStackLost: 1, PythonProcesses: 3}
+	cpu.PythonEnds[capture.PythonRoot] = 5
+	cpu.PythonEnds[capture.PythonNoThread] = 2
+	offCPU := capture.Stats{PythonFrames: 9, PythonProcesses: 2}
+	offCPU.PythonEnds[capture.PythonRoot] = 3
+	ctx := context.Background()
+	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, cpu)
+	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, offCPU)
+	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.PythonBadCode: 2})
+	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.PythonBadCode: 3, symbolize.PythonMemory: 1})
+
+	kindReason := func(k, r string) attribute.Set {
+		return attribute.NewSet(attribute.String(attrKind, k), attribute.String(attrReason, r))
+	}
+	kind := func(k string) attribute.Set { return attribute.NewSet(attribute.String(attrKind, k)) }
+	reason := func(r string) attribute.Set { return attribute.NewSet(attribute.String(attrReason, r)) }
+	metadatatest.AssertEqualBpfprofilerPythonWalks(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 5, Attributes: kindReason("cpu", "root")},
+		{Value: 2, Attributes: kindReason("cpu", "no_thread_state")},
+		{Value: 3, Attributes: kindReason("off_cpu", "root")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerPythonFrames(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 70, Attributes: kind("cpu")},
+		{Value: 9, Attributes: kind("off_cpu")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerPythonStacksLost(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 1, Attributes: kind("cpu")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerPythonProcesses(t, tel, []metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerPythonFramesUnsymbolized(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 3, Attributes: reason("bad_code")},
+		{Value: 1, Attributes: reason("memory")},
+	}, metricdatatest.IgnoreTimestamp())
+}
