@@ -94,8 +94,9 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "offcpu", "probes"}, false},
+		{"all", []string{"cpu", "unwind", "python", "offcpu", "probes"}, false},
 		{"unwind", []string{"unwind"}, false},
+		{"python", []string{"python"}, false},
 		{"probes", []string{"probes"}, false},
 		{"cpu", []string{"cpu"}, false},
 		{"offcpu", []string{"offcpu"}, false},

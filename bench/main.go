@@ -15,6 +15,12 @@
 //   - bpfprofiler: the workload beside the collector, profiling the whole
 //     host at 99 Hz per CPU, reporting every 2 s.
 //
+// Suite python (CPython; workloads/pyfixed.py, recursion in pure Python
+// under -python, default pyenv's 3.12): the workload alone, under `perf
+// record -F 99 -a -g` with the interpreter's perf maps (-X perf), and beside
+// the collector with unwinding::method auto (Python frames) and
+// frame_pointer.
+//
 // Suite offcpu (off-CPU profiling; workloads/pingpong.c, two threads on one
 // CPU passing a byte back and forth through pipes, ~50k context switches/s):
 //
@@ -69,6 +75,8 @@ type options struct {
 	roundTrips    uint64
 	spin          uint64
 	probeCalls    uint64
+	pyIterations  uint64
+	python        string
 	minBlock      time.Duration
 	mechanism     string
 	collector     string
@@ -82,12 +90,14 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), offcpu (off-CPU), probes (uprobe duration probes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
 	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
+	flag.Uint64Var(&o.pyIterations, "py-iterations", 500, "python suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.StringVar(&o.python, "python", "/root/.pyenv/versions/3.12.1/bin/python", "python suite: the CPython interpreter (3.12+ for perf's -X perf)")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
@@ -112,8 +122,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 {
-		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin and -probe-calls must be positive")
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.pyIterations < 1 {
+		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls and -py-iterations must be positive")
 	}
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
@@ -166,6 +176,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newCPUSuite(ctx, e)
 	case suiteUnwind:
 		s, err = newUnwindSuite(ctx, e)
+	case suitePython:
+		s, err = newPythonSuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:

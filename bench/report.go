@@ -250,6 +250,27 @@ func yesNo(ok bool) string {
 	return "no"
 }
 
+// pythonChecks are the verdicts of the python suite: the samples of fib
+// name it (deeper stacks) with auto, auto slows the workload no more than
+// frame_pointer + 1 point and no more than perf with the interpreter's perf
+// maps, and the collector's CPU and RSS.
+func pythonChecks(w io.Writer, r *report) {
+	auto, hasAuto := r.ratios[scUnwindAuto]
+	fp, hasFP := r.ratios[scFramePtr]
+	if !hasAuto || !hasFP {
+		fmt.Fprintln(w, "python: n/a (collector skipped)")
+		return
+	}
+	da, df := median(r.depths[scUnwindAuto]), median(r.depths[scFramePtr])
+	fmt.Fprintf(w, "mean frames of samples naming fib: auto %.1f, frame_pointer %.1f (no Python frame: no sample names fib)\n", da, df)
+	a, f := median(auto), median(fp)
+	fmt.Fprintf(w, "slowdown with auto <= frame_pointer's + 0.01: %s (wall ratio: auto %.3f, frame_pointer %.3f)\n", yesNo(a <= f+0.01), a, f)
+	if perf, ok := r.ratios[scPerfPython]; ok {
+		fmt.Fprintf(w, "slowdown with auto <= perf with -X perf: %s (wall ratio: auto %.3f, perf %.3f)\n", yesNo(a <= median(perf)), a, median(perf))
+	}
+	autoCollectorFigures(w, r)
+}
+
 // unwindChecks are the verdicts of the unwind suite: the workload's stacks
 // are deeper with auto, auto slows it no more than frame_pointer + 1 point,
 // and the collector's CPU and RSS.
@@ -267,6 +288,12 @@ func unwindChecks(w io.Writer, r *report) {
 	if perf, ok := r.ratios[scPerfDwarf]; ok {
 		fmt.Fprintf(w, "slowdown with auto <= perf --call-graph dwarf's: %s (wall ratio: auto %.3f, perf %.3f)\n", yesNo(a <= median(perf)), a, median(perf))
 	}
+	autoCollectorFigures(w, r)
+}
+
+// autoCollectorFigures prints the collector's CPU and peak RSS with
+// unwinding auto against the targets.
+func autoCollectorFigures(w io.Writer, r *report) {
 	if len(r.cpuTicks) > 0 {
 		c := median(r.cpuTicks)
 		fmt.Fprintf(w, "collector CPU with auto <= %.1f%% of a core: %s (%.2f%%)\n", targetCPUPercent, yesNo(c <= targetCPUPercent), c)

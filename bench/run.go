@@ -19,6 +19,9 @@ var fixedworkSource []byte
 //go:embed workloads/pingpong.c
 var pingpongSource []byte
 
+//go:embed workloads/pyfixed.py
+var pyfixedSource []byte
+
 // workload is a compiled workload and the arguments of each of its runs.
 type workload struct {
 	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")

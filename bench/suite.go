@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 )
@@ -19,6 +20,7 @@ const (
 	scPerfDwarf   = "perf -F99 -a --call-graph dwarf"
 	scFramePtr    = "bpfprofiler frame_pointer"
 	scUnwindAuto  = "bpfprofiler auto"
+	scPerfPython  = "perf -F99 -a -g, python -X perf"
 )
 
 // Suite names, as -suite takes them.
@@ -27,18 +29,19 @@ const (
 	suiteOffCPU = "offcpu"
 	suiteProbes = "probes"
 	suiteUnwind = "unwind"
+	suitePython = "python"
 	suiteAll    = "all"
 )
 
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suiteOffCPU, suiteProbes}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s or %s, not %q", suiteCPU, suiteUnwind, suiteOffCPU, suiteProbes, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s or %s, not %q", suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
@@ -200,6 +203,38 @@ func newUnwindSuite(ctx context.Context, e env) (*suite, error) {
 		collectorSc = scUnwindAuto
 	}
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, unwindChecks)
+	return s, nil
+}
+
+// newPythonSuite is the Python suite: pyfixed.py (pure-Python recursion)
+// under CPython alone, under `perf record -F 99 -a -g` with the interpreter's
+// own perf maps (-X perf, 3.12+), and beside the collector sampling the host
+// at 99 Hz with unwinding::method auto (Python frames read in BPF) and
+// frame_pointer (none).
+func newPythonSuite(ctx context.Context, e env) (*suite, error) {
+	script := filepath.Join(e.dir, "pyfixed.py")
+	if err := os.WriteFile(script, pyfixedSource, 0o644); err != nil {
+		return nil, err
+	}
+	w := workload{name: "pyfixed", bin: e.o.python, args: []string{script, strconv.FormatUint(e.o.pyIterations, 10)}}
+	const marker = "fib"
+	s := &suite{
+		title:     fmt.Sprintf("== suite python: pyfixed.py under %s, %d x fib(25) ==", e.o.python, e.o.pyIterations),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	if !e.o.skipPerf {
+		withMaps := w
+		withMaps.args = append([]string{"-X", "perf"}, w.args...)
+		s.scenarios = append(s.scenarios, perfScenario(scPerfPython, e, []string{"-F", "99", "-a", "-g"}, withMaps))
+	}
+	collectorSc := ""
+	if !e.o.skipCollector {
+		s.scenarios = append(s.scenarios,
+			collectorScenario(scFramePtr, e.collector(profileConfig{cpuHz: 99, unwinding: "frame_pointer"}), w, marker),
+			collectorScenario(scUnwindAuto, e.collector(profileConfig{cpuHz: 99, unwinding: "auto"}), w, marker))
+		collectorSc = scUnwindAuto
+	}
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, pythonChecks)
 	return s, nil
 }
 
