@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/python"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
@@ -17,7 +18,7 @@ import (
 // Why a CPython frame was left without a name (Stats.PythonUnsymbolized).
 const (
 	PythonNoInterpreter = "no_interpreter" // no known CPython interpreter among the process's mappings
-	PythonMemory        = "memory"         // the process's memory could not be opened (exited, no CAP_SYS_PTRACE)
+	PythonMemory        = "memory"         // the process's memory could not be opened (exited, no CAP_SYS_PTRACE) or did not answer in time
 	PythonBadCode       = "bad_code"       // the code object could not be read or is not one
 )
 
@@ -45,7 +46,15 @@ func (s *Symbolizer) Python(pid uint32, code uint64, instruction uint32) report.
 	reason := py.err
 	if reason == "" {
 		var err error
-		if c, err = py.code(code); err != nil {
+		c, err = procfs.Within(s.deadline, py.mem.Name(), func() (*python.Code, error) { return py.code(code) }, nil)
+		switch {
+		case procfs.RefusalReason(err) != "":
+			// The process holds its memory (userfaultfd, a stuck page
+			// fault): none of it is read again.
+			py.err, reason = PythonMemory, PythonMemory
+			s.log.Info("a Python process's memory does not answer; its frames stay unnamed",
+				zap.Uint32("pid", pid), zap.Error(err))
+		case err != nil:
 			reason = PythonBadCode
 			if s.once.first(fmt.Sprintf("pycode:%d", pid)) {
 				s.log.Debug("cannot read a Python code object", zap.Uint32("pid", pid), zap.Error(err))
@@ -120,7 +129,9 @@ func dropPython(p *process) {
 }
 
 // code returns the code object at addr, cached while its first line is
-// unchanged (a freed code object's memory may hold another one later).
+// unchanged (a freed code object's memory may hold another one later). It
+// runs under the deadline, off the caller's goroutine: a call that times
+// out sets py.err, after which nothing reads py.codes but that call.
 func (py *pythonProcess) code(addr uint64) (*python.Code, error) {
 	if c, ok := py.codes[addr]; ok {
 		var b [4]byte
