@@ -169,8 +169,10 @@ static __always_inline int python_step(const struct python_proc *p, struct pytho
 		goto fault;
 	if (p->entry_kind == PY_ENTRY_SHIM && owner == PY_OWNED_BY_CSTACK) {
 		/* The frame leafward of the shim was its call's outermost. */
-		if (count > 0)
-			frames[count - 1] |= PY_FRAME_EVAL_ENTRY;
+		u32 prev = count - 1; /* count 0: out of range, one check for the verifier */
+
+		if (prev < MAX_STACK_DEPTH)
+			frames[prev] |= PY_FRAME_EVAL_ENTRY;
 		goto next;
 	}
 	if (py_read(&code, sizeof(code), *f + p->frame_code))

@@ -26,6 +26,7 @@ type check struct {
 
 // checks are the end-to-end checks run on every kernel, in table order.
 var checks = []check{
+	{"programs load", "bpf.test", "TestProgramsLoad"},
 	{"stack store", "bpf.test", "TestStackStoreHelpers"},
 	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd"},
 	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers"},

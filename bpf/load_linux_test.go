@@ -1,0 +1,69 @@
+//go:build linux
+
+package bpf
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
+
+// TestProgramsLoad loads the collections of the CPU sampler and the off-CPU
+// tracer (the task_work one where the kernel has its kfunc, Linux 6.18) as
+// they are committed: the verifier of the running kernel accepts every
+// program. Its figure (kernel matrix) is the most instructions the verifier
+// processed for one program, of its limit of 1M.
+func TestProgramsLoad(t *testing.T) {
+	testutil.RequireBPF(t)
+	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
+	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout}
+	if kernelHasFunc(t, "bpf_task_work_schedule_resume_impl") {
+		loads["task_work"] = LoadOffcpu
+	}
+	var figures []string
+	for name, load := range loads {
+		spec, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		most, which := 0, ""
+		for prog, p := range coll.Programs {
+			if m := processedInsns.FindStringSubmatch(p.VerifierLog); m != nil {
+				if n, _ := strconv.Atoi(m[1]); n > most {
+					most, which = n, prog
+				}
+			}
+		}
+		coll.Close()
+		figures = append(figures, fmt.Sprintf("%s %dk (%s)", name, most/1000, which))
+	}
+	sort.Strings(figures)
+	t.Logf("matrix: %s", strings.Join(figures, ", "))
+}
+
+// kernelHasFunc says whether the running kernel's BTF has function name.
+func kernelHasFunc(t *testing.T, name string) bool {
+	t.Helper()
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		t.Fatalf("kernel BTF: %v", err)
+	}
+	var fn *btf.Func
+	return spec.TypeByName(name, &fn) == nil
+}
