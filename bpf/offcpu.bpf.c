@@ -285,7 +285,8 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 	if (err) {
 		/* Count it now, without user stack. */
 		p->blocked_ns = 0;
-		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED, NULL);
+		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED,
+		       NULL);
 	}
 }
 

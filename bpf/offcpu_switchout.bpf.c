@@ -252,7 +252,8 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 			user_id = -ENOENT; /* evicted */
 	}
 	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id,
-			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames }, python_of(s, &py));
+			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames },
+			    python_of(s, &py));
 }
 
 /* Three arguments: prev_state only exists from 5.18 (see task_state). */
