@@ -30,7 +30,8 @@ func main() {
 		keep      = flag.Bool("keep", false, "keep the work directory (initramfs, serial logs)")
 		only      = flag.String("checks", "", "run only these checks (column or test names, comma-separated); stress checks run only when named")
 		boots     = flag.Int("boots", 1, "boot (or run, for host) each kernel this many times, one row each")
-		tcgThread = flag.String("tcg-thread", "single", "qemu TCG threading, single or multi (see runGuest)")
+		tcgThread = flag.String("tcg-thread", "multi", "qemu TCG threading, single or multi (see runGuest)")
+		cpus      = flag.Int("cpus", 1, "virtual CPUs of each guest (see runGuest)")
 		env       = flag.String("env", "", "KEY=VALUE pairs (comma-separated) added to the tests' environment")
 	)
 	flag.Parse()
@@ -54,6 +55,7 @@ func main() {
 		keep:      *keep,
 		boots:     max(*boots, 1),
 		tcgThread: *tcgThread,
+		cpus:      max(*cpus, 1),
 	}); err != nil {
 		fmt.Fprintln(os.Stderr, "kernels:", err)
 		os.Exit(1)
@@ -69,6 +71,7 @@ type options struct {
 	keep      bool
 	boots     int
 	tcgThread string
+	cpus      int
 }
 
 func splitList(s string) []string {
