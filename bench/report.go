@@ -251,30 +251,25 @@ func yesNo(ok bool) string {
 }
 
 // pythonChecks are the verdicts of the python suite: the samples of fib
-// name it (deeper stacks) with auto, auto slows the workload no more than
-// frame_pointer + 1 point and no more than perf with the interpreter's perf
-// maps, and the collector's CPU and RSS.
+// name it with auto (with frame_pointer none does: no Python frames), auto
+// slows the workload no more than frame_pointer + 1 point and no more than
+// perf with the interpreter's perf maps, and the collector's CPU and RSS.
 func pythonChecks(w io.Writer, r *report) {
-	auto, hasAuto := r.ratios[scUnwindAuto]
-	fp, hasFP := r.ratios[scFramePtr]
-	if !hasAuto || !hasFP {
-		fmt.Fprintln(w, "python: n/a (collector skipped)")
-		return
-	}
-	da, df := median(r.depths[scUnwindAuto]), median(r.depths[scFramePtr])
-	fmt.Fprintf(w, "mean frames of samples naming fib: auto %.1f, frame_pointer %.1f (no Python frame: no sample names fib)\n", da, df)
-	a, f := median(auto), median(fp)
-	fmt.Fprintf(w, "slowdown with auto <= frame_pointer's + 0.01: %s (wall ratio: auto %.3f, frame_pointer %.3f)\n", yesNo(a <= f+0.01), a, f)
-	if perf, ok := r.ratios[scPerfPython]; ok {
-		fmt.Fprintf(w, "slowdown with auto <= perf with -X perf: %s (wall ratio: auto %.3f, perf %.3f)\n", yesNo(a <= median(perf)), a, median(perf))
-	}
-	autoCollectorFigures(w, r)
+	autoAgainstFramePointer(w, r, "samples naming fib", scPerfPython, "perf with -X perf")
 }
 
 // unwindChecks are the verdicts of the unwind suite: the workload's stacks
 // are deeper with auto, auto slows it no more than frame_pointer + 1 point,
 // and the collector's CPU and RSS.
 func unwindChecks(w io.Writer, r *report) {
+	autoAgainstFramePointer(w, r, "work_hot samples", scPerfDwarf, "perf --call-graph dwarf's")
+}
+
+// autoAgainstFramePointer prints the verdicts of a suite that runs the
+// collector with unwinding auto and frame_pointer: the mean frames of the
+// samples the report's marker names (what), the slowdowns against each
+// other and against perf scenario perfSc, and the collector's figures.
+func autoAgainstFramePointer(w io.Writer, r *report, what, perfSc, perfLabel string) {
 	auto, hasAuto := r.ratios[scUnwindAuto]
 	fp, hasFP := r.ratios[scFramePtr]
 	if !hasAuto || !hasFP {
@@ -282,11 +277,11 @@ func unwindChecks(w io.Writer, r *report) {
 		return
 	}
 	da, df := median(r.depths[scUnwindAuto]), median(r.depths[scFramePtr])
-	fmt.Fprintf(w, "mean frames of work_hot samples: auto %.1f, frame_pointer %.1f\n", da, df)
+	fmt.Fprintf(w, "mean frames of %s: auto %.1f, frame_pointer %.1f\n", what, da, df)
 	a, f := median(auto), median(fp)
 	fmt.Fprintf(w, "slowdown with auto <= frame_pointer's + 0.01: %s (wall ratio: auto %.3f, frame_pointer %.3f)\n", yesNo(a <= f+0.01), a, f)
-	if perf, ok := r.ratios[scPerfDwarf]; ok {
-		fmt.Fprintf(w, "slowdown with auto <= perf --call-graph dwarf's: %s (wall ratio: auto %.3f, perf %.3f)\n", yesNo(a <= median(perf)), a, median(perf))
+	if perf, ok := r.ratios[perfSc]; ok {
+		fmt.Fprintf(w, "slowdown with auto <= %s: %s (wall ratio: auto %.3f, perf %.3f)\n", perfLabel, yesNo(a <= median(perf)), a, median(perf))
 	}
 	autoCollectorFigures(w, r)
 }

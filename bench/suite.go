@@ -195,13 +195,7 @@ func newUnwindSuite(ctx context.Context, e env) (*suite, error) {
 	if !e.o.skipPerf {
 		s.scenarios = append(s.scenarios, perfScenario(scPerfDwarf, e, []string{"-F", "99", "-a", "--call-graph", "dwarf"}, w))
 	}
-	collectorSc := ""
-	if !e.o.skipCollector {
-		s.scenarios = append(s.scenarios,
-			collectorScenario(scFramePtr, e.collector(profileConfig{cpuHz: 99, unwinding: "frame_pointer"}), w, marker),
-			collectorScenario(scUnwindAuto, e.collector(profileConfig{cpuHz: 99, unwinding: "auto"}), w, marker))
-		collectorSc = scUnwindAuto
-	}
+	collectorSc := s.addUnwindingScenarios(e, w, marker)
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, unwindChecks)
 	return s, nil
 }
@@ -227,13 +221,7 @@ func newPythonSuite(ctx context.Context, e env) (*suite, error) {
 		withMaps.args = append([]string{"-X", "perf"}, w.args...)
 		s.scenarios = append(s.scenarios, perfScenario(scPerfPython, e, []string{"-F", "99", "-a", "-g"}, withMaps))
 	}
-	collectorSc := ""
-	if !e.o.skipCollector {
-		s.scenarios = append(s.scenarios,
-			collectorScenario(scFramePtr, e.collector(profileConfig{cpuHz: 99, unwinding: "frame_pointer"}), w, marker),
-			collectorScenario(scUnwindAuto, e.collector(profileConfig{cpuHz: 99, unwinding: "auto"}), w, marker))
-		collectorSc = scUnwindAuto
-	}
+	collectorSc := s.addUnwindingScenarios(e, w, marker)
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, pythonChecks)
 	return s, nil
 }
@@ -284,6 +272,20 @@ func newOffCPUSuite(ctx context.Context, e env) (s *suite, cleanup func(), err e
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, offCPUChecks(e.o.minBlock.String()))
 	s.rep.notes = notes
 	return s, cleanup, nil
+}
+
+// addUnwindingScenarios adds the collector sampling the host at 99 Hz with
+// unwinding::method frame_pointer and auto (unless -skip-collector), and
+// returns the scenario whose collector figures the report gives (auto, or
+// "").
+func (s *suite) addUnwindingScenarios(e env, w workload, marker string) string {
+	if e.o.skipCollector {
+		return ""
+	}
+	s.scenarios = append(s.scenarios,
+		collectorScenario(scFramePtr, e.collector(profileConfig{cpuHz: 99, unwinding: "frame_pointer"}), w, marker),
+		collectorScenario(scUnwindAuto, e.collector(profileConfig{cpuHz: 99, unwinding: "auto"}), w, marker))
+	return scUnwindAuto
 }
 
 func scenarioNames(scs []scenario) []string {
