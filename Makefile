@@ -85,10 +85,12 @@ kernel-tools:
 # What the tests run besides Go, installed with apt when missing: gcc and g++
 # build the workloads and symbolizer fixtures, binutils' objcopy splits their
 # debug files, libc6-dbg is libc's debug file (start_thread is only there),
-# util-linux has chrt, unshare and setpriv. No test needs bpftool, bpftrace
-# or clang.
+# util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
+# (the Python unwinder's tests also run pyenv's 3.9-3.13 where the machine
+# has them), gdb reads CPython's struct layouts for internal/python's
+# oracle. No test needs bpftool, bpftrace or clang.
 test-tools:
-	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf)
+	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // workloadReport is the line testdata/frames.py prints.
@@ -107,7 +109,7 @@ func TestReadCodeLive(t *testing.T) {
 func startWorkload(t *testing.T, python, script string) (int, workloadReport) {
 	t.Helper()
 	if _, err := os.Stat(python); err != nil {
-		t.Skipf("no %s on this machine", python)
+		testutil.SkipOrFail(t, "no %s on this machine", python)
 	}
 	cmd := exec.Command(python, script)
 	stdin, err := cmd.StdinPipe()

@@ -106,7 +106,7 @@ func fieldValue(o Offsets, f string) uint64 {
 func openELF(t *testing.T, path string) *elf.File {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("no %s on this machine", path)
+		testutil.SkipOrFail(t, "no %s on this machine", path)
 	}
 	f, err := elf.Open(path)
 	require.NoError(t, err)
