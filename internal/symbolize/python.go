@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -22,15 +23,27 @@ const (
 	PythonBadCode       = "bad_code"       // the code object could not be read or is not one
 )
 
-// maxPythonCodes bounds the code objects cached per process.
-const maxPythonCodes = 4096
+// maxPythonCodes bounds the code objects cached per process;
+// pythonRecheck is how long a cached one is used before its first line is
+// read again (a freed code object's memory may hold another one later).
+const (
+	maxPythonCodes = 4096
+	pythonRecheck  = 10 * time.Second
+)
 
 // pythonProcess is what is cached about the interpreter of one process.
 type pythonProcess struct {
 	offsets *python.Offsets // nil: no interpreter found
 	mem     *os.File        // /proc/<pid>/mem
 	err     string          // why there is no offsets or mem
-	codes   map[uint64]*python.Code
+	codes   map[uint64]cachedCode
+}
+
+// cachedCode is a code object read, and when its first line was last seen
+// unchanged.
+type cachedCode struct {
+	code    *python.Code
+	checked time.Time
 }
 
 // Python symbolizes a CPython frame of process pid: the code object at
@@ -46,7 +59,7 @@ func (s *Symbolizer) Python(pid uint32, code uint64, instruction uint32) report.
 	reason := py.err
 	if reason == "" {
 		var err error
-		c, err = procfs.Within(s.deadline, py.mem.Name(), func() (*python.Code, error) { return py.code(code) }, nil)
+		c, err = s.pythonCode(py, code)
 		switch {
 		case procfs.RefusalReason(err) != "":
 			// The process holds its memory (userfaultfd, a stuck page
@@ -128,28 +141,39 @@ func dropPython(p *process) {
 	p.python = nil
 }
 
-// code returns the code object at addr, cached while its first line is
-// unchanged (a freed code object's memory may hold another one later). It
-// runs under the deadline, off the caller's goroutine: a call that times
-// out sets py.err, after which nothing reads py.codes but that call.
-func (py *pythonProcess) code(addr uint64) (*python.Code, error) {
-	if c, ok := py.codes[addr]; ok {
-		var b [4]byte
-		if _, err := py.mem.ReadAt(b[:], int64(addr)+int64(py.offsets.CodeFirstLineNo)); err == nil &&
-			int(int32(binary.NativeEndian.Uint32(b[:]))) == c.FirstLine {
-			return c, nil
-		}
-		delete(py.codes, addr)
+// pythonCode returns the code object at addr: the cached one while its
+// first line is unchanged (checked every pythonRecheck), else read now.
+// Reads run under the deadline, off the caller's goroutine.
+func (s *Symbolizer) pythonCode(py *pythonProcess, addr uint64) (*python.Code, error) {
+	now := s.now()
+	cached, ok := py.codes[addr]
+	if ok && now.Sub(cached.checked) < pythonRecheck {
+		return cached.code, nil
 	}
-	c, err := py.offsets.ReadCode(py.mem, addr)
+	c, err := procfs.Within(s.deadline, py.mem.Name(), func() (*python.Code, error) {
+		if ok && firstLine(py, addr) == cached.code.FirstLine {
+			return cached.code, nil
+		}
+		return py.offsets.ReadCode(py.mem, addr)
+	}, nil)
 	if err != nil {
+		delete(py.codes, addr)
 		return nil, err
 	}
 	if len(py.codes) >= maxPythonCodes || py.codes == nil {
-		py.codes = make(map[uint64]*python.Code)
+		py.codes = make(map[uint64]cachedCode)
 	}
-	py.codes[addr] = c
+	py.codes[addr] = cachedCode{code: c, checked: now}
 	return c, nil
+}
+
+// firstLine reads the first line of the code object at addr, or -1.
+func firstLine(py *pythonProcess, addr uint64) int {
+	var b [4]byte
+	if _, err := py.mem.ReadAt(b[:], int64(addr)+int64(py.offsets.CodeFirstLineNo)); err != nil {
+		return -1
+	}
+	return int(int32(binary.NativeEndian.Uint32(b[:])))
 }
 
 // pythonInterpreter returns the CPython interpreter in ef, or nil; found

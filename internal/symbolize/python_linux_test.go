@@ -1,0 +1,71 @@
+//go:build linux
+
+package symbolize
+
+import (
+	"bufio"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A method's code object, read from a live interpreter's memory, names
+// its qualified name (3.11+), file and the line of its first instruction
+// (as the interpreter's dis module says); a process without
+// CPython and an address that is no code object leave the frame unnamed,
+// counted by reason.
+func TestPythonFrameNames(t *testing.T) {
+	const script = `
+import dis, sys
+class Box:
+    def method(self):
+        return 1
+c = Box.method.__code__
+print(id(c), min(dis.findlinestarts(c))[1], flush=True)
+sys.stdin.read()
+`
+	sleeper := exec.Command("sleep", "60")
+	require.NoError(t, sleeper.Start())
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	for _, in := range testutil.Interpreters(t) {
+		t.Run(in.Name, func(t *testing.T) {
+			cmd := exec.Command(in.Path, "-c", script)
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			out, err := cmd.StdoutPipe()
+			require.NoError(t, err)
+			require.NoError(t, cmd.Start())
+			t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+			line, err := bufio.NewReader(out).ReadString('\n')
+			require.NoError(t, err)
+			f := strings.Fields(line)
+			require.Len(t, f, 2, line)
+			addr, _ := strconv.ParseUint(f[0], 10, 64)
+			line0, _ := strconv.Atoi(f[1])
+
+			s := New(Options{Proc: procfs.FS{Root: "/proc"}})
+			defer s.Close()
+			pid := uint32(cmd.Process.Pid)
+			want := "Box.method"
+			if strings.HasPrefix(in.Name, "3.9") || strings.HasPrefix(in.Name, "3.10") {
+				want = "method" // no co_qualname before 3.11
+			}
+			for range 2 { // read, then cached
+				got := s.Python(pid, addr, 0)
+				require.Equal(t, report.Frame{Address: addr, Function: want, File: "<string>", Line: int64(line0), Type: report.FramePython}, got)
+			}
+			require.Empty(t, s.Python(pid, addr+8, 0).Function, "an address inside the code object")
+			require.Empty(t, s.Python(uint32(sleeper.Process.Pid), addr, 0).Function, "a process without CPython")
+			st := s.Stats()
+			require.Equal(t, uint64(2), st.PythonFrames)
+			require.Equal(t, map[string]uint64{PythonBadCode: 1, PythonNoInterpreter: 1}, st.PythonUnsymbolized)
+		})
+	}
+}
