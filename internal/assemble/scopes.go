@@ -41,10 +41,11 @@ func ReadScopes(ids Identities, raw []capture.RawScope) []ReadScope {
 	return out
 }
 
-// Scopes groups scopes by process, ordered by pid, and names them after
-// their probe; kernel times become unix times. A scope whose ProbeIndex is
-// outside probes is skipped (the probes package never hands one over).
-func Scopes(probes []Probe, scopes []ReadScope) []report.ProcessScopes {
+// Scopes groups scopes by process, ordered by pid, names them after their
+// probe and gives them their ids; kernel times become unix times. A scope
+// whose ProbeIndex is outside probes is skipped (the probes package never
+// hands one over).
+func Scopes(probes []Probe, ids ScopeIDs, scopes []ReadScope) []report.ProcessScopes {
 	byPID := map[uint32]*report.ProcessScopes{}
 	var pids []uint32
 	for _, s := range scopes {
@@ -57,7 +58,7 @@ func Scopes(probes []Probe, scopes []ReadScope) []report.ProcessScopes {
 			byPID[s.PID] = ps
 			pids = append(pids, s.PID)
 		}
-		ps.Records = append(ps.Records, scopeRecord(probes[s.ProbeIndex], s))
+		ps.Records = append(ps.Records, scopeRecord(probes[s.ProbeIndex], ids, s))
 	}
 	sort.Slice(pids, func(i, j int) bool { return pids[i] < pids[j] })
 	out := make([]report.ProcessScopes, len(pids))
@@ -67,8 +68,11 @@ func Scopes(probes []Probe, scopes []ReadScope) []report.ProcessScopes {
 	return out
 }
 
-func scopeRecord(p Probe, s ReadScope) report.ScopeRecord {
+func scopeRecord(p Probe, ids ScopeIDs, s ReadScope) report.ScopeRecord {
+	trace, span := ids.Of(s.PID, s.TID, s.ProbeIndex, s.Start)
 	return report.ScopeRecord{
+		TraceID:     trace,
+		SpanID:      span,
 		ProbeID:     p.ID,
 		EntrySymbol: p.EntrySymbol,
 		ExitSymbol:  p.ExitSymbol,

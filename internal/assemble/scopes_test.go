@@ -25,7 +25,7 @@ func TestScopes(t *testing.T) {
 	require.Len(t, read, len(raw))
 	require.NotZero(t, read[0].Observed)
 
-	got := Scopes(probes, read)
+	got := Scopes(probes, NewScopeIDs(), read)
 	require.Len(t, got, 2)
 	require.Equal(t, uint32(3), got[0].Identity.PID, "ordered by pid")
 	require.Equal(t, "three", got[0].Identity.ExePath)

@@ -41,6 +41,8 @@ func BuildProbeLogs(scope Scope, observed time.Time, processes ...report.Process
 
 func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time) {
 	lr.SetEventName(ProbeEventName)
+	lr.SetTraceID(pcommon.TraceID(r.TraceID))
+	lr.SetSpanID(pcommon.SpanID(r.SpanID))
 	lr.Body().SetStr(r.ProbeID)
 	lr.SetTimestamp(pcommon.Timestamp(r.End))
 	if r.Observed != 0 {

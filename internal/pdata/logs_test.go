@@ -17,6 +17,8 @@ func TestBuildProbeLogs(t *testing.T) {
 		"process.pid": int64(42), "k8s.pod.name": "web-1",
 	}}
 	rec := report.ScopeRecord{
+		TraceID: [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16},
+		SpanID:  [8]byte{0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 1, 2},
 		ProbeID: "node.callback_scope", EntrySymbol: "ctor", ExitSymbol: "dtor",
 		Start: 1700000000_000000000, End: 1700000000_200000000,
 		TID: 42, ThreadName: "node", MainThread: true,
@@ -59,6 +61,8 @@ func TestBuildProbeLogs(t *testing.T) {
 	lr := rl.ScopeLogs().At(0).LogRecords().At(0)
 	assert.Equal(t, "node.callback_scope", lr.Body().Str())
 	assert.Equal(t, ProbeEventName, lr.EventName())
+	assert.Equal(t, "0102030405060708090a0b0c0d0e0f10", lr.TraceID().String())
+	assert.Equal(t, "0a0b0c0d0e0f0102", lr.SpanID().String())
 	assert.Equal(t, uint64(1700000000_200000000), uint64(lr.Timestamp()))
 	assert.Equal(t, observed.UnixNano(), lr.ObservedTimestamp().AsTime().UnixNano())
 	assert.Equal(t, map[string]any{

@@ -103,6 +103,9 @@ func (k Kind) PeriodType() (typ, unit string) {
 // Times are unix nanoseconds converted from the kernel's monotonic clock
 // with the offset shared with profile timestamps.
 type ScopeRecord struct {
+	// TraceID and SpanID identify this scope instance (assemble.ScopeIDs).
+	TraceID     [16]byte
+	SpanID      [8]byte
 	ProbeID     string
 	EntrySymbol string
 	ExitSymbol  string

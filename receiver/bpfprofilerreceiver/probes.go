@@ -143,7 +143,7 @@ func (p *probeRunner) flush(ctx context.Context) {
 func (p *probeRunner) send(ctx context.Context, batch []assemble.ReadScope) {
 	next := p.r.logsConsumer()
 	logs, err := pdata.BuildProbeLogs(pdata.Scope{Name: metadata.ScopeName, Version: p.r.settings.BuildInfo.Version},
-		time.Now(), assemble.Scopes(p.names, batch)...)
+		time.Now(), assemble.Scopes(p.names, p.r.scopeIDs, batch)...)
 	if err == nil && next != nil {
 		ctx := p.r.obs.StartLogsOp(ctx)
 		err = next.ConsumeLogs(ctx, logs)

@@ -56,6 +56,8 @@ type profilerReceiver struct {
 	unwind    *sharedTables // unwind tables the sources share; nil: frame pointers
 	assembler *assemble.Assembler
 	symbols   *symbolize.Symbolizer
+	// scopeIDs gives probe scopes their trace and span ids.
+	scopeIDs  assemble.ScopeIDs
 	ids       *identity.Resolver
 	probes    *probeRunner
 	lastDrain time.Time
@@ -91,6 +93,7 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 		obs:       obs,
 		kernel:    realKernel,
 		proc:      procfs.FS{Root: "/proc"},
+		scopeIDs:  assemble.NewScopeIDs(),
 	}, nil
 }
 

@@ -88,6 +88,17 @@ service:
 	if mismatch != nil {
 		t.Fatalf("%v (records %v, the workload's calls %v)", mismatch, got, calls)
 	}
+	// Each record is its own span: a trace and a span id of its own.
+	text = out.String()
+	spans := regexp.MustCompile(`(?m)^Span ID: ([0-9a-f]{16})$`).FindAllStringSubmatch(text, -1)
+	traces := regexp.MustCompile(`(?m)^Trace ID: ([0-9a-f]{32})$`).FindAllStringSubmatch(text, -1)
+	require.Len(t, spans, len(got), "span ids")
+	require.Len(t, traces, len(got), "trace ids")
+	unique := map[string]bool{}
+	for i := range spans {
+		unique[spans[i][1]], unique[traces[i][1]] = true, true
+	}
+	assert.Len(t, unique, 2*len(got), "ids shared between records")
 }
 
 // probeStarts are the probe.start_time_unix_nano values the debug exporter
