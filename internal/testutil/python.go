@@ -27,6 +27,13 @@ var PythonVersions = []string{"3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"}
 // project's machines) that is a failure.
 func Interpreters(t testing.TB) []Interpreter {
 	t.Helper()
+	if list := os.Getenv(PythonsEnv); list != "" {
+		var out []Interpreter
+		for _, p := range strings.Split(list, ",") {
+			out = append(out, Interpreter{Name: filepath.Base(p), Path: p})
+		}
+		return out
+	}
 	root := os.Getenv("PYENV_ROOT")
 	if root == "" {
 		root = "/root/.pyenv"
@@ -60,6 +67,10 @@ func Interpreters(t testing.TB) []Interpreter {
 	}
 	return out
 }
+
+// PythonsEnv, when set, lists the interpreters Interpreters returns
+// (comma-separated paths): the kernel matrix's guests have Debian's only.
+const PythonsEnv = "BPFPROFILER_PYTHONS"
 
 // DebianPython is Debian 12's CPython.
 const DebianPython = "/usr/bin/python3.11"

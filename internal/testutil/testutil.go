@@ -52,9 +52,13 @@ func RepoRoot(t testing.TB) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// Workload returns the path of testdata/workloads/<name>.
+// Workload returns the path of testdata/workloads/<name> (a script), or of
+// its copy in BPFPROFILER_PREBUILT_WORKLOADS when that is set.
 func Workload(t testing.TB, name string) string {
 	t.Helper()
+	if dir := os.Getenv(PrebuiltWorkloadsEnv); dir != "" {
+		return filepath.Join(dir, name) // the kernel matrix's guests have no source tree
+	}
 	return filepath.Join(RepoRoot(t), "testdata", "workloads", name)
 }
 

@@ -122,9 +122,9 @@ service:
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
 		60*time.Second, 100*time.Millisecond, "the collector did not start")
 
-	// The newest pyenv interpreter on its own, Debian's static one (or the
-	// oldest) in a child pid namespace.
-	direct, nested := interpreters[len(interpreters)-2], interpreters[len(interpreters)-1]
+	// The newest pyenv interpreter on its own, Debian's static one in a
+	// child pid namespace (with one interpreter, it runs both).
+	direct, nested := interpreters[max(len(interpreters)-2, 0)], interpreters[len(interpreters)-1]
 	p1 := testutil.StartPython(t, direct, "fib", "60")
 	unshare := exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60")
 	require.NoError(t, unshare.Start())
@@ -153,14 +153,17 @@ service:
 		return a >= 300 && b >= 300
 	}, 60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the Python processes")
 
+	var figures []string
 	for _, p := range []struct {
 		name string
 		pid  int
 	}{{direct.Name, p1.Process.Pid}, {nested.Name + " in a pid namespace", p2}} {
 		share, n, example := pythonChain(later(), p.pid, fibLine, want)
 		t.Logf("%s (pid %d): %.1f%% of %d samples whole", p.name, p.pid, 100*share, n)
+		figures = append(figures, fmt.Sprintf("%s %.1f%%", p.name, 100*share))
 		assert.GreaterOrEqual(t, share, 0.95, "%s: e.g. %s", p.name, example)
 	}
+	matrixFigure(t, "fib <- work <- main <- <module> whole: %s", strings.Join(figures, ", "))
 	checkPprofPython(t, dir, lines)
 }
 

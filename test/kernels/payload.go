@@ -33,6 +33,7 @@ var checks = []check{
 	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile"},
 	{"probe", "e2e.test", "TestCollectorProbeLogs"},
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
+	{"python", "e2e.test", "TestCollectorPythonFrames"},
 }
 
 // stressChecks run only when -checks names them: they repeat one
@@ -137,7 +138,11 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 		}
 		bins = append(bins, out)
 	}
-	if err := copyLibraries(ctx, root, bins); err != nil {
+	python, err := copyPython(root)
+	if err != nil {
+		return nil, fmt.Errorf("copy Debian's CPython: %w", err)
+	}
+	if err := copyLibraries(ctx, root, append(bins, python...)); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript()), 0o755); err != nil {
@@ -148,6 +153,62 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 		return nil, fmt.Errorf("initramfs: %w", err)
 	}
 	return p, nil
+}
+
+// guestPython is the CPython of the guest: Debian's, as on the host.
+const guestPython = "/usr/bin/python3.11"
+
+// pythonStdlib is the part of Debian's standard library the guest gets:
+// what testdata/workloads/pywork.py imports, and much else of the top
+// level; not the packages listed in pythonStdlibLeftOut.
+const pythonStdlib = "/usr/lib/python3.11"
+
+var pythonStdlibLeftOut = map[string]bool{
+	"test": true, "__pycache__": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true,
+	"pydoc_data": true, "unittest": true, "distutils": true, "asyncio": true, "xml": true, "email": true,
+	"config-3.11-x86_64-linux-gnu": true, "lib-dynload": true, "multiprocessing": true, "concurrent": true,
+	"sqlite3": true, "http": true, "urllib": true, "xmlrpc": true, "wsgiref": true, "json": true, "html": true,
+	"curses": true, "dbm": true, "venv": true, "turtledemo": true, "ctypes": true, "tomllib": true,
+	"zoneinfo": true, "site-packages": true, "dist-packages": true,
+}
+
+// copyPython copies Debian's CPython, the part of its standard library the
+// Python workload needs (7 MB) and the workload into root, and returns the
+// interpreter's host path for copyLibraries; nothing when the host has no
+// Debian CPython (make test-tools installs it).
+func copyPython(root string) ([]string, error) {
+	if _, err := os.Stat(guestPython); err != nil {
+		return nil, nil
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(guestPython)), 0o755); err != nil {
+		return nil, err
+	}
+	if err := copyFile(guestPython, filepath.Join(root, guestPython), 0o755); err != nil {
+		return nil, err
+	}
+	err := filepath.WalkDir(pythonStdlib, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && pythonStdlibLeftOut[d.Name()] {
+			return filepath.SkipDir
+		}
+		dst := filepath.Join(root, path)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type().IsRegular():
+			return copyFile(path, dst, 0o644)
+		}
+		return nil // symbolic links: not needed
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := copyFile("testdata/workloads/pywork.py", filepath.Join(root, guestWorkloads[1:], "pywork.py"), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{guestPython}, nil
 }
 
 // copyLibraries copies the shared libraries (and the dynamic loader) that
@@ -283,6 +344,8 @@ hostname kernel-matrix
 	for _, e := range testEnv("/") {
 		fmt.Fprintf(&b, "export %s\n", e)
 	}
+	// No pyenv in the guest: Debian's CPython only.
+	fmt.Fprintf(&b, "export %s=%s\n", testutil.PythonsEnv, guestPython)
 	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)
 	for _, c := range checks {
 		fmt.Fprintf(&b, "echo '%s%s'\n", markCheck, c.test)
