@@ -148,6 +148,7 @@ const (
 	CpuMapPythonProcs    = "python_procs"
 	CpuMapPythonResults  = "python_results"
 	CpuMapPythonScratch  = "python_scratch"
+	CpuMapPythonThreads  = "python_threads"
 	CpuMapPythonWalks    = "python_walks"
 	CpuMapScratch        = "scratch"
 	CpuMapSeenPids       = "seen_pids"
@@ -227,6 +228,7 @@ type CpuMapSpecs struct {
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
@@ -276,6 +278,7 @@ type CpuMaps struct {
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
@@ -300,6 +303,7 @@ func (m *CpuMaps) Close() error {
 		m.PythonProcs,
 		m.PythonResults,
 		m.PythonScratch,
+		m.PythonThreads,
 		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,

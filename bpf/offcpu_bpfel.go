@@ -174,6 +174,7 @@ const (
 	OffcpuMapPythonProcs    = "python_procs"
 	OffcpuMapPythonResults  = "python_results"
 	OffcpuMapPythonScratch  = "python_scratch"
+	OffcpuMapPythonThreads  = "python_threads"
 	OffcpuMapPythonWalks    = "python_walks"
 	OffcpuMapScratch        = "scratch"
 	OffcpuMapSeenPids       = "seen_pids"
@@ -257,6 +258,7 @@ type OffcpuMapSpecs struct {
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
@@ -310,6 +312,7 @@ type OffcpuMaps struct {
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
@@ -337,6 +340,7 @@ func (m *OffcpuMaps) Close() error {
 		m.PythonProcs,
 		m.PythonResults,
 		m.PythonScratch,
+		m.PythonThreads,
 		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,

@@ -159,6 +159,7 @@ const (
 	OffcpuSwitchoutMapPythonProcs    = "python_procs"
 	OffcpuSwitchoutMapPythonResults  = "python_results"
 	OffcpuSwitchoutMapPythonScratch  = "python_scratch"
+	OffcpuSwitchoutMapPythonThreads  = "python_threads"
 	OffcpuSwitchoutMapPythonWalks    = "python_walks"
 	OffcpuSwitchoutMapScratch        = "scratch"
 	OffcpuSwitchoutMapSeenPids       = "seen_pids"
@@ -244,6 +245,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
@@ -297,6 +299,7 @@ type OffcpuSwitchoutMaps struct {
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
@@ -324,6 +327,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.PythonProcs,
 		m.PythonResults,
 		m.PythonScratch,
+		m.PythonThreads,
 		m.PythonWalks,
 		m.Scratch,
 		m.SeenPids,

@@ -47,8 +47,9 @@ enum python_entry {
 #define PY_FRAME_INSTR_MAX 0xffffULL
 #define PY_FRAME_EVAL_ENTRY (1ULL << 63)
 
-/* Threads searched for the current one; Python frames kept per stack. */
-#define PY_MAX_THREADS 64
+/* Threads searched for the current one (once per thread, see
+ * python_threads); Python frames kept per stack. */
+#define PY_MAX_THREADS 1024
 #define PY_MAX_FRAMES 96
 
 /* One interpreter process (internal/unwinder fills it; see internal/python.Offsets). */
@@ -92,11 +93,27 @@ static __always_inline int py_read(void *dst, u32 size, u64 addr)
 	return bpf_probe_read_user(dst, size, (const void *)addr);
 }
 
-/* The PyThreadState of the thread whose fs base is fsbase, or 0. */
+/*
+ * Host tid -> its PyThreadState, found once by a walk of the thread list
+ * and checked at every use (its thread_id must still be the thread's fs
+ * base): a process with hundreds of threads costs one read per sample.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, u64);
+} python_threads SEC(".maps");
+
+/* The PyThreadState of the current thread (fs base fsbase), or 0. */
 static __always_inline u64 python_thread_state(const struct python_proc *p, u64 fsbase)
 {
-	u64 interp = 0, ts = 0, id = 0;
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	u64 interp = 0, ts = 0, id = 0, *cached;
 
+	cached = bpf_map_lookup_elem(&python_threads, &tid);
+	if (cached && !py_read(&id, sizeof(id), *cached + p->thread_id) && id == fsbase)
+		return *cached;
 	if (py_read(&interp, sizeof(interp), p->runtime + p->interpreters_head) || !interp ||
 	    py_read(&ts, sizeof(ts), interp + p->threads_head))
 		return 0;
@@ -104,8 +121,10 @@ static __always_inline u64 python_thread_state(const struct python_proc *p, u64 
 	for (int i = 0; i < PY_MAX_THREADS && ts; i++) {
 		if (py_read(&id, sizeof(id), ts + p->thread_id))
 			return 0;
-		if (id == fsbase)
+		if (id == fsbase) {
+			bpf_map_update_elem(&python_threads, &tid, &ts, BPF_ANY);
 			return ts;
+		}
 		if (py_read(&ts, sizeof(ts), ts + p->thread_next))
 			return 0;
 	}

@@ -138,6 +138,8 @@ func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer) ([]report
 //   - fib: at least 95% of the main thread's samples show fib (recursing at
 //     its line) <- work <- main <- <module>, each at the line it runs, in
 //     place of the interpreter's native eval frames;
+//   - pool: the same with 200 idle threads started before (the main thread
+//     is the last of the interpreter's thread list);
 //   - split: two threads taking turns burning CPU 3:1 in two methods come
 //     out as the threads' CPU time split (75% +- 5 points);
 //   - zlib: zlib's native frames sit under the Python function that called
@@ -149,15 +151,16 @@ func TestPythonFrames(t *testing.T) {
 		t.Run(in.Name, func(t *testing.T) {
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 			defer sym.Close()
-			t.Run("fib", func(t *testing.T) { testPythonFib(t, in, sym, lines) })
+			t.Run("fib", func(t *testing.T) { testPythonFib(t, in, sym, lines, "fib") })
+			t.Run("pool", func(t *testing.T) { testPythonFib(t, in, sym, lines, "pool") })
 			t.Run("split", func(t *testing.T) { testPythonSplit(t, in, sym) })
 			t.Run("zlib", func(t *testing.T) { testPythonZlib(t, in, sym, lines) })
 		})
 	}
 }
 
-func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer, lines map[string]int) {
-	cmd := testutil.StartPython(t, in, "fib", "30")
+func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer, lines map[string]int, mode string) {
+	cmd := testutil.StartPython(t, in, mode, "30")
 	pid := uint32(cmd.Process.Pid)
 	samples, st := samplePython(t, pid, sym)
 	chain := pyChain{

@@ -2,6 +2,8 @@
 # Usage: python pywork.py MODE SECONDS; prints "ready" once running.
 # Modes:
 #   fib    the main thread recurses in fib under work under <module>
+#   pool   the same, with 200 idle threads started first (CPython lists
+#          threads newest first: the main thread is the 201st)
 #   split  two threads take turns burning CPU 3:1, in hot_loop and cold_loop
 #   zlib   the main thread compresses in compress_block (zlib's C code)
 #   sleep  the main thread sleeps in nap, 5 ms at a time
@@ -64,11 +66,20 @@ def nap(deadline):
         time.sleep(0.005)  # line:nap_call
 
 
+def idle_threads(n):
+    stop = threading.Event()
+    for i in range(n):
+        threading.Thread(target=stop.wait, daemon=True, name="idle%d" % i).start()
+    return stop
+
+
 def main():
     mode, seconds = sys.argv[1], float(sys.argv[2])
     deadline = time.time() + seconds
     print("ready", flush=True)
-    if mode == "fib":
+    if mode in ("fib", "pool"):
+        if mode == "pool":
+            idle_threads(200)
         work(deadline)  # line:module_call
     elif mode == "split":
         b = Burner()
