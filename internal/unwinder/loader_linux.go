@@ -296,6 +296,8 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 		var err error
 		if t, err = l.buildTable(pid, m); err != nil {
 			l.stats.countFailure(err)
+		}
+		if t == nil {
 			t = &fileTable{}
 		}
 		t.keys = append(t.keys, key)
@@ -306,7 +308,9 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 }
 
 // buildTable builds the table of the file of m and writes its rows, or
-// returns the table of a file with the same build id.
+// returns the table of a file with the same build id. With an error it may
+// return a table without rows that still knows the file's layout and
+// interpreter.
 func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
@@ -329,13 +333,16 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 		return t, nil
 	}
 	interp := l.detectPython(m.Path, ef)
+	// Without a table the file is walked with frame pointers, but its
+	// interpreter, if any, is still read.
+	noTable := &fileTable{progs: progHeaders(ef), python: interp}
 	began := time.Now()
 	var rows []bpf.CpuUnwindRow
 	var base uint64
 	err = noPanic(func() (err error) { rows, base, err = l.build(ef); return err })
 	l.stats.BuildTime += time.Since(began)
 	if err != nil {
-		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
+		return noTable, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, python: interp}
 	if len(rows) == 0 {
@@ -344,15 +351,15 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 		return t, nil
 	}
 	if len(rows) > maxSearchRows {
-		return nil, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+		return noTable, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
 	}
 	first, ok := l.space.alloc(uint32(len(rows)))
 	if !ok {
-		return nil, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
+		return noTable, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
 	}
 	if err := writeRows(l.maps.Rows, first, rows); err != nil {
 		l.space.release(first, uint32(len(rows)))
-		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
+		return noTable, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t.first, t.rows = first, uint32(len(rows))
 	l.shareByBuildID(t)

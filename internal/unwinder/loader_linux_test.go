@@ -40,8 +40,10 @@ func newTestMaps(t *testing.T, rows uint32) Maps {
 	require.NoError(t, err)
 	m, err := ebpf.NewMap(ms)
 	require.NoError(t, err)
-	t.Cleanup(func() { r.Close(); m.Close() })
-	return Maps{Rows: r, Mappings: m}
+	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close(); m.Close(); py.Close() })
+	return Maps{Rows: r, Mappings: m, Python: py}
 }
 
 // lookup does what bpf/unwind.h does for one address: the mapping, then

@@ -1,0 +1,57 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"bufio"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A CPython process gets its interpreter's entry in the Python map, with
+// the address of _PyRuntime the process itself gives (ctypes), also when
+// its files' unwind tables do not fit (rows for 16 rows only), and loses it
+// when forgotten.
+func TestLoaderPython(t *testing.T) {
+	in := testutil.Interpreters(t)[0]
+	cmd := exec.Command(in.Path, "-c", `
+import ctypes, sys
+print(ctypes.addressof(ctypes.c_char.in_dll(ctypes.pythonapi, "_PyRuntime")), flush=True)
+sys.stdin.read()
+`)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	want, err := strconv.ParseUint(strings.TrimSpace(line), 10, 64)
+	require.NoError(t, err, line)
+
+	pid := uint32(cmd.Process.Pid)
+	for _, rows := range []uint32{1 << 20, 16} {
+		maps := newTestMaps(t, rows)
+		l := NewLoader(maps, procfs.FS{Root: "/proc"}, rows)
+		require.NoError(t, l.Load(pid))
+		var got bpf.CpuPythonProc
+		require.NoError(t, maps.Python.Lookup(&pid, &got), "rows %d", rows)
+		assert.Equal(t, want, got.Runtime, "rows %d: _PyRuntime", rows)
+		assert.NotZero(t, got.ThreadId)
+		assert.Equal(t, uint64(1), l.Stats().PythonProcesses)
+		l.Forget(pid)
+		assert.ErrorIs(t, maps.Python.Lookup(&pid, &got), ebpf.ErrKeyNotExist)
+		assert.Zero(t, l.Stats().PythonProcesses)
+	}
+}
