@@ -41,6 +41,9 @@ typedef __s64 s64;
  * 0x00000000ffffffef. Truncating to int gives the same value on every
  * kernel.
  */
+#ifndef ENOENT
+#define ENOENT 2
+#endif
 #ifndef EFAULT
 #define EFAULT 14
 #endif
@@ -93,7 +96,8 @@ struct stack_key {
 	s32 user_stack_id;
 	s32 kernel_stack_id;
 	s32 python_stack_id; /* the thread's CPython frames (python.h); -1: none */
-	u32 reserved;	     /* explicit padding, always 0 */
+	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1; 0: none */
+	u64 scope_start_ns;  /* that scope's start */
 };
 
 /* One thread name, stored by tid in an LRU map so exited threads keep a name. */

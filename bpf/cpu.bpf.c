@@ -24,7 +24,8 @@
  * New processes are announced at their first sample (announce.h).
  *
  * Threads of CPython processes also have their Python frames read
- * (python.h) and stored as a third stack of the key.
+ * (python.h) and stored as a third stack of the key; a thread inside an
+ * open probe scope puts that scope into the key (scopes.h).
  */
 #include "common.h"
 #include "stackstore.h"
@@ -32,6 +33,7 @@
 #include "announce.h"
 #include "unwind.h"
 #include "python.h"
+#include "scopes.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
 struct {
@@ -110,6 +112,7 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
 		key->kernel_stack_id = -1;
 	python_capture(key->pid, &py);
 	key->python_stack_id = python_store(stacks, &py, st);
+	scope_of((u32)bpf_get_current_pid_tgid(), key);
 
 	if (add_delta(counts, key, 1)) {
 		st->lost_map_full++;

@@ -19,6 +19,13 @@ type CpuInflightSeq struct {
 	Exit  uint64
 }
 
+type CpuOpenScope struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	Probe    uint32
+	Reserved uint32
+}
+
 type CpuPythonProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -82,7 +89,8 @@ type CpuStackKey struct {
 	UserStackId   int32
 	KernelStackId int32
 	PythonStackId int32
-	Reserved      uint32
+	ScopeProbe    uint32
+	ScopeStartNs  uint64
 }
 
 type CpuThreadComm struct {
@@ -145,6 +153,7 @@ const (
 	CpuMapCounts1        = "counts_1"
 	CpuMapInflight       = "inflight"
 	CpuMapNewPids        = "new_pids"
+	CpuMapOpenScopes     = "open_scopes"
 	CpuMapPythonProcs    = "python_procs"
 	CpuMapPythonResults  = "python_results"
 	CpuMapPythonScratch  = "python_scratch"
@@ -165,6 +174,7 @@ const (
 	CpuProgSampleCpu     = "sample_cpu"
 	CpuProgWalkUserStack = "walk_user_stack"
 	CpuVarHaveTaskPtRegs = "have_task_pt_regs"
+	CpuVarLinkScopes     = "link_scopes"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -225,6 +235,7 @@ type CpuMapSpecs struct {
 	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
@@ -247,6 +258,7 @@ type CpuMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
 }
 
 // CpuObjects contains all objects after they have been loaded into the kernel.
@@ -275,6 +287,7 @@ type CpuMaps struct {
 	Counts1        *ebpf.Map `ebpf:"counts_1"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
@@ -300,6 +313,7 @@ func (m *CpuMaps) Close() error {
 		m.Counts1,
 		m.Inflight,
 		m.NewPids,
+		m.OpenScopes,
 		m.PythonProcs,
 		m.PythonResults,
 		m.PythonScratch,
@@ -323,6 +337,7 @@ func (m *CpuMaps) Close() error {
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
 }
 
 // CpuPrograms contains all programs after they have been loaded into the kernel.

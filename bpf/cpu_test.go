@@ -28,12 +28,13 @@ func TestCpuSpecLayout(t *testing.T) {
 		{CpuMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuSamplerStats{})},
 		{CpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
 		{CpuMapPythonProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuPythonProc{})},
+		{CpuMapOpenScopes, ebpf.LRUHash, 4, unsafe.Sizeof(CpuOpenScope{})},
 	})
 	if got := unsafe.Sizeof(CpuPythonProc{}); got != 56 {
 		t.Errorf("python_proc is %d bytes, want 56 (explicit padding only)", got)
 	}
-	if got := unsafe.Sizeof(CpuStackKey{}); got != 24 {
-		t.Errorf("stack_key is %d bytes, want 24 (explicit padding only)", got)
+	if got := unsafe.Sizeof(CpuStackKey{}); got != 32 {
+		t.Errorf("stack_key is %d bytes, want 32 (explicit padding only)", got)
 	}
 	// recorded, lost_map_full, user and kernel stack losses by reason
 	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason

@@ -40,10 +40,12 @@ var generatedTypes = []goLayout{
 	{LoadOffcpuSwitchout, "offcpu_sleep", OffcpuSwitchoutOffcpuSleep{}},
 	{LoadProbe, "probe_config", ProbeProbeConfig{}},
 	{LoadProbe, "probe_record", ProbeProbeRecord{}},
+	{LoadProbe, "probe_stack_record", ProbeProbeStackRecord{}},
 	{LoadProbe, "probe_stats", ProbeProbeStats{}},
 	{LoadProbe, "probe_drops", ProbeProbeDrops{}},
 	{LoadSelftest, "selftest_result", SelftestSelftestResult{}},
 	{LoadCpu, "python_proc", CpuPythonProc{}},
+	{LoadCpu, "open_scope", CpuOpenScope{}},
 }
 
 // TestGoTypesMatchObjects checks every generated Go type field by field

@@ -21,8 +21,8 @@ var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
 
 // TestProgramsLoad loads the collections of the CPU sampler and the off-CPU
 // tracer (the task_work one where the kernel has its kfunc, Linux 6.18) as
-// they are committed: the verifier of the running kernel accepts every
-// program. Its figure (kernel matrix) is the most instructions the verifier
+// they are committed, reading open probe scopes (the largest programs): the
+// verifier of the running kernel accepts every program. Its figure (kernel matrix) is the most instructions the verifier
 // processed for one program, of its limit of 1M.
 func TestProgramsLoad(t *testing.T) {
 	testutil.RequireBPF(t)
@@ -35,6 +35,9 @@ func TestProgramsLoad(t *testing.T) {
 	for name, load := range loads {
 		spec, err := load()
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := spec.Variables["link_scopes"].Set(uint32(1)); err != nil {
 			t.Fatal(err)
 		}
 		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})

@@ -24,6 +24,7 @@
 #include "announce.h"
 #include "unwind.h"
 #include "python.h"
+#include "scopes.h"
 
 #define MAX_EXCLUDED 64
 
@@ -116,6 +117,8 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 	if (!st)
 		goto out;
 	key.user_stack_id = user_id;
+	/* task has not run since it blocked: its open scope is the one it blocked in. */
+	scope_of(task->pid, &key);
 	if (gen) {
 		key.kernel_stack_id = store_stack(&stacks_1, kernel, kernel_hash);
 		if (user)

@@ -60,6 +60,13 @@ type OffcpuOffcpuStart struct {
 	Tid       uint32
 }
 
+type OffcpuOpenScope struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	Probe    uint32
+	Reserved uint32
+}
+
 type OffcpuPendingZero struct {
 	_     structs.HostLayout
 	Bytes [2064]uint8
@@ -128,7 +135,8 @@ type OffcpuStackKey struct {
 	UserStackId   int32
 	KernelStackId int32
 	PythonStackId int32
-	Reserved      uint32
+	ScopeProbe    uint32
+	ScopeStartNs  uint64
 }
 
 type OffcpuThreadComm struct {
@@ -170,6 +178,7 @@ const (
 	OffcpuMapExcludedPids   = "excluded_pids"
 	OffcpuMapInflight       = "inflight"
 	OffcpuMapNewPids        = "new_pids"
+	OffcpuMapOpenScopes     = "open_scopes"
 	OffcpuMapPending        = "pending"
 	OffcpuMapPythonProcs    = "python_procs"
 	OffcpuMapPythonResults  = "python_results"
@@ -192,6 +201,7 @@ const (
 	OffcpuProgOffcpuFree    = "offcpu_free"
 	OffcpuProgOffcpuSwitch  = "offcpu_switch"
 	OffcpuVarHaveTaskPtRegs = "have_task_pt_regs"
+	OffcpuVarLinkScopes     = "link_scopes"
 	OffcpuVarMinBlockNs     = "min_block_ns"
 )
 
@@ -254,6 +264,7 @@ type OffcpuMapSpecs struct {
 	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
 	Pending        *ebpf.MapSpec `ebpf:"pending"`
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
@@ -278,6 +289,7 @@ type OffcpuMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
 }
 
@@ -308,6 +320,7 @@ type OffcpuMaps struct {
 	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
 	Pending        *ebpf.Map `ebpf:"pending"`
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
@@ -336,6 +349,7 @@ func (m *OffcpuMaps) Close() error {
 		m.ExcludedPids,
 		m.Inflight,
 		m.NewPids,
+		m.OpenScopes,
 		m.Pending,
 		m.PythonProcs,
 		m.PythonResults,
@@ -361,6 +375,7 @@ func (m *OffcpuMaps) Close() error {
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
 }
 

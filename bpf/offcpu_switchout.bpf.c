@@ -35,10 +35,6 @@
 #define MAX_STARTS 32768
 #define MAX_USER_STACKS 8192
 
-#ifndef ENOENT
-#define ENOENT 2
-#endif
-
 /* A traced thread that went to sleep, by host tid. */
 struct offcpu_sleep {
 	u64 timestamp;	   /* bpf_ktime_get_ns at switch-out; 0: not sleeping */

@@ -32,6 +32,13 @@ type OffcpuSwitchoutOffcpuSleep struct {
 	PythonFrames uint16
 }
 
+type OffcpuSwitchoutOpenScope struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	Probe    uint32
+	Reserved uint32
+}
+
 type OffcpuSwitchoutPythonProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -95,7 +102,8 @@ type OffcpuSwitchoutStackKey struct {
 	UserStackId   int32
 	KernelStackId int32
 	PythonStackId int32
-	Reserved      uint32
+	ScopeProbe    uint32
+	ScopeStartNs  uint64
 }
 
 type OffcpuSwitchoutSwitchoutWalk struct {
@@ -156,6 +164,7 @@ const (
 	OffcpuSwitchoutMapExcludedPids   = "excluded_pids"
 	OffcpuSwitchoutMapInflight       = "inflight"
 	OffcpuSwitchoutMapNewPids        = "new_pids"
+	OffcpuSwitchoutMapOpenScopes     = "open_scopes"
 	OffcpuSwitchoutMapPythonProcs    = "python_procs"
 	OffcpuSwitchoutMapPythonResults  = "python_results"
 	OffcpuSwitchoutMapPythonScratch  = "python_scratch"
@@ -179,6 +188,7 @@ const (
 	OffcpuSwitchoutProgOffcpuSwitch  = "offcpu_switch"
 	OffcpuSwitchoutProgWalkSwitchOut = "walk_switch_out"
 	OffcpuSwitchoutVarHaveTaskPtRegs = "have_task_pt_regs"
+	OffcpuSwitchoutVarLinkScopes     = "link_scopes"
 	OffcpuSwitchoutVarMinBlockNs     = "min_block_ns"
 )
 
@@ -242,6 +252,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
 	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
 	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
@@ -266,6 +277,7 @@ type OffcpuSwitchoutMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
 }
 
@@ -296,6 +308,7 @@ type OffcpuSwitchoutMaps struct {
 	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
 	Inflight       *ebpf.Map `ebpf:"inflight"`
 	NewPids        *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
 	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
 	PythonResults  *ebpf.Map `ebpf:"python_results"`
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
@@ -324,6 +337,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.ExcludedPids,
 		m.Inflight,
 		m.NewPids,
+		m.OpenScopes,
 		m.PythonProcs,
 		m.PythonResults,
 		m.PythonScratch,
@@ -349,6 +363,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
 }
 

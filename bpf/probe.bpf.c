@@ -9,11 +9,17 @@
  * min_duration_ns and a per-probe rate limit, and sent to user space through
  * the records ringbuf.
  *
+ * A probe that links samples also marks the thread's outermost open scope
+ * in open_scopes (scopes.h), which the CPU and off-CPU programs read; a
+ * probe with entry stacks captures the user stack at the outermost entry
+ * and sends it after the record.
+ *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
  * never inherits a stale depth. Exec events also go to user space (execs
  * ringbuf) so probes can be attached to files newly started processes map.
  */
 #include "common.h"
+#include "scopes.h"
 
 #define RECORDS_BYTES (256 * 1024)
 /* Wake the reader once a quarter of the records buffer is in use. */
@@ -22,12 +28,14 @@
 
 #define MAX_PROBES 64
 #define MAX_THREAD_SCOPES 65536
+/* Threads inside a scope of a probe with entry stacks at once; user space sizes it (1 when unused). */
+#define MAX_ENTRY_STACKS 4096
 
 /* Per-probe settings, indexed by probe index; written by user space. */
 struct probe_config {
 	u64 min_duration_ns;
 	u32 main_thread_only;
-	u32 pad;
+	u32 link_samples; /* mark open scopes in open_scopes */
 	/*
 	 * Rate limit (see rate_allows): one record per rate_interval_ns on
 	 * average, bursts of rate_burst_ns / rate_interval_ns + 1 records.
@@ -35,6 +43,8 @@ struct probe_config {
 	 */
 	u64 rate_interval_ns;
 	u64 rate_burst_ns;
+	u32 entry_stack; /* capture the user stack at the outermost entry */
+	u32 pad;
 };
 
 /* One completed outermost scope. Times are bpf_ktime_get_ns (CLOCK_MONOTONIC). */
@@ -45,7 +55,25 @@ struct probe_record {
 	u32 tid; /* thread id as the collector sees it */
 	u32 probe_index;
 	char comm[TASK_COMM_LEN];
+	/*
+	 * Probes with entry stacks: the number of frames of the entry stack
+	 * that follows the record (struct probe_stack_record), or why it is
+	 * missing (-errno of the capture; -ENOENT: not kept). 0: no stack.
+	 */
+	s32 stack_frames;
+};
+
+/* A record of a probe with entry stacks: the user stack at its scope's entry, leaf first. */
+struct probe_stack_record {
+	struct probe_record rec;
+	u64 frames[MAX_STACK_DEPTH];
+};
+
+/* The user stack of an open scope, captured at its entry. */
+struct entry_stack {
+	s32 frames; /* frames captured, or -errno */
 	u32 pad;
+	u64 ips[MAX_STACK_DEPTH];
 };
 
 /* Per-CPU counters; user space sums them. */
@@ -71,11 +99,14 @@ struct scope_state {
 	u32 pad;
 };
 
-/* Keeps the ringbuf record type in BTF for bpf2go -type. */
+/* Keeps the ringbuf record types in BTF for bpf2go -type. */
 const struct probe_record *unused_probe_record __attribute__((unused));
+const struct probe_stack_record *unused_probe_stack_record __attribute__((unused));
 
 /* Number of probes in use (entries of probe_configs); set at load time. */
 const volatile u32 nr_probes = 0;
+/* Non-zero when a probe keeps entry stacks; set at load time. */
+const volatile u32 entry_stacks_used = 0;
 
 /*
  * Non-zero when the collector runs in a child pid namespace: the nsfs device
@@ -109,6 +140,22 @@ struct {
 	__type(key, struct scope_key);
 	__type(value, struct scope_state);
 } scopes SEC(".maps");
+
+/* Entry stacks of open scopes; LRU for the same reason as scopes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_ENTRY_STACKS);
+	__type(key, struct scope_key);
+	__type(value, struct entry_stack);
+} entry_stacks SEC(".maps");
+
+/* Per-CPU capture buffer of an entry stack (too large for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct entry_stack);
+} entry_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -171,6 +218,35 @@ static __always_inline int rate_allows(const struct probe_config *cfg, u32 index
 	return 1;
 }
 
+/* Keeps the user stack of the scope key opens (entry_stacks). */
+static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scope_key *key)
+{
+	struct entry_stack *es;
+	u32 zero = 0;
+	int n; /* int on every kernel: see common.h */
+
+	es = bpf_map_lookup_elem(&entry_scratch, &zero);
+	if (!es)
+		return;
+	n = bpf_get_stack(ctx, es->ips, sizeof(es->ips), BPF_F_USER_STACK);
+	es->frames = n > 0 ? (s32)((u32)n / sizeof(u64)) : (n ? n : -EFAULT);
+	bpf_map_update_elem(&entry_stacks, key, es, BPF_ANY);
+}
+
+/* The outermost scope of key opens at start. */
+static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_config *cfg, struct scope_key *key,
+					u64 start)
+{
+	if (cfg->link_samples) {
+		struct open_scope open = { .start_ns = start, .probe = key->probe_index + 1 };
+
+		/* An open scope of another probe stays: samples go to the outermost one. */
+		bpf_map_update_elem(&open_scopes, &key->tid, &open, BPF_NOEXIST);
+	}
+	if (cfg->entry_stack)
+		capture_entry_stack(ctx, key);
+}
+
 SEC("uprobe")
 int probe_entry(struct pt_regs *ctx)
 {
@@ -179,6 +255,7 @@ int probe_entry(struct pt_regs *ctx)
 	struct scope_key key = { .tid = (u32)id, .probe_index = index };
 	struct probe_config *cfg;
 	struct scope_state *st;
+	u64 now;
 
 	cfg = bpf_map_lookup_elem(&probe_configs, &index);
 	if (!cfg)
@@ -191,12 +268,58 @@ int probe_entry(struct pt_regs *ctx)
 		struct scope_state init = { .start_ns = bpf_ktime_get_ns(), .depth = 1 };
 
 		bpf_map_update_elem(&scopes, &key, &init, BPF_ANY);
+		scope_opens(ctx, cfg, &key, init.start_ns);
 		return 0;
 	}
-	if (st->depth == 0)
-		st->start_ns = bpf_ktime_get_ns();
-	st->depth++;
+	if (st->depth++ == 0) {
+		now = bpf_ktime_get_ns();
+		st->start_ns = now;
+		scope_opens(ctx, cfg, &key, now);
+	}
 	return 0;
+}
+
+/*
+ * The outermost scope of key, opened at start, ends: it is no longer open
+ * to samples.
+ */
+static __always_inline void scope_closes(const struct probe_config *cfg, struct scope_key *key, u64 start)
+{
+	struct open_scope *open;
+
+	if (!cfg->link_samples)
+		return;
+	open = bpf_map_lookup_elem(&open_scopes, &key->tid);
+	if (open && open->probe == key->probe_index + 1 && open->start_ns == start)
+		bpf_map_delete_elem(&open_scopes, &key->tid);
+}
+
+/* Reserves a record, with room for the entry stack of key's scope if cfg keeps them, and fills that stack. */
+static __always_inline struct probe_record *reserve_record(const struct probe_config *cfg, struct scope_key *key)
+{
+	struct probe_stack_record *srec;
+	struct probe_record *rec;
+	struct entry_stack *es;
+
+	if (!cfg->entry_stack) {
+		rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
+		if (rec)
+			rec->stack_frames = 0;
+		return rec;
+	}
+	srec = bpf_ringbuf_reserve(&records, sizeof(*srec), 0);
+	if (!srec)
+		return NULL;
+	srec->rec.stack_frames = -ENOENT;
+	es = bpf_map_lookup_elem(&entry_stacks, key);
+	if (es) {
+		srec->rec.stack_frames = es->frames;
+		if (bpf_probe_read_kernel(srec->frames, sizeof(srec->frames), es->ips))
+			srec->rec.stack_frames = -EFAULT;
+	} else {
+		__builtin_memset(srec->frames, 0, sizeof(srec->frames));
+	}
+	return &srec->rec;
 }
 
 SEC("uprobe")
@@ -224,6 +347,7 @@ int probe_exit(struct pt_regs *ctx)
 	drop = bpf_map_lookup_elem(&drops, &index);
 	if (!cfg || !cnt || !drop)
 		return 0;
+	scope_closes(cfg, &key, st->start_ns);
 	if (now - st->start_ns < cfg->min_duration_ns)
 		return 0;
 	if (collector_ids(&pid, &tid)) /* a process the collector cannot see */
@@ -233,7 +357,7 @@ int probe_exit(struct pt_regs *ctx)
 		drop->rate_limited++;
 		return 0;
 	}
-	rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
+	rec = reserve_record(cfg, &key);
 	if (!rec) {
 		drop->ringbuf_full++;
 		return 0;
@@ -243,7 +367,6 @@ int probe_exit(struct pt_regs *ctx)
 	rec->pid = pid;
 	rec->tid = tid;
 	rec->probe_index = index;
-	rec->pad = 0;
 	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
 	/*
 	 * Waking the reader for every record costs the traced thread more than
@@ -262,11 +385,14 @@ static __always_inline void forget_thread(u32 tid)
 {
 	struct scope_key key = { .tid = tid };
 
+	bpf_map_delete_elem(&open_scopes, &tid);
 	for (u32 i = 0; i < MAX_PROBES; i++) {
 		if (i >= nr_probes)
 			break;
 		key.probe_index = i;
 		bpf_map_delete_elem(&scopes, &key);
+		if (entry_stacks_used)
+			bpf_map_delete_elem(&entry_stacks, &key);
 	}
 }
 

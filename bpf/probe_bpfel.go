@@ -13,13 +13,29 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ProbeEntryStack struct {
+	_      structs.HostLayout
+	Frames int32
+	Pad    uint32
+	Ips    [127]uint64
+}
+
+type ProbeOpenScope struct {
+	_        structs.HostLayout
+	StartNs  uint64
+	Probe    uint32
+	Reserved uint32
+}
+
 type ProbeProbeConfig struct {
 	_              structs.HostLayout
 	MinDurationNs  uint64
 	MainThreadOnly uint32
-	Pad            uint32
+	LinkSamples    uint32
 	RateIntervalNs uint64
 	RateBurstNs    uint64
+	EntryStack     uint32
+	Pad            uint32
 }
 
 type ProbeProbeDrops struct {
@@ -29,14 +45,20 @@ type ProbeProbeDrops struct {
 }
 
 type ProbeProbeRecord struct {
-	_          structs.HostLayout
-	StartNs    uint64
-	EndNs      uint64
-	Pid        uint32
-	Tid        uint32
-	ProbeIndex uint32
-	Comm       [16]int8
-	Pad        uint32
+	_           structs.HostLayout
+	StartNs     uint64
+	EndNs       uint64
+	Pid         uint32
+	Tid         uint32
+	ProbeIndex  uint32
+	Comm        [16]int8
+	StackFrames int32
+}
+
+type ProbeProbeStackRecord struct {
+	_      structs.HostLayout
+	Rec    ProbeProbeRecord
+	Frames [127]uint64
 }
 
 type ProbeProbeStats struct {
@@ -62,21 +84,27 @@ type ProbeScopeState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProbeMapDrops             = "drops"
-	ProbeMapExecs             = "execs"
-	ProbeMapProbeConfigs      = "probe_configs"
-	ProbeMapRateTat           = "rate_tat"
-	ProbeMapRecords           = "records"
-	ProbeMapScopes            = "scopes"
-	ProbeMapStats             = "stats"
-	ProbeProgProbeEntry       = "probe_entry"
-	ProbeProgProbeExec        = "probe_exec"
-	ProbeProgProbeExit        = "probe_exit"
-	ProbeProgProbeThreadExit  = "probe_thread_exit"
-	ProbeVarNrProbes          = "nr_probes"
-	ProbeVarPidnsDev          = "pidns_dev"
-	ProbeVarPidnsIno          = "pidns_ino"
-	ProbeVarUnusedProbeRecord = "unused_probe_record"
+	ProbeMapDrops                  = "drops"
+	ProbeMapEntryScratch           = "entry_scratch"
+	ProbeMapEntryStacks            = "entry_stacks"
+	ProbeMapExecs                  = "execs"
+	ProbeMapOpenScopes             = "open_scopes"
+	ProbeMapProbeConfigs           = "probe_configs"
+	ProbeMapRateTat                = "rate_tat"
+	ProbeMapRecords                = "records"
+	ProbeMapScopes                 = "scopes"
+	ProbeMapStats                  = "stats"
+	ProbeProgProbeEntry            = "probe_entry"
+	ProbeProgProbeExec             = "probe_exec"
+	ProbeProgProbeExit             = "probe_exit"
+	ProbeProgProbeThreadExit       = "probe_thread_exit"
+	ProbeVarEntryStacksUsed        = "entry_stacks_used"
+	ProbeVarLinkScopes             = "link_scopes"
+	ProbeVarNrProbes               = "nr_probes"
+	ProbeVarPidnsDev               = "pidns_dev"
+	ProbeVarPidnsIno               = "pidns_ino"
+	ProbeVarUnusedProbeRecord      = "unused_probe_record"
+	ProbeVarUnusedProbeStackRecord = "unused_probe_stack_record"
 )
 
 // LoadProbe returns the embedded CollectionSpec for Probe.
@@ -132,7 +160,10 @@ type ProbeProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeMapSpecs struct {
 	Drops        *ebpf.MapSpec `ebpf:"drops"`
+	EntryScratch *ebpf.MapSpec `ebpf:"entry_scratch"`
+	EntryStacks  *ebpf.MapSpec `ebpf:"entry_stacks"`
 	Execs        *ebpf.MapSpec `ebpf:"execs"`
+	OpenScopes   *ebpf.MapSpec `ebpf:"open_scopes"`
 	ProbeConfigs *ebpf.MapSpec `ebpf:"probe_configs"`
 	RateTat      *ebpf.MapSpec `ebpf:"rate_tat"`
 	Records      *ebpf.MapSpec `ebpf:"records"`
@@ -144,10 +175,13 @@ type ProbeMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeVariableSpecs struct {
-	NrProbes          *ebpf.VariableSpec `ebpf:"nr_probes"`
-	PidnsDev          *ebpf.VariableSpec `ebpf:"pidns_dev"`
-	PidnsIno          *ebpf.VariableSpec `ebpf:"pidns_ino"`
-	UnusedProbeRecord *ebpf.VariableSpec `ebpf:"unused_probe_record"`
+	EntryStacksUsed        *ebpf.VariableSpec `ebpf:"entry_stacks_used"`
+	LinkScopes             *ebpf.VariableSpec `ebpf:"link_scopes"`
+	NrProbes               *ebpf.VariableSpec `ebpf:"nr_probes"`
+	PidnsDev               *ebpf.VariableSpec `ebpf:"pidns_dev"`
+	PidnsIno               *ebpf.VariableSpec `ebpf:"pidns_ino"`
+	UnusedProbeRecord      *ebpf.VariableSpec `ebpf:"unused_probe_record"`
+	UnusedProbeStackRecord *ebpf.VariableSpec `ebpf:"unused_probe_stack_record"`
 }
 
 // ProbeObjects contains all objects after they have been loaded into the kernel.
@@ -171,7 +205,10 @@ func (o *ProbeObjects) Close() error {
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeMaps struct {
 	Drops        *ebpf.Map `ebpf:"drops"`
+	EntryScratch *ebpf.Map `ebpf:"entry_scratch"`
+	EntryStacks  *ebpf.Map `ebpf:"entry_stacks"`
 	Execs        *ebpf.Map `ebpf:"execs"`
+	OpenScopes   *ebpf.Map `ebpf:"open_scopes"`
 	ProbeConfigs *ebpf.Map `ebpf:"probe_configs"`
 	RateTat      *ebpf.Map `ebpf:"rate_tat"`
 	Records      *ebpf.Map `ebpf:"records"`
@@ -182,7 +219,10 @@ type ProbeMaps struct {
 func (m *ProbeMaps) Close() error {
 	return _ProbeClose(
 		m.Drops,
+		m.EntryScratch,
+		m.EntryStacks,
 		m.Execs,
+		m.OpenScopes,
 		m.ProbeConfigs,
 		m.RateTat,
 		m.Records,
@@ -195,10 +235,13 @@ func (m *ProbeMaps) Close() error {
 //
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeVariables struct {
-	NrProbes          *ebpf.Variable `ebpf:"nr_probes"`
-	PidnsDev          *ebpf.Variable `ebpf:"pidns_dev"`
-	PidnsIno          *ebpf.Variable `ebpf:"pidns_ino"`
-	UnusedProbeRecord *ebpf.Variable `ebpf:"unused_probe_record"`
+	EntryStacksUsed        *ebpf.Variable `ebpf:"entry_stacks_used"`
+	LinkScopes             *ebpf.Variable `ebpf:"link_scopes"`
+	NrProbes               *ebpf.Variable `ebpf:"nr_probes"`
+	PidnsDev               *ebpf.Variable `ebpf:"pidns_dev"`
+	PidnsIno               *ebpf.Variable `ebpf:"pidns_ino"`
+	UnusedProbeRecord      *ebpf.Variable `ebpf:"unused_probe_record"`
+	UnusedProbeStackRecord *ebpf.Variable `ebpf:"unused_probe_stack_record"`
 }
 
 // ProbePrograms contains all programs after they have been loaded into the kernel.

@@ -27,6 +27,7 @@ func TestProbeSpecLayout(t *testing.T) {
 		{ProbeMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(ProbeProbeStats{}), 1},
 		{ProbeMapDrops, ebpf.PerCPUArray, 4, unsafe.Sizeof(ProbeProbeDrops{}), maxProbes},
 		{ProbeMapRateTat, ebpf.Array, 4, 8, maxProbes},
+		{ProbeMapEntryStacks, ebpf.LRUHash, 8, 8 + stackDepth*8, 4096},
 	}
 	for _, tt := range tests {
 		m, ok := spec.Maps[tt.name]
@@ -43,14 +44,45 @@ func TestProbeSpecLayout(t *testing.T) {
 		name      string
 		got, want uintptr
 	}{
-		{"probe_config", unsafe.Sizeof(ProbeProbeConfig{}), 8 + 4 + 4 + 8 + 8},
+		{"probe_config", unsafe.Sizeof(ProbeProbeConfig{}), 8 + 4 + 4 + 8 + 8 + 4 + 4},
 		{"probe_stats", unsafe.Sizeof(ProbeProbeStats{}), 2 * 8},
 		{"probe_drops", unsafe.Sizeof(ProbeProbeDrops{}), 2 * 8},
 		{"probe_record", unsafe.Sizeof(ProbeProbeRecord{}), 8 + 8 + 4 + 4 + 4 + 16 + 4},
+		{"probe_stack_record", unsafe.Sizeof(ProbeProbeStackRecord{}), unsafe.Sizeof(ProbeProbeRecord{}) + stackDepth*8},
 	}
 	for _, s := range sizes {
 		if s.got != s.want {
 			t.Errorf("%s is %d bytes, want %d", s.name, s.got, s.want)
+		}
+	}
+}
+
+// TestOpenScopesMapsAlike checks that every collection declares open_scopes
+// (bpf/scopes.h) alike: one map created from the probe collection's spec
+// replaces the others' at load.
+func TestOpenScopesMapsAlike(t *testing.T) {
+	probe, err := LoadProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := probe.Maps[ProbeMapOpenScopes]
+	if want == nil || want.Type != ebpf.LRUHash || want.KeySize != 4 || want.ValueSize != 16 || want.MaxEntries != 65536 {
+		t.Fatalf("probe open_scopes: %+v", want)
+	}
+	for name, load := range map[string]func() (*ebpf.CollectionSpec, error){
+		"cpu": LoadCpu, "offcpu": LoadOffcpu, "offcpu_switchout": LoadOffcpuSwitchout,
+	} {
+		spec, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := spec.Maps[CpuMapOpenScopes]
+		if got == nil || got.Type != want.Type || got.KeySize != want.KeySize || got.ValueSize != want.ValueSize ||
+			got.MaxEntries != want.MaxEntries || got.Flags != want.Flags {
+			t.Errorf("%s open_scopes %+v, probe's %+v", name, got, want)
+		}
+		if _, ok := spec.Variables["link_scopes"]; !ok {
+			t.Errorf("%s has no link_scopes variable", name)
 		}
 	}
 }

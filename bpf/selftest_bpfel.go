@@ -32,7 +32,8 @@ type SelftestStackKey struct {
 	UserStackId   int32
 	KernelStackId int32
 	PythonStackId int32
-	Reserved      uint32
+	ScopeProbe    uint32
+	ScopeStartNs  uint64
 }
 
 // Names of all BPF objects in the ELF.

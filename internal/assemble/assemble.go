@@ -87,12 +87,16 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 				}
 			}
 			st.Frames += len(frames)
-			proc.Samples = append(proc.Samples, report.Sample{
+			sample := report.Sample{
 				TID:        s.TID,
 				ThreadName: a.threadName(s),
 				Frames:     frames,
 				Value:      int64(s.Value),
-			})
+			}
+			if s.Scope != nil {
+				sample.Scope = &report.SampleScope{ProbeIndex: s.Scope.ProbeIndex, Start: s.Scope.Start}
+			}
+			proc.Samples = append(proc.Samples, sample)
 		}
 		prof.Processes = append(prof.Processes, proc)
 		st.Processes++

@@ -65,6 +65,17 @@ type RawStack struct {
 	// UserLoss and KernelLoss say why a stack that should be there is not
 	// (the sample is kept); StackKept otherwise.
 	UserLoss, KernelLoss StackLoss
+	// Scope is the probe scope the thread was inside; nil: none (or no
+	// probe links samples).
+	Scope *ScopeRef
+}
+
+// ScopeRef names a probe scope instance of a thread: its probe's index and
+// its start (CLOCK_MONOTONIC ns), as RawScope.ProbeIndex and Start have
+// them once it completes.
+type ScopeRef struct {
+	ProbeIndex int
+	Start      uint64
 }
 
 // Addresses returns the addresses of the frames of kind, in order.
@@ -315,6 +326,10 @@ type RawScope struct {
 	PID, TID   uint32 // pid (tgid) and thread id, as the collector sees them
 	Comm       string // thread name at the end of the scope
 	Start, End uint64 // CLOCK_MONOTONIC nanoseconds
+	// EntryStack is the user stack at the scope's entry, leaf first, for a
+	// probe that keeps entry stacks; EntryStackLoss says why it is missing.
+	EntryStack     []uint64
+	EntryStackLoss StackLoss
 }
 
 // MainThread reports whether the scope ran on the process's main thread.

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
@@ -54,6 +56,9 @@ type Options struct {
 	// announces), and with frame pointers elsewhere; nil: frame pointers
 	// only.
 	Unwind *unwinder.Tables
+	// OpenScopes, when set, is the probes' map of open scopes
+	// (internal/scopemap): waits of a thread inside one carry it.
+	OpenScopes *ebpf.Map
 }
 
 func (o Options) validate() error {

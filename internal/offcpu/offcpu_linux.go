@@ -17,6 +17,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
@@ -170,6 +171,9 @@ func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, wal
 	}
 	loadOpts, err := unwinder.Prepare(spec, opts.Unwind)
 	if err != nil {
+		return kernelObjects{}, nil, nil, err
+	}
+	if loadOpts, err = scopemap.Share(spec, opts.OpenScopes, loadOpts); err != nil {
 		return kernelObjects{}, nil, nil, err
 	}
 	if mech == MechanismTaskWork {

@@ -89,6 +89,13 @@ func (b Builder) Build(profiles ...report.Profile) (pprofile.Profiles, error) {
 			if err != nil {
 				return pprofile.Profiles{}, fmt.Errorf("process %d: %w", proc.Identity.PID, err)
 			}
+			if rp.ProbeID != "" {
+				probe, err := dict.attribute(attrkey.ProbeID, rp.ProbeID)
+				if err != nil {
+					return pprofile.Profiles{}, err
+				}
+				procAttrs = append(procAttrs, probe)
+			}
 			if err := appendSamples(dict, prof, procAttrs, b.Threads, proc.Samples); err != nil {
 				return pprofile.Profiles{}, fmt.Errorf("%s profile of process %d: %w", rp.Kind, proc.Identity.PID, err)
 			}
@@ -232,6 +239,27 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []i
 			}
 			ps.AttributeIndices().Append(tn)
 		}
+		if s.Link != nil {
+			if err := setLink(dict, ps, s.Link); err != nil {
+				return err
+			}
+		}
 	}
+	return nil
+}
+
+// setLink links ps to the log record of its probe scope and gives it the
+// scope's probe.id.
+func setLink(dict *dictionaryBuilder, ps pprofile.Sample, l *report.ScopeLink) error {
+	li, err := dict.link(l)
+	if err != nil {
+		return err
+	}
+	ps.SetLinkIndex(li)
+	probe, err := dict.attribute(attrkey.ProbeID, l.ProbeID)
+	if err != nil {
+		return err
+	}
+	ps.AttributeIndices().Append(probe)
 	return nil
 }

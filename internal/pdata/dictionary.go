@@ -29,6 +29,7 @@ type dictionaryBuilder struct {
 	locations  map[string]int32 // key: encoded location content
 	stacks     map[string]int32 // key: encoded location indices
 	attributes map[attributeKey]int32
+	links      map[report.ScopeLink]int32
 
 	scratch []byte
 }
@@ -58,6 +59,7 @@ func newDictionaryBuilder(dict pprofile.ProfilesDictionary) *dictionaryBuilder {
 		locations:  map[string]int32{},
 		stacks:     map[string]int32{"": 0},
 		attributes: map[attributeKey]int32{},
+		links:      map[report.ScopeLink]int32{},
 	}
 	dict.StringTable().Append("")
 	dict.FunctionTable().AppendEmpty()
@@ -161,6 +163,25 @@ func (b *dictionaryBuilder) attribute(key string, value any) (int32, error) {
 }
 
 // attributeList returns the indices of attrs, sorted by key.
+// link returns the index of the link to l's trace and span, adding it when
+// new.
+func (b *dictionaryBuilder) link(l *report.ScopeLink) (int32, error) {
+	k := report.ScopeLink{TraceID: l.TraceID, SpanID: l.SpanID}
+	if i, ok := b.links[k]; ok {
+		return i, nil
+	}
+	t := b.dict.LinkTable()
+	if err := checkLength("link", t.Len()); err != nil {
+		return 0, err
+	}
+	i := int32(t.Len())
+	nl := t.AppendEmpty()
+	nl.SetTraceID(pcommon.TraceID(l.TraceID))
+	nl.SetSpanID(pcommon.SpanID(l.SpanID))
+	b.links[k] = i
+	return i, nil
+}
+
 func (b *dictionaryBuilder) attributeList(attrs map[string]any) ([]int32, error) {
 	out := make([]int32, 0, len(attrs))
 	for _, k := range slices.Sorted(maps.Keys(attrs)) {

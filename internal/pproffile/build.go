@@ -3,6 +3,7 @@
 package pproffile
 
 import (
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -22,6 +23,9 @@ const KernelMappingFile = "[kernel.kallsyms]"
 const (
 	labelPID = "pid"
 	labelTID = "tid"
+	// labelSpanID is the span id (hex) of the probe scope a sample was
+	// taken in (report.ScopeLink), beside its probe.id label.
+	labelSpanID = "span_id"
 )
 
 // Build converts a report into a pprof profile holding every process: the
@@ -41,7 +45,7 @@ func Build(p report.Profile) (*profile.Profile, error) {
 		prof.DefaultSampleType = ptyp
 		prof.PeriodType = &profile.ValueType{Type: ptyp, Unit: punit}
 		prof.Period = p.Period
-	case report.KindOffCPU:
+	case report.KindOffCPU, report.KindProbeDuration:
 	default:
 		return nil, fmt.Errorf("unknown profile kind %q", p.Kind)
 	}
@@ -64,6 +68,13 @@ func Build(p report.Profile) (*profile.Profile, error) {
 			}
 			if s.ThreadName != "" {
 				ps.Label[attrkey.ThreadName] = []string{s.ThreadName}
+			}
+			if s.Link != nil {
+				ps.Label[labelSpanID] = []string{hex.EncodeToString(s.Link.SpanID[:])}
+				ps.Label[attrkey.ProbeID] = []string{s.Link.ProbeID}
+			}
+			if p.ProbeID != "" {
+				ps.Label[attrkey.ProbeID] = []string{p.ProbeID}
 			}
 			if p.Kind == report.KindCPU {
 				ps.Value = []int64{s.Value, s.Value * p.Period}

@@ -250,6 +250,8 @@ func TestWrite(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "nested", "pprof")
 	cpu := testProfile(report.KindCPU)
 	off := testProfile(report.KindOffCPU)
+	durations := testProfile(report.KindProbeDuration)
+	durations.ProbeID = "node/callback"
 
 	tests := []struct {
 		name string
@@ -260,6 +262,7 @@ func TestWrite(t *testing.T) {
 		{"name taken", cpu, "cpu-1700000010-1.pb.gz"},
 		{"name taken twice", cpu, "cpu-1700000010-2.pb.gz"},
 		{"other kind", off, "offcpu-1700000010.pb.gz"},
+		{"probe durations", durations, "probe_duration-node_callback-1700000010.pb.gz"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -288,6 +291,7 @@ func TestWrite(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{
 		"cpu-1700000010.pb.gz", "cpu-1700000010-1.pb.gz", "cpu-1700000010-2.pb.gz", "offcpu-1700000010.pb.gz",
+		"probe_duration-node_callback-1700000010.pb.gz",
 	}, names, "no temporary files left behind")
 
 }
@@ -328,5 +332,32 @@ func TestGoToolPprof(t *testing.T) {
 				assert.Contains(t, string(out), w)
 			}
 		})
+	}
+}
+
+// Samples taken inside a probe scope carry its span id and probe; a probe's
+// duration profile names its probe on every sample.
+func TestBuildScopeLabels(t *testing.T) {
+	p := testProfile(report.KindCPU)
+	p.Processes[0].Samples[0].Link = &report.ScopeLink{SpanID: [8]byte{0xab, 0xcd, 1, 2, 3, 4, 5, 6}, ProbeID: "handler"}
+	prof, err := Build(p)
+	require.NoError(t, err)
+	var labels []map[string][]string
+	for _, s := range prof.Sample {
+		labels = append(labels, map[string][]string{"span_id": s.Label["span_id"], "probe.id": s.Label["probe.id"]})
+	}
+	assert.Equal(t, map[string][]string{"span_id": {"abcd010203040506"}, "probe.id": {"handler"}}, labels[0])
+	for _, l := range labels[1:] {
+		assert.Equal(t, map[string][]string{"span_id": nil, "probe.id": nil}, l)
+	}
+
+	d := testProfile(report.KindProbeDuration)
+	d.ProbeID = "handler"
+	prof, err = Build(d)
+	require.NoError(t, err)
+	assert.Equal(t, "probe_duration", prof.SampleType[0].Type)
+	assert.Equal(t, "nanoseconds", prof.SampleType[0].Unit)
+	for _, s := range prof.Sample {
+		assert.Equal(t, []string{"handler"}, s.Label["probe.id"])
 	}
 }

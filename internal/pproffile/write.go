@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
@@ -15,7 +16,7 @@ import (
 const maxSuffix = 10000
 
 // Write builds p and writes it gzipped to "<dir>/<kind>-<unix seconds of
-// p.End>.pb.gz", creating dir when missing. The file appears atomically and
+// p.End>.pb.gz" ("<kind>-<probe id>-<seconds>.pb.gz" for a probe's profile), creating dir when missing. The file appears atomically and
 // never replaces an existing one: "-1", "-2", ... is appended to the name
 // instead. It returns the path written.
 func Write(dir string, p report.Profile) (string, error) {
@@ -27,6 +28,9 @@ func Write(dir string, p report.Profile) (string, error) {
 		return "", fmt.Errorf("create pprof directory: %w", err)
 	}
 	base := string(p.Kind) + "-" + strconv.FormatInt(p.End.Unix(), 10)
+	if p.ProbeID != "" {
+		base = string(p.Kind) + "-" + fileSafe(p.ProbeID) + "-" + strconv.FormatInt(p.End.Unix(), 10)
+	}
 
 	tmp, err := os.CreateTemp(dir, "."+base+"-*.tmp")
 	if err != nil {
@@ -63,6 +67,16 @@ func Write(dir string, p report.Profile) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("publish pprof file %s: no free name after %d attempts", base, maxSuffix)
+}
+
+// fileSafe replaces what a file name should not hold by '_'.
+func fileSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || ('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // publish gives the complete file tmp the name path unless path exists,

@@ -10,10 +10,15 @@ import (
 )
 
 // recordSize is sizeof(struct probe_record) in bpf/probe.bpf.c, from its
-// bpf2go type.
-var recordSize = binary.Size(bpf.ProbeProbeRecord{})
+// bpf2go type; stackRecordSize that of a record followed by its entry
+// stack (struct probe_stack_record).
+var (
+	recordSize      = binary.Size(bpf.ProbeProbeRecord{})
+	stackRecordSize = binary.Size(bpf.ProbeProbeStackRecord{})
+)
 
-// decodeRecord decodes one struct probe_record into the capture type.
+// decodeRecord decodes one struct probe_record, or struct
+// probe_stack_record, into the capture type.
 func decodeRecord(b []byte) (capture.RawScope, error) {
 	if len(b) < recordSize {
 		return capture.RawScope{}, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
@@ -29,14 +34,40 @@ func decodeRecord(b []byte) (capture.RawScope, error) {
 		}
 		comm = append(comm, byte(c))
 	}
-	return capture.RawScope{
+	out := capture.RawScope{
 		Start:      rec.StartNs,
 		End:        rec.EndNs,
 		PID:        rec.Pid,
 		TID:        rec.Tid,
 		ProbeIndex: int(rec.ProbeIndex),
 		Comm:       string(comm),
-	}, nil
+	}
+	switch n := rec.StackFrames; {
+	case n == 0:
+	case n < 0:
+		out.EntryStackLoss = entryStackLoss(n)
+	default:
+		if len(b) < stackRecordSize {
+			return capture.RawScope{}, fmt.Errorf("probe record with an entry stack of %d bytes, want %d", len(b), stackRecordSize)
+		}
+		frames := b[recordSize:stackRecordSize]
+		n = min(n, int32(len(frames)/8))
+		out.EntryStack = make([]uint64, n)
+		for i := range out.EntryStack {
+			out.EntryStack[i] = binary.LittleEndian.Uint64(frames[8*i:])
+		}
+	}
+	return out, nil
+}
+
+// entryStackLoss says why a record carries no entry stack (-errno from
+// bpf/probe.bpf.c): -ENOENT, its scope's stack was not kept (evicted, or
+// the probe attached mid-scope); anything else, the capture failed.
+func entryStackLoss(errno int32) capture.StackLoss {
+	if errno == -2 { // ENOENT
+		return capture.StackMissing
+	}
+	return capture.StackCaptureFailed
 }
 
 // decodeExec decodes one exec event: the new process's pid (in

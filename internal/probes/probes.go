@@ -54,6 +54,12 @@ type Spec struct {
 	MainThreadOnly bool
 	// MinDuration drops shorter scopes in the kernel.
 	MinDuration time.Duration
+	// LinkSamples marks the thread's outermost open scope of this probe in
+	// Options.OpenScopes, where the CPU and off-CPU programs read it.
+	LinkSamples bool
+	// EntryStack captures the user stack (frame pointers) at each
+	// outermost entry; records carry it (RawScope.EntryStack).
+	EntryStack bool
 	// MaxPerSecond limits the records of this probe, in the kernel, before
 	// they reach the ring buffer: on average at most this many per second,
 	// in bursts of at most a tenth of it; the rest is counted

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 )
 
 // Manager owns the loaded probe programs and their attachments. Its methods
@@ -62,16 +64,27 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe BPF spec: %w", err)
 	}
+	entryStacks := uint32(0)
+	if slices.ContainsFunc(specs, func(s Spec) bool { return s.EntryStack }) {
+		entryStacks = 1
+	} else {
+		spec.Maps[bpf.ProbeMapEntryStacks].MaxEntries = 1
+	}
 	for name, v := range map[string]any{
-		"nr_probes": uint32(len(specs)),
-		"pidns_dev": opts.PIDNamespace.Dev,
-		"pidns_ino": opts.PIDNamespace.Ino,
+		"nr_probes":         uint32(len(specs)),
+		"pidns_dev":         opts.PIDNamespace.Dev,
+		"pidns_ino":         opts.PIDNamespace.Ino,
+		"entry_stacks_used": entryStacks,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
-	if err := m.load(spec); err != nil {
+	loadOpts, err := scopemap.Share(spec, opts.OpenScopes, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.load(spec, loadOpts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load probe BPF programs: %+v", verr)
@@ -84,6 +97,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		cfg.RateIntervalNs, cfg.RateBurstNs = rateLimit(s.MaxPerSecond)
 		if s.MainThreadOnly {
 			cfg.MainThreadOnly = 1
+		}
+		if s.LinkSamples && opts.OpenScopes != nil {
+			cfg.LinkSamples = 1
+		}
+		if s.EntryStack {
+			cfg.EntryStack = 1
 		}
 		if err := m.objs.ProbeConfigs.Put(uint32(i), cfg); err != nil {
 			_ = m.objs.Close()
@@ -108,14 +127,14 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 // load loads spec's maps and programs. Where the kernel has attach cookies
 // (5.15) one entry and one exit program serve every probe, the cookie
 // carrying the probe index; before, each probe gets its own copies.
-func (m *Manager) load(spec *ebpf.CollectionSpec) error {
+func (m *Manager) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
 	cookies := haveAttachCookies()
 	if !cookies {
 		if err := splitPerProbe(spec, len(m.specs)); err != nil {
 			return err
 		}
 	}
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := ebpf.NewCollectionWithOptions(spec, *opts)
 	if err != nil {
 		return err
 	}

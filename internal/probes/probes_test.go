@@ -84,6 +84,33 @@ func TestDecodeRecord(t *testing.T) {
 	_, err = decodeRecord(make([]byte, recordSize-1))
 	require.Error(t, err)
 
+	// Entry stacks: frames after the record, or why there are none.
+	srec := bpf.ProbeProbeStackRecord{Rec: bpf.ProbeProbeRecord{StartNs: 5, EndNs: 9, Pid: 3, Tid: 3, StackFrames: 3}}
+	srec.Frames[0], srec.Frames[1], srec.Frames[2], srec.Frames[3] = 0x401000, 0x402000, 0x403000, 0x404000
+	b, err := binary.Append(nil, binary.LittleEndian, &srec)
+	require.NoError(t, err)
+	r, err = decodeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{0x401000, 0x402000, 0x403000}, r.EntryStack)
+	require.Equal(t, capture.StackKept, r.EntryStackLoss)
+	_, err = decodeRecord(b[:recordSize+8]) // cut
+	require.Error(t, err)
+	for errno, want := range map[int32]capture.StackLoss{-2: capture.StackMissing, -14: capture.StackCaptureFailed} {
+		srec.Rec.StackFrames = errno
+		b, err := binary.Append(nil, binary.LittleEndian, &srec)
+		require.NoError(t, err)
+		r, err = decodeRecord(b)
+		require.NoError(t, err)
+		require.Nil(t, r.EntryStack)
+		require.Equal(t, want, r.EntryStackLoss)
+	}
+	srec.Rec.StackFrames = 1000 // more than fit: cut to the record
+	b, err = binary.Append(nil, binary.LittleEndian, &srec)
+	require.NoError(t, err)
+	r, err = decodeRecord(b)
+	require.NoError(t, err)
+	require.Len(t, r.EntryStack, len(srec.Frames))
+
 	pid, err := decodeExec([]byte{1, 2, 0, 0})
 	require.NoError(t, err)
 	require.Equal(t, uint32(0x201), pid)

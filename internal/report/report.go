@@ -13,6 +13,9 @@ type Kind string
 const (
 	KindCPU    Kind = "cpu"
 	KindOffCPU Kind = "offcpu"
+	// KindProbeDuration weighs the stacks that entered a probe's scopes by
+	// the scopes' durations; its Profile names the probe (ProbeID).
+	KindProbeDuration Kind = "probe_duration"
 )
 
 // Frame types, the values of the profile.frame.type location attribute.
@@ -60,6 +63,27 @@ type Sample struct {
 	ThreadName string
 	Frames     []Frame
 	Value      int64 // samples for CPU, nanoseconds for off-CPU
+	// Scope is the probe scope the thread was inside when the samples were
+	// taken, until it is resolved: the receiver sets Link when the scope's
+	// log record was sent, and clears Scope.
+	Scope *SampleScope
+	// Link joins the samples to the log record of their probe scope.
+	Link *ScopeLink
+}
+
+// SampleScope is a probe scope instance of a sample's thread: its probe's
+// index and its start (CLOCK_MONOTONIC ns).
+type SampleScope struct {
+	ProbeIndex int
+	Start      uint64
+}
+
+// ScopeLink names the log record of a probe scope: its trace and span id
+// (ScopeRecord) and its probe.
+type ScopeLink struct {
+	TraceID [16]byte
+	SpanID  [8]byte
+	ProbeID string
 }
 
 // Identity is what is known about a process; Attributes holds the resource
@@ -79,17 +103,22 @@ type Process struct {
 
 // Profile is one report of one kind for every observed process.
 type Profile struct {
-	Kind      Kind
-	Start     time.Time
-	End       time.Time
-	Period    int64 // nanoseconds between samples (CPU); 0 for off-CPU
+	Kind   Kind
+	Start  time.Time
+	End    time.Time
+	Period int64 // nanoseconds between samples (CPU); 0 for off-CPU
+	// ProbeID names the probe of a KindProbeDuration profile.
+	ProbeID   string
 	Processes []Process
 }
 
 // SampleType returns the (type, unit) of the values of samples of kind k.
 func (k Kind) SampleType() (typ, unit string) {
-	if k == KindOffCPU {
+	switch k {
+	case KindOffCPU:
 		return "off_cpu", "nanoseconds"
+	case KindProbeDuration:
+		return "probe_duration", "nanoseconds"
 	}
 	return "samples", "count"
 }

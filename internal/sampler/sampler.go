@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
@@ -51,6 +53,9 @@ type Options struct {
 	// announces), and with frame pointers elsewhere; nil: frame pointers
 	// only.
 	Unwind *unwinder.Tables
+	// OpenScopes, when set, is the probes' map of open scopes
+	// (internal/scopemap): samples of a thread inside one carry it.
+	OpenScopes *ebpf.Map
 }
 
 func (o Options) validate() error {

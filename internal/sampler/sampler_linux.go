@@ -17,6 +17,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
@@ -84,6 +85,9 @@ func Open(opts Options) (*Sampler, error) {
 	}
 	loadOpts, err := unwinder.Prepare(spec, opts.Unwind)
 	if err != nil {
+		return nil, err
+	}
+	if loadOpts, err = scopemap.Share(spec, opts.OpenScopes, loadOpts); err != nil {
 		return nil, err
 	}
 	if err := spec.LoadAndAssign(&s.objs, loadOpts); err != nil {

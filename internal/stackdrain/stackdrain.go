@@ -148,6 +148,9 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 		if python, loss := stackFor(stacks, k.PythonStackId); loss == capture.StackKept {
 			s.Frames = append(s.Frames, capture.PythonFrames(python)...)
 		}
+		if k.ScopeProbe > 0 {
+			s.Scope = &capture.ScopeRef{ProbeIndex: int(k.ScopeProbe) - 1, Start: k.ScopeStartNs}
+		}
 		samples = append(samples, s)
 	}
 	slices.SortFunc(samples, func(a, b capture.RawStack) int {
@@ -158,9 +161,20 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			slices.CompareFunc(a.Frames, b.Frames, compareFrames),
 			cmp.Compare(a.UserLoss, b.UserLoss),
 			cmp.Compare(a.KernelLoss, b.KernelLoss),
+			compareScopes(a.Scope, b.Scope),
 		)
 	})
 	return samples, userMissing, kernelMissing
+}
+
+// compareScopes orders samples outside probe scopes first, then by probe and start.
+func compareScopes(a, b *capture.ScopeRef) int {
+	switch {
+	case a == nil || b == nil:
+		return cmp.Compare(boolInt(a != nil), boolInt(b != nil))
+	default:
+		return cmp.Or(cmp.Compare(a.ProbeIndex, b.ProbeIndex), cmp.Compare(a.Start, b.Start))
+	}
 }
 
 // compareFrames orders frames by kind, then address.

@@ -66,6 +66,8 @@ func TestAssembleSamples(t *testing.T) {
 		{Pid: 20, Tid: 20, UserStackId: 9, KernelStackId: 9}:     6, // both missing
 		{Pid: 21, Tid: 21, UserStackId: -22, KernelStackId: -1}:  1, // capture failed (-EINVAL)
 		{Pid: 22, Tid: 22, UserStackId: -28, KernelStackId: -16}: 1, // off-CPU: pending full, busy
+		// inside a scope of probe 1 (ScopeProbe is the index + 1)
+		{Pid: 10, Tid: 11, UserStackId: 1, KernelStackId: -1, ScopeProbe: 2, ScopeStartNs: 500}: 3,
 	}
 	stacks := map[int32][]uint64{
 		1: {0x401000, 0x401100},
@@ -80,6 +82,8 @@ func TestAssembleSamples(t *testing.T) {
 		{PID: 3, TID: 5, Value: 3, UserLoss: capture.StackMapFull, KernelLoss: capture.StackHashCollision},
 		{PID: 10, TID: 11, Comm: "burner-1", Frames: capture.StackFrames(kernel, []uint64{0x402000}), Value: 7},
 		{PID: 10, TID: 11, Comm: "burner-1", Frames: capture.StackFrames(nil, []uint64{0x401000, 0x401100}), Value: 5},
+		{PID: 10, TID: 11, Comm: "burner-1", Frames: capture.StackFrames(nil, []uint64{0x401000, 0x401100}), Value: 3,
+			Scope: &capture.ScopeRef{ProbeIndex: 1, Start: 500}},
 		{PID: 10, TID: 12, Value: 2, UserLoss: capture.StackMissing},
 		{PID: 20, TID: 20, Value: 6, UserLoss: capture.StackMissing, KernelLoss: capture.StackMissing},
 		{PID: 21, TID: 21, Value: 1, UserLoss: capture.StackCaptureFailed},
@@ -105,7 +109,8 @@ func TestAssembleSamples(t *testing.T) {
 				g, w := got[i], want[i]
 				if g.PID != w.PID || g.TID != w.TID || g.Comm != w.Comm || g.Value != w.Value ||
 					!slices.Equal(g.Frames, w.Frames) ||
-					g.UserLoss != w.UserLoss || g.KernelLoss != w.KernelLoss {
+					g.UserLoss != w.UserLoss || g.KernelLoss != w.KernelLoss ||
+					(g.Scope == nil) != (w.Scope == nil) || (g.Scope != nil && *g.Scope != *w.Scope) {
 					t.Errorf("sample %d = %+v, want %+v", i, g, w)
 				}
 			}

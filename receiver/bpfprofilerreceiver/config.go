@@ -81,7 +81,19 @@ type ProbeConfig struct {
 	// MaxPerSecond limits this probe's records, in BPF; unset means
 	// probes.DefaultMaxPerSecond, 0 no limit.
 	MaxPerSecond *uint64 `mapstructure:"max_per_second"`
+	// LinkSamples links the CPU and off-CPU samples taken inside this
+	// probe's scopes to the scopes' log records (and gives them probe.id).
+	// Unset: true (it takes effect when the receiver profiles and is in a
+	// logs pipeline).
+	LinkSamples *bool `mapstructure:"link_samples"`
+	// Stacks captures the user stack at each scope's entry and adds the
+	// scope's duration to it in a probe_duration profile of the probe.
+	Stacks bool `mapstructure:"stacks"`
 }
+
+// linksSamples reports whether p's samples are to be linked (if the
+// receiver profiles).
+func (p ProbeConfig) linksSamples() bool { return p.LinkSamples == nil || *p.LinkSamples }
 
 // PprofConfig configures the optional pprof file output.
 type PprofConfig struct {
@@ -194,6 +206,9 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("off_cpu::mechanism: %w", err))
 	}
 	for i, p := range c.Probes {
+		if p.LinkSamples != nil && *p.LinkSamples && !c.CPU.Enabled && !c.OffCPU.Enabled {
+			errs = append(errs, fmt.Errorf("probes[%d]::link_samples: there are no samples to link: enable cpu or off_cpu", i))
+		}
 		if p.Symbol != "" && p.EntrySymbol != "" {
 			errs = append(errs, fmt.Errorf("probes[%d]: set either symbol or entry_symbol+exit_symbol, not both", i))
 		}
@@ -234,6 +249,8 @@ func (c *Config) probeSpecs() []probes.Spec {
 			MainThreadOnly: p.MainThreadOnly,
 			MinDuration:    p.MinDuration,
 			MaxPerSecond:   probes.DefaultMaxPerSecond,
+			LinkSamples:    p.linksSamples(),
+			EntryStack:     p.Stacks,
 		}
 		if p.MaxPerSecond != nil {
 			spec.MaxPerSecond = *p.MaxPerSecond

@@ -97,10 +97,13 @@ func (p *probeRunner) read(raw []capture.RawScope) {
 	ctx := context.Background()
 	batch := assemble.ReadScopes(p.r.ids, raw)
 	p.count(ctx, p.r.telemetry.BpfprofilerProbeRecords, batch)
-	if n := p.buf.add(batch); n < len(batch) {
+	n := p.buf.add(batch)
+	if n < len(batch) {
 		p.dropped(ctx, batch[n:], dropBufferFull, "the next consumer is slow: probe records dropped, the receiver buffer is full",
 			zap.Int("max_buffered", p.buf.max))
 	}
+	// Records are buffered in the order read: the first n become log records.
+	p.r.scopesRead(ctx, raw[:n], raw)
 }
 
 // flushLoop delivers the buffered records every report interval, and when a

@@ -57,9 +57,11 @@ type profilerReceiver struct {
 	assembler *assemble.Assembler
 	symbols   *symbolize.Symbolizer
 	// scopeIDs gives probe scopes their trace and span ids.
-	scopeIDs  assemble.ScopeIDs
-	ids       *identity.Resolver
-	probes    *probeRunner
+	scopeIDs assemble.ScopeIDs
+	ids      *identity.Resolver
+	probes   *probeRunner
+	// scopes joins probe scopes to profiles; nil: no probe asks for it.
+	scopes    *scopeJoin
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
 	unwindGauges struct{ tables, bytes, python uint64 }
@@ -156,6 +158,11 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Warn("cpu or off_cpu is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: not profiling")
 		profiling = false
 	}
+	if err := r.openScopeJoin(profiling); err != nil {
+		r.closeAll()
+		return err
+	}
+	srcOpts.openScopes = r.scopes.openScopes()
 	var unsupported []error
 	for _, k := range []struct {
 		kind    report.Kind
@@ -273,13 +280,14 @@ func (r *profilerReceiver) reportLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			r.report(ctx)
+			r.report(ctx, false)
 		}
 	}
 }
 
-// report drains every source, builds the profiles and hands them on.
-func (r *profilerReceiver) report(ctx context.Context) {
+// report drains every source, builds the profiles and hands them on; final
+// is the last report, at Shutdown.
+func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	end := clock.Wall()
 	start := r.lastDrain
 	r.lastDrain = end
@@ -306,6 +314,7 @@ func (r *profilerReceiver) report(ctx context.Context) {
 			profiles = append(profiles, prof)
 		}
 	}
+	profiles = r.joinScopes(ctx, start, end, profiles, final)
 	r.recordPythonSymbolization(ctx, r.symbols.Stats().PythonUnsymbolized)
 	for _, pid := range r.ids.Prune() {
 		r.symbols.ForgetProcess(pid)
@@ -368,9 +377,12 @@ func (r *profilerReceiver) Shutdown(ctx context.Context) error {
 		<-r.done
 		r.background.Wait()
 		r.cancel = nil
-		r.report(ctx)
+		// Probes first: the last records read link the last samples.
 		if r.probes != nil {
 			r.probes.stop()
+		}
+		r.report(ctx, true)
+		if r.probes != nil {
 			r.probes.flushAll(ctx)
 		}
 	}
@@ -402,6 +414,8 @@ func (r *profilerReceiver) closeAll() {
 		}
 	}
 	r.sources = nil
+	r.scopes.close(r.settings.Logger)
+	r.scopes = nil
 	if err := r.unwind.close(); err != nil {
 		r.settings.Logger.Warn("close unwind tables", zap.Error(err))
 	}

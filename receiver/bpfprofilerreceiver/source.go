@@ -9,6 +9,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
@@ -37,6 +39,9 @@ type sourceOptions struct {
 	proc    procfs.FS
 	logger  *zap.Logger
 	unwind  *sharedTables // nil: frame pointers only
+	// openScopes is the map of open probe scopes (internal/scopemap) the
+	// probes write and the profile sources read; nil: none.
+	openScopes *ebpf.Map
 }
 
 // sharedTables are the unwind tables the CPU sampler and the off-CPU tracer
@@ -103,6 +108,7 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			PIDNamespace:     opts.pidns,
 			ReportInterval:   cfg.ReportInterval,
 			Unwind:           tables,
+			OpenScopes:       opts.openScopes,
 		})
 		if errors.Is(err, sampler.ErrRateAboveLimit) {
 			return nil, fmt.Errorf("cpu::samples_per_second: %w", err)
@@ -116,6 +122,7 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 			PIDNamespace: opts.pidns,
 			Mechanism:    offcpu.Mechanism(cfg.OffCPU.Mechanism),
 			Unwind:       tables,
+			OpenScopes:   opts.openScopes,
 		})
 		if errors.Is(err, offcpu.ErrMechanismUnsupported) {
 			return nil, fmt.Errorf("off_cpu::mechanism: %w", err)
@@ -129,5 +136,5 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 // openKernelProbes attaches the probes; scopes carry pids as the
 // collector's /proc knows them, like the profiles.
 func openKernelProbes(specs []probes.Spec, opts sourceOptions) (probeSource, error) {
-	return probes.Open(specs, probes.Options{Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns})
+	return probes.Open(specs, probes.Options{Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns, OpenScopes: opts.openScopes})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopejoin"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 )
 
@@ -22,6 +23,8 @@ const (
 	attrStack  = "stack"
 	attrReason = "reason"
 	attrMech   = "mechanism"
+	// attrOutcome says what became of samples taken inside a probe scope.
+	attrOutcome = "outcome"
 
 	kindCPU    = "cpu"
 	kindOffCPU = "off_cpu"
@@ -51,7 +54,10 @@ const (
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
 // the code emits.
 func emittedAttributeValues() map[string][]string {
-	var stackReasons, unwindEnds, tableFailures, pythonEnds []string
+	var stackReasons, unwindEnds, tableFailures, pythonEnds, sampleOutcomes []string
+	for _, o := range scopejoin.AllOutcomes {
+		sampleOutcomes = append(sampleOutcomes, o.Reason())
+	}
 	for _, l := range capture.AllStackLosses {
 		stackReasons = append(stackReasons, l.Reason())
 	}
@@ -65,16 +71,17 @@ func emittedAttributeValues() map[string][]string {
 		pythonEnds = append(pythonEnds, e.Reason())
 	}
 	return map[string][]string{
-		"kind":               {kindCPU, kindOffCPU},
-		"mechanism":          {mechPerfEvent, mechTaskWork, mechSwitchOut},
-		"signal":             {signalProfiles, signalLogs, signalPprof},
-		"stack":              {stackUser, stackKernel},
-		"sample_loss_reason": {lostMapFull},
-		"stack_loss_reason":  stackReasons,
-		"probe_drop_reason":  {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
-		"unwind_end":         unwindEnds,
-		"table_failure":      tableFailures,
-		"python_end":         pythonEnds,
+		"kind":                 {kindCPU, kindOffCPU},
+		"mechanism":            {mechPerfEvent, mechTaskWork, mechSwitchOut},
+		"signal":               {signalProfiles, signalLogs, signalPprof},
+		"stack":                {stackUser, stackKernel},
+		"sample_loss_reason":   {lostMapFull},
+		"stack_loss_reason":    stackReasons,
+		"probe_drop_reason":    {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+		"unwind_end":           unwindEnds,
+		"table_failure":        tableFailures,
+		"python_end":           pythonEnds,
+		"probe_sample_outcome": sampleOutcomes,
 		"python_unsymbolized_reason": {
 			symbolize.PythonNoInterpreter, symbolize.PythonMemory, symbolize.PythonBadCode,
 		},

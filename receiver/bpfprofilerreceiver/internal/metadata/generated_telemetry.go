@@ -30,6 +30,8 @@ type TelemetryBuilder struct {
 	BpfprofilerNewProcessesDropped      metric.Int64Counter
 	BpfprofilerProbeRecords             metric.Int64Counter
 	BpfprofilerProbeRecordsDropped      metric.Int64Counter
+	BpfprofilerProbeSamples             metric.Int64Counter
+	BpfprofilerProbeStacksDropped       metric.Int64Counter
 	BpfprofilerProcessesSeen            metric.Int64Counter
 	BpfprofilerPythonFrames             metric.Int64Counter
 	BpfprofilerPythonFramesUnsymbolized metric.Int64Counter
@@ -97,6 +99,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.BpfprofilerProbeRecordsDropped, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_probe_records_dropped",
 		metric.WithDescription("Completed probe scopes that did not become delivered log records, by probe and reason. [Development]"),
+		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProbeSamples, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_probe_samples",
+		metric.WithDescription("CPU and off-CPU samples (aggregated stacks of one report) taken inside a scope of a probe with link_samples, by probe and outcome. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProbeStacksDropped, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_probe_stacks_dropped",
+		metric.WithDescription("Completed scopes of a probe with stacks left out of its probe_duration profile: more distinct (thread, entry stack) sums in one report than the receiver holds. [Development]"),
 		metric.WithUnit("{record}"),
 	)
 	errs = errors.Join(errs, err)

@@ -23,6 +23,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerNewProcessesDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
+	tb.BpfprofilerProbeSamples.Add(context.Background(), 1)
+	tb.BpfprofilerProbeStacksDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFrames.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFramesUnsymbolized.Add(context.Background(), 1)
@@ -48,6 +50,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProbeRecordsDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProbeSamples(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProbeStacksDropped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProcessesSeen(t, testTel,
