@@ -3,6 +3,7 @@ package pdata
 import (
 	"maps"
 
+	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
@@ -202,6 +203,16 @@ type NamedStack struct {
 	Functions []string
 	Frames    []NamedFrame
 	Value     int64
+	// Link is the sample's link (zero: none) and ProbeID its probe.id
+	// attribute.
+	Link    ScopeLink
+	ProbeID string
+}
+
+// ScopeLink is the trace and span id a sample links to.
+type ScopeLink struct {
+	TraceID pcommon.TraceID
+	SpanID  pcommon.SpanID
 }
 
 // NamedFrame is one line of a location: its function, source file and line,
@@ -217,6 +228,15 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 	var out []NamedStack
 	forEachSample(p, func(dict pprofile.ProfilesDictionary, s pprofile.Sample, v int64) {
 		st := NamedStack{Value: v}
+		if li := s.LinkIndex(); li > 0 && int(li) < dict.LinkTable().Len() {
+			l := dict.LinkTable().At(int(li))
+			st.Link = ScopeLink{TraceID: l.TraceID(), SpanID: l.SpanID()}
+		}
+		if attrs, err := pprofile.FromAttributeIndices(dict.AttributeTable(), s, dict); err == nil {
+			if v, ok := attrs.Get(attrkey.ProbeID); ok {
+				st.ProbeID = v.Str()
+			}
+		}
 		forEachLocation(dict, s, func(loc pprofile.Location) bool {
 			typ := frameType(dict, loc)
 			if loc.Lines().Len() == 0 {

@@ -1,0 +1,173 @@
+//go:build linux
+
+package bpfprofilerreceiver
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/component/componenttest"
+	"go.opentelemetry.io/collector/consumer/consumertest"
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/plog"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+	"go.opentelemetry.io/collector/receiver/xreceiver"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
+)
+
+// scopeRun is what one receiver with profiles and logs pipelines emitted
+// while a workload ran.
+type scopeRun struct {
+	pid      int
+	profiles []pprofile.Profiles
+	records  map[pdata.ScopeLink]plog.LogRecord // by trace and span id
+}
+
+// runWithScopes starts one receiver in a profiles and a logs pipeline with
+// cfg, runs the workload, and returns what came out once it shut down.
+func runWithScopes(t *testing.T, cfg *Config, workload string, args ...string) scopeRun {
+	t.Helper()
+	require.NoError(t, cfg.Validate())
+	profs, logs := new(consumertest.ProfilesSink), new(consumertest.LogsSink)
+	set := metadatatest.NewSettings(componenttest.NewTelemetry())
+	f := NewFactory()
+	pr, err := f.(xreceiver.Factory).CreateProfiles(context.Background(), set, cfg, profs)
+	require.NoError(t, err)
+	lr, err := f.CreateLogs(context.Background(), set, cfg, logs)
+	require.NoError(t, err)
+	require.NoError(t, pr.Start(context.Background(), componenttest.NewNopHost()))
+	require.NoError(t, lr.Start(context.Background(), componenttest.NewNopHost()))
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			require.NoError(t, lr.Shutdown(context.Background()))
+			require.NoError(t, pr.Shutdown(context.Background()))
+		}
+	}
+	t.Cleanup(stop)
+
+	cmd := testutil.StartWorkload(t, workload, args...)
+	require.NoError(t, cmd.Wait())
+	time.Sleep(cfg.ReportInterval) // the last samples reach a report
+	stop()
+
+	run := scopeRun{pid: cmd.Process.Pid, profiles: profs.AllProfiles(), records: map[pdata.ScopeLink]plog.LogRecord{}}
+	for _, l := range logs.AllLogs() {
+		for _, rl := range l.ResourceLogs().All() {
+			for _, sl := range rl.ScopeLogs().All() {
+				for _, rec := range sl.LogRecords().All() {
+					run.records[pdata.ScopeLink{TraceID: rec.TraceID(), SpanID: rec.SpanID()}] = rec
+				}
+			}
+		}
+	}
+	return run
+}
+
+// stacks returns the workload's stacks of sample type typ, over every report.
+func (r scopeRun) stacks(typ string) []pdata.NamedStack {
+	var out []pdata.NamedStack
+	for _, p := range r.profiles {
+		out = append(out, pdata.Stacks(pdata.OfPID(pdata.OfType(p, typ), r.pid))...)
+	}
+	return out
+}
+
+// The scopelink workload's slow scopes (50 ms: 45 ms burning in slow_path,
+// 5 ms asleep) make records, its fast ones (1 ms) do not (min_duration 20
+// ms). CPU and off-CPU samples taken inside the slow scopes link to their
+// records; no sample of a fast scope is linked. The probe_duration profile
+// of the entry stacks splits 3:1 between the two callers.
+func TestSamplesLinkedToScopes(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildC(t, "scopelink.c")
+	cfg := createDefaultConfig().(*Config)
+	cfg.CPU.SamplesPerSecond = 199
+	cfg.OffCPU.Enabled = true
+	cfg.OffCPU.MinBlock = time.Millisecond
+	cfg.ReportInterval = time.Second
+	cfg.Probes = []ProbeConfig{{
+		ID: "app.handle", FileMatch: "^" + regexp.QuoteMeta(bin) + "$", Symbol: "handle",
+		MinDuration: 20 * time.Millisecond, Stacks: true,
+	}}
+	// 20 cycles of 8 calls: 80 slow scopes, about 4.1 s; the calls start
+	// after the probes attached (exec event).
+	run := runWithScopes(t, cfg, bin, "20", "500")
+	require.NotEmpty(t, run.records)
+	require.LessOrEqual(t, len(run.records), 80)
+	require.GreaterOrEqual(t, len(run.records), 76, "slow scopes with a record")
+
+	for _, typ := range []string{"samples", "off_cpu"} {
+		var linked, linkedSlow, slow, fastLinked int64
+		spans := map[pdata.ScopeLink]bool{}
+		for _, s := range run.stacks(typ) {
+			inSlow := slices.Contains(s.Functions, "slow_path")
+			if inSlow {
+				slow += s.Value
+			}
+			if s.Link == (pdata.ScopeLink{}) {
+				require.Empty(t, s.ProbeID, "%s: an unlinked sample has no probe.id", typ)
+				continue
+			}
+			_, ok := run.records[s.Link]
+			require.True(t, ok, "%s: a linked sample's trace and span id %v are those of a log record", typ, s.Link)
+			require.Equal(t, "app.handle", s.ProbeID)
+			spans[s.Link] = true
+			linked += s.Value
+			if inSlow {
+				linkedSlow += s.Value
+			}
+			if slices.Contains(s.Functions, "fast_path") {
+				fastLinked += s.Value
+			}
+		}
+		t.Logf("%s: linked %d (in slow_path %d) of %d in slow_path, to %d of %d scopes; fast_path linked %d",
+			typ, linked, linkedSlow, slow, len(spans), len(run.records), fastLinked)
+		require.Positive(t, linked, typ)
+		require.Zero(t, fastLinked, "%s: samples of dropped scopes are not linked", typ)
+		require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(linked), "%s: linked samples are in slow_path", typ)
+		require.GreaterOrEqual(t, float64(linkedSlow), 0.90*float64(slow), "%s: slow_path samples are linked", typ)
+	}
+
+	// Entry stacks weighted by duration: handle ← caller_a 3, ← caller_b 1.
+	var callers = map[string]int64{}
+	var total int64
+	for _, s := range run.stacks("probe_duration") {
+		require.Equal(t, "app.handle", s.ProbeID)
+		require.NotEmpty(t, s.Functions)
+		require.Equal(t, "handle", s.Functions[0], "the entry stack starts at the probed function")
+		total += s.Value
+		for _, c := range []string{"caller_a", "caller_b"} {
+			if slices.Contains(s.Functions, c) {
+				callers[c] += s.Value
+			}
+		}
+	}
+	var recorded int64
+	for _, rec := range run.records {
+		recorded += durationOf(rec)
+	}
+	t.Logf("probe_duration: total %v over %d records (%v), caller_a %v, caller_b %v",
+		time.Duration(total), len(run.records), time.Duration(recorded), time.Duration(callers["caller_a"]), time.Duration(callers["caller_b"]))
+	require.Equal(t, recorded, total, "every record's duration, once")
+	share := float64(callers["caller_a"]) / float64(total)
+	require.InDelta(t, 0.75, share, 0.05, "caller_a's share of the scopes' duration")
+	require.Equal(t, total, callers["caller_a"]+callers["caller_b"], "every entry stack reaches its caller")
+}
+
+// durationOf is a probe record's probe.duration_ns.
+func durationOf(rec plog.LogRecord) int64 {
+	v, ok := rec.Attributes().Get("probe.duration_ns")
+	if !ok || v.Type() != pcommon.ValueTypeInt {
+		return 0
+	}
+	return v.Int()
+}
