@@ -338,8 +338,13 @@ func perfMapName(pid uint32, st procfs.Status) string {
 
 // perfMapLookup resolves addr through the perf map of pid.
 func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
-	// Read the file at most once per refresh interval.
-	if p.perfMapAt.IsZero() || s.now().Sub(p.perfMapAt) >= s.refreshInterval {
+	// Read the file at most once per refresh interval, and on a miss at
+	// most once per perfMapMissInterval: JIT code is often named just
+	// after the last read (an unchanged file is not parsed again).
+	if since := s.now().Sub(p.perfMapAt); p.perfMapAt.IsZero() || since >= s.refreshInterval {
+		p.perfMapAt = s.now()
+		s.loadPerfMap(pid, p)
+	} else if since >= min(perfMapMissInterval, s.refreshInterval) && (p.perfMap == nil || p.perfMap.lookup(addr) == "") {
 		p.perfMapAt = s.now()
 		s.loadPerfMap(pid, p)
 	}
@@ -348,6 +353,10 @@ func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
 	}
 	return p.perfMap.lookup(addr)
 }
+
+// perfMapMissInterval is how soon after a read a perf map is read again
+// for an address it does not name.
+const perfMapMissInterval = 100 * time.Millisecond
 
 // loadPerfMap (re-)reads the perf map of pid into p, under the deadline. A
 // refused or unreadable map is logged once per file and reason, and counted

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -231,6 +232,28 @@ func TestUserPerfMap(t *testing.T) {
 			assert.Equal(t, "LazyCompile:later", frames[0].Function)
 		})
 	}
+}
+
+// Code a JIT names just after the perf map was read is named at the next
+// lookup that misses it, 100 ms later, not only after the refresh interval.
+func TestUserPerfMapRereadOnMiss(t *testing.T) {
+	maps := "7f0000000000-7f0000100000 r-xp 00000000 00:00 0 \n"
+	fs := fakeProcess(t, 42, maps, "/usr/bin/node", map[string][]byte{"/tmp/perf-42.map": []byte("7f0000001000 100 JS:*early\n")})
+	s := New(Options{Proc: fs})
+	now := time.Unix(1000, 0)
+	s.now = func() time.Time { return now }
+	assert.Equal(t, "JS:*early", s.User(42, []uint64{0x7f0000001010})[0].Function)
+
+	f, err := os.OpenFile(fs.RootPath(42, "/tmp/perf-42.map"), os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("7f0000002000 100 JS:*late\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	now = now.Add(50 * time.Millisecond)
+	assert.Empty(t, s.User(42, []uint64{0x7f0000002010})[0].Function, "read 50 ms ago: not again")
+	now = now.Add(60 * time.Millisecond)
+	assert.Equal(t, "JS:*early", s.User(42, []uint64{0x7f0000001010})[0].Function, "a hit reads nothing")
+	assert.Equal(t, "JS:*late", s.User(42, []uint64{0x7f0000002010})[0].Function, "a miss 110 ms after the read reads again")
 }
 
 func TestForgetProcessAndBounds(t *testing.T) {
