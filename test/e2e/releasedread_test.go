@@ -42,6 +42,8 @@ type releasedSample struct {
 	Value      int64
 	Attributes map[string]any
 	Functions  []string
+	// TraceID and SpanID (hex) are those of the sample's link; "" without.
+	TraceID, SpanID string
 }
 
 // total is the sum of the profile's sample values.
@@ -183,6 +185,13 @@ func readSample(dict *profilespb.ProfilesDictionary, s *profilespb.Sample) (rele
 			}
 		}
 		rs.Attributes[k] = v
+	}
+	if li := s.GetLinkIndex(); li != 0 {
+		l, err := at(dict.GetLinkTable(), li, "link")
+		if err != nil {
+			return rs, err
+		}
+		rs.TraceID, rs.SpanID = hex.EncodeToString(l.GetTraceId()), hex.EncodeToString(l.GetSpanId())
 	}
 	stack, err := at(dict.GetStackTable(), s.GetStackIndex(), "stack")
 	if err != nil {

@@ -34,6 +34,7 @@ var checks = []check{
 	{"probe", "e2e.test", "TestCollectorProbeLogs"},
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
 	{"python", "e2e.test", "TestCollectorPythonFrames"},
+	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes"},
 }
 
 // stressChecks run only when -checks names them: they repeat one

@@ -1,0 +1,121 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// What a backend reads: CPU samples taken inside the probe's slow scopes
+// link (released protos: the dictionary's link table) to the trace and span
+// ids of the scopes' log records and carry probe.id; samples of the scopes
+// min_duration drops carry neither; the probe_duration profile of the entry
+// stacks splits 3:1 between the callers.
+func TestCollectorLinksSamplesToScopes(t *testing.T) {
+	bin := collectorBinary(t)
+	work := testutil.BuildC(t, "scopelink.c")
+	sink, addr := startReleasedGRPCSink(t, 0)
+	out, stop := startStoppableCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 1s
+    cpu: {samples_per_second: 199}
+    probes:
+      - id: app.handle
+        file_match: '^%s$'
+        symbol: handle
+        min_duration: 20ms
+        stacks: true
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+  debug: {verbosity: detailed}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+    logs: {receivers: [bpfprofiler], exporters: [debug]}
+`, regexp.QuoteMeta(work), addr))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "probes attached") },
+		30*time.Second, 100*time.Millisecond, "the collector did not attach the probes")
+
+	// 10 cycles: 40 slow scopes of 50 ms; the calls start 3 s after the
+	// exec event attached the probe (emulated kernels are slow).
+	cmd := exec.Command(work, "10", "3000")
+	require.NoError(t, cmd.Run())
+	pid := cmd.Process.Pid
+	time.Sleep(2 * time.Second) // the last samples reach a report
+	require.NoError(t, stop())
+
+	// The records' ids, as the debug exporter prints them.
+	ids := regexp.MustCompile(`Trace ID: ([0-9a-f]{32})\s+Span ID: ([0-9a-f]{16})`)
+	records := map[string]bool{}
+	for _, m := range ids.FindAllStringSubmatch(out.String(), -1) {
+		records[m[1]+"/"+m[2]] = true
+	}
+	require.GreaterOrEqual(t, len(records), 36, "records of the 40 slow scopes")
+	require.LessOrEqual(t, len(records), 40)
+
+	profiles, err := readReleased(sink.requests())
+	require.NoError(t, err)
+	var linked, linkedSlow, slow, fastLinked int64
+	spans := map[string]bool{}
+	callers := map[string]int64{}
+	var durations int64
+	for _, p := range profiles {
+		for _, s := range p.Samples {
+			if s.Attributes["process.pid"] != int64(pid) {
+				continue
+			}
+			switch p.SampleType {
+			case "samples":
+				inSlow := slices.Contains(s.Functions, "slow_path")
+				if inSlow {
+					slow += s.Value
+				}
+				if s.SpanID == "" {
+					require.Nil(t, s.Attributes["probe.id"], "an unlinked sample has no probe.id")
+					continue
+				}
+				require.True(t, records[s.TraceID+"/"+s.SpanID], "link %s/%s is a record's", s.TraceID, s.SpanID)
+				require.Equal(t, "app.handle", s.Attributes["probe.id"])
+				spans[s.SpanID] = true
+				linked += s.Value
+				if inSlow {
+					linkedSlow += s.Value
+				}
+				if slices.Contains(s.Functions, "fast_path") {
+					fastLinked += s.Value
+				}
+			case "probe_duration":
+				require.Equal(t, "app.handle", s.Attributes["probe.id"])
+				durations += s.Value
+				for _, c := range []string{"caller_a", "caller_b"} {
+					if slices.Contains(s.Functions, c) {
+						callers[c] += s.Value
+					}
+				}
+			}
+		}
+	}
+	share := float64(callers["caller_a"]) / float64(max(durations, 1))
+	matrixFigure(t, "linked %d of %d slow_path samples to %d of %d records; caller_a %.3f", linkedSlow, slow, len(spans), len(records), share)
+	require.Positive(t, linked)
+	require.Zero(t, fastLinked, "samples of dropped scopes are not linked")
+	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(linked), "linked samples are in slow_path")
+	require.GreaterOrEqual(t, float64(linkedSlow), 0.90*float64(slow), "slow_path samples are linked")
+	require.InDelta(t, 0.75, share, 0.05, "caller_a's share of the scopes' duration")
+	require.Equal(t, durations, callers["caller_a"]+callers["caller_b"], "every entry stack reaches its caller")
+}
