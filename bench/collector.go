@@ -49,6 +49,8 @@ type profileConfig struct {
 type benchProbe struct {
 	id, fileMatch, symbol string
 	minDuration           time.Duration
+	// linkSamples sets link_samples; nil leaves the default.
+	linkSamples *bool
 }
 
 // collectorYAMLTemplate is the configuration of every collector the bench
@@ -105,6 +107,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 			// record, which the default rate limit would cut short.
 			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n        symbol: %s\n        min_duration: %s\n        max_per_second: 0\n",
 				yamlQuote(pr.id), yamlQuote(pr.fileMatch), yamlQuote(pr.symbol), pr.minDuration)
+			if pr.linkSamples != nil {
+				fmt.Fprintf(&b, "        link_samples: %t\n", *pr.linkSamples)
+			}
 		}
 	}
 	telemetry := ""

@@ -68,6 +68,9 @@ const (
 type probeRun struct {
 	wall time.Duration
 	warn string // something looked wrong (printed, the run still counts)
+	// samplerNs is the CPU sampler's BPF run time per sample during the
+	// run (linking scenarios); 0: not measured.
+	samplerNs float64
 }
 
 type probeScenario struct {
@@ -100,7 +103,14 @@ func runProbesSuite(ctx context.Context, e env) error {
 				id: benchProbeID, fileMatch: "^" + regexp.QuoteMeta(bin) + "$", symbol: probedSymbol, minDuration: sc.min,
 			}}})
 			scs = append(scs, probeScenario{sc.name, func(ctx context.Context) (probeRun, error) {
-				return runProbedByCollector(ctx, cfg, w, calls, sc.min == 0)
+				return runProbedByCollector(ctx, cfg, w, calls, sc.min == 0, false)
+			}})
+		}
+		links := linkConfigs(e, bin)
+		for _, name := range []string{scLinkOff, scLinkOn} {
+			cfg := links[name]
+			scs = append(scs, probeScenario{name, func(ctx context.Context) (probeRun, error) {
+				return runProbedByCollector(ctx, cfg, w, calls, false, true)
 			}})
 		}
 	}
@@ -145,6 +155,9 @@ func runProbesSuite(ctx context.Context, e env) error {
 				rep.warnings++
 			}
 			round[sc.name] = res.wall
+			if res.samplerNs > 0 {
+				rep.samplerNs[sc.name] = append(rep.samplerNs[sc.name], res.samplerNs)
+			}
 			fmt.Fprintf(&line, "  %s %.0fns", sc.name, nsPerCall(res.wall, calls))
 			select {
 			case <-ctx.Done():
@@ -163,8 +176,16 @@ func runProbesSuite(ctx context.Context, e env) error {
 // runProbedByCollector starts probeloop waiting on stdin, then the collector
 // (whose start-up scan attaches to the waiting process), checks the probe is
 // attached, runs the loop and stops the collector. With wantRecords, it
-// also waits until the debug exporter has logged a record per call.
-func runProbedByCollector(ctx context.Context, cfg collectorConfig, w workload, calls uint64, wantRecords bool) (probeRun, error) {
+// also waits until the debug exporter has logged a record per call; with
+// sampler, it measures the CPU sampler's BPF run time per sample.
+func runProbedByCollector(ctx context.Context, cfg collectorConfig, w workload, calls uint64, wantRecords, sampler bool) (probeRun, error) {
+	if sampler {
+		stats, err := enableBPFStats()
+		if err != nil {
+			return probeRun{}, err
+		}
+		defer stats.Close()
+	}
 	argv := append(w.argv(), "stdin")
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer
@@ -201,6 +222,11 @@ func runProbedByCollector(ctx context.Context, cfg collectorConfig, w workload, 
 		return probeRun{}, fmt.Errorf("collector attached %d uprobes, want 2 (entry and return of %s); its output (%s):\n%s", uprobes, probedSymbol, c.logPath, c.lastLines(30))
 	}
 
+	var rt0 time.Duration
+	var runs0 uint64
+	if sampler {
+		rt0, runs0, _ = samplerStats()
+	}
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return probeRun{}, fmt.Errorf("starting the workload's loop: %w", err)
 	}
@@ -212,6 +238,14 @@ func runProbedByCollector(ctx context.Context, cfg collectorConfig, w workload, 
 		return probeRun{}, err
 	}
 	out := probeRun{wall: res.wall}
+	if sampler {
+		rt, runs, _ := samplerStats()
+		if runs > runs0 {
+			out.samplerNs = float64((rt - rt0).Nanoseconds()) / float64(runs-runs0)
+		} else {
+			out.warn = "no CPU sample ran during the loop"
+		}
+	}
 
 	var got uint64
 	deadline := time.Now().Add(recordsWait)

@@ -24,10 +24,14 @@ type probeReport struct {
 	overhead  map[string][]float64 // ns/call - that round's no-probe ns/call
 	notes     []string
 	warnings  int // runs that printed a warning
+	// samplerNs is the CPU sampler's BPF run time per sample, per round,
+	// of the linking scenarios.
+	samplerNs map[string][]float64
 }
 
 func newProbeReport(scenarios []string, calls uint64) *probeReport {
-	return &probeReport{scenarios: scenarios, calls: calls, ns: map[string][]float64{}, overhead: map[string][]float64{}}
+	return &probeReport{scenarios: scenarios, calls: calls, ns: map[string][]float64{}, overhead: map[string][]float64{},
+		samplerNs: map[string][]float64{}}
 }
 
 // add records one round: each scenario's loop wall time.
@@ -94,6 +98,20 @@ func (r *probeReport) print(w io.Writer) {
 		} else {
 			fmt.Fprintf(w, "our probe ≤ %.1f× floor (overhead, %s): n/a (floor not run)\n", targetFloorRatio, ours.label)
 		}
+	}
+	r.printLinking(w)
+}
+
+// printLinking reports what linking samples to scopes costs a probed call
+// and a CPU sample.
+func (r *probeReport) printLinking(w io.Writer) {
+	if x, ok := r.ratio(r.ns, scLinkOn, scLinkOff); ok {
+		fmt.Fprintf(w, "linking ≤ %.2f× per call (link_samples true / false, cpu %d Hz): %s (ns/call %.0f vs %.0f, ratio %.3f)\n",
+			linkTarget, linkCPUHz, yesNo(x <= linkTarget), median(r.ns[scLinkOn]), median(r.ns[scLinkOff]), x)
+	}
+	if on, off := r.samplerNs[scLinkOn], r.samplerNs[scLinkOff]; len(on) > 0 && len(off) > 0 {
+		fmt.Fprintf(w, "CPU sampler BPF run time per sample: %.0f ns with the probe linking, %.0f ns without (ratio %.3f; kernel BPF statistics)\n",
+			median(on), median(off), median(on)/median(off))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 )
 
 // mapName is the map's name in every collection that includes bpf/scopes.h.
@@ -18,6 +19,9 @@ const mapName = bpf.ProbeMapOpenScopes
 
 // New creates the map as the probe collection declares it.
 func New() (*ebpf.Map, error) {
+	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK; a failure
+	// to raise it is explained if the map cannot be created.
+	_ = memlock.Raise()
 	spec, err := bpf.LoadProbe()
 	if err != nil {
 		return nil, fmt.Errorf("load probe BPF spec: %w", err)
@@ -28,7 +32,7 @@ func New() (*ebpf.Map, error) {
 	}
 	m, err := ebpf.NewMap(ms)
 	if err != nil {
-		return nil, fmt.Errorf("create the %s map: %w", mapName, err)
+		return nil, fmt.Errorf("create the %s map: %w", mapName, memlock.Explain(err))
 	}
 	return m, nil
 }

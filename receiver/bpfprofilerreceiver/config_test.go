@@ -98,6 +98,7 @@ func TestLoadConfig(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "bad_unwinding"), errorMessage: `unwinding::method: want auto or frame_pointer, got "dwarf"`},
 		{id: component.NewIDWithName(metadata.Type, "zero_perf_map_size"), errorMessage: "perf_maps::max_size_mib: must be 1..1024, got 0"},
 		{id: component.NewIDWithName(metadata.Type, "huge_perf_map_size"), errorMessage: "perf_maps::max_size_mib: must be 1..1024, got 4096"},
+		{id: component.NewIDWithName(metadata.Type, "link_without_samples"), errorMessage: "probes[0]::link_samples: there are no samples to link: enable cpu or off_cpu"},
 		{id: component.NewIDWithName(metadata.Type, "relative_host_root"), errorMessage: `kubernetes::host_root: must be an absolute path, got "host"`},
 	}
 	for _, tt := range tests {
@@ -179,3 +180,18 @@ func TestProbeSpecsRateLimit(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// link_samples defaults to true; stacks to false.
+func TestProbeSpecsLinkingAndStacks(t *testing.T) {
+	cfg := &Config{Probes: []ProbeConfig{
+		{ID: "a", FileMatch: "x", Symbol: "f"},
+		{ID: "b", FileMatch: "x", Symbol: "f", LinkSamples: ptr(false), Stacks: true},
+		{ID: "c", FileMatch: "x", Symbol: "f", LinkSamples: ptr(true)},
+	}}
+	var links, stacks []bool
+	for _, s := range cfg.probeSpecs() {
+		links, stacks = append(links, s.LinkSamples), append(stacks, s.EntryStack)
+	}
+	assert.Equal(t, []bool{true, false, true}, links)
+	assert.Equal(t, []bool{false, true, false}, stacks)
+}

@@ -14,7 +14,9 @@ import (
 const module = "github.com/bpfprofiler/bpfprofiler/"
 
 // kernelSide are the packages that load BPF and read its maps.
-var kernelSide = []string{"bpf", "internal/stackdrain", "internal/sampler", "internal/offcpu", "internal/probes", "internal/unwinder"}
+var kernelSide = []string{
+	"bpf", "internal/stackdrain", "internal/sampler", "internal/offcpu", "internal/probes", "internal/unwinder", "internal/scopemap",
+}
 
 // forbidden lists, for each package, the packages it must not import
 // (directly); "kernel" stands for every package of kernelSide.
@@ -22,6 +24,7 @@ var forbidden = map[string][]string{
 	"internal/capture":   {"kernel", "internal/assemble", "internal/report", "internal/pdata", "internal/pproffile"},
 	"internal/report":    {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
 	"internal/assemble":  {"kernel", "internal/pdata", "internal/pproffile", "internal/symbolize", "internal/identity"},
+	"internal/scopejoin": {"kernel", "internal/assemble", "internal/pdata", "internal/pproffile", "internal/symbolize", "internal/identity"},
 	"internal/pdata":     {"kernel", "internal/capture", "internal/assemble", "internal/symbolize", "internal/identity"},
 	"internal/pproffile": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/symbolize", "internal/identity"},
 	"internal/symbolize": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
