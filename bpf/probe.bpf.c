@@ -69,12 +69,18 @@ struct probe_stack_record {
 	u64 frames[MAX_STACK_DEPTH];
 };
 
+/* Frames an entry stack keeps: one slot of ips is left for the caller (see capture_entry_stack). */
+#define ENTRY_STACK_DEPTH (MAX_STACK_DEPTH - 1)
+
 /* The user stack of an open scope, captured at its entry. */
 struct entry_stack {
-	s32 frames; /* frames captured, or -errno */
-	u32 pad;
+	s32 frames; /* frames from ips[first], at most ENTRY_STACK_DEPTH; or -errno */
+	u32 first;  /* 0 or 1 */
 	u64 ips[MAX_STACK_DEPTH];
 };
+
+/* struct pt_regs (x86-64): the user stack pointer, in words. */
+#define PT_REGS_SP_WORD (152 / 8)
 
 /* Per-CPU counters; user space sums them. */
 struct probe_stats {
@@ -225,11 +231,32 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 	u32 zero = 0;
 	int n; /* int on every kernel: see common.h */
 
+	u64 ret, sp = ((const u64 *)ctx)[PT_REGS_SP_WORD];
+	u32 k;
+
 	es = bpf_map_lookup_elem(&entry_scratch, &zero);
 	if (!es)
 		return;
-	n = bpf_get_stack(ctx, es->ips, sizeof(es->ips), BPF_F_USER_STACK);
-	es->frames = n > 0 ? (s32)((u32)n / sizeof(u64)) : (n ? n : -EFAULT);
+	/* From ips[1]: room for the caller below. */
+	n = bpf_get_stack(ctx, &es->ips[1], ENTRY_STACK_DEPTH * sizeof(u64), BPF_F_USER_STACK);
+	es->first = 1;
+	es->frames = n ? n : -EFAULT;
+	if (n > 0) {
+		k = (u32)n / sizeof(u64);
+		es->frames = k;
+		/*
+		 * At a function's first instruction its return address is on top
+		 * of the stack, not yet in the frame pointer chain: the walk from
+		 * rbp skips the caller (as older kernels' does in a uprobe; newer
+		 * ones add it, and it is not added twice).
+		 */
+		if (!bpf_probe_read_user(&ret, sizeof(ret), (const void *)sp) && ret && (k < 2 || es->ips[2] != ret)) {
+			es->ips[0] = es->ips[1];
+			es->ips[1] = ret;
+			es->first = 0;
+			es->frames = k < ENTRY_STACK_DEPTH ? k + 1 : ENTRY_STACK_DEPTH;
+		}
+	}
 	bpf_map_update_elem(&entry_stacks, key, es, BPF_ANY);
 }
 
@@ -311,10 +338,11 @@ static __always_inline struct probe_record *reserve_record(const struct probe_co
 	if (!srec)
 		return NULL;
 	srec->rec.stack_frames = -ENOENT;
+	srec->frames[ENTRY_STACK_DEPTH] = 0;
 	es = bpf_map_lookup_elem(&entry_stacks, key);
 	if (es) {
 		srec->rec.stack_frames = es->frames;
-		if (bpf_probe_read_kernel(srec->frames, sizeof(srec->frames), es->ips))
+		if (bpf_probe_read_kernel(srec->frames, ENTRY_STACK_DEPTH * sizeof(u64), &es->ips[es->first & 1]))
 			srec->rec.stack_frames = -EFAULT;
 	} else {
 		__builtin_memset(srec->frames, 0, sizeof(srec->frames));

@@ -16,7 +16,7 @@ import (
 type ProbeEntryStack struct {
 	_      structs.HostLayout
 	Frames int32
-	Pad    uint32
+	First  uint32
 	Ips    [127]uint64
 }
 

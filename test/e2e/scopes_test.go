@@ -74,6 +74,7 @@ service:
 	spans := map[string]bool{}
 	callers := map[string]int64{}
 	var durations int64
+	var entryStacks []string // a few, for the log
 	for _, p := range profiles {
 		for _, s := range p.Samples {
 			if s.Attributes["process.pid"] != int64(pid) {
@@ -102,6 +103,9 @@ service:
 			case "probe_duration":
 				require.Equal(t, "app.handle", s.Attributes["probe.id"])
 				durations += s.Value
+				if len(entryStacks) < 4 {
+					entryStacks = append(entryStacks, fmt.Sprintf("%v: %q", time.Duration(s.Value), s.Functions))
+				}
 				for _, c := range []string{"caller_a", "caller_b"} {
 					if slices.Contains(s.Functions, c) {
 						callers[c] += s.Value
@@ -111,6 +115,7 @@ service:
 		}
 	}
 	share := float64(callers["caller_a"]) / float64(max(durations, 1))
+	t.Logf("probe_duration %v in all, entry stacks %v", time.Duration(durations), entryStacks)
 	matrixFigure(t, "linked %d of %d slow_path samples to %d of %d records; caller_a %.3f", linkedSlow, slow, len(spans), len(records), share)
 	require.Positive(t, linked)
 	require.Zero(t, fastLinked, "samples of dropped scopes are not linked")
