@@ -266,9 +266,15 @@ static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_
 {
 	if (cfg->link_samples) {
 		struct open_scope open = { .start_ns = start, .probe = key->probe_index + 1 };
+		struct open_scope *old = bpf_map_lookup_elem(&open_scopes, &key->tid);
 
-		/* An open scope of another probe stays: samples go to the outermost one. */
-		bpf_map_update_elem(&open_scopes, &key->tid, &open, BPF_NOEXIST);
+		/*
+		 * An open scope of another probe stays: samples go to the
+		 * outermost one. One of this probe is stale (its exit was
+		 * missed, e.g. a longjmp past a uretprobe): replaced.
+		 */
+		if (!old || old->probe == open.probe)
+			bpf_map_update_elem(&open_scopes, &key->tid, &open, BPF_ANY);
 	}
 	if (cfg->entry_stack)
 		capture_entry_stack(ctx, key);

@@ -233,3 +233,26 @@ func TestStatsDropped(t *testing.T) {
 	st := Stats{Drops: []ProbeDrops{{RateLimited: 5, RingBufferFull: 1}, {}, {RateLimited: 2}}}
 	require.Equal(t, ProbeDrops{RateLimited: 7, RingBufferFull: 1}, st.Dropped())
 }
+
+// Whatever the ring buffer hands over, decoding never panics and never
+// returns more frames than a record holds.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(encodeRecord(1000, 251000, 42, 43, 2, "node"))
+	srec := bpf.ProbeProbeStackRecord{Rec: bpf.ProbeProbeRecord{StartNs: 5, EndNs: 9, StackFrames: 2}}
+	srec.Frames[0], srec.Frames[1] = 0x401000, 0x402000
+	b, err := binary.Append(nil, binary.LittleEndian, &srec)
+	require.NoError(f, err)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decodeRecord(b)
+		if err != nil {
+			return
+		}
+		if len(r.EntryStack) > len(srec.Frames) {
+			t.Fatalf("%d entry stack frames from %d bytes", len(r.EntryStack), len(b))
+		}
+		if len(r.EntryStack) > 0 && r.EntryStackLoss != capture.StackKept {
+			t.Fatalf("frames and a loss: %+v", r)
+		}
+	})
+}

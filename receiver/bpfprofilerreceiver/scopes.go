@@ -56,9 +56,11 @@ func (r *profilerReceiver) openScopeJoin(profiling bool) error {
 		}
 		j.open = m
 		j.linker = scopejoin.New(scopejoin.Options{
-			IDs:        r.scopeIDs.Of,
-			Probes:     j.probeIDs,
-			Wait:       2 * r.cfg.ReportInterval,
+			IDs:    r.scopeIDs.Of,
+			Probes: j.probeIDs,
+			// Held at one report, released at the second after it at the
+			// latest (whatever the ticker's jitter): two intervals.
+			Wait:       r.cfg.ReportInterval * 3 / 2,
 			MaxHeld:    maxHeldScopeSamples,
 			MaxRecords: maxSentScopes,
 		})
