@@ -16,11 +16,11 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// What a backend reads: CPU samples taken inside the probe's slow scopes
-// link (released protos: the dictionary's link table) to the trace and span
-// ids of the scopes' log records and carry probe.id; samples of the scopes
-// min_duration drops carry neither; the probe_duration profile of the entry
-// stacks splits 3:1 between the callers.
+// What a backend reads: CPU samples and off-CPU waits taken inside the
+// probe's slow scopes link (released protos: the dictionary's link table) to
+// the trace and span ids of the scopes' log records and carry probe.id;
+// samples of the scopes min_duration drops carry neither; the probe_duration
+// profile of the entry stacks splits 3:1 between the callers.
 func TestCollectorLinksSamplesToScopes(t *testing.T) {
 	bin := collectorBinary(t)
 	work := testutil.BuildC(t, "scopelink.c")
@@ -30,6 +30,7 @@ receivers:
   bpfprofiler:
     report_interval: 1s
     cpu: {samples_per_second: 199}
+    off_cpu: {enabled: true, min_block: 1ms}
     probes:
       - id: app.handle
         file_match: '^%s$'
@@ -71,6 +72,7 @@ service:
 	profiles, err := readReleased(sink.requests())
 	require.NoError(t, err)
 	var linked, linkedSlow, slow, fastLinked int64
+	var offLinked, offSlow int64 // off-CPU ns: linked, and under slow_path
 	spans := map[string]bool{}
 	callers := map[string]int64{}
 	var durations int64
@@ -100,6 +102,15 @@ service:
 				if slices.Contains(s.Functions, "fast_path") {
 					fastLinked += s.Value
 				}
+			case "off_cpu":
+				if !slices.Contains(s.Functions, "slow_path") {
+					continue
+				}
+				offSlow += s.Value
+				if s.SpanID != "" {
+					require.True(t, records[s.TraceID+"/"+s.SpanID], "link %s/%s is a record's", s.TraceID, s.SpanID)
+					offLinked += s.Value
+				}
 			case "probe_duration":
 				require.Equal(t, "app.handle", s.Attributes["probe.id"])
 				durations += s.Value
@@ -116,11 +127,15 @@ service:
 	}
 	share := float64(callers["caller_a"]) / float64(max(durations, 1))
 	t.Logf("probe_duration %v in all, entry stacks %v", time.Duration(durations), entryStacks)
-	matrixFigure(t, "linked %d of %d slow_path samples to %d of %d records; caller_a %.3f", linkedSlow, slow, len(spans), len(records), share)
+	offShare := float64(offLinked) / float64(max(offSlow, 1))
+	matrixFigure(t, "linked %d of %d slow_path samples to %d of %d records, off-CPU %.1f%%; caller_a %.3f",
+		linkedSlow, slow, len(spans), len(records), 100*offShare, share)
 	require.Positive(t, linked)
 	require.Zero(t, fastLinked, "samples of dropped scopes are not linked")
 	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(linked), "linked samples are in slow_path")
 	require.GreaterOrEqual(t, float64(linkedSlow), 0.90*float64(slow), "slow_path samples are linked")
+	require.GreaterOrEqual(t, offSlow, int64(40*4*time.Millisecond), "slow_path's 40 waits of 5 ms")
+	require.GreaterOrEqual(t, offShare, 0.90, "slow_path's off-CPU time is linked")
 	require.InDelta(t, 0.75, share, 0.05, "caller_a's share of the scopes' duration")
 	require.Equal(t, durations, callers["caller_a"]+callers["caller_b"], "every entry stack reaches its caller")
 }
