@@ -7,9 +7,8 @@ import (
 	"os"
 	"sync"
 
-	"go.uber.org/zap"
-
 	"github.com/cilium/ebpf"
+	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
