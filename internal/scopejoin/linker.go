@@ -18,7 +18,7 @@ type Outcome uint8
 const (
 	Linked   Outcome = iota // its scope's record was sent: linked
 	NoRecord                // its scope ended without a record (min_duration, rate limit, full buffers)
-	Timeout                 // no record came within the wait
+	Timeout                 // no record came within Options.Reports reports
 	HeldFull                // too many samples were waiting already
 	numOutcomes
 )
@@ -51,9 +51,11 @@ type Options struct {
 	IDs IDs
 	// Probes names each probe (by index) in the links.
 	Probes []string
-	// Wait is how long a sample waits for its scope's record; records are
-	// remembered as long.
-	Wait time.Duration
+	// Reports is how many later Link calls (reports) a sample held back
+	// waits for its scope's record at most; records are remembered for one
+	// report more. Counting reports rather than time keeps a report that
+	// runs late from forgetting records its samples need.
+	Reports int
 	// MaxHeld bounds the samples waiting; MaxRecords the records
 	// remembered (the oldest are forgotten first).
 	MaxHeld, MaxRecords int
@@ -67,6 +69,9 @@ type Linker struct {
 	records recordLog // guarded by records.mu
 	held    []heldSample
 }
+
+// reportNumber counts Link calls.
+type reportNumber uint64
 
 // scopeKey names one scope instance.
 type scopeKey struct {
@@ -89,7 +94,7 @@ type heldSample struct {
 	period   int64
 	identity report.Identity
 	sample   report.Sample
-	since    time.Time
+	since    reportNumber
 }
 
 // New returns a Linker.
@@ -97,27 +102,30 @@ func New(opts Options) *Linker {
 	return &Linker{opts: opts, records: newRecordLog(opts.MaxRecords)}
 }
 
-// Completed notes scopes whose records are sent, read at now.
-func (l *Linker) Completed(now time.Time, scopes []capture.RawScope) {
-	l.records.add(now, scopes, l.opts.Wait)
+// Completed notes scopes whose records are sent.
+func (l *Linker) Completed(scopes []capture.RawScope) {
+	l.records.add(scopes)
 }
 
-// Link resolves the scope of every sample of profiles taken inside one
-// (report.Sample.Scope), at now: linked when its scope's record is known,
-// left unlinked when the scope ended without one, else held back (removed
-// from its profile) until a later call, at most Wait. The samples held
-// before come back into the profiles of their kind (a profile of the kind
-// is added if profiles has none); with final, none is held. Linked samples
-// get report.Sample.Link; every sample leaves with Scope nil.
+// Link resolves the scope of every sample of profiles (the report of now)
+// taken inside one (report.Sample.Scope): linked when its scope's record is
+// known, left unlinked when the scope ended without one, else held back
+// (removed from its profile) until a later call, at most Options.Reports
+// calls. The samples held before come back into the profiles of their kind
+// (a profile of the kind ending now is added if profiles has none); with
+// final, none is held. Linked samples get report.Sample.Link; every sample
+// leaves with Scope nil.
 func (l *Linker) Link(now time.Time, profiles []report.Profile, final bool) ([]report.Profile, Outcomes) {
 	out := Outcomes{}
-	snap := l.records.snapshot(now, l.opts.Wait)
+	snap := l.records.snapshot(l.opts.Reports + 1)
 	defer l.records.release()
+	this := snap.report
 
 	var back []heldSample
 	kept := l.held[:0]
 	for _, h := range l.held {
-		switch o, ok := l.resolve(snap, h.identity.PID, &h.sample, final || now.Sub(h.since) >= l.opts.Wait); {
+		expired := final || this-h.since >= reportNumber(l.opts.Reports)
+		switch o, ok := l.resolve(snap, h.identity.PID, &h.sample, expired); {
 		case ok:
 			out.add(h.sample.Scope.ProbeIndex, o)
 			h.sample.Scope = nil
@@ -143,7 +151,7 @@ func (l *Linker) Link(now time.Time, profiles []report.Profile, final bool) ([]r
 					o, ok = HeldFull, true
 				}
 				if !ok {
-					l.held = append(l.held, heldSample{kind: p.Kind, period: p.Period, identity: proc.Identity, sample: s, since: now})
+					l.held = append(l.held, heldSample{kind: p.Kind, period: p.Period, identity: proc.Identity, sample: s, since: this})
 					continue
 				}
 				out.add(s.Scope.ProbeIndex, o)

@@ -21,7 +21,7 @@ func fakeIDs(pid, tid uint32, probe int, start uint64) (trace [16]byte, span [8]
 }
 
 func newTestLinker(maxHeld int) *Linker {
-	return New(Options{IDs: fakeIDs, Probes: []string{"slow", "other"}, Wait: 20 * time.Second, MaxHeld: maxHeld, MaxRecords: 100})
+	return New(Options{IDs: fakeIDs, Probes: []string{"slow", "other"}, Reports: 2, MaxHeld: maxHeld, MaxRecords: 100})
 }
 
 func sample(tid uint32, probe int, start uint64, value int64) report.Sample {
@@ -50,7 +50,7 @@ func linkOf(tid uint32, probe int, start uint64, id string) *report.ScopeLink {
 
 func TestLinker(t *testing.T) {
 	l := newTestLinker(10)
-	l.Completed(t0, []capture.RawScope{record(8, 0, 100), record(9, 0, 300)})
+	l.Completed([]capture.RawScope{record(8, 0, 100), record(9, 0, 300)})
 
 	// Report 1: linked (record known), no record (a later scope of the
 	// probe on the thread has one), held (its scope may still be open),
@@ -72,7 +72,7 @@ func TestLinker(t *testing.T) {
 
 	// Report 2: the held sample's record came; it is put back, linked,
 	// into this report's profile of its kind.
-	l.Completed(t0.Add(2*time.Second), []capture.RawScope{record(9, 0, 400)})
+	l.Completed([]capture.RawScope{record(9, 0, 400)})
 	got, out = l.Link(t0.Add(3*time.Second), cpuProfile(sample(8, -1, 0, 1)), false)
 	assert.Equal(t, []report.Sample{
 		{TID: 8, Value: 1},
@@ -86,12 +86,13 @@ func TestLinkerTimeout(t *testing.T) {
 	l := newTestLinker(10)
 	_, out := l.Link(t0, cpuProfile(sample(8, 1, 100, 5)), false)
 	assert.Empty(t, out)
-	// Before the wait ends it stays held; no profile comes back without it.
-	got, out := l.Link(t0.Add(19*time.Second), nil, false)
+	// One report later it stays held; no profile comes back without it.
+	got, out := l.Link(t0.Add(time.Hour), nil, false)
 	assert.Empty(t, got)
 	assert.Empty(t, out)
-	// Then it comes back unlinked, in a profile of its kind added for it.
-	got, out = l.Link(t0.Add(20*time.Second), nil, false)
+	// At the second report it comes back unlinked, in a profile of its kind
+	// added for it (counted in reports: the time between them is no matter).
+	got, out = l.Link(t0.Add(time.Hour+time.Second), nil, false)
 	require.Len(t, got, 1)
 	assert.Equal(t, report.KindCPU, got[0].Kind)
 	assert.Equal(t, int64(10), got[0].Period)
@@ -106,20 +107,36 @@ func TestLinkerBounds(t *testing.T) {
 	assert.Equal(t, Outcomes{0: {HeldFull: 1}}, out)
 
 	// final: nothing stays held.
-	got, out = l.Link(t0.Add(time.Second), nil, true)
+	got, out = l.Link(t0, nil, true)
 	assert.Equal(t, []report.Sample{{TID: 8, Value: 5}}, got[0].Processes[0].Samples)
 	assert.Equal(t, Outcomes{0: {Timeout: 1}}, out)
 
-	// Records are forgotten after the wait, and beyond MaxRecords.
-	l = New(Options{IDs: fakeIDs, Wait: time.Second, MaxHeld: 10, MaxRecords: 2})
-	l.Completed(t0, []capture.RawScope{record(1, 0, 1), record(2, 0, 1), record(3, 0, 1)})
+	// Records are forgotten beyond MaxRecords, oldest first.
+	l = New(Options{IDs: fakeIDs, Reports: 2, MaxHeld: 10, MaxRecords: 2})
+	l.Completed([]capture.RawScope{record(1, 0, 1), record(2, 0, 1), record(3, 0, 1)})
 	_, out = l.Link(t0, []report.Profile{{Kind: report.KindCPU, Processes: []report.Process{{
 		Identity: report.Identity{PID: 7},
 		Samples:  []report.Sample{sample(1, 0, 1, 1), sample(2, 0, 1, 1), sample(3, 0, 1, 1)},
 	}}}}, false)
 	assert.Equal(t, Outcomes{0: {Linked: 2}}, out, "the oldest record was forgotten: its sample waits")
-	_, out = l.Link(t0.Add(2*time.Second), nil, false)
-	assert.Equal(t, Outcomes{0: {Timeout: 1}}, out)
+}
+
+// A record is remembered for the reports a held sample may wait and one
+// more, then forgotten.
+func TestLinkerRecordsKeptForReports(t *testing.T) {
+	l := newTestLinker(10)
+	l.Completed([]capture.RawScope{record(8, 0, 100)})
+	for range 2 {
+		_, out := l.Link(t0, nil, false)
+		assert.Empty(t, out)
+	}
+	// Third report since it arrived: still known.
+	_, out := l.Link(t0, cpuProfile(sample(8, 0, 100, 1)), false)
+	assert.Equal(t, Outcomes{0: {Linked: 1}}, out)
+	// Fourth: forgotten; the sample waits (and times out two reports later).
+	_, out = l.Link(t0, cpuProfile(sample(8, 0, 100, 1)), false)
+	assert.Empty(t, out)
+	assert.Equal(t, 1, l.Held())
 }
 
 func TestDurations(t *testing.T) {

@@ -2,73 +2,80 @@ package scopejoin
 
 import (
 	"sync"
-	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
-// recordLog remembers the scopes whose records were sent, for a while and
-// up to a number, and the latest such scope of each probe on each thread.
+// recordLog remembers the scopes whose records were sent, for a number of
+// reports and up to a number of records, and the latest such scope of each
+// probe on each thread.
 type recordLog struct {
 	mu     sync.Mutex
 	max    int
-	order  []arrival // oldest first
+	report reportNumber // Link calls so far, this one included once snapshot
+	order  []arrival    // oldest first
 	sent   map[scopeKey]struct{}
 	latest map[threadProbe]arrival
 }
 
+// arrival is a record and the report it arrived before.
 type arrival struct {
-	key scopeKey
-	at  time.Time
+	key    scopeKey
+	report reportNumber
 }
 
 func newRecordLog(maxRecords int) recordLog {
 	return recordLog{max: max(maxRecords, 1), sent: map[scopeKey]struct{}{}, latest: map[threadProbe]arrival{}}
 }
 
-// add notes scopes read at now, forgetting what is older than keep or
-// beyond the bound.
-func (r *recordLog) add(now time.Time, scopes []capture.RawScope, keep time.Duration) {
+// add notes scopes read since the last report, forgetting the oldest beyond
+// the bound.
+func (r *recordLog) add(scopes []capture.RawScope) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	next := r.report + 1
 	for _, s := range scopes {
 		key := scopeKey{pid: s.PID, tid: s.TID, probe: s.ProbeIndex, start: s.Start}
 		if _, ok := r.sent[key]; ok {
 			continue
 		}
 		r.sent[key] = struct{}{}
-		r.order = append(r.order, arrival{key: key, at: now})
+		r.order = append(r.order, arrival{key: key, report: next})
 		tp := threadProbe{pid: s.PID, tid: s.TID, probe: s.ProbeIndex}
 		if l, ok := r.latest[tp]; !ok || l.key.start < s.Start {
-			r.latest[tp] = arrival{key: key, at: now}
+			r.latest[tp] = arrival{key: key, report: next}
 		}
 	}
-	r.prune(now, keep)
+	r.prune(0)
 }
 
-// prune forgets records older than keep, then the oldest beyond max.
-func (r *recordLog) prune(now time.Time, keep time.Duration) {
+// prune forgets the records that arrived keep reports or more before this
+// one (keep 0: none), then the oldest beyond max.
+func (r *recordLog) prune(keep int) {
+	old := func(a arrival) bool { return keep > 0 && r.report-a.report >= reportNumber(keep) }
 	n := 0
-	for n < len(r.order) && (now.Sub(r.order[n].at) > keep || len(r.order)-n > r.max) {
+	for n < len(r.order) && (old(r.order[n]) || len(r.order)-n > r.max) {
 		delete(r.sent, r.order[n].key)
 		n++
 	}
 	if n > 0 {
 		r.order = append(r.order[:0], r.order[n:]...)
 	}
-	if len(r.latest) > 2*r.max || n > 0 {
+	if keep > 0 || len(r.latest) > 2*r.max {
 		for tp, a := range r.latest {
-			if now.Sub(a.at) > keep {
+			if keep > 0 && old(a) || keep == 0 && a.report < r.report {
 				delete(r.latest, tp)
 			}
 		}
 	}
 }
 
-// snapshot locks the log, pruned at now, until release.
-func (r *recordLog) snapshot(now time.Time, keep time.Duration) *recordLog {
+// snapshot counts a report, prunes what arrived keep reports before it and
+// locks the log until release.
+func (r *recordLog) snapshot(keep int) *recordLog {
 	r.mu.Lock()
-	r.prune(now, keep)
+	r.report++
+	r.prune(keep)
 	return r
 }
 

@@ -56,11 +56,10 @@ func (r *profilerReceiver) openScopeJoin(profiling bool) error {
 		}
 		j.open = m
 		j.linker = scopejoin.New(scopejoin.Options{
-			IDs:    r.scopeIDs.Of,
-			Probes: j.probeIDs,
-			// Held at one report, released at the second after it at the
-			// latest (whatever the ticker's jitter): two intervals.
-			Wait:       r.cfg.ReportInterval * 3 / 2,
+			IDs:        r.scopeIDs.Of,
+			Probes:     j.probeIDs,
+			Reports:    2, // two report intervals
+
 			MaxHeld:    maxHeldScopeSamples,
 			MaxRecords: maxSentScopes,
 		})
@@ -95,7 +94,7 @@ func (r *profilerReceiver) scopesRead(ctx context.Context, sent, all []capture.R
 		return
 	}
 	if j.linker != nil {
-		j.linker.Completed(time.Now(), sent)
+		j.linker.Completed(sent)
 	}
 	if j.durations == nil {
 		return
