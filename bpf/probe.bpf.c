@@ -227,12 +227,10 @@ static __always_inline int rate_allows(const struct probe_config *cfg, u32 index
 /* Keeps the user stack of the scope key opens (entry_stacks). */
 static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scope_key *key)
 {
-	struct entry_stack *es;
-	u32 zero = 0;
-	int n; /* int on every kernel: see common.h */
-
 	u64 ret, sp = ((const u64 *)ctx)[PT_REGS_SP_WORD];
-	u32 k;
+	struct entry_stack *es;
+	u32 zero = 0, k;
+	int n; /* int on every kernel: see common.h */
 
 	es = bpf_map_lookup_elem(&entry_scratch, &zero);
 	if (!es)
@@ -246,9 +244,10 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 		es->frames = k;
 		/*
 		 * At a function's first instruction its return address is on top
-		 * of the stack, not yet in the frame pointer chain: the walk from
-		 * rbp skips the caller (as older kernels' does in a uprobe; newer
-		 * ones add it, and it is not added twice).
+		 * of the stack, not yet in the frame pointer chain, so the walk
+		 * from rbp skips the caller: add it. Newer kernels add it to a
+		 * uprobe's stack themselves (5.10 does not); then it is there
+		 * already and not added twice.
 		 */
 		if (!bpf_probe_read_user(&ret, sizeof(ret), (const void *)sp) && ret && (k < 2 || es->ips[2] != ret)) {
 			es->ips[0] = es->ips[1];

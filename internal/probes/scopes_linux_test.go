@@ -4,11 +4,7 @@ package probes
 
 import (
 	"debug/elf"
-	"fmt"
-	"os"
 	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +12,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -125,16 +122,13 @@ func callerRanges(t *testing.T, bin string) map[string][2]uint64 {
 // loadBase is where pid maps bin's first segment (file offset 0); 0 when
 // not (yet) known.
 func loadBase(pid int, bin string) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := procfs.FS{Root: "/proc"}.Maps(uint32(pid))
 	if err != nil {
 		return 0
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 6 && f[5] == bin && f[2] == "00000000" {
-			start, _, _ := strings.Cut(f[0], "-")
-			v, _ := strconv.ParseUint(start, 16, 64)
-			return v
+	for _, m := range maps {
+		if m.Path == bin && m.Offset == 0 {
+			return m.Start
 		}
 	}
 	return 0

@@ -56,9 +56,9 @@ func (r *profilerReceiver) openScopeJoin(profiling bool) error {
 		}
 		j.open = m
 		j.linker = scopejoin.New(scopejoin.Options{
-			IDs:        r.scopeIDs.Of,
-			Probes:     j.probeIDs,
-			Reports:    2, // two report intervals
+			IDs:     r.scopeIDs.Of,
+			Probes:  j.probeIDs,
+			Reports: 2, // two report intervals
 
 			MaxHeld:    maxHeldScopeSamples,
 			MaxRecords: maxSentScopes,
