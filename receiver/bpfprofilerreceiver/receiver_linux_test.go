@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +209,9 @@ func TestJITFramesOfProcessInNestedPIDNamespace(t *testing.T) {
 		_, err = fmt.Sscan(string(b), &pid)
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond)
+	// Killing unshare leaves its child running: it would burn a CPU under
+	// the next tests.
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 	require.Eventually(t, func() bool {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d/root/tmp/perf-1.map", pid))
 		return err == nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,9 @@ service:
 	require.NoError(t, unshare.Start())
 	t.Cleanup(func() { _ = unshare.Process.Kill(); _ = unshare.Wait() })
 	p2 := childOf(t, unshare.Process.Pid)
+	// Killing unshare leaves its child running (the guests' busybox unshare
+	// has no --kill-child): it would burn a CPU under the next tests.
+	t.Cleanup(func() { _ = syscall.Kill(p2, syscall.SIGKILL) })
 
 	want := []pdata.NamedFrame{
 		{Function: "work", Line: int64(lines["work_call"])},

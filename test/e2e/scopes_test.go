@@ -77,6 +77,7 @@ service:
 	callers := map[string]int64{}
 	var durations int64
 	var entryStacks []string // a few, for the log
+	var otherLinked []string // linked samples outside slow_path, a few, for the log
 	for _, p := range profiles {
 		for _, s := range p.Samples {
 			if s.Attributes["process.pid"] != int64(pid) {
@@ -98,6 +99,8 @@ service:
 				linked += s.Value
 				if inSlow {
 					linkedSlow += s.Value
+				} else if len(otherLinked) < 8 {
+					otherLinked = append(otherLinked, fmt.Sprintf("%d: %q", s.Value, s.Functions))
 				}
 				if slices.Contains(s.Functions, "fast_path") {
 					fastLinked += s.Value
@@ -127,6 +130,7 @@ service:
 	}
 	share := float64(callers["caller_a"]) / float64(max(durations, 1))
 	t.Logf("probe_duration %v in all, entry stacks %v", time.Duration(durations), entryStacks)
+	t.Logf("linked samples outside slow_path: %v", otherLinked)
 	offShare := float64(offLinked) / float64(max(offSlow, 1))
 	matrixFigure(t, "linked %d of %d slow_path samples to %d of %d records, off-CPU %.1f%%; caller_a %.3f",
 		linkedSlow, slow, len(spans), len(records), 100*offShare, share)
