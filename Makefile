@@ -11,7 +11,10 @@ GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.
 
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build run test unit fuzz bench generate generate-bpf generate-metadata check-generated lint tools collector clean test-tools test-kernels kernel-tools
+# COLLECTOR_CORE, COLLECTOR_STABLE, COLLECTOR_CONTRIB, MDATAGEN_VERSION.
+include collector-release.mk
+
+.PHONY: all build run test unit fuzz bench generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -23,8 +26,11 @@ all: build
 build:
 	$(GO) build ./...
 
-$(OCB):
-	GOBIN=$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@v0.162.0
+# ocb at the release of collector-release.mk; a builder of another release
+# (an older _build) is replaced.
+$(OCB): collector-release.mk
+	GOBIN=$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(COLLECTOR_CORE)
+	@touch $@
 
 $(GOLANGCI):
 	GOBIN=$(TOOLS) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
@@ -50,7 +56,7 @@ run: $(COLLECTOR)
 # and shares with the truth, and must not compete for the 2 CPUs.
 test: $(COLLECTOR) test-tools
 	$(GO) vet ./...
-	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_OCB=$(OCB) $(GO) test -race -count=1 -p 1 -timeout 60m ./...
 	$(MAKE) fuzz
 
 # Every fuzz target of the repository (found by name, so a new one is
@@ -105,6 +111,18 @@ generate-bpf:
 
 generate-metadata: $(MDATAGEN)
 	cd receiver/bpfprofilerreceiver && $(MDATAGEN) metadata.yaml
+
+# CI: every collector module (go.mod and the modules it pulls in, ocb's
+# manifest, mdatagen's module, the e2e user manifest) at the release of
+# collector-release.mk.
+check-release:
+	$(GO) run ./tools/collectorrelease -check
+
+# After editing collector-release.mk: move go.mod, builder-config.yaml and
+# tools/mdatagen to it (go get, go mod tidy), then check.
+upgrade-collector:
+	$(GO) run ./tools/collectorrelease -upgrade
+	$(GO) run ./tools/collectorrelease -check
 
 # CI: regenerating must not change anything committed.
 check-generated: generate

@@ -382,7 +382,7 @@ func assertDictionaryDeduplicated(t *testing.T, dict pprofile.ProfilesDictionary
 
 // assertRoundTrip marshals p to OTLP protobuf and back and checks nothing
 // changed. ProtoMarshaler rewrites the resource attributes of a mutable
-// Profiles into string-table references (v0.162.0), so marshal copies.
+// Profiles into string-table references (since v0.162.0), so marshal copies.
 func assertRoundTrip(t *testing.T, p pprofile.Profiles) {
 	t.Helper()
 	marshal := func(p pprofile.Profiles) []byte {

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/collector/consumer/xconsumer"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/receiverhelper"
+	"go.opentelemetry.io/collector/receiver/receiverhelper/xreceiverhelper"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
@@ -42,9 +43,10 @@ type profilerReceiver struct {
 	telemetry *metadata.TelemetryBuilder
 	// obs counts what is handed to the pipelines as the collector's own
 	// receiver metrics (otelcol_receiver_accepted_*, _refused_*).
-	obs    *receiverhelper.ObsReport
-	kernel kernelSources
-	proc   procfs.FS
+	obs         *receiverhelper.ObsReport  // logs
+	profilesObs *xreceiverhelper.ObsReport // profiles: samples counted by sample type
+	kernel      kernelSources
+	proc        procfs.FS
 
 	mu       sync.Mutex
 	profiles xconsumer.Profiles
@@ -80,22 +82,28 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 	if err != nil {
 		return nil, fmt.Errorf("create telemetry: %w", err)
 	}
-	obs, err := receiverhelper.NewObsReport(receiverhelper.ObsReportSettings{
+	obsSettings := receiverhelper.ObsReportSettings{
 		ReceiverID:             set.ID,
 		Transport:              obsTransport,
 		ReceiverCreateSettings: set,
-	})
+	}
+	obs, err := receiverhelper.NewObsReport(obsSettings)
+	if err != nil {
+		return nil, fmt.Errorf("create receiver telemetry: %w", err)
+	}
+	profilesObs, err := xreceiverhelper.NewObsReport(obsSettings)
 	if err != nil {
 		return nil, fmt.Errorf("create receiver telemetry: %w", err)
 	}
 	return &profilerReceiver{
-		cfg:       cfg,
-		settings:  set,
-		telemetry: tb,
-		obs:       obs,
-		kernel:    realKernel,
-		proc:      procfs.FS{Root: "/proc"},
-		scopeIDs:  assemble.NewScopeIDs(),
+		cfg:         cfg,
+		settings:    set,
+		telemetry:   tb,
+		obs:         obs,
+		profilesObs: profilesObs,
+		kernel:      realKernel,
+		proc:        procfs.FS{Root: "/proc"},
+		scopeIDs:    assemble.NewScopeIDs(),
 	}, nil
 }
 
@@ -359,9 +367,12 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 		r.reportFailed(ctx, signalProfiles)
 		return
 	}
-	ctx = r.obs.StartProfilesOp(ctx)
+	// Counted before the next consumer may change pd: one report holds the
+	// cpu and off_cpu profiles, each sample type counted apart.
+	byType := xreceiverhelper.ProfileSampleCountsByType(pd)
+	ctx = r.profilesObs.StartProfilesOp(ctx)
 	err = next.ConsumeProfiles(ctx, pd)
-	r.obs.EndProfilesOp(ctx, obsFormat, pd.SampleCount(), err)
+	r.profilesObs.EndProfilesOpBySampleType(ctx, obsFormat, byType, err)
 	if err != nil {
 		r.settings.Logger.Warn("next consumer refused profiles", zap.Error(err))
 		r.reportFailed(ctx, signalProfiles)

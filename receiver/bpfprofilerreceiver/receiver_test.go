@@ -130,12 +130,13 @@ func TestReportPipelineWithFakeKernel(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEmpty(t, files)
 
-	// Every sample handed on is in the collector's own receiver metrics.
+	// Every sample handed on is in the collector's own receiver metrics,
+	// by sample type.
 	var samples int64
 	for _, pd := range sink.AllProfiles() {
 		samples += int64(pd.SampleCount())
 	}
-	assert.Equal(t, map[string]int64{"receiver=bpfprofiler,transport=bpf": samples},
+	assert.Equal(t, map[string]int64{"receiver=bpfprofiler,sample_type=samples:count,transport=bpf": samples},
 		counters(t, tel, "otelcol_receiver_accepted_profile_samples"))
 
 	drains := int64(src.drains)

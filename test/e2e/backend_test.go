@@ -75,41 +75,44 @@ service:
 		profiles []releasedProfile
 	}{{"otlp_grpc", viaGRPC}, {"otlp_http", viaHTTP}}
 
-	t.Run("resource over gRPC: inline keys and values", func(t *testing.T) {
-		for _, p := range viaGRPC {
-			for _, a := range p.Resource {
-				assert.Zero(t, a.KeyStrindex, "key_strindex of %q", a.Key)
-				assert.False(t, a.HasValueStrindex, "string_value_strindex of %q", a.Key)
-			}
-			assert.Equal(t, wantResource, p.plainResource(), "profile %s", p.ID)
-		}
-		t.Logf("gRPC resource: %v", viaGRPC[0].plainResource())
-	})
-
-	// The pinned collector (v0.162: pdata's ProtoMarshaler runs
-	// convertProfilesToReferences) sends every resource attribute key as
-	// key_strindex and every string value as string_value_strindex over
-	// otlp_http; a backend reading the inline key and value, as Pyroscope
-	// 2.0.6 does, gets one attribute with an empty key and refuses the
-	// request ("invalid label name ''"). This asserts that state exactly: a
-	// collector bump that changes it (or breaks it further) fails here, and
-	// must update README.md's "Backends" section with this test.
-	t.Run("resource over HTTP: string-table references only", func(t *testing.T) {
-		for _, p := range viaHTTP {
-			require.NotEmpty(t, p.Resource)
-			for _, a := range p.Resource {
-				assert.Empty(t, a.Key, "inline key")
-				assert.Positive(t, a.KeyStrindex, "key_strindex")
-				if a.Value == nil {
-					assert.True(t, a.HasValueStrindex, "string value %d as string_value_strindex", a.KeyStrindex)
+	// Since collector v0.163 (#15861, "Use the profiles dictionary for
+	// resource and scope attribute strings sent over OTLP/gRPC") both
+	// exporters send every resource attribute key as key_strindex and every
+	// string value as string_value_strindex into the request's string table
+	// (at v0.162 only otlp_http did; otlp_grpc sent them inline). A backend
+	// that resolves them, as the v1development spec asks (Grafana Pyroscope
+	// 2.2.1 does), reads the same resource from both; one that reads only
+	// the inline key and value (Pyroscope 2.0.6) gets one attribute with an
+	// empty key from both, and refuses the request. This asserts that state
+	// exactly: a collector release that changes it fails here, and must
+	// update README.md's "Backends" section with this test.
+	for _, path := range paths {
+		t.Run("resource over "+path.name+": string-table references only", func(t *testing.T) {
+			for _, p := range path.profiles {
+				require.NotEmpty(t, p.Resource)
+				for _, a := range p.Resource {
+					assert.Empty(t, a.Key, "inline key")
+					assert.Positive(t, a.KeyStrindex, "key_strindex")
+					if a.Value == nil {
+						assert.True(t, a.HasValueStrindex, "string value %d as string_value_strindex", a.KeyStrindex)
+					}
 				}
+				assert.Equal(t, map[string]any{"": nil}, p.plainResource(), "what a reader of inline keys sees")
+				resolved, err := p.resolvedResource()
+				require.NoError(t, err)
+				assert.Equal(t, wantResource, resolved, "resolved through the string table")
 			}
-			assert.Equal(t, map[string]any{"": nil}, p.plainResource(), "what a reader of inline keys sees")
-			resolved, err := p.resolvedResource()
-			require.NoError(t, err)
-			assert.Equal(t, wantResource, resolved, "resolved through the string table")
+			t.Logf("%s resource as encoded: %+v", path.name, path.profiles[0].Resource)
+		})
+	}
+
+	// Both exporters declare the schema they encode (collector v0.163,
+	// #16147): a backend can tell this encoding from the one before.
+	t.Run("declared profiles version", func(t *testing.T) {
+		for name, sink := range map[string]*releasedSink{"otlp_grpc": grpcSink, "otlp_http": httpSink} {
+			versions := sink.declaredVersions()
+			assert.Equal(t, []string{"1"}, slices.Collect(maps.Keys(versions)), "%s: %s by request", name, versionHeader)
 		}
-		t.Logf("HTTP resource as encoded: %+v", viaHTTP[0].Resource)
 	})
 
 	for _, path := range paths {

@@ -7,14 +7,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/profiles/v1development"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -30,8 +33,14 @@ type releasedSink struct {
 
 	mu       sync.Mutex
 	received []*collectorpb.ExportProfilesServiceRequest
-	refused  []string // requests the HTTP handler could not decode, and why
+	refused  []string       // requests the HTTP handler could not decode, and why
+	versions map[string]int // the profiles development version each request declared ("" none)
 }
+
+// versionHeader is the request metadata (gRPC) or header (HTTP) in which
+// the collector's exporters declare the profiles schema they encode
+// (collector v0.163, #16147).
+const versionHeader = "otlp-profiles-development-version"
 
 // maxRequestBytes bounds the body the HTTP handler reads (decompressed).
 const maxRequestBytes = 64 << 20
@@ -73,7 +82,8 @@ func startReleasedHTTPSink(t *testing.T) (*releasedSink, string) {
 // Export keeps the request, then answers after the sink's delay (or when
 // the client gives up).
 func (s *releasedSink) Export(ctx context.Context, req *collectorpb.ExportProfilesServiceRequest) (*collectorpb.ExportProfilesServiceResponse, error) {
-	s.keep(req)
+	md, _ := metadata.FromIncomingContext(ctx)
+	s.keep(req, strings.Join(md.Get(versionHeader), ","))
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -91,7 +101,7 @@ func (s *releasedSink) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	s.keep(req)
+	s.keep(req, strings.Join(r.Header.Values(versionHeader), ","))
 	body, err := proto.Marshal(&collectorpb.ExportProfilesServiceResponse{})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -133,10 +143,22 @@ func decodeHTTPRequest(r *http.Request) (*collectorpb.ExportProfilesServiceReque
 	return req, nil
 }
 
-func (s *releasedSink) keep(req *collectorpb.ExportProfilesServiceRequest) {
+func (s *releasedSink) keep(req *collectorpb.ExportProfilesServiceRequest, version string) {
 	s.mu.Lock()
 	s.received = append(s.received, req)
+	if s.versions == nil {
+		s.versions = map[string]int{}
+	}
+	s.versions[version]++
 	s.mu.Unlock()
+}
+
+// declaredVersions counts the requests by the profiles development version
+// they declared.
+func (s *releasedSink) declaredVersions() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.versions)
 }
 
 // requests returns what the sink has received so far.
