@@ -15,6 +15,9 @@ import (
 func StartWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	// What a workload writes to its working directory (node writes V8 logs
+	// there with --perf-basic-prof) stays out of the source tree.
+	cmd.Dir = t.TempDir()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
