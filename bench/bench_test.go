@@ -94,7 +94,8 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "python", "offcpu", "probes"}, false},
+		{"all", []string{"cpu", "unwind", "python", "offcpu", "probes", "busy"}, false},
+		{"busy", []string{"busy"}, false},
 		{"unwind", []string{"unwind"}, false},
 		{"python", []string{"python"}, false},
 		{"probes", []string{"probes"}, false},

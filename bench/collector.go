@@ -43,6 +43,11 @@ type profileConfig struct {
 	probes []benchProbe
 	// unwinding is unwinding::method ("" is the default, auto).
 	unwinding string
+	// reportInterval is report_interval; 0 is the bench's 2 s.
+	reportInterval time.Duration
+	// metricsPort, when not 0, serves the collector's own metrics in the
+	// Prometheus format on 127.0.0.1:metricsPort (else they are off).
+	metricsPort int
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -54,12 +59,13 @@ type benchProbe struct {
 }
 
 // collectorYAMLTemplate is the configuration of every collector the bench
-// starts: a report every 2 s, written as pprof files and summarized by the
-// debug exporter. %s is the receiver's profiling section, %q the pprof
-// directory, the last %s more service telemetry settings.
+// starts: a report every report interval (the first %s), written as pprof
+// files and summarized by the debug exporter. The second %s is the
+// receiver's profiling section, %q the pprof directory, the last two %s the
+// service's metrics and more telemetry settings.
 const collectorYAMLTemplate = `receivers:
   bpfprofiler:
-    report_interval: 2s
+    report_interval: %s
 %s    pprof:
       directory: %q
 processors:
@@ -71,9 +77,7 @@ exporters:
     verbosity: basic
 service:
   telemetry:
-    metrics:
-      level: none
-%s  pipelines:
+%s%s  pipelines:
     profiles:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
@@ -117,7 +121,16 @@ func collectorYAML(p profileConfig, profiles string) string {
 		// The bench counts the debug exporter's lines: no log sampling.
 		telemetry = "    logs:\n      sampling:\n        enabled: false\n"
 	}
-	conf := fmt.Sprintf(collectorYAMLTemplate, b.String(), profiles, telemetry)
+	interval := p.reportInterval
+	if interval == 0 {
+		interval = 2 * time.Second
+	}
+	metrics := "    metrics:\n      level: none\n"
+	if p.metricsPort != 0 {
+		metrics = fmt.Sprintf("    metrics:\n      level: normal\n      readers:\n"+
+			"        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}\n", p.metricsPort)
+	}
+	conf := fmt.Sprintf(collectorYAMLTemplate, interval, b.String(), profiles, metrics, telemetry)
 	if len(p.probes) > 0 {
 		conf += "    logs:\n      receivers: [bpfprofiler]\n      exporters: [debug]\n"
 	}
@@ -147,6 +160,7 @@ type collector struct {
 	out      *lineLog
 	logPath  string
 	profiles string        // its pprof directory
+	started  time.Time     // right before the process was started
 	exited   chan struct{} // closed when the process has exited
 	waitErr  error         // valid after exited is closed
 	once     sync.Once
@@ -160,6 +174,18 @@ var collectorRuns int
 // load, the first report symbolizing every process already on the host) is
 // not part of what the caller measures next.
 func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error) {
+	c, err := launchCollector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.awaitReady(ctx, cfg); err != nil {
+		return nil, errors.Join(err, c.stop())
+	}
+	return c, nil
+}
+
+// launchCollector starts the collector process and returns at once.
+func launchCollector(cfg collectorConfig) (*collector, error) {
 	collectorRuns++
 	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns, cfg.profile)
 	if err != nil {
@@ -173,37 +199,40 @@ func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error
 	out := newLineLog(logFile)
 	cmd := exec.Command(cfg.binary, "--config", confPath, "--feature-gates=service.profilesSupport")
 	cmd.Stdout, cmd.Stderr = out, out
+	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("starting the collector %s: %w", cfg.binary, err)
 	}
-	c := &collector{cmd: cmd, out: out, logPath: logPath, profiles: profiles, exited: make(chan struct{})}
+	c := &collector{cmd: cmd, out: out, logPath: logPath, profiles: profiles, started: started, exited: make(chan struct{})}
 	go func() {
 		c.waitErr = cmd.Wait()
 		logFile.Close()
 		close(c.exited)
 	}()
+	return c, nil
+}
 
-	fail := func(err error) (*collector, error) {
-		return nil, errors.Join(err, c.stop())
-	}
+// awaitReady waits until the collector has logged readyMessage, then
+// cfg.settle more.
+func (c *collector) awaitReady(ctx context.Context, cfg collectorConfig) error {
 	select {
-	case <-out.ready:
+	case <-c.out.ready:
 	case <-c.exited:
-		return fail(fmt.Errorf("collector exited before it was ready (%v); its last output (%s):\n%s", c.waitErr, logPath, c.lastLines(30)))
+		return fmt.Errorf("collector exited before it was ready (%v); its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		return ctx.Err()
 	case <-time.After(cfg.readyTimeout):
-		return fail(fmt.Errorf("collector did not log %q within %v; its last output (%s):\n%s", readyMessage, cfg.readyTimeout, logPath, c.lastLines(30)))
+		return fmt.Errorf("collector did not log %q within %v; its last output (%s):\n%s", readyMessage, cfg.readyTimeout, c.logPath, c.lastLines(30))
 	}
 	select {
 	case <-c.exited:
-		return fail(fmt.Errorf("collector exited right after start (%v); its last output (%s):\n%s", c.waitErr, logPath, c.lastLines(30)))
+		return fmt.Errorf("collector exited right after start (%v); its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
 	case <-ctx.Done():
-		return fail(ctx.Err())
+		return ctx.Err()
 	case <-time.After(cfg.settle):
 	}
-	return c, nil
+	return nil
 }
 
 func (c *collector) pid() int { return c.cmd.Process.Pid }

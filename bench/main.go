@@ -1,8 +1,8 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
-// asserts nothing: it exits 0 unless something failed to run. It has three
-// suites (-suite cpu|offcpu|probes|all, default all), each measured in
-// several rounds.
+// asserts nothing: it exits 0 unless something failed to run. It has several
+// suites (-suite cpu|unwind|python|offcpu|probes|busy|all, default all), each
+// but busy measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
 // work, in an order rotated from round to round so that drift in the host's
@@ -63,6 +63,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,12 +86,14 @@ type options struct {
 	skipIdle      bool
 	idleWindow    time.Duration
 	settle        time.Duration
+	busyPhase     time.Duration
+	busySettle    time.Duration
 	keep          bool
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -106,6 +109,8 @@ func main() {
 	flag.BoolVar(&o.skipIdle, "skip-idle", false, "cpu suite: do not measure the collector's idle CPU")
 	flag.DurationVar(&o.idleWindow, "idle-window", 10*time.Second, "window of the idle CPU measurement")
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the collector is ready before measuring (more than one report interval)")
+	flag.DurationVar(&o.busyPhase, "busy-phase", 30*time.Second, "busy suite: how long each phase is measured")
+	flag.DurationVar(&o.busySettle, "busy-settle", 12*time.Second, "busy suite: wait after a phase's load starts, and after the collector is ready, before measuring (more than its 10s report interval)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -128,9 +133,15 @@ func run(ctx context.Context, o options) (err error) {
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
 	}
+	if o.busyPhase <= 0 || o.busySettle < 0 {
+		return fmt.Errorf("-busy-phase must be positive and -busy-settle not negative")
+	}
 	suites, err := selectSuites(o.suite)
 	if err != nil {
 		return err
+	}
+	if slices.Equal(suites, []string{suiteBusy}) {
+		o.skipPerf = true // the busy suite does not run perf
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -182,6 +193,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:
 		return runProbesSuite(ctx, e)
+	case suiteBusy:
+		return runBusySuite(ctx, e)
 	}
 	defer cleanup()
 	if err != nil {

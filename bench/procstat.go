@@ -108,23 +108,36 @@ func readVmHWM(pid int) (uint64, error) {
 
 // parseVmHWM extracts the "VmHWM:" line of /proc/<pid>/status
 // ("VmHWM:\t   41236 kB") and returns it in bytes.
-func parseVmHWM(data []byte) (uint64, error) {
+func parseVmHWM(data []byte) (uint64, error) { return parseStatusKB(data, "VmHWM") }
+
+// readVmRSS returns the resident set size of pid, in bytes.
+func readVmRSS(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatusKB(data, "VmRSS")
+}
+
+// parseStatusKB extracts the line of field (a size in kB, such as VmHWM or
+// VmRSS) from /proc/<pid>/status and returns it in bytes.
+func parseStatusKB(data []byte, field string) (uint64, error) {
 	for line := range strings.Lines(string(data)) {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		rest, ok := strings.CutPrefix(line, field+":")
 		if !ok {
 			continue
 		}
 		fields := strings.Fields(rest)
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("malformed VmHWM line %q", strings.TrimSpace(line))
+			return 0, fmt.Errorf("malformed %s line %q", field, strings.TrimSpace(line))
 		}
 		kb, err := strconv.ParseUint(fields[0], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("VmHWM: %w", err)
+			return 0, fmt.Errorf("%s: %w", field, err)
 		}
 		return kb * 1024, nil
 	}
-	return 0, fmt.Errorf("no VmHWM line (kernel thread or exited process?)")
+	return 0, fmt.Errorf("no %s line (kernel thread or exited process?)", field)
 }
 
 // parseWallNS reads the wall time the workload prints on stdout: the last

@@ -30,18 +30,20 @@ const (
 	suiteProbes = "probes"
 	suiteUnwind = "unwind"
 	suitePython = "python"
+	suiteBusy   = "busy"
 	suiteAll    = "all"
 )
 
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteBusy:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s or %s, not %q", suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
