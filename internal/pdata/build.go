@@ -25,8 +25,8 @@ type Scope struct{ Name, Version string }
 // one per container (its container and Kubernetes attributes, and its
 // service.name, on the resource) and one for every other process of the
 // host. Each holds one ScopeProfiles with one Profile per report kind; the
-// process (process.*, and service.name outside containers) and thread
-// attributes go on the samples. A backend stores a request as one write per
+// process (process.*, service.name) and thread attributes go on the
+// samples. A backend stores a request as one write per
 // Profile (Grafana Pyroscope, one after another), so fewer Profiles make a
 // report one quick write instead of one per process; see the README's
 // "Backends". Processes without samples are left out; no reports (or no
@@ -113,8 +113,8 @@ type resourceEntry struct {
 
 // splitIdentity splits a process's attributes between its resource (host,
 // container and Kubernetes attributes, and a container's service.name) and
-// its samples (process attributes, and service.name outside containers),
-// and names the resource: the container, or the host.
+// its samples (process attributes and service.name), and names the
+// resource: the container, or the host.
 func splitIdentity(id report.Identity) (key string, resource, sample map[string]any) {
 	resource, sample = map[string]any{}, map[string]any{}
 	container, _ := id.Attributes[attrkey.ContainerID].(string)
@@ -123,7 +123,13 @@ func splitIdentity(id report.Identity) (key string, resource, sample map[string]
 		case strings.HasPrefix(k, "host.") || strings.HasPrefix(k, "container.") || strings.HasPrefix(k, "k8s."):
 			resource[k] = v
 		case k == attrkey.ServiceName && container != "":
+			// On the samples too: collectors from v0.163 send resource
+			// attributes as string-table references, which a backend may
+			// not resolve (Grafana Pyroscope 2.2.1 drops them and files
+			// the samples under unknown_service); it resolves the
+			// samples' attributes, and takes their service.name.
 			resource[k] = v
+			sample[k] = v
 		default:
 			sample[k] = v
 		}

@@ -189,7 +189,7 @@ func TestBuildProfiles(t *testing.T) {
 		{name: "no processes", reports: []report.Profile{cpu(), offcpu()}},
 		{name: "process without samples is skipped", reports: []report.Profile{cpu(process(7, nil))}},
 		{
-			name: "cpu, a process of a container: container on the resource, process on the samples",
+			name: "cpu, a process of a container: container on the resource, process and service.name on the samples",
 			reports: []report.Profile{cpu(process(42, fullAttrs,
 				report.Sample{TID: 43, ThreadName: "worker", Frames: hotStack(), Value: 3},
 				report.Sample{TID: 42, ThreadName: "server", Frames: coldStack(), Value: 1},
@@ -198,8 +198,8 @@ func TestBuildProfiles(t *testing.T) {
 				Attributes: map[string]any{"host.name": "node-1", "container.id": "abc123", "k8s.pod.name": "web-0", "service.name": "web"},
 				Scope:      scope,
 				Profiles: []decodedProfile{withSamples(cpuHeader,
-					decodedSample{Value: 3, ThreadID: 43, ThreadName: "worker", Process: server(42), Stack: wantHotStack},
-					decodedSample{Value: 1, ThreadID: 42, ThreadName: "server", Process: server(42), Stack: wantColdStack},
+					decodedSample{Value: 3, ThreadID: 43, ThreadName: "worker", Process: server(42, "service.name", "web"), Stack: wantHotStack},
+					decodedSample{Value: 1, ThreadID: 42, ThreadName: "server", Process: server(42, "service.name", "web"), Stack: wantColdStack},
 				)},
 			}},
 		},
@@ -240,7 +240,7 @@ func TestBuildProfiles(t *testing.T) {
 				{
 					Attributes: map[string]any{"host.name": "n", "container.id": "c1", "service.name": "web"},
 					Scope:      scope,
-					Profiles:   []decodedProfile{withSamples(cpuHeader, decodedSample{Value: 2, ThreadID: 6, Process: server(6), Stack: wantColdStack})},
+					Profiles:   []decodedProfile{withSamples(cpuHeader, decodedSample{Value: 2, ThreadID: 6, Process: server(6, "service.name", "web"), Stack: wantColdStack})},
 				},
 			},
 		},
