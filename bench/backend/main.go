@@ -111,13 +111,17 @@ func measure(ctx context.Context, o options, bins workloads, dir, transport, set
 		return r, err
 	}
 	r.truth = truth
-	// Two more reports, then a stop that drains the exporter's queue.
-	time.Sleep(25 * time.Second)
+	// The collector keeps profiling the host while Pyroscope is read:
+	// Pyroscope makes data queryable when a later write arrives (it
+	// compacts segments older than 36 s on the next write).
+	r.seen, err = py.read(ctx, began.Add(-time.Minute), time.Now().Add(time.Minute))
+	if err != nil {
+		return r, err
+	}
 	r.exporter = col.exporterMetrics()
 	if err := col.stop(); err != nil {
 		return r, err
 	}
 	r.exportFailures = col.count("Exporting failed")
-	r.seen, err = py.read(ctx, began.Add(-time.Minute), time.Now().Add(time.Minute))
-	return r, err
+	return r, nil
 }

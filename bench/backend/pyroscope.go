@@ -151,8 +151,8 @@ type seen struct {
 }
 
 // read queries Pyroscope until the totals stop growing, at most 5 minutes.
-// Ingested data becomes queryable after the metastore's first compaction
-// (segments older than 36 s, 1 to 2 minutes), and an empty answer is cached
+// Ingested data becomes queryable after the metastore compacts its segments
+// (those older than 36 s, at the next write), and an empty answer is cached
 // for a minute: the first query waits 90 s.
 func (p *pyroscope) read(ctx context.Context, start, end time.Time) (seen, error) {
 	var last seen
