@@ -113,13 +113,14 @@ generate-metadata: $(MDATAGEN)
 	cd receiver/bpfprofilerreceiver && $(MDATAGEN) metadata.yaml
 
 # CI: every collector module (go.mod and the modules it pulls in, ocb's
-# manifest, mdatagen's module, the e2e user manifest) at the release of
-# collector-release.mk.
+# manifest, mdatagen's module, the e2e user manifest, the DaemonSet's image
+# tag) at the release of collector-release.mk.
 check-release:
 	$(GO) run ./tools/collectorrelease -check
 
-# After editing collector-release.mk: move go.mod, builder-config.yaml and
-# tools/mdatagen to it (go get, go mod tidy), then check.
+# After editing collector-release.mk: move go.mod, the manifests, the
+# DaemonSet's image tag and tools/mdatagen to it (go get, go mod tidy), then
+# check.
 upgrade-collector:
 	$(GO) run ./tools/collectorrelease -upgrade
 	$(GO) run ./tools/collectorrelease -check

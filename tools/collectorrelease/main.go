@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ const (
 	releaseFile  = "collector-release.mk"
 	mdatagenDir  = "tools/mdatagen"
 	userManifest = "test/e2e/testdata/user-manifest.yaml"
+	daemonSet    = "deploy/kubernetes/daemonset.yaml"
 )
 
 var manifests = []string{"builder-config.yaml", userManifest}
@@ -84,7 +86,11 @@ func Check(root string) error {
 		}
 		mods = append(mods, m...)
 	}
-	if err := rel.Check(mods); err != nil {
+	image, err := os.ReadFile(filepath.Join(root, daemonSet))
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(rel.Check(mods), rel.CheckImage(daemonSet, image)); err != nil {
 		return err
 	}
 	fmt.Printf("every collector module at %s / %s, contrib %s (mdatagen %s)\n", rel.Core, rel.Stable, rel.Contrib, rel.Mdatagen)
@@ -126,6 +132,14 @@ func Upgrade(root string) error {
 		if err := os.WriteFile(path, rel.RewriteManifest(data), 0o644); err != nil {
 			return err
 		}
+	}
+	path := filepath.Join(root, daemonSet)
+	image, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, rel.RewriteImage(image), 0o644); err != nil {
+		return err
 	}
 	out, err := goCommand(root, "mod", "edit", "-json")
 	if err != nil {

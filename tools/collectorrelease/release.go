@@ -1,7 +1,7 @@
 // Command collectorrelease keeps every OpenTelemetry Collector module the
 // project builds with at the one release collector-release.mk names: go.mod
 // (and every module it pulls in), ocb's manifest, the end-to-end user
-// manifest and mdatagen's module. -check fails naming each module at another
+// manifest, mdatagen's module and the DaemonSet's image tag. -check fails naming each module at another
 // release; -upgrade moves them all to the release after an edit of
 // collector-release.mk.
 package main
@@ -148,6 +148,27 @@ func (r Release) RewriteManifest(data []byte) []byte {
 	})
 	builder := regexp.MustCompile(`(cmd/builder )v0\.\d+\.\d+`)
 	return builder.ReplaceAll(data, []byte("${1}"+r.Core))
+}
+
+// imageTag matches the DaemonSet's image, tagged with the collector release
+// it is built from.
+var imageTag = regexp.MustCompile(`(image: \S+-otelcol-)(v\d+\.\d+\.\d+)`)
+
+// CheckImage checks that the DaemonSet's image is tagged with the release.
+func (r Release) CheckImage(source string, data []byte) error {
+	m := imageTag.FindSubmatch(data)
+	if m == nil {
+		return fmt.Errorf("%s: no image tagged -otelcol-<release>", source)
+	}
+	if string(m[2]) != r.Core {
+		return fmt.Errorf("%s: the image is tagged %s, the release is %s", source, m[2], r.Core)
+	}
+	return nil
+}
+
+// RewriteImage tags the DaemonSet's image with the release.
+func (r Release) RewriteImage(data []byte) []byte {
+	return imageTag.ReplaceAll(data, []byte("${1}"+r.Core))
 }
 
 // ParseListModules reads `go list -m all` output ("path version" lines; the

@@ -114,6 +114,14 @@ func TestManifest(t *testing.T) {
 	assert.ErrorContains(t, err, `bad.yaml: receivers[0]::gomod: want "module version"`)
 }
 
+func TestImage(t *testing.T) {
+	ds := []byte("      containers:\n        - name: otelcol\n          image: ghcr.io/example/otelcol-bpfprofiler:0.1.0-otelcol-v0.162.0\n")
+	assert.ErrorContains(t, rel.CheckImage("ds.yaml", ds), "ds.yaml: the image is tagged v0.162.0, the release is v0.165.0")
+	require.NoError(t, rel.CheckImage("ds.yaml", rel.RewriteImage(ds)))
+	assert.Contains(t, string(rel.RewriteImage(ds)), "image: ghcr.io/example/otelcol-bpfprofiler:0.1.0-otelcol-v0.165.0\n")
+	assert.ErrorContains(t, rel.CheckImage("ds.yaml", []byte("image: x:latest\n")), "no image tagged")
+}
+
 func TestParseListModules(t *testing.T) {
 	out := "github.com/bpfprofiler/bpfprofiler\ngo.opentelemetry.io/collector/pdata v1.71.0\nexample.com/r v1.0.0 => ../r\n"
 	assert.Equal(t, []Module{
