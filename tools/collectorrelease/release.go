@@ -1,9 +1,9 @@
 // Command collectorrelease keeps every OpenTelemetry Collector module the
 // project builds with at the one release collector-release.mk names: go.mod
 // (and every module it pulls in), ocb's manifest, the end-to-end user
-// manifest, mdatagen's module and the DaemonSet's image tag. -check fails naming each module at another
-// release; -upgrade moves them all to the release after an edit of
-// collector-release.mk.
+// manifest, mdatagen's module and the DaemonSet's image tag. -check fails
+// naming each module at another release; -upgrade moves them all to the
+// release after an edit of collector-release.mk.
 package main
 
 import (
