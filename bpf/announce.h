@@ -8,6 +8,11 @@
  * forget_exec forgets it when the process execs a new program, and sends its
  * pid with ANNOUNCE_EXEC set, so user space drops what it read of the old
  * program (mappings, identity); the next record announces the new one.
+ * forget_process sends the pid of an announced process that exited with
+ * ANNOUNCE_EXIT set, and request_rescan the pid of a process whose walk ended
+ * at an address in no known mapping with ANNOUNCE_RESCAN set (at most once
+ * per RESCAN_INTERVAL_NS), so user space follows exits and new mappings
+ * (dlopen, JIT code) without polling every process.
  */
 #ifndef BPFPROFILER_ANNOUNCE_H
 #define BPFPROFILER_ANNOUNCE_H
@@ -18,8 +23,14 @@
 
 #define MAX_SEEN_PIDS 16384
 #define NEW_PIDS_BYTES (16 * 1024)
-/* Set in a new_pids entry: the process exec'ed (pids are below 2^22). */
+/* Set in a new_pids entry (pids are below 2^22): the process exec'ed, */
 #define ANNOUNCE_EXEC 0x80000000u
+/* exited, */
+#define ANNOUNCE_EXIT 0x40000000u
+/* or has mappings its tables do not cover. */
+#define ANNOUNCE_RESCAN 0x20000000u
+/* Rescans asked of one process at most this often. */
+#define RESCAN_INTERVAL_NS (2ULL * 1000 * 1000 * 1000)
 
 /* Host tgids already announced in new_pids. */
 struct {
@@ -28,6 +39,14 @@ struct {
 	__type(key, u32);
 	__type(value, u8);
 } seen_pids SEC(".maps");
+
+/* Host tgids: when a rescan of their mappings may next be asked. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SEEN_PIDS);
+	__type(key, u32);
+	__type(value, u64);
+} rescan_after SEC(".maps");
 
 /* Pids (u32, as the collector sees them) of newly recorded processes. */
 struct {
@@ -71,6 +90,31 @@ static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_f
 }
 
 /*
+ * Sends the current process's pid (as the collector sees it) with flag set,
+ * from a tracepoint of the process itself: one outside the collector's pid
+ * namespace sends nothing. A full ring buffer is counted in new_pid_drops of
+ * the current generation, inside the inflight protocol (see cpu.bpf.c);
+ * user space then checks every process it follows.
+ */
+static __always_inline void send_pid(u32 flag)
+{
+	struct sampler_config *cfg;
+	u32 zero = 0, pid, tid;
+	u32 *rec;
+
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || current_ids(cfg, &pid, &tid))
+		return;
+	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
+	if (rec) {
+		*rec = pid | flag;
+		bpf_ringbuf_submit(rec, 0);
+		return;
+	}
+	count_event(STATS_NEW_PID_DROPS);
+}
+
+/*
  * A thread exits: once no thread of its group is left running (signal->live,
  * decremented before this tracepoint, reached 0), its tgid is forgotten, so
  * the process that reuses the pid is announced. Waiting for the last thread,
@@ -84,8 +128,14 @@ int BPF_PROG(forget_process, struct task_struct *p)
 {
 	u32 tgid = p->tgid;
 
-	if (BPF_CORE_READ(p, signal, live.counter) == 0)
-		bpf_map_delete_elem(&seen_pids, &tgid);
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
+		return 0;
+	bpf_map_delete_elem(&rescan_after, &tgid);
+	/* Never announced (never recorded, or a kernel thread): nothing to say. */
+	if (bpf_map_delete_elem(&seen_pids, &tgid))
+		return 0;
+	/* p is current, still in its pid namespace. */
+	send_pid(ANNOUNCE_EXIT);
 	return 0;
 }
 
@@ -98,24 +148,39 @@ int BPF_PROG(forget_process, struct task_struct *p)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(forget_exec, struct task_struct *p)
 {
-	struct sampler_config *cfg;
-	u32 tgid = p->tgid, zero = 0, pid, tid;
-	u32 *rec;
+	u32 tgid = p->tgid;
 
 	if (bpf_map_delete_elem(&seen_pids, &tgid))
 		return 0;
-	cfg = bpf_map_lookup_elem(&config, &zero);
-	/* p is current: its ids as the collector sees them. */
-	if (!cfg || current_ids(cfg, &pid, &tid))
-		return 0;
-	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
-	if (rec) {
-		*rec = pid | ANNOUNCE_EXEC;
-		bpf_ringbuf_submit(rec, 0);
-		return 0;
-	}
-	count_event(STATS_NEW_PID_DROPS);
+	bpf_map_delete_elem(&rescan_after, &tgid);
+	send_pid(ANNOUNCE_EXEC);
 	return 0;
+}
+
+/*
+ * A walk of a process found an address in no mapping its tables know (a
+ * library loaded later, new JIT code): asks user space to read its mappings
+ * again, at most once per RESCAN_INTERVAL_NS. Only announced processes
+ * have tables to complete.
+ */
+static __always_inline void request_rescan(u32 host_tgid, u32 pid, struct sampler_stats *st)
+{
+	u64 now = bpf_ktime_get_ns(), next = now + RESCAN_INTERVAL_NS;
+	u64 *after = bpf_map_lookup_elem(&rescan_after, &host_tgid);
+	u32 *rec;
+
+	if (after && *after > now)
+		return;
+	if (!bpf_map_lookup_elem(&seen_pids, &host_tgid))
+		return;
+	bpf_map_update_elem(&rescan_after, &host_tgid, &next, BPF_ANY);
+	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
+	if (!rec) {
+		st->new_pid_drops++;
+		return;
+	}
+	*rec = pid | ANNOUNCE_RESCAN;
+	bpf_ringbuf_submit(rec, 0);
 }
 
 #endif /* BPFPROFILER_ANNOUNCE_H */

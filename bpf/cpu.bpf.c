@@ -136,14 +136,20 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
  * when it does not: the caller then takes the stack with frame pointers.
  */
 static __always_inline void walk_with_tables(struct bpf_perf_event_data *ctx, struct task_struct *task,
-					     struct stack_key *key, u32 gen, u32 host_tgid, unsigned int flags)
+					     struct stack_key *key, u32 gen, u32 host_tgid, unsigned int flags,
+					     struct sampler_stats *st)
 {
 	struct walk_state *w;
 	u32 zero = 0;
 
 	w = bpf_map_lookup_elem(&walks, &zero);
-	if (!w || sample_user_regs(ctx, task, &w->walk.regs) || unwind_walk_start(&w->walk, key->pid))
+	if (!w || sample_user_regs(ctx, task, &w->walk.regs))
 		return;
+	if (unwind_walk_start(&w->walk, key->pid)) {
+		if (unwind_tables)
+			request_rescan(host_tgid, key->pid, st);
+		return;
+	}
 	w->key = *key;
 	w->gen = gen;
 	w->host_tgid = host_tgid;
@@ -181,7 +187,7 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	flags = BPF_CORE_READ(task, flags);
 	key.user_stack_id = -1;
 	if (!(flags & PF_KTHREAD)) {
-		walk_with_tables(ctx, task, &key, gen, id >> 32, flags);
+		walk_with_tables(ctx, task, &key, gen, id >> 32, flags, st);
 		key.user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
 	}
 	finish(ctx, counts, stacks, &key, st, frames, id >> 32, flags);
@@ -221,6 +227,8 @@ static __always_inline void finish_walk(struct bpf_perf_event_data *ctx, struct 
 		return;
 	if (end >= 0 && end < NR_UNWIND_ENDS)
 		st->unwind_ends[end]++;
+	if (end == UNWIND_END_NO_MAPPING)
+		request_rescan(w->host_tgid, w->key.pid, st);
 	st->unwind_frames += n;
 	w->key.user_stack_id = store_stack(stacks, frames, hash_frames(frames, n * sizeof(u64)));
 	finish(ctx, counts, stacks, &w->key, st, frames, w->host_tgid, w->task_flags);

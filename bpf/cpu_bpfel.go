@@ -159,6 +159,7 @@ const (
 	CpuMapPythonScratch  = "python_scratch"
 	CpuMapPythonThreads  = "python_threads"
 	CpuMapPythonWalks    = "python_walks"
+	CpuMapRescanAfter    = "rescan_after"
 	CpuMapScratch        = "scratch"
 	CpuMapSeenPids       = "seen_pids"
 	CpuMapStacks0        = "stacks_0"
@@ -175,6 +176,7 @@ const (
 	CpuProgWalkUserStack = "walk_user_stack"
 	CpuVarHaveTaskPtRegs = "have_task_pt_regs"
 	CpuVarLinkScopes     = "link_scopes"
+	CpuVarUnwindTables   = "unwind_tables"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -241,6 +243,7 @@ type CpuMapSpecs struct {
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -259,6 +262,7 @@ type CpuMapSpecs struct {
 type CpuVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
+	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // CpuObjects contains all objects after they have been loaded into the kernel.
@@ -293,6 +297,7 @@ type CpuMaps struct {
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
@@ -319,6 +324,7 @@ func (m *CpuMaps) Close() error {
 		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
+		m.RescanAfter,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,
@@ -338,6 +344,7 @@ func (m *CpuMaps) Close() error {
 type CpuVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
+	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // CpuPrograms contains all programs after they have been loaded into the kernel.

@@ -148,6 +148,8 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		}
 		remember_comm(task, tid);
 		announce(task->tgid, pid, task->flags, st);
+		if (end == UNWIND_END_NO_MAPPING)
+			request_rescan(task->tgid, pid, st);
 	}
 out:
 	__sync_fetch_and_add(&in->exit, 1);

@@ -185,6 +185,7 @@ const (
 	OffcpuMapPythonScratch  = "python_scratch"
 	OffcpuMapPythonThreads  = "python_threads"
 	OffcpuMapPythonWalks    = "python_walks"
+	OffcpuMapRescanAfter    = "rescan_after"
 	OffcpuMapScratch        = "scratch"
 	OffcpuMapSeenPids       = "seen_pids"
 	OffcpuMapStacks0        = "stacks_0"
@@ -203,6 +204,7 @@ const (
 	OffcpuVarHaveTaskPtRegs = "have_task_pt_regs"
 	OffcpuVarLinkScopes     = "link_scopes"
 	OffcpuVarMinBlockNs     = "min_block_ns"
+	OffcpuVarUnwindTables   = "unwind_tables"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -271,6 +273,7 @@ type OffcpuMapSpecs struct {
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -291,6 +294,7 @@ type OffcpuVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -327,6 +331,7 @@ type OffcpuMaps struct {
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
@@ -356,6 +361,7 @@ func (m *OffcpuMaps) Close() error {
 		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
+		m.RescanAfter,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,
@@ -377,6 +383,7 @@ type OffcpuVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
+	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.

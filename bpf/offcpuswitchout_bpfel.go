@@ -170,6 +170,7 @@ const (
 	OffcpuSwitchoutMapPythonScratch  = "python_scratch"
 	OffcpuSwitchoutMapPythonThreads  = "python_threads"
 	OffcpuSwitchoutMapPythonWalks    = "python_walks"
+	OffcpuSwitchoutMapRescanAfter    = "rescan_after"
 	OffcpuSwitchoutMapScratch        = "scratch"
 	OffcpuSwitchoutMapSeenPids       = "seen_pids"
 	OffcpuSwitchoutMapSleeps         = "sleeps"
@@ -190,6 +191,7 @@ const (
 	OffcpuSwitchoutVarHaveTaskPtRegs = "have_task_pt_regs"
 	OffcpuSwitchoutVarLinkScopes     = "link_scopes"
 	OffcpuSwitchoutVarMinBlockNs     = "min_block_ns"
+	OffcpuSwitchoutVarUnwindTables   = "unwind_tables"
 )
 
 // LoadOffcpuSwitchout returns the embedded CollectionSpec for OffcpuSwitchout.
@@ -258,6 +260,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
 	Sleeps         *ebpf.MapSpec `ebpf:"sleeps"`
@@ -279,6 +282,7 @@ type OffcpuSwitchoutVariableSpecs struct {
 	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutObjects contains all objects after they have been loaded into the kernel.
@@ -314,6 +318,7 @@ type OffcpuSwitchoutMaps struct {
 	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
 	Sleeps         *ebpf.Map `ebpf:"sleeps"`
@@ -343,6 +348,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
+		m.RescanAfter,
 		m.Scratch,
 		m.SeenPids,
 		m.Sleeps,
@@ -365,6 +371,7 @@ type OffcpuSwitchoutVariables struct {
 	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
 	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
+	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutPrograms contains all programs after they have been loaded into the kernel.

@@ -120,6 +120,14 @@ struct user_regs {
  */
 const volatile u8 have_task_pt_regs = 0;
 
+/*
+ * Set by user space when it loads the tables of the processes announced:
+ * then an address in no mapping of an announced process means its mappings
+ * changed since they were read (a library loaded with dlopen, new JIT
+ * code), and a rescan is asked (announce.h).
+ */
+const volatile u8 unwind_tables = 0;
+
 /* The user registers the current task saved when it entered the kernel. */
 static __always_inline int saved_user_regs(struct task_struct *task, struct user_regs *regs)
 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -148,6 +149,7 @@ type seen struct {
 	burnHot      float64 // burn_hot's share of burn_hot + burn_cold
 	sleepLong    time.Duration
 	sleepShort   time.Duration
+	unknown      []string // the labels of unknown_service series
 }
 
 // read queries Pyroscope until the totals stop growing, at most 5 minutes.
@@ -231,6 +233,25 @@ func (p *pyroscope) readOnce(ctx context.Context, start, end time.Time) (seen, e
 		s.sleepLong, s.sleepShort = time.Duration(fn["sleep_long"]), time.Duration(fn["sleep_short"])
 	}
 	sort.Strings(s.services)
+	if slices.Contains(s.services, "unknown_service") {
+		var unknown struct {
+			LabelsSet []struct {
+				Labels []struct{ Name, Value string } `json:"labels"`
+			} `json:"labelsSet"`
+		}
+		if err := p.query(ctx, "Series", merge(window, map[string]any{"matchers": []string{`{service_name="unknown_service"}`}}), &unknown); err != nil {
+			return s, err
+		}
+		for _, set := range unknown.LabelsSet {
+			var kv []string
+			for _, l := range set.Labels {
+				if !strings.HasPrefix(l.Name, "__") {
+					kv = append(kv, l.Name+"="+l.Value)
+				}
+			}
+			s.unknown = append(s.unknown, strings.Join(kv, " "))
+		}
+	}
 	return s, nil
 }
 

@@ -18,6 +18,9 @@ func (r result) print() {
 	fmt.Printf("profile types: %s\nlabel names: %s\nservice_name values: %s\n",
 		strings.Join(r.seen.profileTypes, ", "), strings.Join(r.seen.labelNames, ", "), strings.Join(r.seen.services, ", "))
 	fmt.Printf("exporter: %v; %d \"Exporting failed\" lines\n", r.exporter, r.exportFailures)
+	for _, u := range r.seen.unknown {
+		fmt.Printf("unknown_service series: %s\n", u)
+	}
 	fmt.Printf("cpuburn CPU %s in Pyroscope for %s used (%s), burn_hot %.1f%%\n",
 		secs(r.seen.burnCPU), secs(r.truth.burnCPU), pct(r.seen.burnCPU, r.truth.burnCPU), 100*r.seen.burnHot)
 	fmt.Printf("sleepers off-CPU: sleep_long %s for %s (%s), sleep_short %s for %s (%s)\n",

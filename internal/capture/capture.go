@@ -312,11 +312,17 @@ func (s Stats) Add(o Stats) Stats {
 }
 
 // ProcessEvent is an announcement of a process (pid as the collector sees
-// it): recorded for the first time, or, with Exec, gone through an exec, so
-// whatever was read about its old program is stale.
+// it): recorded for the first time; with Exec, gone through an exec, so
+// whatever was read about its old program is stale; with Exit, exited (its
+// samples may still be in the window being recorded); with Rescan, walked
+// into an address in no mapping its tables cover (a library loaded later,
+// new JIT code), so its mappings are worth reading again. At most one flag
+// is set.
 type ProcessEvent struct {
-	PID  uint32
-	Exec bool
+	PID    uint32
+	Exec   bool
+	Exit   bool
+	Rescan bool
 }
 
 // RawScope is one completed outermost scope of a probe. Times are the

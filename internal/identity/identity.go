@@ -149,6 +149,27 @@ func (r *Resolver) Forget(pid uint32) {
 	delete(r.cache, pid)
 }
 
+// ForgetExited drops what is cached about those of pids that no longer exist
+// (or whose pid now belongs to a newer process), announced as exited, and
+// returns them; the files it reads grow with pids, not with the processes
+// cached.
+func (r *Resolver) ForgetExited(pids []uint32) []uint32 {
+	var gone []uint32
+	for _, pid := range pids {
+		start, err := r.proc.StartTime(pid)
+		r.mu.Lock()
+		if c, ok := r.cache[pid]; ok && (err != nil || c.startTime != start) {
+			delete(r.cache, pid)
+			gone = append(gone, pid)
+		}
+		r.mu.Unlock()
+	}
+	if len(gone) > 0 {
+		r.forgetRuntimeNames()
+	}
+	return gone
+}
+
 // Prune drops cached processes that no longer exist (or whose pid now belongs
 // to a newer process) and returns their pids. Runtime names of containers no
 // cached process belongs to are dropped too.
@@ -169,6 +190,13 @@ func (r *Resolver) Prune() []uint32 {
 		}
 		r.mu.Unlock()
 	}
+	r.forgetRuntimeNames()
+	return gone
+}
+
+// forgetRuntimeNames drops the runtime names of containers no cached process
+// belongs to.
+func (r *Resolver) forgetRuntimeNames() {
 	r.mu.Lock()
 	live := map[string]bool{}
 	for _, c := range r.cache {
@@ -178,7 +206,6 @@ func (r *Resolver) Prune() []uint32 {
 	}
 	r.mu.Unlock()
 	r.names.Forget(func(id string) bool { return live[id] })
-	return gone
 }
 
 // RuntimeFileErrors returns how many container runtime files could not be

@@ -238,6 +238,29 @@ func TestResolverGoneAndPrune(t *testing.T) {
 	assert.Empty(t, r.Prune())
 }
 
+// Exits announced by the kernel are forgotten one by one: only those that
+// are gone (or whose pid a newer process took), never a live one.
+func TestResolverForgetExited(t *testing.T) {
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})
+	for _, pid := range []uint32{100, 103} {
+		_, err := r.Resolve(pid)
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.RemoveAll(filepath.Join(proc.Root, "100")))
+	assert.Equal(t, []uint32{100}, r.ForgetExited([]uint32{100, 103, 4242}), "103 lives; 4242 was never cached")
+	_, err := r.Resolve(100)
+	require.ErrorIs(t, err, ErrGone)
+
+	// 103 exited and its pid was taken by a newer process before the report.
+	writeProc(t, proc.Root, 103, fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 5})
+	assert.Equal(t, []uint32{103}, r.ForgetExited([]uint32{103}))
+	id, err := r.Resolve(103)
+	require.NoError(t, err)
+	assert.Equal(t, "other", id.Attributes[attrkey.ServiceName])
+	assert.Empty(t, r.ForgetExited(nil))
+}
+
 func TestResolverNoCgroupFile(t *testing.T) {
 	proc := t.TempDir()
 	writeProc(t, proc, 7, fakeProcess{exe: "/bin/x", comm: "x", start: 1})

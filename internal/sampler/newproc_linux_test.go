@@ -14,8 +14,9 @@ import (
 )
 
 // TestNewProcesses starts a short process after Open: it must be announced
-// once on NewProcesses while it runs, and forgotten (seen_pids) once it
-// exited, so a process reusing its pid would be announced again.
+// once on NewProcesses while it runs, announced as exited once, and
+// forgotten (seen_pids) once it exited, so a process reusing its pid would
+// be announced again.
 func TestNewProcesses(t *testing.T) {
 	testutil.RequireBPF(t)
 	s := openSampler(t, Options{SamplesPerSecond: 99})
@@ -29,7 +30,7 @@ func TestNewProcesses(t *testing.T) {
 		close(exited)
 	}()
 
-	announced, others := 0, 0
+	announced, exits, others := 0, 0, 0
 	announcedWhileRunning := false
 	timeout := time.After(10 * time.Second)
 	for done := false; !done; {
@@ -38,8 +39,12 @@ func TestNewProcesses(t *testing.T) {
 			if !ok {
 				t.Fatal("NewProcesses closed before Close")
 			}
-			if p.PID != pid || p.Exec {
+			if p.PID != pid || p.Exec || p.Rescan {
 				others++
+				continue
+			}
+			if p.Exit {
+				exits++
 				continue
 			}
 			announced++
@@ -59,9 +64,12 @@ func TestNewProcesses(t *testing.T) {
 			done = true
 		}
 	}
-	t.Logf("pid %d announced %d times (while running: %v); %d other pids", pid, announced, announcedWhileRunning, others)
+	t.Logf("pid %d announced %d times (while running: %v), exited %d times; %d other events", pid, announced, announcedWhileRunning, exits, others)
 	if announced != 1 || !announcedWhileRunning {
 		t.Errorf("pid %d announced %d times, while running %v; want once while it ran", pid, announced, announcedWhileRunning)
+	}
+	if exits != 1 {
+		t.Errorf("pid %d announced as exited %d times, want once", pid, exits)
 	}
 
 	var v uint8
@@ -85,7 +93,7 @@ func TestNewProcesses(t *testing.T) {
 
 // TestExecAnnounced: a process that burns CPU, then execs another program,
 // is announced, then reported as exec'ed (what was read of the old program
-// is stale), then announced again for the new one.
+// is stale), then announced again for the new one, then as exited.
 func TestExecAnnounced(t *testing.T) {
 	testutil.RequireBPF(t)
 	s := openSampler(t, Options{SamplesPerSecond: 99})
@@ -116,7 +124,7 @@ func TestExecAnnounced(t *testing.T) {
 			done = true
 		}
 	}
-	want := []capture.ProcessEvent{{PID: pid}, {PID: pid, Exec: true}, {PID: pid}}
+	want := []capture.ProcessEvent{{PID: pid}, {PID: pid, Exec: true}, {PID: pid}, {PID: pid, Exit: true}}
 	if len(got) != len(want) {
 		t.Fatalf("events of pid %d: %+v, want %+v", pid, got, want)
 	}

@@ -20,13 +20,24 @@ import (
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
 const MaxTargets = 4096
 
-// announceExec marks a new_pids entry of a process that exec'ed
-// (ANNOUNCE_EXEC in bpf/announce.h).
-const announceExec = 0x80000000
+// The flags of a new_pids entry (bpf/announce.h): a process that exec'ed
+// (ANNOUNCE_EXEC), exited (ANNOUNCE_EXIT), or has mappings its tables do
+// not cover (ANNOUNCE_RESCAN).
+const (
+	announceExec   = 0x80000000
+	announceExit   = 0x40000000
+	announceRescan = 0x20000000
+	announceFlags  = announceExec | announceExit | announceRescan
+)
 
 // decodeProcessEvent decodes a new_pids entry (bpf/announce.h).
 func decodeProcessEvent(v uint32) capture.ProcessEvent {
-	return capture.ProcessEvent{PID: v &^ announceExec, Exec: v&announceExec != 0}
+	return capture.ProcessEvent{
+		PID:    v &^ announceFlags,
+		Exec:   v&announceExec != 0,
+		Exit:   v&announceExit != 0,
+		Rescan: v&announceRescan != 0,
+	}
 }
 
 // The drain reads the maps of every stack-aggregating program (cpu.bpf.c,

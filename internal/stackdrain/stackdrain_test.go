@@ -161,3 +161,20 @@ func TestQuiescent(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeProcessEvent(t *testing.T) {
+	for _, tc := range []struct {
+		entry uint32
+		want  capture.ProcessEvent
+	}{
+		{entry: 4242, want: capture.ProcessEvent{PID: 4242}},
+		{entry: 4242 | 0x80000000, want: capture.ProcessEvent{PID: 4242, Exec: true}},
+		{entry: 4242 | 0x40000000, want: capture.ProcessEvent{PID: 4242, Exit: true}},
+		{entry: 4242 | 0x20000000, want: capture.ProcessEvent{PID: 4242, Rescan: true}},
+		{entry: 1<<22 - 1 | 0x20000000, want: capture.ProcessEvent{PID: 1<<22 - 1, Rescan: true}},
+	} {
+		if got := decodeProcessEvent(tc.entry); got != tc.want {
+			t.Errorf("entry %#x: got %+v, want %+v", tc.entry, got, tc.want)
+		}
+	}
+}

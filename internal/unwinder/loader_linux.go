@@ -168,43 +168,63 @@ func (l *Loader) Forget(pid uint32) {
 	l.stats.Processes = uint64(len(l.procs))
 }
 
-// Sweep forgets the processes that exited (or whose pid was reused),
-// reloads those whose executable mappings changed (a library loaded with
-// dlopen) and reuses rows released long enough ago.
-func (l *Loader) Sweep() {
+// Rescan reads pid's mappings again and reloads them if its executable
+// mappings changed since they were loaded (a library loaded with dlopen,
+// new JIT code): the kernel asks for it when a walk of the process finds an
+// address in no mapping it knows. A process not loaded yet is loaded.
+func (l *Loader) Rescan(pid uint32) error {
+	maps, err := l.proc.Maps(pid)
+	var start uint64
+	if err == nil {
+		start, err = l.proc.StartTime(pid)
+	}
 	l.mu.Lock()
-	loaded := make(map[uint32]loadedProcess, len(l.procs))
+	defer l.mu.Unlock()
+	l.stats.Rescans++
+	if err != nil {
+		l.stats.ProcessErrors++
+		return err
+	}
+	if lp, ok := l.procs[pid]; ok && lp.start == start && lp.mapped == fingerprint(maps) {
+		return nil
+	}
+	l.stats.Reloads++
+	return l.load(pid, start, maps)
+}
+
+// Prune forgets the processes that exited (or whose pid was reused): a
+// check of every loaded process's start time, for when exit announcements
+// were lost (the kernel's ring buffer was full). Exits are otherwise
+// announced one by one (Forget).
+func (l *Loader) Prune() {
+	l.mu.Lock()
+	loaded := make(map[uint32]uint64, len(l.procs))
 	for pid, lp := range l.procs {
-		loaded[pid] = *lp
+		loaded[pid] = lp.start
 	}
 	l.mu.Unlock()
-	type reload struct {
-		start uint64
-		maps  []procfs.Map
-	}
-	gone, changed := []uint32{}, map[uint32]reload{}
-	for pid, lp := range loaded {
-		start, err := l.proc.StartTime(pid)
-		if err != nil || start != lp.start {
+	var gone []uint32
+	for pid, start := range loaded {
+		if now, err := l.proc.StartTime(pid); err != nil || now != start {
 			gone = append(gone, pid)
-			continue
-		}
-		if maps, err := l.proc.Maps(pid); err == nil && fingerprint(maps) != lp.mapped {
-			changed[pid] = reload{start, maps}
 		}
 	}
-
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, pid := range gone {
-		l.forget(pid)
-	}
-	for pid, r := range changed {
-		if lp, ok := l.procs[pid]; ok && lp.start == r.start {
-			_ = l.load(pid, r.start, r.maps) // counted in the stats
+		if lp, ok := l.procs[pid]; ok && lp.start == loaded[pid] {
+			l.forget(pid)
 		}
 	}
+	l.stats.Prunes++
 	l.stats.Processes = uint64(len(l.procs))
+}
+
+// Sweep reuses rows released long enough ago. It reads nothing of the
+// processes: its cost does not grow with them.
+func (l *Loader) Sweep() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := time.Now()
 	kept := l.pending[:0]
 	for _, p := range l.pending {

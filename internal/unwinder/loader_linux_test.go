@@ -77,7 +77,8 @@ func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapp
 
 // The rows the kernel would find for addresses of libc in this process are
 // the CFI table's rows at the same file addresses; a mapping added later
-// (as by dlopen) is loaded by Sweep; Forget removes everything.
+// (as by dlopen) is loaded by Rescan, which the kernel asks for when a walk
+// finds an address in no known mapping; Forget removes everything.
 func TestLoaderMatchesTheTable(t *testing.T) {
 	maps := newTestMaps(t, 1<<20)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
@@ -141,10 +142,16 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 	defer func() { _ = unix.Munmap(mem) }()
 	addr := uint64(uintptr(unsafePointer(mem))) + 0x3000
 	_, _, ok := lookup(t, maps, pid, addr)
-	assert.False(t, ok, "the new mapping is not loaded before Sweep")
+	assert.False(t, ok, "the new mapping is not loaded before Rescan")
 	l.Sweep()
+	_, _, ok = lookup(t, maps, pid, addr)
+	assert.False(t, ok, "Sweep reads no process")
+	require.NoError(t, l.Rescan(pid))
 	km, kr, ok := lookup(t, maps, pid, addr)
-	require.True(t, ok, "Sweep loads a mapping added since")
+	require.True(t, ok, "Rescan loads a mapping added since")
+	require.NoError(t, l.Rescan(pid))
+	assert.Equal(t, uint64(2), l.Stats().Rescans)
+	assert.Equal(t, uint64(1), l.Stats().Reloads, "the second Rescan found the mappings unchanged")
 	require.NotZero(t, km.Rows)
 	want := kernelRow(table.Lookup(addr - uint64(uintptr(unsafePointer(mem))) + text.Vaddr))
 	want.Pc = kr.Pc
@@ -157,6 +164,26 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 	assert.Zero(t, l.Stats().Tables, "no process maps a file any more")
 	var key bpf.CpuUnwindMappingKey
 	assert.ErrorIs(t, maps.Mappings.NextKey(nil, &key), ebpf.ErrKeyNotExist, "the trie is empty")
+}
+
+// Prune, run when announcements were lost, forgets the processes that
+// exited and keeps the live ones.
+func TestLoaderPrune(t *testing.T) {
+	maps := newTestMaps(t, 1<<20)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
+	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
+	require.Eventually(t, func() bool { return l.Load(uint32(cmd.Process.Pid)) == nil && l.Stats().Tables > 0 },
+		5*time.Second, 10*time.Millisecond)
+	require.NoError(t, l.Load(uint32(os.Getpid())))
+	require.Equal(t, uint64(2), l.Stats().Processes)
+	l.Prune()
+	assert.Equal(t, uint64(2), l.Stats().Processes, "both live")
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	l.Prune()
+	assert.Equal(t, uint64(1), l.Stats().Processes, "the killed workload is forgotten")
+	l.Forget(uint32(os.Getpid()))
+	assert.Zero(t, l.Stats().Tables)
 }
 
 // A table that does not fit leaves the file to frame pointers, counted.

@@ -20,6 +20,10 @@ type Stats struct {
 	// ProcessErrors counts processes whose mappings could not be read
 	// (most often: they exited before).
 	ProcessErrors uint64
+	// Rescans counts the kernel's requests to read a process's mappings
+	// again, Reloads those that found them changed; Prunes the checks of
+	// every process after lost announcements.
+	Rescans, Reloads, Prunes uint64
 	// PythonProcesses is the processes whose CPython frames BPF reads;
 	// PythonUnsupported counts interpreter files of a version it cannot
 	// walk; PythonMapFull processes refused by a full map.

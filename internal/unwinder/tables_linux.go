@@ -30,7 +30,7 @@ const DefaultRows = 1 << 20
 // mapping takes a few to a few dozen entries).
 const maxMappingEntries = 128 << 10
 
-// sweepInterval is how often the maps are cleared of processes that exited.
+// sweepInterval is how often rows released by exited processes are reused.
 const sweepInterval = 5 * time.Second
 
 // Tables are the unwind tables every stack-walking BPF program of the
@@ -44,6 +44,7 @@ type Tables struct {
 	loader *Loader
 	stop   chan struct{}
 	done   chan struct{}
+	prune  chan struct{} // a Prune is due: announcements were lost
 
 	mu       sync.Mutex
 	reported capture.TableFailures // failures already handed to a source's stats
@@ -79,7 +80,7 @@ func OpenTables(proc procfs.FS, rows uint32) (*Tables, error) {
 		return nil, fmt.Errorf("create python processes map: %w", memlock.Explain(err))
 	}
 	maps := Maps{Rows: r, Mappings: m, Python: py}
-	t := &Tables{maps: maps, loader: NewLoader(maps, proc, rows), stop: make(chan struct{}), done: make(chan struct{})}
+	t := &Tables{maps: maps, loader: NewLoader(maps, proc, rows), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
 	go t.sweep()
 	return t, nil
 }
@@ -94,6 +95,8 @@ func (t *Tables) sweep() {
 			return
 		case <-tick.C:
 			t.loader.Sweep()
+		case <-t.prune:
+			t.loader.Prune()
 		}
 	}
 }
@@ -111,7 +114,8 @@ func (t *Tables) Stats() Stats { return t.loader.Stats() }
 
 // Prepare readies spec, a collection that includes bpf/unwind.h, to load:
 // it tells the program whether the kernel has bpf_task_pt_regs and, when
-// tables is not nil, returns the options that make it share tables' maps.
+// tables is not nil, that announced processes get tables, and returns the
+// options that make it share tables' maps.
 // With nil tables the program keeps its own empty maps, so it walks every
 // stack with frame pointers.
 func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions, error) {
@@ -120,6 +124,13 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 	}
 	if tables == nil {
 		return nil, nil
+	}
+	// Announced processes get tables: an address in none of their mappings
+	// asks for a rescan (bpf/announce.h).
+	if v, ok := spec.Variables["unwind_tables"]; ok {
+		if err := v.Set(uint8(1)); err != nil {
+			return nil, fmt.Errorf("set unwind_tables: %w", err)
+		}
 	}
 	repl := map[string]*ebpf.Map{bpf.CpuMapUnwindRows: tables.maps.Rows, bpf.CpuMapUnwindMappings: tables.maps.Mappings}
 	for name, m := range repl {
@@ -168,10 +179,13 @@ func (f *Follower) run(in <-chan capture.ProcessEvent) {
 	defer close(f.done)
 	defer close(f.events)
 	for ev := range in {
-		if ev.Exec {
-			// The new program is announced at its first sample.
+		switch {
+		case ev.Exec, ev.Exit:
+			// An exec'ed program is announced at its first sample.
 			f.tables.loader.Forget(ev.PID)
-		} else {
+		case ev.Rescan:
+			_ = f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
+		default:
 			_ = f.tables.loader.Load(ev.PID) // counted in the loader's stats
 		}
 		select {
@@ -193,6 +207,14 @@ func (f *Follower) Wait() { <-f.done }
 // source's previous call (each failure is handed to one source only).
 func (f *Follower) AddStats(st *capture.Stats) {
 	st.NewProcessDrops += f.drops.Swap(0)
+	if st.NewProcessDrops > 0 {
+		// An exit may be among the announcements lost: check every
+		// process once, off the caller's path.
+		select {
+		case f.tables.prune <- struct{}{}:
+		default:
+		}
+	}
 	ls := f.tables.loader.Stats()
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes

@@ -75,6 +75,8 @@ type profilerReceiver struct {
 	// background runs the kernel symbol preload and the prefetchProcesses
 	// goroutines.
 	background sync.WaitGroup
+	// exits are the processes announced as exited since the last report.
+	exits exitQueue
 }
 
 func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver, error) {
@@ -258,7 +260,8 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error)
 // soon as it is first sampled, so stacks of short-lived processes still
 // resolve when they are drained after the process exited. A process that
 // exec'ed is forgotten: its mappings and executable are those of the old
-// program (its next sample announces the new one).
+// program (its next sample announces the new one). One that exited is
+// forgotten after the next report, which drains its last samples.
 func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan capture.ProcessEvent) {
 	for {
 		select {
@@ -271,6 +274,11 @@ func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan 
 			case ev.Exec:
 				r.ids.Forget(ev.PID)
 				r.symbols.ForgetProcess(ev.PID)
+			case ev.Exit:
+				r.exits.add(ev.PID)
+			case ev.Rescan:
+				// New mappings: the unwind tables reload them; the
+				// symbolizer reads the maps again on a miss.
 			default:
 				_, _ = r.ids.Resolve(ev.PID)
 				r.symbols.Prefetch(ev.PID)
@@ -299,6 +307,9 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	end := clock.Wall()
 	start := r.lastDrain
 	r.lastDrain = end
+	// Exits announced before this drain: their samples are in it.
+	exited, overflow := r.exits.take()
+	lost := overflow
 	if len(r.sources) > 0 {
 		r.targetWatch.check(r.proc, r.settings.Logger)
 	}
@@ -310,6 +321,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		}
 		stacks, st, err := src.Drain()
 		r.recordSourceStats(ctx, kind, src.Mechanism(), st)
+		lost = lost || st.NewProcessDrops > 0
 		if err != nil {
 			r.settings.Logger.Warn("drain failed", zap.String("kind", string(kind)), zap.Error(err))
 			r.reportFailed(ctx, signalProfiles)
@@ -324,9 +336,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	}
 	profiles = r.joinScopes(ctx, start, end, profiles, final)
 	r.recordPythonSymbolization(ctx, r.symbols.Stats().PythonUnsymbolized)
-	for _, pid := range r.ids.Prune() {
-		r.symbols.ForgetProcess(pid)
-	}
+	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {
 		return
 	}

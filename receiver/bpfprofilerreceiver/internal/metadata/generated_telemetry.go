@@ -86,7 +86,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerNewProcessesDropped, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_new_processes_dropped",
-		metric.WithDescription("Announcements of newly sampled processes dropped (kernel ring buffer or channel full). No sample is lost: the process's maps are read when its samples are reported instead of at its first sample, so a process that exited in between may stay unsymbolized. [Development]"),
+		metric.WithDescription("Announcements of processes dropped (kernel ring buffer or channel full): newly sampled processes, exits, and requests to read a process's mappings again. No sample is lost: a new process's maps are read when its samples are reported instead of at its first sample (a process that exited in between may stay unsymbolized), and the next report checks every process for exits once. [Development]"),
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)

@@ -40,7 +40,7 @@ func AssertEqualBpfprofilerFramesUnsymbolized(t *testing.T, tt *componenttest.Te
 func AssertEqualBpfprofilerNewProcessesDropped(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_new_processes_dropped",
-		Description: "Announcements of newly sampled processes dropped (kernel ring buffer or channel full). No sample is lost: the process's maps are read when its samples are reported instead of at its first sample, so a process that exited in between may stay unsymbolized. [Development]",
+		Description: "Announcements of processes dropped (kernel ring buffer or channel full): newly sampled processes, exits, and requests to read a process's mappings again. No sample is lost: a new process's maps are read when its samples are reported instead of at its first sample (a process that exited in between may stay unsymbolized), and the next report checks every process for exits once. [Development]",
 		Unit:        "{process}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

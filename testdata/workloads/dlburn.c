@@ -1,0 +1,56 @@
+// dlburn: burns CPU in its own code for a second, then loads LIBRARY
+// (dlchain.c) with dlopen and burns CPU in it: its mappings change after a
+// profiler has read them, as a plugin's or a JIT's do.
+// cflags: -O2 -fomit-frame-pointer
+//
+// Usage: dlburn LIBRARY SECONDS. Prints its pid first.
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile uint64_t sink;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+__attribute__((noinline)) static void own_burn(double seconds)
+{
+	double until = now() + seconds;
+
+	while (now() < until)
+		sink++;
+}
+
+int main(int argc, char **argv)
+{
+	void (*entry)(double);
+	void *lib;
+
+	if (argc != 3) {
+		fprintf(stderr, "usage: %s LIBRARY SECONDS\n", argv[0]);
+		return 2;
+	}
+	printf("%d\n", getpid());
+	fflush(stdout);
+	own_burn(1.0);
+	lib = dlopen(argv[1], RTLD_NOW);
+	if (!lib) {
+		fprintf(stderr, "dlopen: %s\n", dlerror());
+		return 1;
+	}
+	entry = (void (*)(double))dlsym(lib, "dl_entry");
+	if (!entry) {
+		fprintf(stderr, "dlsym: %s\n", dlerror());
+		return 1;
+	}
+	entry(atof(argv[2]));
+	sink++;
+	return 0;
+}
