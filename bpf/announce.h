@@ -65,6 +65,7 @@ struct {
 static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_flags, struct sampler_stats *st)
 {
 	u8 one = 1;
+	u64 next;
 	u32 *rec;
 
 	if (task_flags & (PF_KTHREAD | PF_EXITING))
@@ -87,6 +88,9 @@ static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_f
 	 * polling when the host is idle.
 	 */
 	bpf_ringbuf_submit(rec, 0);
+	/* Its tables load soon: its samples until then ask no rescan. */
+	next = bpf_ktime_get_ns() + RESCAN_INTERVAL_NS;
+	bpf_map_update_elem(&rescan_after, &host_tgid, &next, BPF_ANY);
 }
 
 /*

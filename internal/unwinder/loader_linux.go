@@ -45,6 +45,10 @@ type fileTable struct {
 	keys        []fileKey           // the files (device, inode) it serves
 	buildID     string              // GNU build id, "" if the file has none
 	python      *python.Interpreter // the CPython interpreter in the file, if any
+	// idleSince is when its last process was forgotten (zero: in use);
+	// stamps tell its files from later files with their device and inode.
+	idleSince time.Time
+	stamps    map[fileKey]fileStamp
 }
 
 // loadedProcess is what the loader put in the maps for one process.
@@ -192,6 +196,14 @@ func (l *Loader) Rescan(pid uint32) error {
 	return l.load(pid, start, maps)
 }
 
+// countSkipped counts a process that exited before its tables were due to
+// load.
+func (l *Loader) countSkipped() {
+	l.mu.Lock()
+	l.stats.SkippedLoads++
+	l.mu.Unlock()
+}
+
 // Prune forgets the processes that exited (or whose pid was reused): a
 // check of every loaded process's start time, for when exit announcements
 // were lost (the kernel's ring buffer was full). Exits are otherwise
@@ -235,6 +247,7 @@ func (l *Loader) Sweep() {
 		}
 	}
 	l.pending = kept
+	l.expireIdle(now)
 	l.stats.RowsUsed = l.space.used
 }
 
@@ -250,6 +263,11 @@ func (l *Loader) Stats() Stats {
 		}
 	}
 	st.Tables = uint64(len(tables))
+	for t := range tables {
+		if !t.idleSince.IsZero() {
+			st.IdleTables++
+		}
+	}
 	st.RowsUsed = l.space.used
 	for _, lp := range l.procs {
 		if lp.python {
@@ -292,15 +310,7 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		if t.refs--; t.refs > 0 {
 			continue
 		}
-		for _, k := range t.keys {
-			delete(l.files, k)
-		}
-		if t.buildID != "" && l.byBuild[t.buildID] == t {
-			delete(l.byBuild, t.buildID)
-		}
-		if t.rows > 0 {
-			l.pending = append(l.pending, pendingRelease{span{t.first, t.rows}, time.Now()})
-		}
+		l.retire(t)
 	}
 }
 
@@ -312,15 +322,29 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
 	t, ok := l.files[key]
+	if ok && !t.idleSince.IsZero() && !l.revive(pid, m, key, t) {
+		ok = false // another file has its device and inode now
+	}
 	if !ok {
 		var err error
-		if t, err = l.buildTable(pid, m); err != nil {
+		var stamp fileStamp
+		if t, stamp, err = l.buildTable(pid, m); err != nil {
 			l.stats.countFailure(err)
 		}
 		if t == nil {
 			t = &fileTable{}
 		}
+		if !t.idleSince.IsZero() { // an idle copy with the same build id
+			t.idleSince = time.Time{}
+			l.stats.IdleReused++
+		}
 		t.keys = append(t.keys, key)
+		if stamp != (fileStamp{}) {
+			if t.stamps == nil {
+				t.stamps = map[fileKey]fileStamp{}
+			}
+			t.stamps[key] = stamp
+		}
 		l.files[key] = t
 	}
 	t.refs++
@@ -331,14 +355,15 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 // returns the table of a file with the same build id. With an error it may
 // return a table without rows that still knows the file's layout and
 // interpreter.
-func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
+func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, error) {
 	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
 		func(f *os.File) { f.Close() })
 	if err != nil {
-		return nil, &Failure{Reason: capture.TableOpenFailed, Err: err}
+		return nil, fileStamp{}, &Failure{Reason: capture.TableOpenFailed, Err: err}
 	}
 	defer f.Close()
+	stamp, _ := stampOf(f)
 	var ef *elf.File
 	var id string
 	if err := noPanic(func() (err error) {
@@ -347,10 +372,10 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 		}
 		return err
 	}); err != nil {
-		return nil, &Failure{Reason: capture.TableMalformed, Err: err}
+		return nil, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	if t := l.byBuild[id]; id != "" && t != nil {
-		return t, nil
+		return t, stamp, nil
 	}
 	interp := l.detectPython(m.Path, ef)
 	// Without a table the file is walked with frame pointers, but its
@@ -362,28 +387,28 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, error) {
 	err = noPanic(func() (err error) { rows, base, err = l.build(ef); return err })
 	l.stats.BuildTime += time.Since(began)
 	if err != nil {
-		return noTable, &Failure{Reason: capture.TableMalformed, Err: err}
+		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, python: interp}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		l.shareByBuildID(t)
-		return t, nil
+		return t, stamp, nil
 	}
 	if len(rows) > maxSearchRows {
-		return noTable, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+		return noTable, stamp, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
 	}
-	first, ok := l.space.alloc(uint32(len(rows)))
+	first, ok := l.allocEvicting(uint32(len(rows)))
 	if !ok {
-		return noTable, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
+		return noTable, stamp, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
 	}
 	if err := writeRows(l.maps.Rows, first, rows); err != nil {
 		l.space.release(first, uint32(len(rows)))
-		return noTable, &Failure{Reason: capture.TableMalformed, Err: err}
+		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
 	t.first, t.rows = first, uint32(len(rows))
 	l.shareByBuildID(t)
-	return t, nil
+	return t, stamp, nil
 }
 
 // shareByBuildID offers t to the copies of its file.

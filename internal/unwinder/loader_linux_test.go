@@ -121,7 +121,8 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 	require.Greater(t, checked, 100, "addresses of libc checked")
 
 	l.Forget(pid)
-	assert.Zero(t, l.Stats().Tables, "no process maps a file any more")
+	st = l.Stats()
+	assert.Equal(t, st.Tables, st.IdleTables, "no process maps a file any more: every table is idle")
 
 	// libc's code mapped again, later, as dlopen maps a library.
 	pid = uint32(os.Getpid())
@@ -161,7 +162,7 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 	l.Forget(pid)
 	_, _, ok = lookup(t, maps, pid, addr)
 	assert.False(t, ok, "Forget removes the process's mappings")
-	assert.Zero(t, l.Stats().Tables, "no process maps a file any more")
+	expireIdle(t, l)
 	var key bpf.CpuUnwindMappingKey
 	assert.ErrorIs(t, maps.Mappings.NextKey(nil, &key), ebpf.ErrKeyNotExist, "the trie is empty")
 }
@@ -183,7 +184,18 @@ func TestLoaderPrune(t *testing.T) {
 	l.Prune()
 	assert.Equal(t, uint64(1), l.Stats().Processes, "the killed workload is forgotten")
 	l.Forget(uint32(os.Getpid()))
-	assert.Zero(t, l.Stats().Tables)
+	expireIdle(t, l)
+}
+
+// expireIdle checks that every table left is idle, and expires them.
+func expireIdle(t *testing.T, l *Loader) {
+	t.Helper()
+	st := l.Stats()
+	assert.Equal(t, st.Tables, st.IdleTables, "tables no process maps are idle")
+	l.mu.Lock()
+	l.expireIdle(time.Now().Add(idleTableTTL))
+	l.mu.Unlock()
+	assert.Zero(t, l.Stats().Tables, "idle tables expire")
 }
 
 // A table that does not fit leaves the file to frame pointers, counted.
@@ -249,7 +261,7 @@ func TestLoaderSharesTablesByBuildID(t *testing.T) {
 	assert.False(t, ok)
 	firstRow(pids[1], copied)
 	l.Forget(pids[1])
-	assert.Zero(t, l.Stats().Tables)
+	expireIdle(t, l)
 }
 
 func TestNoPanic(t *testing.T) {

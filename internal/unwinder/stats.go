@@ -24,6 +24,13 @@ type Stats struct {
 	// again, Reloads those that found them changed; Prunes the checks of
 	// every process after lost announcements.
 	Rescans, Reloads, Prunes uint64
+	// SkippedLoads counts processes that exited within loadDelay of their
+	// announcement: nothing of theirs was read.
+	SkippedLoads uint64
+	// IdleTables is the tables no process maps, kept for a process that
+	// maps their file again (IdleReused) until they expire or their rows
+	// are needed (IdleEvicted).
+	IdleTables, IdleReused, IdleEvicted uint64
 	// PythonProcesses is the processes whose CPython frames BPF reads;
 	// PythonUnsupported counts interpreter files of a version it cannot
 	// walk; PythonMapFull processes refused by a full map.

@@ -158,13 +158,15 @@ func haveTaskPtRegs() uint8 {
 }
 
 // Follower loads the tables of each process one source announces, off its
-// sampling path, then hands the announcement on. Until its tables are
-// loaded a process's stacks are walked with frame pointers.
+// sampling path, once it has lived loadDelay, and hands the announcement
+// on at once. Until its tables are loaded a process's stacks are walked
+// with frame pointers.
 type Follower struct {
-	tables *Tables
-	events chan capture.ProcessEvent
-	drops  atomic.Uint64 // announcements the reader of Events had no room for
-	done   chan struct{}
+	tables   *Tables
+	events   chan capture.ProcessEvent
+	drops    atomic.Uint64 // announcements the reader of Events had no room for
+	done     chan struct{}
+	deferred deferredLoads // the run goroutine's
 }
 
 // Follow starts following in; it ends when in is closed, and then closes
@@ -178,20 +180,45 @@ func (t *Tables) Follow(in <-chan capture.ProcessEvent) *Follower {
 func (f *Follower) run(in <-chan capture.ProcessEvent) {
 	defer close(f.done)
 	defer close(f.events)
-	for ev := range in {
-		switch {
-		case ev.Exec, ev.Exit:
-			// An exec'ed program is announced at its first sample.
-			f.tables.loader.Forget(ev.PID)
-		case ev.Rescan:
-			_ = f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
-		default:
-			_ = f.tables.loader.Load(ev.PID) // counted in the loader's stats
-		}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
 		select {
-		case f.events <- ev:
-		default:
-			f.drops.Add(1)
+		case ev, ok := <-in:
+			if !ok {
+				return
+			}
+			f.handle(ev, time.Now())
+			select {
+			case f.events <- ev:
+			default:
+				f.drops.Add(1)
+			}
+		case now := <-timer.C:
+			for _, pid := range f.deferred.take(now) {
+				_ = f.tables.loader.Load(pid) // counted in the loader's stats
+			}
+		}
+		if at, ok := f.deferred.next(); ok {
+			timer.Reset(time.Until(at))
+		}
+	}
+}
+
+func (f *Follower) handle(ev capture.ProcessEvent, now time.Time) {
+	switch {
+	case ev.Exec, ev.Exit:
+		if f.deferred.cancel(ev.PID) {
+			f.tables.loader.countSkipped()
+		}
+		// An exec'ed program is announced at its first sample.
+		f.tables.loader.Forget(ev.PID)
+	case ev.Rescan:
+		f.deferred.cancel(ev.PID)
+		_ = f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
+	default:
+		if !f.deferred.add(ev.PID, now) {
+			_ = f.tables.loader.Load(ev.PID)
 		}
 	}
 }

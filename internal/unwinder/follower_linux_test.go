@@ -1,0 +1,59 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A process announced and exited within loadDelay is never loaded; one that
+// lives longer is, after loadDelay; a rescan loads at once; every
+// announcement is handed on at once.
+func TestFollowerDefersLoads(t *testing.T) {
+	testutil.RequireBPF(t)
+	tables, err := OpenTables(procfs.FS{Root: "/proc"}, 1<<20)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tables.Close()) })
+	in := make(chan capture.ProcessEvent)
+	f := tables.Follow(in)
+	defer func() { close(in); f.Wait() }()
+	self := uint32(os.Getpid())
+	send := func(ev capture.ProcessEvent) {
+		t.Helper()
+		in <- ev
+		select {
+		case got := <-f.Events():
+			require.Equal(t, ev, got)
+		case <-time.After(time.Second):
+			t.Fatalf("%+v not handed on", ev)
+		}
+	}
+
+	send(capture.ProcessEvent{PID: self})
+	send(capture.ProcessEvent{PID: self, Exit: true})
+	time.Sleep(2 * loadDelay)
+	st := tables.Stats()
+	assert.Equal(t, uint64(1), st.SkippedLoads)
+	assert.Zero(t, st.Processes, "exited before its load was due")
+
+	send(capture.ProcessEvent{PID: self})
+	assert.Zero(t, tables.Stats().Processes, "not before loadDelay")
+	require.Eventually(t, func() bool { return tables.Stats().Processes == 1 }, time.Second, 5*time.Millisecond)
+	send(capture.ProcessEvent{PID: self, Exec: true})
+	require.Eventually(t, func() bool { return tables.Stats().Processes == 0 }, time.Second, 5*time.Millisecond)
+
+	send(capture.ProcessEvent{PID: self})
+	send(capture.ProcessEvent{PID: self, Rescan: true})
+	require.Eventually(t, func() bool { return tables.Stats().Processes == 1 }, loadDelay/2, time.Millisecond,
+		"a rescan loads at once")
+	assert.Equal(t, uint64(1), tables.Stats().SkippedLoads)
+}
