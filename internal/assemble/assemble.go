@@ -68,10 +68,10 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	prof := report.Profile{Kind: kind, Start: start, End: end, Period: period}
 	var st Stats
 	for _, pid := range pids {
-		id, err := a.Identities.Resolve(pid)
-		if err != nil {
-			id = nameUnread(id, byPID[pid])
-		}
+		// A process that exited before it was read (an error), or while it
+		// was (read without a name), is named by what the kernel recorded.
+		id, _ := a.Identities.Resolve(pid)
+		id = nameUnread(id, byPID[pid])
 		if a.Keep != nil && !a.Keep(id) {
 			for _, s := range byPID[pid] {
 				st.FilteredValues += int64(s.Value)
@@ -104,8 +104,9 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	return prof, st
 }
 
-// nameUnread names a process whose identity could not be read (it exited
-// before it was): by what the kernel recorded with its samples, a kernel
+// nameUnread names a process whose identity has no service name (it exited
+// before or while it was read): by what the kernel recorded with its
+// samples, a kernel
 // thread (no user stack taken) under attrkey.KernelServiceName, else by the
 // thread name of its main thread (or of any thread), so that it has a
 // service.name a backend can show.

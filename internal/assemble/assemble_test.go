@@ -205,10 +205,13 @@ func TestAssembleNamesUnreadProcesses(t *testing.T) {
 			{PID: 7, TID: 7, Comm: "app", Frames: capture.StackFrames([]uint64{1}, nil), UserLoss: capture.StackMapFull, Value: 1},
 		}, "app"},
 		{"nothing known", []capture.RawStack{{PID: 7, TID: 7, Frames: capture.StackFrames(nil, []uint64{1}), Value: 1}}, nil},
+		// Read while it exited: no executable, no service name, no error
+		// (the unknown_service series a busy host showed in Pyroscope).
+		{"read without a name", []capture.RawStack{{PID: 77, TID: 77, Comm: "bash", Frames: capture.StackFrames(nil, []uint64{1}), Value: 1}}, "bash"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{}}
+			a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{77: ""}}
 			prof, _ := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 0, tt.stacks)
 			require.Len(t, prof.Processes, 1)
 			assert.Equal(t, tt.want, prof.Processes[0].Identity.Attributes[attrkey.ServiceName])
