@@ -16,8 +16,9 @@ package main
 // Each phase's load is set up once and measured twice: first without the
 // collector (the host's CPU from /proc/stat), then beside a fresh collector
 // (host-wide, cpu 99 Hz, off_cpu with min_block 1ms, report_interval 10s,
-// unwinding auto), started after the load so that the phase's processes are
-// there at its start-up scan, measured after the settle time: its CPU
+// unwinding auto), started after the load (phase 2 starts its sleepers
+// again once the collector is ready, so that it sees 2000 processes start,
+// as a DaemonSet sees a node's), measured after the settle time: its CPU
 // (utime+stime of /proc/<pid>/stat over the phase), peak and final RSS, the
 // memlock of its BPF maps (from /proc/<pid>/fdinfo) and its own metrics from
 // its Prometheus endpoint (unwind tables, failures, walks over the phase).
@@ -69,6 +70,10 @@ type busyLoad struct {
 	sleepers *sleepers
 	pacer    *execPacer
 	runtimes *runtimeSet
+	// renew restarts the phase's new processes once a collector is
+	// ready, so it sees them start, as a node's DaemonSet does (nil: the
+	// load stays as it is).
+	renew func() error
 }
 
 func (l *busyLoad) stop() {
@@ -105,9 +110,16 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	if load.sleepers, err = startSleepers(busySleepers); err != nil {
 		return err
 	}
+	load.renew = func() error {
+		load.sleepers.kill()
+		s, err := startSleepers(busySleepers)
+		load.sleepers = s
+		return err
+	}
 	if err := phase(fmt.Sprintf("2 + %d idle processes", busySleepers)); err != nil {
 		return err
 	}
+	load.renew = nil
 	load.pacer = startPacer(busyExecRate, "/bin/true")
 	if err := phase(fmt.Sprintf("3 + %d execs/s", busyExecRate)); err != nil {
 		return err
@@ -169,7 +181,7 @@ func measureBusyPhase(ctx context.Context, e env, name string, load *busyLoad) (
 		row.execBase = float64(load.pacer.count()-n0) / elapsed.Seconds()
 	}
 	if !e.o.skipCollector {
-		f, err := measureBusyCollector(ctx, e, load.pacer)
+		f, err := measureBusyCollector(ctx, e, load.pacer, load.renew)
 		if err != nil {
 			return row, err
 		}
@@ -193,14 +205,15 @@ func busyCollectorConfig(e env, port int, settle time.Duration) collectorConfig 
 	return cfg
 }
 
-// measureBusyCollector starts a collector, lets it settle and measures it
-// over one phase.
-func measureBusyCollector(ctx context.Context, e env, pacer *execPacer) (f busyFigures, err error) {
+// measureBusyCollector starts a collector, runs renew (if any) once it is
+// ready, lets it settle and measures it over one phase.
+func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew func() error) (f busyFigures, err error) {
 	port, err := freePort()
 	if err != nil {
 		return f, err
 	}
-	c, err := startCollector(ctx, busyCollectorConfig(e, port, e.o.busySettle))
+	cfg := busyCollectorConfig(e, port, 0)
+	c, err := startCollector(ctx, cfg)
 	if err != nil {
 		return f, err
 	}
@@ -209,6 +222,14 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer) (f busyF
 			err = stopErr
 		}
 	}()
+	if renew != nil {
+		if err := renew(); err != nil {
+			return f, err
+		}
+	}
+	if err := waitWindow(ctx, e.o.busySettle, c.exited); err != nil {
+		return f, err
+	}
 	before, scrapeErr := scrapeProm(ctx, port)
 	cpu0, err := readCPU(c.pid())
 	if err != nil {
