@@ -104,7 +104,7 @@ func measure(ctx context.Context, o options, bins workloads, dir, transport, set
 	if err != nil {
 		return r, err
 	}
-	defer col.stop()
+	defer func() { _ = col.stop() }()
 	began := time.Now()
 	truth, err := runWorkloads(ctx, bins, dir, o.burnSeconds, o.sleeps)
 	if err != nil {
