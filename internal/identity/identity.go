@@ -154,16 +154,7 @@ func (r *Resolver) Forget(pid uint32) {
 // returns them; the files it reads grow with pids, not with the processes
 // cached.
 func (r *Resolver) ForgetExited(pids []uint32) []uint32 {
-	var gone []uint32
-	for _, pid := range pids {
-		start, err := r.proc.StartTime(pid)
-		r.mu.Lock()
-		if c, ok := r.cache[pid]; ok && (err != nil || c.startTime != start) {
-			delete(r.cache, pid)
-			gone = append(gone, pid)
-		}
-		r.mu.Unlock()
-	}
+	gone := r.forgetGone(pids)
 	if len(gone) > 0 {
 		r.forgetRuntimeNames()
 	}
@@ -180,6 +171,14 @@ func (r *Resolver) Prune() []uint32 {
 		pids = append(pids, pid)
 	}
 	r.mu.Unlock()
+	gone := r.forgetGone(pids)
+	r.forgetRuntimeNames()
+	return gone
+}
+
+// forgetGone drops the cached identities of those of pids whose process no
+// longer exists, and returns them.
+func (r *Resolver) forgetGone(pids []uint32) []uint32 {
 	var gone []uint32
 	for _, pid := range pids {
 		start, err := r.proc.StartTime(pid)
@@ -190,7 +189,6 @@ func (r *Resolver) Prune() []uint32 {
 		}
 		r.mu.Unlock()
 	}
-	r.forgetRuntimeNames()
 	return gone
 }
 
