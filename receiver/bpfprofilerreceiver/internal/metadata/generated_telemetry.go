@@ -188,7 +188,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerUnwindTables, err = builder.meter.Int64UpDownCounter(
 		"otelcol_bpfprofiler_unwind_tables",
-		metric.WithDescription("Files whose unwind table is in the kernel (each shared by every process mapping the file). [Development]"),
+		metric.WithDescription("Files whose unwind table is in the kernel (each shared by every process mapping the file, and kept for 2 minutes after the last one). [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)

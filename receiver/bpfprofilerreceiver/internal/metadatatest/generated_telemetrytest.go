@@ -312,7 +312,7 @@ func AssertEqualBpfprofilerUnwindTableBytes(t *testing.T, tt *componenttest.Tele
 func AssertEqualBpfprofilerUnwindTables(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_unwind_tables",
-		Description: "Files whose unwind table is in the kernel (each shared by every process mapping the file). [Development]",
+		Description: "Files whose unwind table is in the kernel (each shared by every process mapping the file, and kept for 2 minutes after the last one). [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
