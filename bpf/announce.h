@@ -10,8 +10,8 @@
  * program (mappings, identity); the next record announces the new one.
  * forget_process sends the pid of an announced process that exited with
  * ANNOUNCE_EXIT set, and request_rescan the pid of a process whose walk ended
- * at an address in no known mapping with ANNOUNCE_RESCAN set (at most once
- * per RESCAN_INTERVAL_NS), so user space follows exits and new mappings
+ * at an address in no known mapping with ANNOUNCE_RESCAN set (rate-limited,
+ * see rescan_window), so user space follows exits and new mappings
  * (dlopen, JIT code) without polling every process.
  */
 #ifndef BPFPROFILER_ANNOUNCE_H
@@ -29,8 +29,21 @@
 #define ANNOUNCE_EXIT 0x40000000u
 /* or has mappings its tables do not cover. */
 #define ANNOUNCE_RESCAN 0x20000000u
-/* Rescans asked of one process at most this often. */
-#define RESCAN_INTERVAL_NS (2ULL * 1000 * 1000 * 1000)
+/*
+ * A new process asks no rescan before its tables load (user space defers
+ * the load 100 ms, so short-lived processes cost no read); then at most one
+ * per interval, from RESCAN_MIN_NS doubling to RESCAN_MAX_NS: a program
+ * loading its libraries at start (dlopen at import) is followed within a
+ * fraction of a second, a JIT steadily adding code once per 2 s.
+ */
+#define RESCAN_FIRST_NS (250ULL * 1000 * 1000)
+#define RESCAN_MIN_NS (250ULL * 1000 * 1000)
+#define RESCAN_MAX_NS (2ULL * 1000 * 1000 * 1000)
+
+struct rescan_window {
+	u64 next;     /* no rescan asked before this time */
+	u64 interval; /* the wait after the next one asked */
+};
 
 /* Host tgids already announced in new_pids. */
 struct {
@@ -45,7 +58,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_SEEN_PIDS);
 	__type(key, u32);
-	__type(value, u64);
+	__type(value, struct rescan_window);
 } rescan_after SEC(".maps");
 
 /* Pids (u32, as the collector sees them) of newly recorded processes. */
@@ -64,8 +77,8 @@ struct {
  */
 static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_flags, struct sampler_stats *st)
 {
+	struct rescan_window w = {};
 	u8 one = 1;
-	u64 next;
 	u32 *rec;
 
 	if (task_flags & (PF_KTHREAD | PF_EXITING))
@@ -89,8 +102,9 @@ static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_f
 	 */
 	bpf_ringbuf_submit(rec, 0);
 	/* Its tables load soon: its samples until then ask no rescan. */
-	next = bpf_ktime_get_ns() + RESCAN_INTERVAL_NS;
-	bpf_map_update_elem(&rescan_after, &host_tgid, &next, BPF_ANY);
+	w.next = bpf_ktime_get_ns() + RESCAN_FIRST_NS;
+	w.interval = RESCAN_MIN_NS;
+	bpf_map_update_elem(&rescan_after, &host_tgid, &w, BPF_ANY);
 }
 
 /*
@@ -164,20 +178,26 @@ int BPF_PROG(forget_exec, struct task_struct *p)
 /*
  * A walk of a process found an address in no mapping its tables know (a
  * library loaded later, new JIT code): asks user space to read its mappings
- * again, at most once per RESCAN_INTERVAL_NS. Only announced processes
+ * again, at most once per the process's rescan_window. Only announced processes
  * have tables to complete.
  */
 static __always_inline void request_rescan(u32 host_tgid, u32 pid, struct sampler_stats *st)
 {
-	u64 now = bpf_ktime_get_ns(), next = now + RESCAN_INTERVAL_NS;
-	u64 *after = bpf_map_lookup_elem(&rescan_after, &host_tgid);
+	struct rescan_window *after = bpf_map_lookup_elem(&rescan_after, &host_tgid);
+	struct rescan_window w = { .interval = RESCAN_MAX_NS };
+	u64 now = bpf_ktime_get_ns();
 	u32 *rec;
 
-	if (after && *after > now)
-		return;
+	if (after) {
+		if (after->next > now)
+			return;
+		w.interval = after->interval;
+	}
 	if (!bpf_map_lookup_elem(&seen_pids, &host_tgid))
 		return;
-	bpf_map_update_elem(&rescan_after, &host_tgid, &next, BPF_ANY);
+	w.next = now + w.interval;
+	w.interval = w.interval * 2 < RESCAN_MAX_NS ? w.interval * 2 : RESCAN_MAX_NS;
+	bpf_map_update_elem(&rescan_after, &host_tgid, &w, BPF_ANY);
 	rec = bpf_ringbuf_reserve(&new_pids, sizeof(*rec), 0);
 	if (!rec) {
 		st->new_pid_drops++;

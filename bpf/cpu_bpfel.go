@@ -60,6 +60,12 @@ type CpuPythonWalkState struct {
 	End   int32
 }
 
+type CpuRescanWindow struct {
+	_        structs.HostLayout
+	Next     uint64
+	Interval uint64
+}
+
 type CpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32

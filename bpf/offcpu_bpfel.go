@@ -106,6 +106,12 @@ type OffcpuPythonWalkState struct {
 	End   int32
 }
 
+type OffcpuRescanWindow struct {
+	_        structs.HostLayout
+	Next     uint64
+	Interval uint64
+}
+
 type OffcpuSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32

@@ -73,6 +73,12 @@ type OffcpuSwitchoutPythonWalkState struct {
 	End   int32
 }
 
+type OffcpuSwitchoutRescanWindow struct {
+	_        structs.HostLayout
+	Next     uint64
+	Interval uint64
+}
+
 type OffcpuSwitchoutSamplerConfig struct {
 	_             structs.HostLayout
 	Generation    uint32

@@ -3,8 +3,10 @@
 package unwinder
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,19 @@ func TestLoaderIdleTables(t *testing.T) {
 		t.Helper()
 		cmd := testutil.StartWorkload(t, bin, "60")
 		pid := uint32(cmd.Process.Pid)
-		require.Eventually(t, func() bool { return l.Load(pid) == nil && l.Stats().Tables > 1 }, 5*time.Second, 10*time.Millisecond)
+		// Loaded once the dynamic loader has mapped libc: before, a run
+		// would find fewer files than the next.
+		require.Eventually(t, func() bool {
+			maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+			for _, line := range strings.Split(string(maps), "\n") {
+				if strings.Contains(line, " r-xp ") && strings.Contains(line, "/libc") {
+					return true
+				}
+			}
+			return false
+		}, 5*time.Second, 5*time.Millisecond)
+		require.NoError(t, l.Load(pid))
+		require.Greater(t, l.Stats().Tables, uint64(1))
 		require.NoError(t, cmd.Process.Kill())
 		_ = cmd.Wait()
 		l.Forget(pid)
