@@ -105,10 +105,10 @@ type CpuThreadComm struct {
 }
 
 type CpuUnwindMapping struct {
-	_        structs.HostLayout
-	Bias     uint64
-	FirstRow uint32
-	Rows     uint32
+	_     structs.HostLayout
+	Bias  uint64
+	Table uint32
+	Rows  uint32
 }
 
 type CpuUnwindMappingKey struct {
@@ -119,12 +119,9 @@ type CpuUnwindMappingKey struct {
 }
 
 type CpuUnwindRow struct {
-	_         structs.HostLayout
-	Pc        uint32
-	CfaOffset int32
-	FpOffset  int16
-	Kind      uint8
-	CfaReg    uint8
+	_    structs.HostLayout
+	Pc   uint32
+	Rule uint32
 }
 
 type CpuWalkState struct {
@@ -153,36 +150,37 @@ type CpuWalkState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CpuMapComms          = "comms"
-	CpuMapConfig         = "config"
-	CpuMapCounts0        = "counts_0"
-	CpuMapCounts1        = "counts_1"
-	CpuMapInflight       = "inflight"
-	CpuMapNewPids        = "new_pids"
-	CpuMapOpenScopes     = "open_scopes"
-	CpuMapPythonProcs    = "python_procs"
-	CpuMapPythonResults  = "python_results"
-	CpuMapPythonScratch  = "python_scratch"
-	CpuMapPythonThreads  = "python_threads"
-	CpuMapPythonWalks    = "python_walks"
-	CpuMapRescanAfter    = "rescan_after"
-	CpuMapScratch        = "scratch"
-	CpuMapSeenPids       = "seen_pids"
-	CpuMapStacks0        = "stacks_0"
-	CpuMapStacks1        = "stacks_1"
-	CpuMapStats          = "stats"
-	CpuMapTargetPids     = "target_pids"
-	CpuMapUnwindMappings = "unwind_mappings"
-	CpuMapUnwindRows     = "unwind_rows"
-	CpuMapWalkProgs      = "walk_progs"
-	CpuMapWalks          = "walks"
-	CpuProgForgetExec    = "forget_exec"
-	CpuProgForgetProcess = "forget_process"
-	CpuProgSampleCpu     = "sample_cpu"
-	CpuProgWalkUserStack = "walk_user_stack"
-	CpuVarHaveTaskPtRegs = "have_task_pt_regs"
-	CpuVarLinkScopes     = "link_scopes"
-	CpuVarUnwindTables   = "unwind_tables"
+	CpuMapComms           = "comms"
+	CpuMapConfig          = "config"
+	CpuMapCounts0         = "counts_0"
+	CpuMapCounts1         = "counts_1"
+	CpuMapInflight        = "inflight"
+	CpuMapNewPids         = "new_pids"
+	CpuMapOpenScopes      = "open_scopes"
+	CpuMapPythonProcs     = "python_procs"
+	CpuMapPythonResults   = "python_results"
+	CpuMapPythonScratch   = "python_scratch"
+	CpuMapPythonThreads   = "python_threads"
+	CpuMapPythonWalks     = "python_walks"
+	CpuMapRescanAfter     = "rescan_after"
+	CpuMapScratch         = "scratch"
+	CpuMapSeenPids        = "seen_pids"
+	CpuMapStacks0         = "stacks_0"
+	CpuMapStacks1         = "stacks_1"
+	CpuMapStats           = "stats"
+	CpuMapTargetPids      = "target_pids"
+	CpuMapUnwindFiles     = "unwind_files"
+	CpuMapUnwindMappings  = "unwind_mappings"
+	CpuMapWalkProgs       = "walk_progs"
+	CpuMapWalks           = "walks"
+	CpuProgForgetExec     = "forget_exec"
+	CpuProgForgetProcess  = "forget_process"
+	CpuProgSampleCpu      = "sample_cpu"
+	CpuProgWalkUserStack  = "walk_user_stack"
+	CpuVarHaveTaskPtRegs  = "have_task_pt_regs"
+	CpuVarLinkScopes      = "link_scopes"
+	CpuVarUnwindRowLayout = "unwind_row_layout"
+	CpuVarUnwindTables    = "unwind_tables"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -256,8 +254,8 @@ type CpuMapSpecs struct {
 	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
 	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
 	Walks          *ebpf.MapSpec `ebpf:"walks"`
 }
@@ -266,9 +264,10 @@ type CpuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuVariableSpecs struct {
-	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
-	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // CpuObjects contains all objects after they have been loaded into the kernel.
@@ -310,8 +309,8 @@ type CpuMaps struct {
 	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
 	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
 	Walks          *ebpf.Map `ebpf:"walks"`
 }
@@ -337,8 +336,8 @@ func (m *CpuMaps) Close() error {
 		m.Stacks1,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindFiles,
 		m.UnwindMappings,
-		m.UnwindRows,
 		m.WalkProgs,
 		m.Walks,
 	)
@@ -348,9 +347,10 @@ func (m *CpuMaps) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuVariables struct {
-	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
-	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // CpuPrograms contains all programs after they have been loaded into the kernel.

@@ -151,10 +151,10 @@ type OffcpuThreadComm struct {
 }
 
 type OffcpuUnwindMapping struct {
-	_        structs.HostLayout
-	Bias     uint64
-	FirstRow uint32
-	Rows     uint32
+	_     structs.HostLayout
+	Bias  uint64
+	Table uint32
+	Rows  uint32
 }
 
 type OffcpuUnwindMappingKey struct {
@@ -165,52 +165,50 @@ type OffcpuUnwindMappingKey struct {
 }
 
 type OffcpuUnwindRow struct {
-	_         structs.HostLayout
-	Pc        uint32
-	CfaOffset int32
-	FpOffset  int16
-	Kind      uint8
-	CfaReg    uint8
+	_    structs.HostLayout
+	Pc   uint32
+	Rule uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuMapComms          = "comms"
-	OffcpuMapConfig         = "config"
-	OffcpuMapCounts0        = "counts_0"
-	OffcpuMapCounts1        = "counts_1"
-	OffcpuMapExcludedPids   = "excluded_pids"
-	OffcpuMapInflight       = "inflight"
-	OffcpuMapNewPids        = "new_pids"
-	OffcpuMapOpenScopes     = "open_scopes"
-	OffcpuMapPending        = "pending"
-	OffcpuMapPythonProcs    = "python_procs"
-	OffcpuMapPythonResults  = "python_results"
-	OffcpuMapPythonScratch  = "python_scratch"
-	OffcpuMapPythonThreads  = "python_threads"
-	OffcpuMapPythonWalks    = "python_walks"
-	OffcpuMapRescanAfter    = "rescan_after"
-	OffcpuMapScratch        = "scratch"
-	OffcpuMapSeenPids       = "seen_pids"
-	OffcpuMapStacks0        = "stacks_0"
-	OffcpuMapStacks1        = "stacks_1"
-	OffcpuMapStarts         = "starts"
-	OffcpuMapStats          = "stats"
-	OffcpuMapTargetPids     = "target_pids"
-	OffcpuMapUnwindMappings = "unwind_mappings"
-	OffcpuMapUnwindRows     = "unwind_rows"
-	OffcpuMapWalks          = "walks"
-	OffcpuMapZeroPending    = "zero_pending"
-	OffcpuProgForgetExec    = "forget_exec"
-	OffcpuProgForgetProcess = "forget_process"
-	OffcpuProgOffcpuFree    = "offcpu_free"
-	OffcpuProgOffcpuSwitch  = "offcpu_switch"
-	OffcpuVarHaveTaskPtRegs = "have_task_pt_regs"
-	OffcpuVarLinkScopes     = "link_scopes"
-	OffcpuVarMinBlockNs     = "min_block_ns"
-	OffcpuVarUnwindTables   = "unwind_tables"
+	OffcpuMapComms           = "comms"
+	OffcpuMapConfig          = "config"
+	OffcpuMapCounts0         = "counts_0"
+	OffcpuMapCounts1         = "counts_1"
+	OffcpuMapExcludedPids    = "excluded_pids"
+	OffcpuMapInflight        = "inflight"
+	OffcpuMapNewPids         = "new_pids"
+	OffcpuMapOpenScopes      = "open_scopes"
+	OffcpuMapPending         = "pending"
+	OffcpuMapPythonProcs     = "python_procs"
+	OffcpuMapPythonResults   = "python_results"
+	OffcpuMapPythonScratch   = "python_scratch"
+	OffcpuMapPythonThreads   = "python_threads"
+	OffcpuMapPythonWalks     = "python_walks"
+	OffcpuMapRescanAfter     = "rescan_after"
+	OffcpuMapScratch         = "scratch"
+	OffcpuMapSeenPids        = "seen_pids"
+	OffcpuMapStacks0         = "stacks_0"
+	OffcpuMapStacks1         = "stacks_1"
+	OffcpuMapStarts          = "starts"
+	OffcpuMapStats           = "stats"
+	OffcpuMapTargetPids      = "target_pids"
+	OffcpuMapUnwindFiles     = "unwind_files"
+	OffcpuMapUnwindMappings  = "unwind_mappings"
+	OffcpuMapWalks           = "walks"
+	OffcpuMapZeroPending     = "zero_pending"
+	OffcpuProgForgetExec     = "forget_exec"
+	OffcpuProgForgetProcess  = "forget_process"
+	OffcpuProgOffcpuFree     = "offcpu_free"
+	OffcpuProgOffcpuSwitch   = "offcpu_switch"
+	OffcpuVarHaveTaskPtRegs  = "have_task_pt_regs"
+	OffcpuVarLinkScopes      = "link_scopes"
+	OffcpuVarMinBlockNs      = "min_block_ns"
+	OffcpuVarUnwindRowLayout = "unwind_row_layout"
+	OffcpuVarUnwindTables    = "unwind_tables"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -287,8 +285,8 @@ type OffcpuMapSpecs struct {
 	Starts         *ebpf.MapSpec `ebpf:"starts"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
 	Walks          *ebpf.MapSpec `ebpf:"walks"`
 	ZeroPending    *ebpf.MapSpec `ebpf:"zero_pending"`
 }
@@ -297,10 +295,11 @@ type OffcpuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
-	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
-	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -345,8 +344,8 @@ type OffcpuMaps struct {
 	Starts         *ebpf.Map `ebpf:"starts"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
 	Walks          *ebpf.Map `ebpf:"walks"`
 	ZeroPending    *ebpf.Map `ebpf:"zero_pending"`
 }
@@ -375,8 +374,8 @@ func (m *OffcpuMaps) Close() error {
 		m.Starts,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindFiles,
 		m.UnwindMappings,
-		m.UnwindRows,
 		m.Walks,
 		m.ZeroPending,
 	)
@@ -386,10 +385,11 @@ func (m *OffcpuMaps) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
-	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
-	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
-	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.Variable `ebpf:"min_block_ns"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.

@@ -137,10 +137,10 @@ type OffcpuSwitchoutThreadComm struct {
 }
 
 type OffcpuSwitchoutUnwindMapping struct {
-	_        structs.HostLayout
-	Bias     uint64
-	FirstRow uint32
-	Rows     uint32
+	_     structs.HostLayout
+	Bias  uint64
+	Table uint32
+	Rows  uint32
 }
 
 type OffcpuSwitchoutUnwindMappingKey struct {
@@ -151,53 +151,51 @@ type OffcpuSwitchoutUnwindMappingKey struct {
 }
 
 type OffcpuSwitchoutUnwindRow struct {
-	_         structs.HostLayout
-	Pc        uint32
-	CfaOffset int32
-	FpOffset  int16
-	Kind      uint8
-	CfaReg    uint8
+	_    structs.HostLayout
+	Pc   uint32
+	Rule uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuSwitchoutMapComms          = "comms"
-	OffcpuSwitchoutMapConfig         = "config"
-	OffcpuSwitchoutMapCounts0        = "counts_0"
-	OffcpuSwitchoutMapCounts1        = "counts_1"
-	OffcpuSwitchoutMapExcludedPids   = "excluded_pids"
-	OffcpuSwitchoutMapInflight       = "inflight"
-	OffcpuSwitchoutMapNewPids        = "new_pids"
-	OffcpuSwitchoutMapOpenScopes     = "open_scopes"
-	OffcpuSwitchoutMapPythonProcs    = "python_procs"
-	OffcpuSwitchoutMapPythonResults  = "python_results"
-	OffcpuSwitchoutMapPythonScratch  = "python_scratch"
-	OffcpuSwitchoutMapPythonThreads  = "python_threads"
-	OffcpuSwitchoutMapPythonWalks    = "python_walks"
-	OffcpuSwitchoutMapRescanAfter    = "rescan_after"
-	OffcpuSwitchoutMapScratch        = "scratch"
-	OffcpuSwitchoutMapSeenPids       = "seen_pids"
-	OffcpuSwitchoutMapSleeps         = "sleeps"
-	OffcpuSwitchoutMapStacks0        = "stacks_0"
-	OffcpuSwitchoutMapStacks1        = "stacks_1"
-	OffcpuSwitchoutMapStats          = "stats"
-	OffcpuSwitchoutMapTargetPids     = "target_pids"
-	OffcpuSwitchoutMapUnwindMappings = "unwind_mappings"
-	OffcpuSwitchoutMapUnwindRows     = "unwind_rows"
-	OffcpuSwitchoutMapUserStacks     = "user_stacks"
-	OffcpuSwitchoutMapWalkProgs      = "walk_progs"
-	OffcpuSwitchoutMapWalks          = "walks"
-	OffcpuSwitchoutProgForgetExec    = "forget_exec"
-	OffcpuSwitchoutProgForgetProcess = "forget_process"
-	OffcpuSwitchoutProgOffcpuFree    = "offcpu_free"
-	OffcpuSwitchoutProgOffcpuSwitch  = "offcpu_switch"
-	OffcpuSwitchoutProgWalkSwitchOut = "walk_switch_out"
-	OffcpuSwitchoutVarHaveTaskPtRegs = "have_task_pt_regs"
-	OffcpuSwitchoutVarLinkScopes     = "link_scopes"
-	OffcpuSwitchoutVarMinBlockNs     = "min_block_ns"
-	OffcpuSwitchoutVarUnwindTables   = "unwind_tables"
+	OffcpuSwitchoutMapComms           = "comms"
+	OffcpuSwitchoutMapConfig          = "config"
+	OffcpuSwitchoutMapCounts0         = "counts_0"
+	OffcpuSwitchoutMapCounts1         = "counts_1"
+	OffcpuSwitchoutMapExcludedPids    = "excluded_pids"
+	OffcpuSwitchoutMapInflight        = "inflight"
+	OffcpuSwitchoutMapNewPids         = "new_pids"
+	OffcpuSwitchoutMapOpenScopes      = "open_scopes"
+	OffcpuSwitchoutMapPythonProcs     = "python_procs"
+	OffcpuSwitchoutMapPythonResults   = "python_results"
+	OffcpuSwitchoutMapPythonScratch   = "python_scratch"
+	OffcpuSwitchoutMapPythonThreads   = "python_threads"
+	OffcpuSwitchoutMapPythonWalks     = "python_walks"
+	OffcpuSwitchoutMapRescanAfter     = "rescan_after"
+	OffcpuSwitchoutMapScratch         = "scratch"
+	OffcpuSwitchoutMapSeenPids        = "seen_pids"
+	OffcpuSwitchoutMapSleeps          = "sleeps"
+	OffcpuSwitchoutMapStacks0         = "stacks_0"
+	OffcpuSwitchoutMapStacks1         = "stacks_1"
+	OffcpuSwitchoutMapStats           = "stats"
+	OffcpuSwitchoutMapTargetPids      = "target_pids"
+	OffcpuSwitchoutMapUnwindFiles     = "unwind_files"
+	OffcpuSwitchoutMapUnwindMappings  = "unwind_mappings"
+	OffcpuSwitchoutMapUserStacks      = "user_stacks"
+	OffcpuSwitchoutMapWalkProgs       = "walk_progs"
+	OffcpuSwitchoutMapWalks           = "walks"
+	OffcpuSwitchoutProgForgetExec     = "forget_exec"
+	OffcpuSwitchoutProgForgetProcess  = "forget_process"
+	OffcpuSwitchoutProgOffcpuFree     = "offcpu_free"
+	OffcpuSwitchoutProgOffcpuSwitch   = "offcpu_switch"
+	OffcpuSwitchoutProgWalkSwitchOut  = "walk_switch_out"
+	OffcpuSwitchoutVarHaveTaskPtRegs  = "have_task_pt_regs"
+	OffcpuSwitchoutVarLinkScopes      = "link_scopes"
+	OffcpuSwitchoutVarMinBlockNs      = "min_block_ns"
+	OffcpuSwitchoutVarUnwindRowLayout = "unwind_row_layout"
+	OffcpuSwitchoutVarUnwindTables    = "unwind_tables"
 )
 
 // LoadOffcpuSwitchout returns the embedded CollectionSpec for OffcpuSwitchout.
@@ -274,8 +272,8 @@ type OffcpuSwitchoutMapSpecs struct {
 	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.MapSpec `ebpf:"unwind_rows"`
 	UserStacks     *ebpf.MapSpec `ebpf:"user_stacks"`
 	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
 	Walks          *ebpf.MapSpec `ebpf:"walks"`
@@ -285,10 +283,11 @@ type OffcpuSwitchoutMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutVariableSpecs struct {
-	HaveTaskPtRegs *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.VariableSpec `ebpf:"link_scopes"`
-	MinBlockNs     *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	UnwindTables   *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutObjects contains all objects after they have been loaded into the kernel.
@@ -332,8 +331,8 @@ type OffcpuSwitchoutMaps struct {
 	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
 	Stats          *ebpf.Map `ebpf:"stats"`
 	TargetPids     *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindRows     *ebpf.Map `ebpf:"unwind_rows"`
 	UserStacks     *ebpf.Map `ebpf:"user_stacks"`
 	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
 	Walks          *ebpf.Map `ebpf:"walks"`
@@ -362,8 +361,8 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Stacks1,
 		m.Stats,
 		m.TargetPids,
+		m.UnwindFiles,
 		m.UnwindMappings,
-		m.UnwindRows,
 		m.UserStacks,
 		m.WalkProgs,
 		m.Walks,
@@ -374,10 +373,11 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutVariables struct {
-	HaveTaskPtRegs *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	LinkScopes     *ebpf.Variable `ebpf:"link_scopes"`
-	MinBlockNs     *ebpf.Variable `ebpf:"min_block_ns"`
-	UnwindTables   *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.Variable `ebpf:"min_block_ns"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutPrograms contains all programs after they have been loaded into the kernel.

@@ -4,13 +4,14 @@
  * (internal/cfi), for code without frame pointers; x86-64.
  *
  * Layout (filled by user space, internal/unwinder):
- * - unwind_rows: one array holding the rows of every loaded file, each
- *   file's rows contiguous and sorted by pc (offset from the file's table
- *   base). A row says how to find the CFA of a frame whose pc is in
- *   [row.pc, next row's pc).
+ * - unwind_files: an array of maps, one inner array per loaded file holding
+ *   its rows sorted by pc (offset from the file's table base). A row says
+ *   how to find the CFA of a frame whose pc is in [row.pc, next row's pc).
+ *   Each table is its own allocation, sized to its rows: tables come and go
+ *   without fragmenting anything, within a memory budget user space keeps.
  * - unwind_mappings: an LPM trie from (pid, address) to the executable
  *   mapping holding the address: its bias (table pc = address - bias) and
- *   its file's rows. Mapping ranges are split into power-of-two aligned
+ *   its file's table. Mapping ranges are split into power-of-two aligned
  *   blocks, so one longest-prefix lookup finds the mapping of any address
  *   in O(address bits), for thousands of processes at once. A mapping with
  *   no rows (no CFI: Go, JIT code) is walked with frame pointers.
@@ -43,10 +44,6 @@ enum unwind_kind {
 	UNWIND_UNSUPPORTED = 5, /* CFI the table cannot express: the walk stops */
 };
 
-/* CFA base registers (DWARF x86-64 numbers). */
-#define UNWIND_REG_FP 6
-#define UNWIND_REG_SP 7
-
 /* Where the x86-64 kernel saves a signal frame's registers: struct
  * rt_sigframe at rsp starts with the return address; its ucontext's
  * sigcontext holds rbp, rsp and rip at these offsets from rsp. */
@@ -54,14 +51,23 @@ enum unwind_kind {
 #define SIGFRAME_RSP 160
 #define SIGFRAME_RIP 168
 
-/* One row of an unwind table (internal/unwinder writes these). */
+/*
+ * One row of an unwind table (internal/unwinder writes these): 8 bytes, the
+ * least an array element takes. Its rule packs, from bit 0: the kind (3
+ * bits, enum unwind_kind), the CFA register (1 bit: set for rbp, clear for
+ * rsp), a signed 8-bit field (CFA rows: where the caller's rbp is saved, in
+ * words from the CFA, 0: not saved; PLT rows: the push's offset in the
+ * entry) and the signed 20-bit CFA offset (CFA = register + offset).
+ */
 struct unwind_row {
-	u32 pc;		/* first pc of the row, from the table's base */
-	s32 cfa_offset; /* CFA = cfa_reg + cfa_offset */
-	s16 fp_offset;	/* the caller's rbp is saved at CFA + fp_offset (0: not saved); PLT: the push's offset */
-	u8 kind;	/* enum unwind_kind */
-	u8 cfa_reg;	/* UNWIND_REG_SP or UNWIND_REG_FP */
+	u32 pc; /* first pc of the row, from the table's base */
+	u32 rule;
 };
+
+#define ROW_KIND(rule) ((rule)&7)
+#define ROW_CFA_FP(rule) (((rule) >> 3) & 1)
+#define ROW_FIELD(rule) ((s32)((rule) << 20) >> 24)
+#define ROW_CFA_OFFSET(rule) ((s32)(rule) >> 12)
 
 /* Key of unwind_mappings: prefixlen bits of (pid, big-endian address) match. */
 struct unwind_mapping_key {
@@ -72,18 +78,34 @@ struct unwind_mapping_key {
 
 /* An executable mapping of a process. */
 struct unwind_mapping {
-	u64 bias;      /* table pc = address - bias */
-	u32 first_row; /* the file's rows: unwind_rows[first_row, first_row + rows) */
-	u32 rows;      /* 0: no table, walk with the frame pointer */
+	u64 bias;  /* table pc = address - bias */
+	u32 table; /* the file's table: unwind_files[table] */
+	u32 rows;  /* its rows; 0: no table, walk with the frame pointer */
 };
 
-/* Rows of every loaded table (sized by user space at load). */
+/*
+ * Clang describes the inner maps' value type only as a declaration: this
+ * unused constant keeps its layout in BTF, for the loader and bpf2go.
+ */
+const volatile struct unwind_row unwind_row_layout = {};
+
+/*
+ * The loaded tables (slots sized by user space at load): one file's rows
+ * each, in an array user space creates with the file's own size.
+ */
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__uint(max_entries, 1);
 	__type(key, u32);
-	__type(value, struct unwind_row);
-} unwind_rows SEC(".maps");
+	__array(
+		values, struct {
+			__uint(type, BPF_MAP_TYPE_ARRAY);
+			__uint(max_entries, 1);
+			__uint(map_flags, BPF_F_INNER_MAP);
+			__type(key, u32);
+			__type(value, struct unwind_row);
+		});
+} unwind_files SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -176,13 +198,16 @@ static __always_inline struct unwind_mapping *find_mapping(u32 pid, u64 addr)
 	return bpf_map_lookup_elem(&unwind_mappings, &key);
 }
 
-/* The last row of [first, first+count) whose pc is at most pc, or NULL. */
-static __always_inline struct unwind_row *find_row(u32 first, u32 count, u32 pc)
+/* The last row of table (count rows) whose pc is at most pc, or NULL. */
+static __always_inline struct unwind_row *find_row(u32 table, u32 count, u32 pc)
 {
 	u32 lo = 0, hi = count; /* the answer is in [lo, hi) */
 	struct unwind_row *row;
-	u32 idx;
+	void *rows;
 
+	rows = bpf_map_lookup_elem(&unwind_files, &table);
+	if (!rows)
+		return NULL;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < UNWIND_SEARCH_STEPS; i++) {
 		u32 mid;
@@ -190,8 +215,7 @@ static __always_inline struct unwind_row *find_row(u32 first, u32 count, u32 pc)
 		if (hi - lo <= 1)
 			break;
 		mid = lo + (hi - lo) / 2;
-		idx = first + mid;
-		row = bpf_map_lookup_elem(&unwind_rows, &idx);
+		row = bpf_map_lookup_elem(rows, &mid);
 		if (!row)
 			return NULL;
 		if (row->pc <= pc)
@@ -201,8 +225,7 @@ static __always_inline struct unwind_row *find_row(u32 first, u32 count, u32 pc)
 	}
 	if (hi - lo != 1)
 		return NULL; /* a table longer than UNWIND_SEARCH_STEPS allows */
-	idx = first + lo;
-	row = bpf_map_lookup_elem(&unwind_rows, &idx);
+	row = bpf_map_lookup_elem(rows, &lo);
 	if (!row || row->pc > pc)
 		return NULL;
 	return row;
@@ -223,6 +246,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 {
 	struct unwind_mapping *m;
 	struct unwind_row *row;
+	u32 rule;
 	u64 cfa, ra, fp = regs->bp;
 	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
 	/* A return address is after its call: look up the call itself. */
@@ -237,17 +261,18 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	pc = lookup - m->bias;
 	if (pc >> 32)
 		return UNWIND_END_NO_MAPPING;
-	row = find_row(m->first_row, m->rows, (u32)pc);
+	row = find_row(m->table, m->rows, (u32)pc);
 	if (!row)
 		return UNWIND_END_NO_MAPPING;
-	switch (row->kind) {
+	rule = row->rule;
+	switch (ROW_KIND(rule)) {
 	case UNWIND_CFA:
-		cfa = (row->cfa_reg == UNWIND_REG_FP ? regs->bp : regs->sp) + row->cfa_offset;
-		fp_slot = row->fp_offset;
+		cfa = (ROW_CFA_FP(rule) ? regs->bp : regs->sp) + ROW_CFA_OFFSET(rule);
+		fp_slot = ROW_FIELD(rule) * 8;
 		break;
 	case UNWIND_PLT:
 		/* The entry pushes a word at a fixed offset within its 16 bytes. */
-		cfa = regs->sp + row->cfa_offset + ((s64)(lookup & 15) >= row->fp_offset ? 8 : 0);
+		cfa = regs->sp + ROW_CFA_OFFSET(rule) + ((s64)(lookup & 15) >= ROW_FIELD(rule) ? 8 : 0);
 		break;
 	case UNWIND_SIGNAL:
 		if (read_user_u64(&regs->bp, regs->sp + SIGFRAME_RBP) || read_user_u64(&ra, regs->sp + SIGFRAME_RIP) ||

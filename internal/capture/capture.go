@@ -212,7 +212,8 @@ const (
 	TableOpenFailed TableFailure = iota // the file could not be opened (refused, vanished)
 	TableMalformed                      // the ELF file or its CFI could not be read
 	TableTooLarge                       // more rows than the kernel's search covers
-	TableSpaceFull                      // no room left in the kernel's rows array
+	TableSpaceFull                      // the tables' memory budget (or their slots) used up
+	TableMapFailed                      // the kernel refused to create the table's map
 	numTableFailures
 )
 
@@ -220,11 +221,11 @@ const (
 type TableFailures [numTableFailures]uint64
 
 // AllTableFailures lists every TableFailure, in order.
-var AllTableFailures = []TableFailure{TableOpenFailed, TableMalformed, TableTooLarge, TableSpaceFull}
+var AllTableFailures = []TableFailure{TableOpenFailed, TableMalformed, TableTooLarge, TableSpaceFull, TableMapFailed}
 
 // Reason is the failure's telemetry attribute value.
 func (f TableFailure) Reason() string {
-	return [...]string{"open_failed", "malformed", "too_large", "space_full"}[f]
+	return [...]string{"open_failed", "malformed", "too_large", "space_full", "map_failed"}[f]
 }
 
 // UnwindEnd says why a walk of a user stack with unwind tables ended

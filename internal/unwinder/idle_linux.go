@@ -58,10 +58,14 @@ func (l *Loader) remove(t *fileTable, now bool) {
 	if t.rows == 0 {
 		return
 	}
+	// Its memory goes at once (a walk still holding it keeps it until
+	// done), its slot once no walk can look it up.
+	_ = l.maps.Files.Delete(t.slot) // not there: nothing to free
+	l.budget.releaseRows(t.rows)
 	if now {
-		l.space.release(t.first, t.rows)
+		l.budget.releaseSlot(t.slot)
 	} else {
-		l.pending = append(l.pending, pendingRelease{span{t.first, t.rows}, time.Now()})
+		l.pending = append(l.pending, pendingRelease{t.slot, time.Now()})
 	}
 	t.rows = 0
 }
@@ -116,11 +120,12 @@ func (l *Loader) expireIdle(now time.Time) {
 	}
 }
 
-// allocEvicting allocates n rows, evicting idle tables (oldest first, those
-// idle for releaseDelay: no walk can still read them) until they fit.
+// allocEvicting takes a slot and n rows of the budget, evicting idle
+// tables (oldest first, those idle for releaseDelay: no walk can still look
+// them up) until they fit.
 func (l *Loader) allocEvicting(n uint32) (uint32, bool) {
-	if first, ok := l.space.alloc(n); ok {
-		return first, true
+	if slot, ok := l.budget.alloc(n); ok {
+		return slot, true
 	}
 	now := time.Now()
 	for _, t := range l.idleTables() {
@@ -129,8 +134,8 @@ func (l *Loader) allocEvicting(n uint32) (uint32, bool) {
 		}
 		l.remove(t, true)
 		l.stats.IdleEvicted++
-		if first, ok := l.space.alloc(n); ok {
-			return first, true
+		if slot, ok := l.budget.alloc(n); ok {
+			return slot, true
 		}
 	}
 	return 0, false

@@ -21,7 +21,7 @@ import (
 // rewritten in place (same device and inode, another file) gets a table
 // built anew; an idle table's rows go to a new table that needs them.
 func TestLoaderIdleTables(t *testing.T) {
-	l := NewLoader(newTestMaps(t, 1<<20), procfs.FS{Root: "/proc"}, 1<<20)
+	l := NewLoader(newTestMaps(t, maxTables), procfs.FS{Root: "/proc"}, 1<<20)
 	bin := filepath.Join(t.TempDir(), "prog")
 	copyExecutable(t, testutil.BuildC(t, "nofp.c"), bin)
 	run := func() {
@@ -59,8 +59,8 @@ func TestLoaderIdleTables(t *testing.T) {
 	rewritten := l.Stats()
 	assert.Equal(t, again.IdleReused+again.IdleTables-1, rewritten.IdleReused, "every table reused but the rewritten file's: %+v", rewritten)
 
-	// Rows for a new table come from idle tables when the array is full:
-	// the oldest first, once idle for releaseDelay.
+	// Rows for a new table come from idle tables when the budget is used
+	// up: the oldest first, once idle for releaseDelay.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	idle := l.idleTables()
@@ -68,14 +68,15 @@ func TestLoaderIdleTables(t *testing.T) {
 	for _, tb := range idle {
 		tb.idleSince = time.Now().Add(-2 * releaseDelay)
 	}
-	free := uint32(l.stats.RowCapacity - l.space.used)
-	_, ok := l.space.alloc(free)
+	free := uint32(l.stats.RowCapacity - l.budget.used)
+	_, ok := l.budget.alloc(free)
 	require.True(t, ok, "every row taken")
 	need := idle[0].rows
-	row, ok := l.allocEvicting(need)
+	slot, ok := l.allocEvicting(need)
 	require.True(t, ok, "%d rows from idle tables", need)
 	assert.Equal(t, uint64(1), l.stats.IdleEvicted)
-	l.space.release(row, need)
+	l.budget.releaseRows(need)
+	l.budget.releaseSlot(slot)
 	_, ok = l.allocEvicting(uint32(l.stats.RowCapacity))
 	assert.False(t, ok, "more rows than idle tables hold")
 	assert.Empty(t, l.idleTables(), "every idle table was given up trying")

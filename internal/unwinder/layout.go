@@ -11,23 +11,16 @@ import (
 	"errors"
 	"math"
 	"math/bits"
-	"slices"
 )
 
 // Row kinds of bpf/unwind.h (enum unwind_kind).
 const (
-	kindNoCFI       = 0
-	kindCFA         = 1
-	kindPLT         = 2
-	kindSignal      = 3
-	kindStop        = 4
-	kindUnsupported = 5
-)
-
-// DWARF x86-64 register numbers of the CFA bases the walk knows.
-const (
-	regFP = 6
-	regSP = 7
+	kindNoCFI       uint32 = 0
+	kindCFA                = 1
+	kindPLT                = 2
+	kindSignal             = 3
+	kindStop               = 4
+	kindUnsupported        = 5
 )
 
 // keyBits are the bits of an unwind_mapping_key after its prefixlen: the
@@ -84,67 +77,6 @@ func loadBias(progs []elf.ProgHeader, start, offset uint64) (uint64, error) {
 }
 
 const pageSize = 4096
-
-// span is a range of rows in the rows array.
-type span struct {
-	first, n uint32
-}
-
-// rowSpace hands out ranges of the rows array, first fit.
-type rowSpace struct {
-	free []span // sorted by first, never adjacent
-	used uint64
-}
-
-func newRowSpace(capacity uint32) *rowSpace {
-	return &rowSpace{free: []span{{0, capacity}}}
-}
-
-// alloc returns the first row of a free range of n rows.
-func (s *rowSpace) alloc(n uint32) (uint32, bool) {
-	if n == 0 {
-		return 0, false
-	}
-	for i, f := range s.free {
-		if f.n < n {
-			continue
-		}
-		if f.n == n {
-			s.free = slices.Delete(s.free, i, i+1)
-		} else {
-			s.free[i] = span{f.first + n, f.n - n}
-		}
-		s.used += uint64(n)
-		return f.first, true
-	}
-	return 0, false
-}
-
-// release gives back n rows from first, merging with free neighbours.
-func (s *rowSpace) release(first, n uint32) {
-	if n == 0 {
-		return
-	}
-	s.used -= uint64(n)
-	i, _ := slices.BinarySearchFunc(s.free, first, func(f span, v uint32) int {
-		switch {
-		case f.first < v:
-			return -1
-		case f.first > v:
-			return 1
-		}
-		return 0
-	})
-	s.free = slices.Insert(s.free, i, span{first, n})
-	if i+1 < len(s.free) && s.free[i].first+s.free[i].n == s.free[i+1].first {
-		s.free[i].n += s.free[i+1].n
-		s.free = slices.Delete(s.free, i+1, i+2)
-	}
-	if i > 0 && s.free[i-1].first+s.free[i-1].n == s.free[i].first {
-		s.free[i-1].n += s.free[i].n
-		s.free = slices.Delete(s.free, i, i+1)
-	}
-}
 
 // fitsInt16 says whether an offset fits a row's int16 field.
 func fitsInt16(v int64) bool { return v >= math.MinInt16 && v <= math.MaxInt16 }

@@ -66,24 +66,3 @@ func TestLoadBias(t *testing.T) {
 		})
 	}
 }
-
-func TestRowSpace(t *testing.T) {
-	s := newRowSpace(100)
-	a, ok := s.alloc(40)
-	require.True(t, ok)
-	b, ok := s.alloc(40)
-	require.True(t, ok)
-	_, ok = s.alloc(30)
-	assert.False(t, ok, "only 20 rows are left")
-	assert.Equal(t, []uint32{0, 40}, []uint32{a, b})
-	s.release(a, 40)
-	c, ok := s.alloc(30)
-	require.True(t, ok)
-	assert.Equal(t, uint32(0), c, "first fit")
-	s.release(b, 40)
-	s.release(c, 30)
-	assert.Equal(t, []span{{0, 100}}, s.free, "released neighbours merge")
-	assert.Zero(t, s.used)
-	_, ok = s.alloc(0)
-	assert.False(t, ok)
-}

@@ -17,15 +17,17 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/python"
 )
 
 // Maps are the sampler's maps the loader fills.
 type Maps struct {
-	Rows     *ebpf.Map // array of bpf.CpuUnwindRow
-	Mappings *ebpf.Map // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
-	Python   *ebpf.Map // hash pid -> bpf.CpuPythonProc (bpf/python.h)
+	Files    *ebpf.Map     // array of maps: slot -> a table, an array of bpf.CpuUnwindRow
+	Table    *ebpf.MapSpec // what a table is created from (its size set per file)
+	Mappings *ebpf.Map     // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
+	Python   *ebpf.Map     // hash pid -> bpf.CpuPythonProc (bpf/python.h)
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -35,16 +37,16 @@ type fileKey struct {
 	inode              uint64
 }
 
-// fileTable is a file's table in the rows array; rows == 0: no table (the
-// walk uses frame pointers in its mappings).
+// fileTable is a file's table, in slot of the array of tables; rows == 0:
+// no table (the walk uses frame pointers in its mappings).
 type fileTable struct {
-	first, rows uint32
-	base        uint64 // the file virtual address of row pc 0
-	progs       []elf.ProgHeader
-	refs        int                 // (process, file) pairs using it
-	keys        []fileKey           // the files (device, inode) it serves
-	buildID     string              // GNU build id, "" if the file has none
-	python      *python.Interpreter // the CPython interpreter in the file, if any
+	slot, rows uint32
+	base       uint64 // the file virtual address of row pc 0
+	progs      []elf.ProgHeader
+	refs       int                 // (process, file) pairs using it
+	keys       []fileKey           // the files (device, inode) it serves
+	buildID    string              // GNU build id, "" if the file has none
+	python     *python.Interpreter // the CPython interpreter in the file, if any
 	// idleSince is when its last process was forgotten (zero: in use);
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
@@ -61,13 +63,14 @@ type loadedProcess struct {
 	python bool // its interpreter is in the Python map
 }
 
-// releaseDelay is how long freed rows stay unused: a walk that looked up a
-// mapping just before it was deleted may still read its rows.
+// releaseDelay is how long the slot of a removed table stays unused: a
+// walk that looked up a mapping just before it was deleted may still look
+// up its table (and then finds none, not another file's).
 const releaseDelay = time.Second
 
 type pendingRelease struct {
-	span
-	at time.Time
+	slot uint32
+	at   time.Time
 }
 
 // Loader fills the unwind maps from processes' mappings. Safe for
@@ -79,7 +82,7 @@ type Loader struct {
 	build    func(*elf.File) ([]bpf.CpuUnwindRow, uint64, error)
 
 	mu      sync.Mutex
-	space   *rowSpace
+	budget  *tableBudget
 	files   map[fileKey]*fileTable
 	byBuild map[string]*fileTable // tables by build id: copies of a file share one
 	procs   map[uint32]*loadedProcess
@@ -87,19 +90,19 @@ type Loader struct {
 	stats   Stats
 }
 
-// NewLoader returns a Loader of maps with room for capacity rows, reading
-// processes through proc.
-func NewLoader(maps Maps, proc procfs.FS, capacity uint32) *Loader {
+// NewLoader returns a Loader of maps whose tables hold at most capacity
+// rows in all, reading processes through proc.
+func NewLoader(maps Maps, proc procfs.FS, capacity uint64) *Loader {
 	return &Loader{
 		maps:     maps,
 		proc:     proc,
 		deadline: procfs.NewDeadline(2*time.Second, 4),
 		build:    buildRows,
-		space:    newRowSpace(capacity),
+		budget:   newTableBudget(maps.Files.MaxEntries(), capacity),
 		files:    make(map[fileKey]*fileTable),
 		byBuild:  make(map[string]*fileTable),
 		procs:    make(map[uint32]*loadedProcess),
-		stats:    Stats{RowCapacity: uint64(capacity)},
+		stats:    Stats{RowCapacity: capacity},
 	}
 }
 
@@ -144,7 +147,7 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 				lp.files = append(lp.files, key)
 				bias, err := loadBias(t.progs, m.Start, m.Offset)
 				if t.rows > 0 && err == nil {
-					value = bpf.CpuUnwindMapping{Bias: bias + t.base, FirstRow: t.first, Rows: t.rows}
+					value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
 				}
 				if t.python != nil && err == nil && !lp.python {
 					lp.python = l.addPython(pid, t.python, bias)
@@ -232,8 +235,9 @@ func (l *Loader) Prune() {
 	l.stats.Processes = uint64(len(l.procs))
 }
 
-// Sweep reuses rows released long enough ago. It reads nothing of the
-// processes: its cost does not grow with them.
+// Sweep reuses the slots of tables removed long enough ago, and removes
+// the tables idle too long. It reads nothing of the processes: its cost
+// does not grow with them.
 func (l *Loader) Sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -241,14 +245,14 @@ func (l *Loader) Sweep() {
 	kept := l.pending[:0]
 	for _, p := range l.pending {
 		if now.Sub(p.at) >= releaseDelay {
-			l.space.release(p.first, p.n)
+			l.budget.releaseSlot(p.slot)
 		} else {
 			kept = append(kept, p)
 		}
 	}
 	l.pending = kept
 	l.expireIdle(now)
-	l.stats.RowsUsed = l.space.used
+	l.stats.RowsUsed = l.budget.used
 }
 
 // Stats returns the loader's counters.
@@ -268,7 +272,7 @@ func (l *Loader) Stats() Stats {
 			st.IdleTables++
 		}
 	}
-	st.RowsUsed = l.space.used
+	st.RowsUsed = l.budget.used
 	for _, lp := range l.procs {
 		if lp.python {
 			st.PythonProcesses++
@@ -398,15 +402,17 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if len(rows) > maxSearchRows {
 		return noTable, stamp, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
 	}
-	first, ok := l.allocEvicting(uint32(len(rows)))
+	slot, ok := l.allocEvicting(uint32(len(rows)))
 	if !ok {
-		return noTable, stamp, &Failure{Reason: capture.TableSpaceFull, Err: fmt.Errorf("%d rows do not fit", len(rows))}
+		return noTable, stamp, &Failure{Reason: capture.TableSpaceFull,
+			Err: fmt.Errorf("%d rows do not fit (%d of %d in use)", len(rows), l.budget.used, l.budget.capacity)}
 	}
-	if err := writeRows(l.maps.Rows, first, rows); err != nil {
-		l.space.release(first, uint32(len(rows)))
-		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
+	if err := l.addTable(slot, rows); err != nil {
+		l.budget.releaseRows(uint32(len(rows)))
+		l.budget.releaseSlot(slot)
+		return noTable, stamp, &Failure{Reason: capture.TableMapFailed, Err: err}
 	}
-	t.first, t.rows = first, uint32(len(rows))
+	t.slot, t.rows = slot, uint32(len(rows))
 	l.shareByBuildID(t)
 	return t, stamp, nil
 }
@@ -437,22 +443,32 @@ func progHeaders(f *elf.File) []elf.ProgHeader {
 	return out
 }
 
-// writeRows writes rows from index first, in batches where the kernel has
-// batch updates of arrays (5.6), else one by one.
-func writeRows(m *ebpf.Map, first uint32, rows []bpf.CpuUnwindRow) error {
+// addTable creates a table holding rows and puts it in slot: written in
+// batches where the kernel has batch updates of arrays (5.6), else one by
+// one, before any walk can see it. The array of tables keeps it alive.
+func (l *Loader) addTable(slot uint32, rows []bpf.CpuUnwindRow) error {
+	spec := l.maps.Table.Copy()
+	spec.MaxEntries = uint32(len(rows))
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		return fmt.Errorf("create a table of %d rows: %w", len(rows), memlock.Explain(err))
+	}
+	defer m.Close()
 	keys := make([]uint32, len(rows))
 	for i := range keys {
-		keys[i] = first + uint32(i)
+		keys[i] = uint32(i)
 	}
-	if _, err := m.BatchUpdate(keys, rows, nil); err == nil {
-		return nil
-	} else if !errors.Is(err, ebpf.ErrNotSupported) {
+	if _, err := m.BatchUpdate(keys, rows, nil); errors.Is(err, ebpf.ErrNotSupported) {
+		for i := range rows {
+			if err := m.Put(keys[i], &rows[i]); err != nil {
+				return fmt.Errorf("write unwind row %d: %w", i, err)
+			}
+		}
+	} else if err != nil {
 		return fmt.Errorf("write unwind rows: %w", err)
 	}
-	for i := range rows {
-		if err := m.Put(keys[i], &rows[i]); err != nil {
-			return fmt.Errorf("write unwind row %d: %w", keys[i], err)
-		}
+	if err := l.maps.Files.Put(slot, m); err != nil {
+		return fmt.Errorf("put table in slot %d: %w", slot, err)
 	}
 	return nil
 }

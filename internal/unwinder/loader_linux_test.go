@@ -26,14 +26,15 @@ import (
 // libc is glibc as processes map it (usrmerge: /lib is a link to /usr/lib).
 const libc = "/usr/lib/x86_64-linux-gnu/libc.so.6"
 
-// newTestMaps creates maps shaped like the sampler's.
-func newTestMaps(t *testing.T, rows uint32) Maps {
+// newTestMaps creates maps shaped like the sampler's, with room for slots
+// tables.
+func newTestMaps(t *testing.T, slots uint32) Maps {
 	t.Helper()
 	testutil.RequireBPF(t)
 	spec, err := bpf.LoadCpu()
 	require.NoError(t, err)
-	rs := spec.Maps[bpf.CpuMapUnwindRows].Copy()
-	rs.MaxEntries = rows
+	rs := spec.Maps[bpf.CpuMapUnwindFiles].Copy()
+	rs.MaxEntries = slots
 	ms := spec.Maps[bpf.CpuMapUnwindMappings].Copy()
 	ms.MaxEntries = 4096
 	r, err := ebpf.NewMap(rs)
@@ -43,7 +44,7 @@ func newTestMaps(t *testing.T, rows uint32) Maps {
 	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
 	require.NoError(t, err)
 	t.Cleanup(func() { r.Close(); m.Close(); py.Close() })
-	return Maps{Rows: r, Mappings: m, Python: py}
+	return Maps{Files: r, Table: rs.InnerMap, Mappings: m, Python: py}
 }
 
 // lookup does what bpf/unwind.h does for one address: the mapping, then
@@ -59,11 +60,16 @@ func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapp
 		return m, nil, true
 	}
 	pc := uint32(addr - m.Bias)
+	var id ebpf.MapID
+	require.NoError(t, maps.Files.Lookup(m.Table, &id))
+	rows, err := ebpf.NewMapFromID(id)
+	require.NoError(t, err)
+	defer rows.Close()
 	lo, hi := uint32(0), m.Rows
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
 		var r bpf.CpuUnwindRow
-		require.NoError(t, maps.Rows.Lookup(m.FirstRow+mid, &r))
+		require.NoError(t, rows.Lookup(mid, &r))
 		if r.Pc <= pc {
 			lo = mid
 		} else {
@@ -71,7 +77,7 @@ func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapp
 		}
 	}
 	var r bpf.CpuUnwindRow
-	require.NoError(t, maps.Rows.Lookup(m.FirstRow+lo, &r))
+	require.NoError(t, rows.Lookup(lo, &r))
 	return m, &r, true
 }
 
@@ -80,7 +86,7 @@ func lookup(t *testing.T, maps Maps, pid uint32, addr uint64) (bpf.CpuUnwindMapp
 // (as by dlopen) is loaded by Rescan, which the kernel asks for when a walk
 // finds an address in no known mapping; Forget removes everything.
 func TestLoaderMatchesTheTable(t *testing.T) {
-	maps := newTestMaps(t, 1<<20)
+	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
@@ -170,7 +176,7 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 // Prune, run when announcements were lost, forgets the processes that
 // exited and keeps the live ones.
 func TestLoaderPrune(t *testing.T) {
-	maps := newTestMaps(t, 1<<20)
+	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	require.Eventually(t, func() bool { return l.Load(uint32(cmd.Process.Pid)) == nil && l.Stats().Tables > 0 },
@@ -200,7 +206,7 @@ func expireIdle(t *testing.T, l *Loader) {
 
 // A table that does not fit leaves the file to frame pointers, counted.
 func TestLoaderSpaceFull(t *testing.T) {
-	maps := newTestMaps(t, 16)
+	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 16)
 	require.NoError(t, l.Load(uint32(os.Getpid())))
 	st := l.Stats()
@@ -213,7 +219,7 @@ func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
 // Two copies of one binary (two inodes, one build id, as the same file in
 // two container images) share one table, kept until neither runs.
 func TestLoaderSharesTablesByBuildID(t *testing.T) {
-	maps := newTestMaps(t, 1<<20)
+	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
 	bin := testutil.BuildC(t, "nofp.c")
 	copied := filepath.Join(t.TempDir(), "nofp-copy")
@@ -239,7 +245,7 @@ func TestLoaderSharesTablesByBuildID(t *testing.T) {
 	assert.Equal(t, one.Tables, two.Tables, "the copy's table is the original's")
 	assert.Equal(t, one.RowsUsed, two.RowsUsed)
 
-	firstRow := func(pid uint32, path string) uint32 {
+	slot := func(pid uint32, path string) uint32 {
 		all, err := procfs.FS{Root: "/proc"}.Maps(pid)
 		require.NoError(t, err)
 		for _, m := range all {
@@ -247,19 +253,19 @@ func TestLoaderSharesTablesByBuildID(t *testing.T) {
 				km, _, ok := lookup(t, maps, pid, m.Start)
 				require.True(t, ok)
 				require.NotZero(t, km.Rows)
-				return km.FirstRow
+				return km.Table
 			}
 		}
 		t.Fatalf("%s is not mapped by %d", path, pid)
 		return 0
 	}
-	assert.Equal(t, firstRow(pids[0], bin), firstRow(pids[1], copied))
+	assert.Equal(t, slot(pids[0], bin), slot(pids[1], copied))
 
 	l.Forget(pids[0])
 	assert.Equal(t, two.Tables, l.Stats().Tables, "the copy still uses every table")
 	_, _, ok := lookup(t, maps, pids[1], 0)
 	assert.False(t, ok)
-	firstRow(pids[1], copied)
+	slot(pids[1], copied)
 	l.Forget(pids[1])
 	expireIdle(t, l)
 }

@@ -41,8 +41,8 @@ sys.stdin.read()
 	require.NoError(t, err, line)
 
 	pid := uint32(cmd.Process.Pid)
-	for _, rows := range []uint32{1 << 20, 16} {
-		maps := newTestMaps(t, rows)
+	for _, rows := range []uint64{1 << 20, 16} {
+		maps := newTestMaps(t, maxTables)
 		l := NewLoader(maps, procfs.FS{Root: "/proc"}, rows)
 		require.NoError(t, l.Load(pid))
 		var got bpf.CpuPythonProc

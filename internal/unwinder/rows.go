@@ -58,43 +58,63 @@ func kernelRows(rows []cfi.Row) ([]bpf.CpuUnwindRow, uint64, error) {
 	return out, base, nil
 }
 
-func sameKernelRule(a, b bpf.CpuUnwindRow) bool {
-	a.Pc = b.Pc
-	return a == b
+func sameKernelRule(a, b bpf.CpuUnwindRow) bool { return a.Rule == b.Rule }
+
+// The packing of a row's rule (bpf/unwind.h struct unwind_row): kind in
+// bits 0-2, CFA on rbp in bit 3, a signed 8-bit field in bits 4-11, the
+// signed 20-bit CFA offset in bits 12-31.
+const (
+	ruleCFAOnFP    = 1 << 3
+	ruleFieldShift = 4
+	ruleCFAShift   = 12
+	maxRuleField   = 1<<7 - 1
+	maxCFAOffset   = 1<<19 - 1
+)
+
+// rule packs a row's rule; false when field or cfaOffset do not fit.
+func rule(kind uint32, cfaOnFP bool, field, cfaOffset int32) (uint32, bool) {
+	if field < -maxRuleField-1 || field > maxRuleField || cfaOffset < -maxCFAOffset-1 || cfaOffset > maxCFAOffset {
+		return 0, false
+	}
+	r := kind | uint32(uint8(int8(field)))<<ruleFieldShift | uint32(cfaOffset)<<ruleCFAShift
+	if cfaOnFP {
+		r |= ruleCFAOnFP
+	}
+	return r, true
 }
 
 // kernelRow converts one row, without its pc.
 func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
-	unsupported := bpf.CpuUnwindRow{Kind: kindUnsupported}
+	unsupported := bpf.CpuUnwindRow{Rule: kindUnsupported}
+	packed := func(kind uint32, cfaOnFP bool, field, cfaOffset int32) bpf.CpuUnwindRow {
+		rl, ok := rule(kind, cfaOnFP, field, cfaOffset)
+		if !ok {
+			return unsupported
+		}
+		return bpf.CpuUnwindRow{Rule: rl}
+	}
 	switch r.Kind {
 	case cfi.KindNoCFI:
-		return bpf.CpuUnwindRow{Kind: kindNoCFI}
+		return bpf.CpuUnwindRow{Rule: kindNoCFI}
 	case cfi.KindStop:
-		return bpf.CpuUnwindRow{Kind: kindStop}
+		return bpf.CpuUnwindRow{Rule: kindStop}
 	case cfi.KindCFA:
-		reg := uint8(regSP)
-		switch r.CFAReg {
-		case cfi.RegSP:
-		case cfi.RegFP:
-			reg = regFP
-		default:
+		if (r.CFAReg != cfi.RegSP && r.CFAReg != cfi.RegFP) || r.RAOffset != raOffset || r.FPOffset%8 != 0 {
 			return unsupported
 		}
-		if r.RAOffset != raOffset || !fitsInt16(int64(r.FPOffset)) {
-			return unsupported
-		}
-		return bpf.CpuUnwindRow{Kind: kindCFA, CfaReg: reg, CfaOffset: r.CFAOffset, FpOffset: int16(r.FPOffset)}
+		// Where rbp is saved travels in words.
+		return packed(kindCFA, r.CFAReg == cfi.RegFP, r.FPOffset/8, r.CFAOffset)
 	case cfi.KindPLT:
 		if r.CFAReg != cfi.RegSP || r.RAOffset != raOffset || r.PLTEdge > 15 {
 			return unsupported
 		}
-		// The edge of the entry's push travels in fp_offset (bpf/unwind.h).
-		return bpf.CpuUnwindRow{Kind: kindPLT, CfaOffset: r.CFAOffset, FpOffset: int16(r.PLTEdge)}
+		// The edge of the entry's push travels in the field (bpf/unwind.h).
+		return packed(kindPLT, false, int32(r.PLTEdge), r.CFAOffset)
 	case cfi.KindSignal:
 		if r.CFAOffset != sigframeRSP || r.RAOffset != sigframeRIP || r.FPOffset != sigframeRBP {
 			return unsupported
 		}
-		return bpf.CpuUnwindRow{Kind: kindSignal}
+		return bpf.CpuUnwindRow{Rule: kindSignal}
 	}
 	return unsupported
 }

@@ -10,29 +10,66 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
 )
 
+// row builds the expected kernel row of a rule.
+func row(kind uint32, cfaOnFP bool, field, cfaOffset int32) bpf.CpuUnwindRow {
+	rl, ok := rule(kind, cfaOnFP, field, cfaOffset)
+	if !ok {
+		panic("rule out of range")
+	}
+	return bpf.CpuUnwindRow{Rule: rl}
+}
+
+func TestRulePacking(t *testing.T) {
+	for _, tt := range []struct {
+		kind             uint32
+		fp               bool
+		field, cfaOffset int32
+		want             uint32
+		ok               bool
+	}{
+		{kindCFA, false, 0, 8, 1 | 8<<12, true},
+		{kindCFA, true, -2, 16, 1 | 1<<3 | 0xfe<<4 | 16<<12, true},
+		{kindPLT, false, 11, 8, 2 | 11<<4 | 8<<12, true},
+		{kindCFA, false, 0, -8, 1 | 0xffff8<<12, true},
+		{kindCFA, false, 0, maxCFAOffset, 1 | maxCFAOffset<<12, true},
+		{kindCFA, false, 0, maxCFAOffset + 1, 0, false},
+		{kindCFA, false, 0, -maxCFAOffset - 2, 0, false},
+		{kindCFA, false, 128, 8, 0, false},
+		{kindCFA, false, -129, 8, 0, false},
+	} {
+		got, ok := rule(tt.kind, tt.fp, tt.field, tt.cfaOffset)
+		assert.Equal(t, tt.ok, ok, "%+v", tt)
+		assert.Equal(t, tt.want, got, "%+v", tt)
+		if ok { // what bpf/unwind.h's ROW_* macros read back
+			assert.Equal(t, tt.kind, got&7)
+			assert.Equal(t, tt.fp, got&ruleCFAOnFP != 0)
+			assert.Equal(t, tt.field, int32(got<<20)>>24)
+			assert.Equal(t, tt.cfaOffset, int32(got)>>12)
+		}
+	}
+}
+
 func TestKernelRow(t *testing.T) {
-	unsupported := bpf.CpuUnwindRow{Kind: kindUnsupported}
+	unsupported := bpf.CpuUnwindRow{Rule: kindUnsupported}
 	for _, tt := range []struct {
 		name string
 		in   cfi.Row
 		want bpf.CpuUnwindRow
 	}{
-		{"no CFI", cfi.Row{Kind: cfi.KindNoCFI}, bpf.CpuUnwindRow{Kind: kindNoCFI}},
-		{"stop", cfi.Row{Kind: cfi.KindStop}, bpf.CpuUnwindRow{Kind: kindStop}},
-		{"rsp+8", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 8, RAOffset: -8},
-			bpf.CpuUnwindRow{Kind: kindCFA, CfaReg: regSP, CfaOffset: 8}},
+		{"no CFI", cfi.Row{Kind: cfi.KindNoCFI}, bpf.CpuUnwindRow{Rule: kindNoCFI}},
+		{"stop", cfi.Row{Kind: cfi.KindStop}, bpf.CpuUnwindRow{Rule: kindStop}},
+		{"rsp+8", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 8, RAOffset: -8}, row(kindCFA, false, 0, 8)},
 		{"rbp+16, rbp saved", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegFP, CFAOffset: 16, RAOffset: -8, FPOffset: -16},
-			bpf.CpuUnwindRow{Kind: kindCFA, CfaReg: regFP, CfaOffset: 16, FpOffset: -16}},
-		{"large frame", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 1 << 20, RAOffset: -8},
-			bpf.CpuUnwindRow{Kind: kindCFA, CfaReg: regSP, CfaOffset: 1 << 20}},
+			row(kindCFA, true, -2, 16)},
+		{"large frame", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 1 << 18, RAOffset: -8}, row(kindCFA, false, 0, 1<<18)},
+		{"frame out of reach", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 1 << 20, RAOffset: -8}, unsupported},
 		{"rbp saved out of reach", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 8, RAOffset: -8, FPOffset: 1 << 20}, unsupported},
+		{"rbp saved unaligned", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 8, RAOffset: -8, FPOffset: -12}, unsupported},
 		{"return address elsewhere", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 16, RAOffset: -16}, unsupported},
 		{"CFA on another register", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegNone, CFAOffset: 8, RAOffset: -8}, unsupported},
-		{"lazy PLT", cfi.Row{Kind: cfi.KindPLT, CFAReg: cfi.RegSP, CFAOffset: 8, PLTEdge: 11, RAOffset: -8},
-			bpf.CpuUnwindRow{Kind: kindPLT, CfaOffset: 8, FpOffset: 11}},
-		{"IBT PLT", cfi.Row{Kind: cfi.KindPLT, CFAReg: cfi.RegSP, CFAOffset: 8, PLTEdge: 10, RAOffset: -8},
-			bpf.CpuUnwindRow{Kind: kindPLT, CfaOffset: 8, FpOffset: 10}},
-		{"glibc signal frame", cfi.Row{Kind: cfi.KindSignal, CFAOffset: 160, RAOffset: 168, FPOffset: 120}, bpf.CpuUnwindRow{Kind: kindSignal}},
+		{"lazy PLT", cfi.Row{Kind: cfi.KindPLT, CFAReg: cfi.RegSP, CFAOffset: 8, PLTEdge: 11, RAOffset: -8}, row(kindPLT, false, 11, 8)},
+		{"IBT PLT", cfi.Row{Kind: cfi.KindPLT, CFAReg: cfi.RegSP, CFAOffset: 8, PLTEdge: 10, RAOffset: -8}, row(kindPLT, false, 10, 8)},
+		{"glibc signal frame", cfi.Row{Kind: cfi.KindSignal, CFAOffset: 160, RAOffset: 168, FPOffset: 120}, bpf.CpuUnwindRow{Rule: kindSignal}},
 		{"other signal frame", cfi.Row{Kind: cfi.KindSignal, CFAOffset: 96, RAOffset: 104, FPOffset: 56}, unsupported},
 		{"unsupported", cfi.Row{Kind: cfi.KindUnsupported}, unsupported},
 	} {
@@ -55,10 +92,10 @@ func TestKernelRows(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0x401000), base)
 	assert.Equal(t, []bpf.CpuUnwindRow{
-		{Pc: 0, Kind: kindCFA, CfaReg: regSP, CfaOffset: 8},
-		{Pc: 4, Kind: kindCFA, CfaReg: regSP, CfaOffset: 16},
-		{Pc: 0x10, Kind: kindUnsupported},
-		{Pc: 0x30, Kind: kindNoCFI},
+		{Pc: 0, Rule: row(kindCFA, false, 0, 8).Rule},
+		{Pc: 4, Rule: row(kindCFA, false, 0, 16).Rule},
+		{Pc: 0x10, Rule: kindUnsupported},
+		{Pc: 0x30, Rule: kindNoCFI},
 	}, rows)
 
 	rows, _, err = kernelRows([]cfi.Row{{PC: 0x1000}, {PC: 0x2000}})

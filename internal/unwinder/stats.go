@@ -10,9 +10,9 @@ import (
 // Stats are the loader's counters.
 type Stats struct {
 	Processes    uint64                // processes with mappings loaded
-	Tables       uint64                // files with a table in the rows array
-	RowsUsed     uint64                // rows of the array in use
-	RowCapacity  uint64                // rows the array holds
+	Tables       uint64                // files with a table loaded
+	RowsUsed     uint64                // rows of the tables loaded
+	RowCapacity  uint64                // rows the memory budget allows
 	NoCFI        uint64                // files read that have no CFI (walked with frame pointers)
 	Failed       capture.TableFailures // files left without a table, by reason
 	MappingsFull uint64                // mapping entries refused: the LPM trie was full
@@ -37,8 +37,9 @@ type Stats struct {
 	PythonProcesses, PythonUnsupported, PythonMapFull uint64
 }
 
-// RowBytes is the size of one row in the kernel (struct unwind_row).
-const RowBytes = 12
+// RowBytes is the size of one row in the kernel (struct unwind_row, the
+// least an array element takes).
+const RowBytes = 8
 
 // Failure is why one file got no table.
 type Failure struct {

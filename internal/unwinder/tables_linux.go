@@ -21,10 +21,15 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
-// DefaultRows is the default capacity of the unwind rows array: 12 bytes a
-// row, 12 MiB of kernel memory. Tables measured (rows): node 20 372k,
-// libjvm (OpenJDK 17) 191k, libc 28k, xz 1.2k.
-const DefaultRows = 1 << 20
+// DefaultTableMemory is the default budget of the unwind tables' kernel
+// memory (RowBytes a row). Tables measured (rows): libLLVM 14 949k, node 20
+// 372k, libjvm (Temurin 25) 231k, (OpenJDK 17) 191k, libpython 3.x ~60k,
+// libc 28k, xz 1.2k: a node's dozens of distinct images fit.
+const DefaultTableMemory = 64 << 20
+
+// maxTables is the slots of the array of tables: files with a table at
+// once, each shared by every process mapping it (or a copy of it).
+const maxTables = 16 << 10
 
 // maxMappingEntries bounds the LPM trie of process mappings (an executable
 // mapping takes a few to a few dozen entries).
@@ -50,23 +55,28 @@ type Tables struct {
 	reported capture.TableFailures // failures already handed to a source's stats
 }
 
-// OpenTables creates the kernel maps, with room for rows rows (0:
-// DefaultRows), and starts the sweep; proc reads the processes' mappings.
-func OpenTables(proc procfs.FS, rows uint32) (*Tables, error) {
-	rows = cmp.Or(rows, DefaultRows)
+// OpenTables creates the kernel maps, the tables in them kept within
+// memory bytes (0: DefaultTableMemory), and starts the sweep; proc reads the
+// processes' mappings.
+func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
+	memory = cmp.Or(memory, DefaultTableMemory)
 	spec, err := bpf.LoadCpu()
 	if err != nil {
 		return nil, fmt.Errorf("load unwind maps spec: %w", err)
 	}
-	rs := spec.Maps[bpf.CpuMapUnwindRows].Copy()
-	rs.MaxEntries = rows
+	fs := spec.Maps[bpf.CpuMapUnwindFiles].Copy()
+	fs.MaxEntries = maxTables
+	if fs.InnerMap == nil {
+		return nil, fmt.Errorf("unwind map %s has no inner map", bpf.CpuMapUnwindFiles)
+	}
 	ms := spec.Maps[bpf.CpuMapUnwindMappings].Copy()
 	ms.MaxEntries = maxMappingEntries
 	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK.
 	_ = memlock.Raise()
-	r, err := ebpf.NewMap(rs)
+	r, err := ebpf.NewMap(fs)
 	if err != nil {
-		return nil, fmt.Errorf("create unwind rows map (%d rows): %w", rows, memlock.Explain(err))
+		// BPF_F_INNER_MAP (tables of any size) came with Linux 5.10.
+		return nil, fmt.Errorf("create unwind tables map: %w", memlock.Explain(err))
 	}
 	m, err := ebpf.NewMap(ms)
 	if err != nil {
@@ -79,8 +89,8 @@ func OpenTables(proc procfs.FS, rows uint32) (*Tables, error) {
 		_ = m.Close()
 		return nil, fmt.Errorf("create python processes map: %w", memlock.Explain(err))
 	}
-	maps := Maps{Rows: r, Mappings: m, Python: py}
-	t := &Tables{maps: maps, loader: NewLoader(maps, proc, rows), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
+	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m, Python: py}
+	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
 	go t.sweep()
 	return t, nil
 }
@@ -106,7 +116,7 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
-	return errors.Join(t.maps.Rows.Close(), t.maps.Mappings.Close(), t.maps.Python.Close())
+	return errors.Join(t.maps.Files.Close(), t.maps.Mappings.Close(), t.maps.Python.Close())
 }
 
 // Stats returns the loader's counters.
@@ -132,7 +142,7 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 			return nil, fmt.Errorf("set unwind_tables: %w", err)
 		}
 	}
-	repl := map[string]*ebpf.Map{bpf.CpuMapUnwindRows: tables.maps.Rows, bpf.CpuMapUnwindMappings: tables.maps.Mappings}
+	repl := map[string]*ebpf.Map{bpf.CpuMapUnwindFiles: tables.maps.Files, bpf.CpuMapUnwindMappings: tables.maps.Mappings}
 	for name, m := range repl {
 		ms, ok := spec.Maps[name]
 		if !ok {

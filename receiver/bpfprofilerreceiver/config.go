@@ -123,6 +123,12 @@ type UnwindingConfig struct {
 	// loaded, and with frame pointers elsewhere; frame_pointer only follows
 	// frame pointers.
 	Method string `mapstructure:"method"`
+	// TableMemoryMiB bounds the kernel memory of the unwind tables (8 bytes
+	// a row; node 20 takes 3 MiB, libjvm 1.5 MiB, libLLVM 7.5 MiB). Tables
+	// are allocated as files are loaded, not up front; past the budget,
+	// tables of files no process maps any more are evicted first, then a
+	// file is walked with frame pointers (counted as space_full).
+	TableMemoryMiB int64 `mapstructure:"table_memory_mib"`
 }
 
 // Unwinding methods.
@@ -136,6 +142,7 @@ const (
 	maxReportInterval   = time.Hour
 	maxSamplesPerSecond = 10000
 	maxPerfMapSizeMiB   = 1024
+	maxTableMemoryMiB   = 4096
 )
 
 var (
@@ -152,7 +159,7 @@ func createDefaultConfig() component.Config {
 		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
-		Unwinding:        UnwindingConfig{Method: unwindAuto},
+		Unwinding:        UnwindingConfig{Method: unwindAuto, TableMemoryMiB: 64},
 		ThreadAttributes: []string{attrkey.ThreadID, attrkey.ThreadName},
 	}
 }
@@ -219,6 +226,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Unwinding.Method != unwindAuto && c.Unwinding.Method != unwindFramePointer {
 		errs = append(errs, fmt.Errorf("unwinding::method: want %s or %s, got %q", unwindAuto, unwindFramePointer, c.Unwinding.Method))
+	}
+	if c.Unwinding.TableMemoryMiB < 1 || c.Unwinding.TableMemoryMiB > maxTableMemoryMiB {
+		errs = append(errs, fmt.Errorf("unwinding::table_memory_mib: must be 1..%d, got %d", maxTableMemoryMiB, c.Unwinding.TableMemoryMiB))
 	}
 	if c.PerfMaps.MaxSizeMiB < 1 || c.PerfMaps.MaxSizeMiB > maxPerfMapSizeMiB {
 		errs = append(errs, fmt.Errorf("perf_maps::max_size_mib: must be 1..%d, got %d", maxPerfMapSizeMiB, c.PerfMaps.MaxSizeMiB))

@@ -138,7 +138,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	srcOpts := sourceOptions{targets: targets, pidns: pidns, proc: r.proc, logger: r.settings.Logger}
 	if r.cfg.Unwinding.Method == unwindAuto {
-		r.unwind = &sharedTables{proc: r.proc}
+		r.unwind = &sharedTables{proc: r.proc, memory: uint64(r.cfg.Unwinding.TableMemoryMiB) << 20}
 		srcOpts.unwind = r.unwind
 	}
 	logger := r.settings.Logger

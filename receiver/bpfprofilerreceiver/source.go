@@ -47,6 +47,7 @@ type sourceOptions struct {
 // share, opened by the first source that asks for them.
 type sharedTables struct {
 	proc   procfs.FS
+	memory uint64 // bytes the tables may take
 	once   sync.Once
 	tables *unwinder.Tables
 	err    error
@@ -57,7 +58,7 @@ func (s *sharedTables) get() (*unwinder.Tables, error) {
 	if s == nil {
 		return nil, nil
 	}
-	s.once.Do(func() { s.tables, s.err = unwinder.OpenTables(s.proc, 0) })
+	s.once.Do(func() { s.tables, s.err = unwinder.OpenTables(s.proc, s.memory) })
 	return s.tables, s.err
 }
 

@@ -1,0 +1,35 @@
+package unwinder
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTableBudget(t *testing.T) {
+	b := newTableBudget(3, 100)
+	a, ok := b.alloc(40)
+	require.True(t, ok)
+	c, ok := b.alloc(40)
+	require.True(t, ok)
+	assert.Equal(t, []uint32{0, 1}, []uint32{a, c})
+	_, ok = b.alloc(30)
+	assert.False(t, ok, "only 20 rows are left")
+
+	// Freed rows are usable at once, whatever the order: no fragments.
+	b.releaseRows(40)
+	d, ok := b.alloc(30)
+	require.True(t, ok)
+	assert.Equal(t, uint32(2), d, "a slot never used, the freed one not given back yet")
+	_, ok = b.alloc(10)
+	assert.False(t, ok, "every slot is taken")
+	b.releaseSlot(a)
+	e, ok := b.alloc(10)
+	require.True(t, ok)
+	assert.Equal(t, a, e, "a slot given back is reused")
+	assert.Equal(t, uint64(80), b.used)
+
+	_, ok = b.alloc(0)
+	assert.False(t, ok, "an empty table takes no slot")
+}
