@@ -77,7 +77,8 @@ func busyRuntimes() []busyRuntime {
 }
 
 // On a node running node, two JVMs, six CPythons, xz, gzip and libLLVM at
-// once (tables of ~2M rows, twice what the rows array of old held), every
+// once (tables of ~3M rows, three times what the fixed rows array of old
+// held), every
 // file gets its table within the default budget, and a program without
 // frame pointers started last is walked whole.
 func TestUnwindTablesFitABusyNode(t *testing.T) {
