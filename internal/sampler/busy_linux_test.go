@@ -78,9 +78,8 @@ func busyRuntimes() []busyRuntime {
 
 // On a node running node, two JVMs, six CPythons, xz, gzip and libLLVM at
 // once (tables of ~3M rows, three times what the fixed rows array of old
-// held), every
-// file gets its table within the default budget, and a program without
-// frame pointers started last is walked whole.
+// held), every file gets its table within the default budget, and a
+// program without frame pointers started last is walked whole.
 func TestUnwindTablesFitABusyNode(t *testing.T) {
 	testutil.RequireBPF(t)
 	dir := t.TempDir()
