@@ -9,18 +9,17 @@ package unwinder
 import (
 	"debug/elf"
 	"errors"
-	"math"
 	"math/bits"
 )
 
 // Row kinds of bpf/unwind.h (enum unwind_kind).
 const (
 	kindNoCFI       uint32 = 0
-	kindCFA                = 1
-	kindPLT                = 2
-	kindSignal             = 3
-	kindStop               = 4
-	kindUnsupported        = 5
+	kindCFA         uint32 = 1
+	kindPLT         uint32 = 2
+	kindSignal      uint32 = 3
+	kindStop        uint32 = 4
+	kindUnsupported uint32 = 5
 )
 
 // keyBits are the bits of an unwind_mapping_key after its prefixlen: the
@@ -77,6 +76,3 @@ func loadBias(progs []elf.ProgHeader, start, offset uint64) (uint64, error) {
 }
 
 const pageSize = 4096
-
-// fitsInt16 says whether an offset fits a row's int16 field.
-func fitsInt16(v int64) bool { return v >= math.MinInt16 && v <= math.MaxInt16 }

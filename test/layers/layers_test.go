@@ -5,6 +5,7 @@ package layers
 
 import (
 	"go/build"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -70,11 +71,7 @@ func TestDataFlowsOneWay(t *testing.T) {
 	}
 	// Only the receiver assembles the pipeline; nothing below imports it,
 	// and only kernel-side packages load BPF objects.
-	dirs, err := filepath.Glob(filepath.Join(root, "internal", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range dirs {
+	for _, dir := range packageDirs(t, filepath.Join(root, "internal")) {
 		pkg, _ := filepath.Rel(root, dir)
 		if pkg == "internal/testutil" {
 			continue
@@ -88,4 +85,26 @@ func TestDataFlowsOneWay(t *testing.T) {
 			}
 		}
 	}
+}
+
+// packageDirs lists the directories under dir holding Go files (nested
+// packages, as internal/runtimes/*, included; testdata left out).
+func packageDirs(t *testing.T, dir string) []string {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		if d.Name() == "testdata" {
+			return filepath.SkipDir
+		}
+		if goFiles, _ := filepath.Glob(filepath.Join(path, "*.go")); len(goFiles) > 0 {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
 }

@@ -1,0 +1,209 @@
+//go:build linux
+
+package hotspot
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// jdks are the JDKs the tests run where the machine has them.
+var jdks = []string{"/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/temurin-25-jdk-amd64"}
+
+// startJVM runs testdata/Spin.java under jdk and returns its pid.
+func startJVM(t *testing.T, jdk string) int {
+	t.Helper()
+	src, err := filepath.Abs("testdata/Spin.java")
+	require.NoError(t, err)
+	cmd := exec.Command(filepath.Join(jdk, "bin", "java"), "-Xmx64m", src)
+	cmd.Dir = t.TempDir()
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// libjvmOf finds pid's libjvm mapping: its file and load bias.
+func libjvmOf(t *testing.T, pid int) (*elf.File, uint64, bool) {
+	t.Helper()
+	maps, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, 0, false
+	}
+	defer maps.Close()
+	sc := bufio.NewScanner(maps)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || !IsJVM(f[5]) {
+			continue
+		}
+		start, _ := strconv.ParseUint(strings.Split(f[0], "-")[0], 16, 64)
+		off, _ := strconv.ParseUint(f[2], 16, 64)
+		ef, err := elf.Open(f[5])
+		require.NoError(t, err)
+		t.Cleanup(func() { ef.Close() })
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_LOAD && off >= p.Off&^0xfff && off < p.Off+p.Filesz {
+				return ef, start - off + p.Off - p.Vaddr, true
+			}
+		}
+	}
+	return nil, 0, false
+}
+
+// readJVM waits for the JVM of pid to publish its tables and reads them.
+func readJVM(t *testing.T, pid int) *VMStructs {
+	t.Helper()
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	require.NoError(t, err)
+	defer mem.Close()
+	var vm *VMStructs
+	require.Eventually(t, func() bool {
+		ef, bias, ok := libjvmOf(t, pid)
+		if !ok {
+			return false
+		}
+		vm, err = ReadProcess(mem, ef, bias)
+		if errors.Is(err, ErrNotInitialised) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}, 30*time.Second, 20*time.Millisecond)
+	return vm
+}
+
+// Both JDKs publish the types, fields and constants the walker and namer
+// use, with plausible values.
+func TestReadRealJVMs(t *testing.T) {
+	testutil.RequireBPF(t) // root: reads another process's memory
+	for _, jdk := range jdks {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			if _, err := os.Stat(jdk); err != nil {
+				t.Skipf("%s: not on this machine", jdk)
+			}
+			vm := readJVM(t, startJVM(t, jdk))
+			nFields := 0
+			for _, fs := range vm.Fields {
+				nFields += len(fs)
+			}
+			t.Logf("%d fields of %d types, %d types, %d int and %d long constants", nFields, len(vm.Fields), len(vm.Types), len(vm.Ints), len(vm.Longs))
+			if os.Getenv("HOTSPOT_DUMP") != "" {
+				dump(t, vm)
+			}
+			assert.Greater(t, nFields, 500)
+			assert.Greater(t, len(vm.Types), 300)
+			assert.Equal(t, uint64(8), vm.Types["intptr_t"].Size)
+			_, inherited := vm.FieldOf("nmethod", "_method")
+			assert.True(t, inherited, "nmethod::_method, its own or CompiledMethod's")
+
+			l, err := NewLayout(vm)
+			require.NoError(t, err)
+			assert.Equal(t, int64(-3), l.FrameMethod, "x86-64 interpreter frames")
+			assert.Equal(t, int64(-8), l.FrameBCP)
+		})
+	}
+}
+
+// The code cache of a running JVM is found and walked: its heaps, the
+// blobs in them, and the compiled method that burns the CPU named from the
+// nmethod found through the segment map, under both JDKs.
+func TestCodeCacheOfRealJVMs(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, jdk := range jdks {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			if _, err := os.Stat(jdk); err != nil {
+				t.Skipf("%s: not on this machine", jdk)
+			}
+			pid := startJVM(t, jdk)
+			vm := readJVM(t, pid)
+			l, err := NewLayout(vm)
+			require.NoError(t, err)
+			mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			require.NoError(t, err)
+			defer mem.Close()
+			// Spin.spin is compiled within seconds (C1, then C2).
+			var names map[string]int
+			var methods map[string]bool
+			var cc *CodeCache
+			require.Eventually(t, func() bool {
+				// The code cache is set up after the tables are published.
+				if cc, err = ReadCodeCache(mem, l); err != nil {
+					return false
+				}
+				names, methods = blobsOf(t, mem, l, cc)
+				return methods["Spin.spin (J)J"]
+			}, 30*time.Second, 500*time.Millisecond, "Spin.spin compiled; methods %v, last error %v", &methods, &err)
+			require.NotEmpty(t, cc.Heaps)
+			t.Logf("blobs by name: %v; %d compiled methods", names, len(methods))
+			assert.Positive(t, names["Interpreter"], "the template interpreter is a blob")
+			assert.Greater(t, names["nmethod"], 10)
+			assert.True(t, methods["Spin.main ([Ljava/lang/String;)V"] || len(methods) > 20, "other methods named too")
+		})
+	}
+}
+
+// blobsOf walks every block start of every heap's segment map: the blobs'
+// names, and the methods of the nmethods.
+func blobsOf(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) (map[string]int, map[string]bool) {
+	names, methods := map[string]int{}, map[string]bool{}
+	for _, h := range cc.Heaps {
+		segs := make([]byte, (h.High-h.Low)>>h.Log2Segment)
+		_, err := mem.ReadAt(segs, int64(h.Segmap))
+		require.NoError(t, err)
+		for i, b := range segs {
+			if b != 0 {
+				continue
+			}
+			pc := h.Low + uint64(i)<<h.Log2Segment
+			blob, err := BlobAt(mem, l, h, pc)
+			require.NoError(t, err)
+			name, err := BlobName(mem, l, blob)
+			if err != nil {
+				continue // freed meanwhile
+			}
+			names[name]++
+			if name != "nmethod" {
+				continue
+			}
+			method, err := MethodOf(mem, l, blob)
+			if err != nil {
+				continue
+			}
+			if m, err := ReadMethod(mem, l, method); err == nil {
+				methods[m.String()+" "+m.Signature] = true
+			}
+		}
+	}
+	return names, methods
+}
+
+func dump(t *testing.T, vm *VMStructs) {
+	for typ, fs := range vm.Fields {
+		for name, f := range fs {
+			t.Logf("F %s::%s %s static=%v off=%d addr=%#x", typ, name, f.Type, f.Static, f.Offset, f.Address)
+		}
+	}
+	for name, ty := range vm.Types {
+		t.Logf("T %s : %s size %d", name, ty.Super, ty.Size)
+	}
+	for name, v := range vm.Ints {
+		t.Logf("I %s = %d", name, v)
+	}
+	for name, v := range vm.Longs {
+		t.Logf("L %s = %d", name, v)
+	}
+}
