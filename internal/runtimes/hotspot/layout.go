@@ -33,9 +33,9 @@ type Layout struct {
 	// Method::_constMethod; ConstMethod::_constants, _name_index,
 	// _signature_index, and its size (the bytecodes follow it).
 	MethodConst, ConstMethodConstants, ConstMethodName, ConstMethodSignature, ConstMethodSize uint64
-	// ConstantPool::_pool_holder, its size (its slots follow it); Klass::_name;
-	// Symbol::_length (u2) and _body.
-	PoolHolder, PoolSize, KlassName, SymbolLength, SymbolBody uint64
+	// ConstantPool::_pool_holder, _source_file_name_index, its size (its
+	// slots follow it); Klass::_name; Symbol::_length (u2) and _body.
+	PoolHolder, PoolSourceFile, PoolSize, KlassName, SymbolLength, SymbolBody uint64
 	// An interpreted frame's Method* and bytecode pointer, in words from
 	// its frame pointer.
 	FrameMethod, FrameBCP int64
@@ -100,6 +100,7 @@ func NewLayout(vm *VMStructs) (*Layout, error) {
 		ConstMethodSignature: offset("ConstMethod", "_signature_index"),
 		ConstMethodSize:      size("ConstMethod"),
 		PoolHolder:           offset("ConstantPool", "_pool_holder"),
+		PoolSourceFile:       offset("ConstantPool", "_source_file_name_index"),
 		PoolSize:             size("ConstantPool"),
 		KlassName:            offset("Klass", "_name"),
 		SymbolLength:         offset("Symbol", "_length"),

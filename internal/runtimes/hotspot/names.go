@@ -28,9 +28,10 @@ func MethodOf(mem io.ReaderAt, l *Layout, blob uint64) (uint64, error) {
 
 // Method is a Java method's name as the class file has it.
 type Method struct {
-	Class     string // dotted: java.lang.String
-	Name      string
-	Signature string // (J)J
+	Class      string // dotted: java.lang.String
+	Name       string
+	Signature  string // (J)J
+	SourceFile string // String.java; "" when the class has none
 }
 
 // String is the frame name profiles show: Class.name.
@@ -63,10 +64,13 @@ func ReadMethod(mem io.ReaderAt, l *Layout, method uint64) (Method, error) {
 	for _, f := range []struct {
 		dst   *string
 		index uint64
-	}{{&m.Name, cm + l.ConstMethodName}, {&m.Signature, cm + l.ConstMethodSignature}} {
+	}{{&m.Name, cm + l.ConstMethodName}, {&m.Signature, cm + l.ConstMethodSignature}, {&m.SourceFile, cp + l.PoolSourceFile}} {
 		b, err := r.bytes(f.index, 2)
 		if err != nil {
 			return Method{}, err
+		}
+		if f.dst == &m.SourceFile && binary.LittleEndian.Uint16(b) == 0 {
+			continue // no SourceFile attribute
 		}
 		// The pool's slots follow it, a word each.
 		sym, err := r.u64(cp + l.PoolSize + 8*uint64(binary.LittleEndian.Uint16(b)))

@@ -207,3 +207,88 @@ func dump(t *testing.T, vm *VMStructs) {
 		t.Logf("L %s = %d", name, v)
 	}
 }
+
+// A Namer names addresses inside blobs of a running JVM: inside the code
+// of the compiled Spin.spin as it, with its source file, inside the
+// interpreter as "Interpreter"; an address outside the code cache is not
+// code.
+func TestNamerOfRealJVMs(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, jdk := range jdks {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			if _, err := os.Stat(jdk); err != nil {
+				t.Skipf("%s: not on this machine", jdk)
+			}
+			pid := startJVM(t, jdk)
+			vm := readJVM(t, pid)
+			l, err := NewLayout(vm)
+			require.NoError(t, err)
+			mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			require.NoError(t, err)
+			defer mem.Close()
+			ef, bias, ok := libjvmOf(t, pid)
+			require.True(t, ok)
+			syms, err := ExportedSymbols(ef)
+			require.NoError(t, err)
+			n := NewNamer(mem, func(s string) (uint64, bool) { v, ok := syms[s]; return v + bias, ok })
+
+			want := map[string]uint64{} // a pc inside the blob of each name
+			require.Eventually(t, func() bool {
+				cc, err := ReadCodeCache(mem, l)
+				if err != nil {
+					return false
+				}
+				for k, v := range blobStarts(t, mem, l, cc) {
+					want[k] = v
+				}
+				return want["Spin.spin"] != 0 && want["Interpreter"] != 0
+			}, 30*time.Second, 500*time.Millisecond)
+			now := time.Now()
+			spin, err := n.At(want["Spin.spin"], now)
+			require.NoError(t, err)
+			assert.Equal(t, "Spin.spin", spin.Name())
+			assert.Equal(t, Method{Class: "Spin", Name: "spin", Signature: "(J)J", SourceFile: "Spin.java"}, spin.Method)
+			interp, err := n.At(want["Interpreter"], now)
+			require.NoError(t, err)
+			assert.Equal(t, "Interpreter", interp.Name())
+			_, err = n.At(0x1000, now)
+			assert.ErrorIs(t, err, ErrNotCode)
+		})
+	}
+}
+
+// blobStarts returns, for the interpreter and each compiled method (by
+// Class.method), an address 16 bytes into its blob's block.
+func blobStarts(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, h := range cc.Heaps {
+		segs := make([]byte, (h.High-h.Low)>>h.Log2Segment)
+		_, err := mem.ReadAt(segs, int64(h.Segmap))
+		require.NoError(t, err)
+		for i, b := range segs {
+			if b != 0 {
+				continue
+			}
+			pc := h.Low + uint64(i)<<h.Log2Segment
+			blob, err := BlobAt(mem, l, h, pc)
+			require.NoError(t, err)
+			name, err := BlobName(mem, l, blob)
+			if err != nil {
+				continue
+			}
+			if name == "nmethod" {
+				method, err := MethodOf(mem, l, blob)
+				if err != nil {
+					continue
+				}
+				m, err := ReadMethod(mem, l, method)
+				if err != nil {
+					continue
+				}
+				name = m.String()
+			}
+			out[name] = pc + l.BlockHeaderSize + 16
+		}
+	}
+	return out
+}
