@@ -40,7 +40,7 @@ type walkerProc struct {
 	InterpretersHead   uint32
 	ThreadsHead        uint32
 	ThreadNext         uint32
-	ThreadId           uint32 //nolint:revive // the generated type's name
+	ThreadId           uint32
 	ThreadFrame        uint32
 	CframeCurrentFrame uint32
 	FramePrevious      uint32
