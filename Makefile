@@ -93,7 +93,7 @@ kernel-tools:
 # debug files, libc6-dbg is libc's debug file (start_thread is only there),
 # util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
 # (the Python unwinder's tests also run pyenv's 3.9-3.13 where the machine
-# has them), gdb reads CPython's struct layouts for internal/python's
+# has them), gdb reads CPython's struct layouts for internal/runtimes/cpython's
 # oracle. No test needs bpftool, bpftrace or clang.
 test-tools:
 	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb)

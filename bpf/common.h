@@ -95,7 +95,7 @@ struct stack_key {
 	u32 tid; /* host thread id */
 	s32 user_stack_id;
 	s32 kernel_stack_id;
-	s32 python_stack_id; /* the thread's CPython frames (python.h); -1: none */
+	s32 python_stack_id; /* the thread's CPython frames (cpython.h); -1: none */
 	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1; 0: none */
 	u64 scope_start_ns;  /* that scope's start */
 };
@@ -160,7 +160,7 @@ enum unwind_end {
 	NR_UNWIND_ENDS = 6,
 };
 
-/* Why a Python walk ended (python.h; indexes sampler_stats.python_ends). */
+/* Why a Python walk ended (cpython.h; indexes sampler_stats.python_ends). */
 enum python_end {
 	PY_END_ROOT = 0,      /* the thread's first frame: the whole Python stack */
 	PY_END_NO_THREAD = 1, /* no thread state for this thread (a thread Python does not run) */
@@ -183,7 +183,7 @@ struct sampler_stats {
 	/* User stacks walked with unwind tables (unwind.h), of the records counted. */
 	u64 unwind_ends[NR_UNWIND_ENDS]; /* walks, by why they ended */
 	u64 unwind_frames;		 /* frames they found */
-	/* Threads of CPython processes whose Python frames were read (python.h). */
+	/* Threads of CPython processes whose Python frames were read (cpython.h). */
 	u64 python_ends[NR_PYTHON_ENDS]; /* walks, by why they ended */
 	u64 python_frames;		 /* Python frames they found */
 	u64 python_stack_lost;		 /* walks whose frames could not be stored */

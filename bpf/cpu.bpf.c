@@ -24,7 +24,7 @@
  * New processes are announced at their first sample (announce.h).
  *
  * Threads of CPython processes also have their Python frames read
- * (python.h) and stored as a third stack of the key; a thread inside an
+ * (cpython.h) and stored as a third stack of the key; a thread inside an
  * open probe scope puts that scope into the key (scopes.h).
  */
 #include "common.h"
@@ -32,7 +32,7 @@
 #include "drainmaps.h"
 #include "announce.h"
 #include "unwind.h"
-#include "python.h"
+#include "cpython.h"
 #include "scopes.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */

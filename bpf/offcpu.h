@@ -13,7 +13,7 @@
  *
  * User stacks of processes whose unwind tables are loaded are walked with
  * them (unwind.h), others with frame pointers. The Python frames of CPython
- * threads (python.h) are taken with the user stack.
+ * threads (cpython.h) are taken with the user stack.
  */
 #ifndef BPFPROFILER_OFFCPU_H
 #define BPFPROFILER_OFFCPU_H
@@ -23,7 +23,7 @@
 #include "drainmaps.h"
 #include "announce.h"
 #include "unwind.h"
-#include "python.h"
+#include "cpython.h"
 #include "scopes.h"
 
 #define MAX_EXCLUDED 64

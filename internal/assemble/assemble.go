@@ -19,9 +19,9 @@ import (
 type Symbolizer interface {
 	Kernel(addrs []uint64) []report.Frame
 	User(pid uint32, addrs []uint64) []report.Frame
-	// Python names the CPython frame of pid whose code object is at code,
-	// at instruction (code units).
-	Python(pid uint32, code uint64, instruction uint32) report.Frame
+	// Runtime names the frame of runtime (internal/runtimes) in process
+	// pid whose object is at object, at position in it.
+	Runtime(pid uint32, runtime string, object uint64, position uint32) report.Frame
 }
 
 // Identities resolves a process's identity; on error the returned identity
@@ -153,7 +153,7 @@ func (a *Assembler) frames(s capture.RawStack, id report.Identity) []report.Fram
 	} else if s.UserLoss != capture.StackKept {
 		native = []report.Frame{markerFrame(s.UserLoss, false)}
 	}
-	return append(out, a.withPython(s, native)...)
+	return append(out, a.withRuntimes(s, native)...)
 }
 
 // nameJITFrames gives the perf-map frames of a process running exe the

@@ -44,7 +44,7 @@ func (f *fakeSymbols) User(pid uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
-func (f *fakeSymbols) Python(pid uint32, code uint64, instruction uint32) report.Frame {
+func (f *fakeSymbols) Runtime(pid uint32, _ string, code uint64, instruction uint32) report.Frame {
 	return report.Frame{Address: code, Function: fmt.Sprintf("py%d:%x@%d", pid, code, instruction), Type: report.FramePython}
 }
 

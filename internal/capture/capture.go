@@ -20,37 +20,62 @@ const (
 	// UserFrame is a user-space address: native, Go or JIT code, told apart
 	// when symbolized.
 	UserFrame
-	// PythonFrame is a CPython frame: Address is its code object's address
-	// in the process, Instruction the instruction it is at (code units).
-	PythonFrame
+	// RuntimeFrame is a frame of a language runtime (an interpreter), read
+	// by the runtime's BPF walker: Runtime says which, Address is the
+	// object it runs (CPython: its code object) in the process, Position
+	// where in that object it is (CPython: the instruction, in code units).
+	RuntimeFrame
 )
+
+// Runtime is the language runtime of a RuntimeFrame; its package in
+// internal/runtimes names the frame.
+type Runtime uint8
+
+const (
+	CPython Runtime = iota + 1 // bpf/cpython.h
+)
+
+// Name is the runtime's name in internal/runtimes (and its frames'
+// profile.frame.type); "" for an unknown runtime.
+func (r Runtime) Name() string {
+	switch r {
+	case CPython:
+		return "cpython"
+	}
+	return ""
+}
 
 // Frame is one raw frame: every frame but the leaf is a return address.
 type Frame struct {
-	Kind    FrameKind
-	Address uint64
-	// PythonFrame only: the instruction (code units), and whether the frame
-	// is the outermost of its call of the interpreter's native eval
-	// function (the Python frames between two such frames ran in one call).
-	Instruction uint32
-	EvalEntry   bool
+	Kind FrameKind
+	// RuntimeFrame only: the runtime, and whether the frame is the
+	// outermost of one call of the runtime's native entry function (the
+	// runtime frames after the previous such frame ran in that call).
+	Runtime  Runtime
+	Entry    bool
+	Position uint32 // RuntimeFrame only: where in the object the frame is
+	Address  uint64
 }
 
-// Python frame words as bpf/python.h writes them.
+// Runtime frame words as the BPF walkers write them (bpf/cpython.h): the
+// object's address in the low 47 bits, the position in the 16 above, the
+// Entry flag in the top bit.
 const (
-	pythonAddrBits  = 47
-	pythonEvalEntry = 1 << 63
+	runtimeAddrBits = 47
+	runtimeEntry    = 1 << 63
 )
 
-// PythonFrames decodes the words of a Python stack (leaf first).
-func PythonFrames(words []uint64) []Frame {
+// RuntimeFrames decodes the frame words of a stack of runtime rt (leaf
+// first).
+func RuntimeFrames(rt Runtime, words []uint64) []Frame {
 	out := make([]Frame, 0, len(words))
 	for _, w := range words {
 		out = append(out, Frame{
-			Kind:        PythonFrame,
-			Address:     w & (1<<pythonAddrBits - 1),
-			Instruction: uint32(w>>pythonAddrBits) & 0xffff,
-			EvalEntry:   w&pythonEvalEntry != 0,
+			Kind:     RuntimeFrame,
+			Runtime:  rt,
+			Address:  w & (1<<runtimeAddrBits - 1),
+			Position: uint32(w>>runtimeAddrBits) & 0xffff,
+			Entry:    w&runtimeEntry != 0,
 		})
 	}
 	return out

@@ -34,12 +34,12 @@ func TestStackLoss(t *testing.T) {
 	}
 }
 
-// Python frame words as bpf/python.h packs them.
-func TestPythonFramesDecode(t *testing.T) {
+// Runtime frame words as bpf/cpython.h packs them.
+func TestRuntimeFramesDecode(t *testing.T) {
 	words := []uint64{0x7f00_1234_5678 | 17<<47 | 1<<63, 0x5555_0000_1000 | 0xffff<<47}
-	got := PythonFrames(words)
+	got := RuntimeFrames(CPython, words)
 	require.Equal(t, []Frame{
-		{Kind: PythonFrame, Address: 0x7f00_1234_5678, Instruction: 17, EvalEntry: true},
-		{Kind: PythonFrame, Address: 0x5555_0000_1000, Instruction: 0xffff},
+		{Kind: RuntimeFrame, Runtime: CPython, Address: 0x7f00_1234_5678, Position: 17, Entry: true},
+		{Kind: RuntimeFrame, Runtime: CPython, Address: 0x5555_0000_1000, Position: 0xffff},
 	}, got)
 }

@@ -170,7 +170,7 @@ func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symboli
 	}
 	share, total, example := pythonShare(samples, pid, chain)
 	t.Logf("%.1f%% of %d samples whole; python walks %v, %d frames; unsymbolized %v",
-		100*share, total, st.PythonEnds, st.PythonFrames, sym.Stats().PythonUnsymbolized)
+		100*share, total, st.PythonEnds, st.PythonFrames, sym.Stats().RuntimeUnsymbolized)
 	if total < 150 {
 		t.Fatalf("%d samples of the main thread, want 150", total)
 	}

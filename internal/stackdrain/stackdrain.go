@@ -154,10 +154,10 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			kernelMissing += missing
 		}
 		s.Frames = capture.StackFrames(kernel, user)
-		// Python frames are an addition: without them the sample keeps
-		// its native frames (their loss is counted in BPF).
+		// CPython frames (bpf/cpython.h) are an addition: without them the
+		// sample keeps its native frames (their loss is counted in BPF).
 		if python, loss := stackFor(stacks, k.PythonStackId); loss == capture.StackKept {
-			s.Frames = append(s.Frames, capture.PythonFrames(python)...)
+			s.Frames = append(s.Frames, capture.RuntimeFrames(capture.CPython, python)...)
 		}
 		if k.ScopeProbe > 0 {
 			s.Scope = &capture.ScopeRef{ProbeIndex: int(k.ScopeProbe) - 1, Start: k.ScopeStartNs}
@@ -190,8 +190,8 @@ func compareScopes(a, b *capture.ScopeRef) int {
 
 // compareFrames orders frames by kind, then address.
 func compareFrames(a, b capture.Frame) int {
-	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Address, b.Address),
-		cmp.Compare(a.Instruction, b.Instruction), cmp.Compare(boolInt(a.EvalEntry), boolInt(b.EvalEntry)))
+	return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Runtime, b.Runtime), cmp.Compare(a.Address, b.Address),
+		cmp.Compare(a.Position, b.Position), cmp.Compare(boolInt(a.Entry), boolInt(b.Entry)))
 }
 
 func boolInt(b bool) int {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ianlancetaylor/demangle"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/python"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // elfFile is what the symbolizer keeps of one ELF file: its loadable
@@ -25,11 +25,9 @@ type elfFile struct {
 	buildIDGo  string
 	gotab      *goTable // nil unless the file is a Go binary with a usable .gopclntab
 
-	// python is the CPython interpreter in the file (pythonInterpreter),
-	// pythonErr why a file that looks like one is not usable.
-	python        *python.Interpreter
-	pythonChecked bool
-	pythonErr     error
+	// interps are the runtimes' interpreters looked for in the file
+	// (interpreter), by runtime.
+	interps map[*runtimes.Runtime]fileInterpreter
 
 	symSrc    []rawSymbols // the debug file's .symtab, then .symtab, then .dynsym
 	syms      symbolTable

@@ -3,8 +3,8 @@
 // process's memory maps and the mapped ELF files (.symtab/.dynsym, the
 // .symtab of separate debug files, Go .gopclntab with inlined frames, GNU
 // and Go build ids) or, for JIT code,
-// through /tmp/perf-<pid>.map files; CPython frames (code object and
-// instruction) through the interpreter's code objects in /proc/<pid>/mem. Parsed files are cached by file identity
+// through /tmp/perf-<pid>.map files; the frames of runtimes (CPython's code
+// object and instruction) through internal/runtimes, from /proc/<pid>/mem. Parsed files are cached by file identity
 // and every cache is bounded.
 package symbolize
 
@@ -57,11 +57,11 @@ type Stats struct {
 	// files) that were refused, by reason (procfs.Reason*: too_large,
 	// not_regular, symlink, owner, replaced, remote_fs, timeout, stuck).
 	FilesRefused map[string]uint64
-	// PythonFrames counts CPython frames named; PythonUnsymbolized those
-	// left without a name, by reason (Python*: no_interpreter, memory,
-	// bad_code).
-	PythonFrames       uint64
-	PythonUnsymbolized map[string]uint64
+	// RuntimeFrames counts the frames of runtimes (internal/runtimes)
+	// named, by runtime; RuntimeUnsymbolized those left without a name, by
+	// runtime and reason (Runtime*: no_interpreter, memory, bad_code).
+	RuntimeFrames       map[string]uint64
+	RuntimeUnsymbolized map[string]map[string]uint64
 }
 
 // Defaults of Options and internal intervals.
@@ -184,7 +184,7 @@ func New(opts Options) *Symbolizer {
 	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) {
 		s.dropFrames(p)
 		s.dropPerfMap(p)
-		dropPython(p)
+		dropRuntimes(p)
 	})
 	return s
 }
@@ -195,7 +195,8 @@ func (s *Symbolizer) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.FilesRefused = maps.Clone(s.stats.FilesRefused)
-	st.PythonUnsymbolized = maps.Clone(s.stats.PythonUnsymbolized)
+	st.RuntimeFrames = maps.Clone(s.stats.RuntimeFrames)
+	st.RuntimeUnsymbolized = cloneRuntimeUnsymbolized(s.stats.RuntimeUnsymbolized)
 	return st
 }
 

@@ -52,9 +52,9 @@ type process struct {
 	// debugStalled is set when opening one of its debug files timed out:
 	// no more are looked for (attachDebugFile).
 	debugStalled bool
-	// python is its CPython interpreter's state, once a Python frame of it
-	// was symbolized.
-	python *pythonProcess
+	// runtimes is the state of its runtimes (internal/runtimes), by name,
+	// once a frame of one was symbolized.
+	runtimes map[string]*runtimeProcess
 }
 
 // User symbolizes a user stack of process pid, leaf first in and out. An

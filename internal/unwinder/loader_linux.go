@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +19,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
-	"github.com/bpfprofiler/bpfprofiler/internal/python"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // Maps are the sampler's maps the loader fills.
@@ -26,7 +27,9 @@ type Maps struct {
 	Files    *ebpf.Map     // array of maps: slot -> a table, an array of bpf.CpuUnwindRow
 	Table    *ebpf.MapSpec // what a table is created from (its size set per file)
 	Mappings *ebpf.Map     // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
-	Python   *ebpf.Map     // hash pid -> bpf.CpuPythonProc (bpf/python.h)
+	// Runtimes are the maps the runtimes' walkers read per process, by
+	// runtime name (internal/runtimes: Runtime.ProcMap).
+	Runtimes map[string]*ebpf.Map
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -42,10 +45,10 @@ type fileTable struct {
 	slot, rows uint32
 	base       uint64 // the file virtual address of row pc 0
 	progs      []elf.ProgHeader
-	refs       int                 // (process, file) pairs using it
-	keys       []fileKey           // the files (device, inode) it serves
-	buildID    string              // GNU build id, "" if the file has none
-	python     *python.Interpreter // the CPython interpreter in the file, if any
+	refs       int          // (process, file) pairs using it
+	keys       []fileKey    // the files (device, inode) it serves
+	buildID    string       // GNU build id, "" if the file has none
+	runtime    *fileRuntime // the interpreter of a runtime in the file, if any
 	// idleSince is when its last process was forgotten (zero: in use);
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
@@ -59,7 +62,8 @@ type loadedProcess struct {
 	keys   []bpf.CpuUnwindMappingKey
 	files  []fileKey
 	pid    uint32
-	python bool // its interpreter is in the Python map
+	// runtimes are the runtimes whose walker's map has its entry.
+	runtimes []*runtimes.Runtime
 }
 
 // releaseDelay is how long the slot of a removed table stays unused: a
@@ -148,8 +152,8 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 				if t.rows > 0 && err == nil {
 					value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
 				}
-				if t.python != nil && err == nil && !lp.python {
-					lp.python = l.addPython(pid, t.python, bias)
+				if rt := t.runtime; rt != nil && err == nil && !slices.Contains(lp.runtimes, rt.rt) && l.addRuntime(pid, rt, bias) {
+					lp.runtimes = append(lp.runtimes, rt.rt)
 				}
 			}
 		}
@@ -272,11 +276,7 @@ func (l *Loader) Stats() Stats {
 		}
 	}
 	st.RowsUsed = l.budget.used
-	for _, lp := range l.procs {
-		if lp.python {
-			st.PythonProcesses++
-		}
-	}
+	st.Runtimes = l.runtimeStats(st.Runtimes)
 	return st
 }
 
@@ -302,9 +302,7 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 			_ = l.maps.Mappings.Delete(&lp.keys[i]) // gone already: nothing to do
 		}
 	}
-	if lp.python && (kept == nil || !kept.python) {
-		l.dropPython(lp.pid)
-	}
+	l.dropRuntimes(lp, kept)
 	for _, key := range lp.files {
 		t := l.files[key]
 		if t == nil {
@@ -380,10 +378,10 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, stamp, nil
 	}
-	interp := l.detectPython(m.Path, ef)
+	interp := l.detectRuntime(m.Path, ef)
 	// Without a table the file is walked with frame pointers, but its
 	// interpreter, if any, is still read.
-	noTable := &fileTable{progs: progHeaders(ef), python: interp}
+	noTable := &fileTable{progs: progHeaders(ef), runtime: interp}
 	began := time.Now()
 	var rows []bpf.CpuUnwindRow
 	var base uint64
@@ -392,7 +390,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if err != nil {
 		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, python: interp}
+	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		l.shareByBuildID(t)

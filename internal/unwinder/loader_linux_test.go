@@ -44,7 +44,7 @@ func newTestMaps(t *testing.T, slots uint32) Maps {
 	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
 	require.NoError(t, err)
 	t.Cleanup(func() { r.Close(); m.Close(); py.Close() })
-	return Maps{Files: r, Table: rs.InnerMap, Mappings: m, Python: py}
+	return Maps{Files: r, Table: rs.InnerMap, Mappings: m, Runtimes: map[string]*ebpf.Map{capture.CPython.Name(): py}}
 }
 
 // lookup does what bpf/unwind.h does for one address: the mapping, then

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -41,17 +42,18 @@ sys.stdin.read()
 	require.NoError(t, err, line)
 
 	pid := uint32(cmd.Process.Pid)
+	cpython := capture.CPython.Name()
 	for _, rows := range []uint64{1 << 20, 16} {
 		maps := newTestMaps(t, maxTables)
 		l := NewLoader(maps, procfs.FS{Root: "/proc"}, rows)
 		require.NoError(t, l.Load(pid))
 		var got bpf.CpuPythonProc
-		require.NoError(t, maps.Python.Lookup(&pid, &got), "rows %d", rows)
+		require.NoError(t, maps.Runtimes[cpython].Lookup(&pid, &got), "rows %d", rows)
 		assert.Equal(t, want, got.Runtime, "rows %d: _PyRuntime", rows)
 		assert.NotZero(t, got.ThreadId)
-		assert.Equal(t, uint64(1), l.Stats().PythonProcesses)
+		assert.Equal(t, uint64(1), l.Stats().Runtimes[cpython].Processes)
 		l.Forget(pid)
-		assert.ErrorIs(t, maps.Python.Lookup(&pid, &got), ebpf.ErrKeyNotExist)
-		assert.Zero(t, l.Stats().PythonProcesses)
+		assert.ErrorIs(t, maps.Runtimes[cpython].Lookup(&pid, &got), ebpf.ErrKeyNotExist)
+		assert.Zero(t, l.Stats().Runtimes[cpython].Processes)
 	}
 }

@@ -31,10 +31,16 @@ type Stats struct {
 	// maps their file again (IdleReused) until they expire or their rows
 	// are needed (IdleEvicted).
 	IdleTables, IdleReused, IdleEvicted uint64
-	// PythonProcesses is the processes whose CPython frames BPF reads;
-	// PythonUnsupported counts interpreter files of a version it cannot
-	// walk; PythonMapFull processes refused by a full map.
-	PythonProcesses, PythonUnsupported, PythonMapFull uint64
+	// Runtimes count, by runtime name (internal/runtimes), what concerns
+	// the runtimes' walkers.
+	Runtimes map[string]RuntimeStats
+}
+
+// RuntimeStats are the loader's counters of one runtime: the processes
+// whose frames its walker reads, the interpreter files of a version it
+// cannot walk, and the processes its full map refused.
+type RuntimeStats struct {
+	Processes, Unsupported, MapFull uint64
 }
 
 // RowBytes is the size of one row in the kernel (struct unwind_row, the

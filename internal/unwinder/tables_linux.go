@@ -18,6 +18,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 )
 
@@ -83,16 +84,36 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 		_ = r.Close()
 		return nil, fmt.Errorf("create unwind mappings map: %w", memlock.Explain(err))
 	}
-	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
-	if err != nil {
+	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m}
+	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
 		_ = r.Close()
 		_ = m.Close()
-		return nil, fmt.Errorf("create python processes map: %w", memlock.Explain(err))
+		return nil, err
 	}
-	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m, Python: py}
 	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
 	go t.sweep()
 	return t, nil
+}
+
+// newRuntimeMaps creates the map each runtime's walker reads per process,
+// as the collection spec (the CPU sampler's) declares it.
+func newRuntimeMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
+	out := map[string]*ebpf.Map{}
+	for _, rt := range all.Runtimes {
+		ms, ok := spec.Maps[rt.ProcMap]
+		if !ok {
+			continue
+		}
+		m, err := ebpf.NewMap(ms.Copy())
+		if err != nil {
+			for _, m := range out {
+				_ = m.Close()
+			}
+			return nil, fmt.Errorf("create %s processes map: %w", rt.Name, memlock.Explain(err))
+		}
+		out[rt.Name] = m
+	}
+	return out, nil
 }
 
 func (t *Tables) sweep() {
@@ -116,7 +137,11 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
-	return errors.Join(t.maps.Files.Close(), t.maps.Mappings.Close(), t.maps.Python.Close())
+	errs := []error{t.maps.Files.Close(), t.maps.Mappings.Close()}
+	for _, m := range t.maps.Runtimes {
+		errs = append(errs, m.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // Stats returns the loader's counters.
@@ -150,9 +175,11 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 		}
 		ms.MaxEntries = m.MaxEntries()
 	}
-	// Collections that read Python frames (bpf/python.h) share its map too.
-	if _, ok := spec.Maps[bpf.CpuMapPythonProcs]; ok {
-		repl[bpf.CpuMapPythonProcs] = tables.maps.Python
+	// Collections with a runtime's walker share its map too.
+	for _, rt := range all.Runtimes {
+		if _, ok := spec.Maps[rt.ProcMap]; ok && tables.maps.Runtimes[rt.Name] != nil {
+			repl[rt.ProcMap] = tables.maps.Runtimes[rt.Name]
+		}
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }
@@ -255,7 +282,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	ls := f.tables.loader.Stats()
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes
-	st.PythonProcesses = ls.PythonProcesses
+	st.PythonProcesses = ls.Runtimes[capture.CPython.Name()].Processes
 	t := f.tables
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -335,7 +335,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		}
 	}
 	profiles = r.joinScopes(ctx, start, end, profiles, final)
-	r.recordPythonSymbolization(ctx, r.symbols.Stats().PythonUnsymbolized)
+	r.recordPythonSymbolization(ctx, r.symbols.Stats().RuntimeUnsymbolized[capture.CPython.Name()])
 	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {
 		return

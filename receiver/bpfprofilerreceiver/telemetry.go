@@ -83,7 +83,7 @@ func emittedAttributeValues() map[string][]string {
 		"python_end":           pythonEnds,
 		"probe_sample_outcome": sampleOutcomes,
 		"python_unsymbolized_reason": {
-			symbolize.PythonNoInterpreter, symbolize.PythonMemory, symbolize.PythonBadCode,
+			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
 	}
 }

@@ -33,8 +33,8 @@ func TestPythonTelemetry(t *testing.T) {
 	ctx := context.Background()
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, cpu)
 	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, offCPU)
-	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.PythonBadCode: 2})
-	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.PythonBadCode: 3, symbolize.PythonMemory: 1})
+	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.RuntimeBadObject: 2})
+	rcv.recordPythonSymbolization(ctx, map[string]uint64{symbolize.RuntimeBadObject: 3, symbolize.RuntimeMemory: 1})
 
 	kindReason := func(k, r string) attribute.Set {
 		return attribute.NewSet(attribute.String(attrKind, k), attribute.String(attrReason, r))

@@ -30,7 +30,16 @@ var forbidden = map[string][]string{
 	"internal/pproffile": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/symbolize", "internal/identity"},
 	"internal/symbolize": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
 	"internal/identity":  {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
+	// The runtimes serve both sides (the unwinder loads what their walkers
+	// need, the symbolizer names their frames) and see neither.
+	"internal/runtimes":         runtimeForbidden,
+	"internal/runtimes/all":     runtimeForbidden,
+	"internal/runtimes/cpython": runtimeForbidden,
+	"internal/runtimes/hotspot": runtimeForbidden,
 }
+
+var runtimeForbidden = []string{"kernel", "internal/capture", "internal/assemble", "internal/report", "internal/pdata",
+	"internal/pproffile", "internal/symbolize", "internal/identity"}
 
 func init() {
 	for _, k := range kernelSide {

@@ -22,6 +22,7 @@ import (
 // CPython and an address that is no code object leave the frame unnamed,
 // counted by reason.
 func TestPythonFrameNames(t *testing.T) {
+	const cpython = report.FramePython // the runtime's name
 	const script = `
 import dis, sys
 class Box:
@@ -58,14 +59,14 @@ sys.stdin.read()
 				want = "method" // no co_qualname before 3.11
 			}
 			for range 2 { // read, then cached
-				got := s.Python(pid, addr, 0)
+				got := s.Runtime(pid, cpython, addr, 0)
 				require.Equal(t, report.Frame{Address: addr, Function: want, File: "<string>", Line: int64(line0), Type: report.FramePython}, got)
 			}
-			require.Empty(t, s.Python(pid, addr+8, 0).Function, "an address inside the code object")
-			require.Empty(t, s.Python(uint32(sleeper.Process.Pid), addr, 0).Function, "a process without CPython")
+			require.Empty(t, s.Runtime(pid, cpython, addr+8, 0).Function, "an address inside the code object")
+			require.Empty(t, s.Runtime(uint32(sleeper.Process.Pid), cpython, addr, 0).Function, "a process without CPython")
 			st := s.Stats()
-			require.Equal(t, uint64(2), st.PythonFrames)
-			require.Equal(t, map[string]uint64{PythonBadCode: 1, PythonNoInterpreter: 1}, st.PythonUnsymbolized)
+			require.Equal(t, uint64(2), st.RuntimeFrames[cpython])
+			require.Equal(t, map[string]uint64{RuntimeBadObject: 1, RuntimeNoInterpreter: 1}, st.RuntimeUnsymbolized[cpython])
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package python
+package cpython
 
 import (
 	"debug/elf"

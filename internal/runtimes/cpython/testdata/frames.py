@@ -1,4 +1,4 @@
-# Test workload of internal/python (CPython 3.9 to 3.13): prints one JSON line
+# Test workload of internal/runtimes/cpython (CPython 3.9 to 3.13): prints one JSON line
 # describing some of its code objects as the interpreter itself sees them,
 # then blocks reading stdin, in wait(), until the test closes it.
 import dis

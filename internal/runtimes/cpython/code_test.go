@@ -1,4 +1,4 @@
-package python
+package cpython
 
 import (
 	"encoding/binary"

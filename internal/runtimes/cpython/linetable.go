@@ -1,4 +1,4 @@
-package python
+package cpython
 
 // lineTableFormat is the encoding of a code object's line table.
 type lineTableFormat uint8

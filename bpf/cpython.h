@@ -3,9 +3,10 @@
  * CPython frames of the current thread, read from the interpreter's own
  * structures (no flag in the profiled program).
  *
- * User space (internal/python, internal/unwinder) recognises a CPython
- * interpreter among a process's mappings when the process is announced and
- * fills python_procs[pid] with the address of its _PyRuntime and the struct
+ * The walker of the CPython runtime (internal/runtimes/cpython). User space
+ * recognises a CPython interpreter among a process's mappings when the
+ * process is announced (internal/unwinder asks internal/runtimes) and fills
+ * python_procs[pid] with the address of its _PyRuntime and the struct
  * offsets of its version. The walk then:
  * 1. finds the thread's PyThreadState in the main interpreter's thread list
  *    by its thread_id, which is pthread_self(), the thread's fs base;
@@ -18,20 +19,20 @@
  * The frames are stored by content in the stacks map like any stack; the
  * key's python_stack_id names them.
  */
-#ifndef BPFPROFILER_PYTHON_H
-#define BPFPROFILER_PYTHON_H
+#ifndef BPFPROFILER_CPYTHON_H
+#define BPFPROFILER_CPYTHON_H
 
 #include "common.h"
 #include "stackstore.h"
 
-/* internal/python.InstructionKind: how the frame gives its instruction. */
+/* cpython.InstructionKind: how the frame gives its instruction. */
 enum python_instruction {
 	PY_INSTR_BYTE_OFFSET = 0, /* 3.9: f_lasti, a byte offset */
 	PY_INSTR_INDEX = 1,	  /* 3.10: f_lasti, an index in code units */
 	PY_INSTR_POINTER = 2,	  /* 3.11+: a pointer into the code object's bytecode */
 };
 
-/* internal/python.EntryKind: where one eval call's run of frames ends. */
+/* cpython.EntryKind: where one eval call's run of frames ends. */
 enum python_entry {
 	PY_ENTRY_EVERY_FRAME = 0, /* 3.9/3.10: each frame is its own eval call */
 	PY_ENTRY_FLAG = 1,	  /* 3.11: is_entry marks the outermost frame of a call */
@@ -41,7 +42,7 @@ enum python_entry {
 /* _PyInterpreterFrame.owner of a shim frame (FRAME_OWNED_BY_CSTACK). */
 #define PY_OWNED_BY_CSTACK 3
 
-/* A Python frame word: code address | instruction << 47 | eval entry. */
+/* A Python frame word (capture.RuntimeFrames): code address | instruction << 47 | eval entry. */
 #define PY_FRAME_ADDR_BITS 47
 #define PY_FRAME_ADDR_MASK ((1ULL << PY_FRAME_ADDR_BITS) - 1)
 #define PY_FRAME_INSTR_MAX 0xffffULL
@@ -52,7 +53,7 @@ enum python_entry {
 #define PY_MAX_THREADS 1024
 #define PY_MAX_FRAMES 96
 
-/* One interpreter process (internal/unwinder fills it; see internal/python.Offsets). */
+/* One interpreter process (cpython.Interpreter.WalkerProc; see cpython.Offsets). */
 struct python_proc {
 	u64 runtime; /* address of _PyRuntime */
 	u32 interpreters_head;
@@ -358,4 +359,4 @@ static __always_inline s32 python_store(void *stacks, const struct python_stack 
 	return id;
 }
 
-#endif /* BPFPROFILER_PYTHON_H */
+#endif /* BPFPROFILER_CPYTHON_H */

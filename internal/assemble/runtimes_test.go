@@ -10,6 +10,9 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
+// evalFunction is CPython's native function that runs Python frames.
+const evalFunction = "_PyEval_EvalFrameDefault"
+
 // evalSymbols names user addresses 0xe0 to 0xef _PyEval_EvalFrameDefault,
 // others "n<addr>", and Python frames "py<code>".
 type evalSymbols struct{ fakeSymbols }
@@ -25,13 +28,13 @@ func (evalSymbols) User(_ uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
-func (evalSymbols) Python(_ uint32, code uint64, _ uint32) report.Frame {
+func (evalSymbols) Runtime(_ uint32, _ string, code uint64, _ uint32) report.Frame {
 	return report.Frame{Function: fmt.Sprintf("py%x", code), Type: report.FramePython}
 }
 
 func TestWithPython(t *testing.T) {
 	py := func(code uint64, entry bool) capture.Frame {
-		return capture.Frame{Kind: capture.PythonFrame, Address: code, EvalEntry: entry}
+		return capture.Frame{Kind: capture.RuntimeFrame, Runtime: capture.CPython, Address: code, Entry: entry}
 	}
 	for _, tt := range []struct {
 		name   string

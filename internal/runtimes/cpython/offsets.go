@@ -1,4 +1,4 @@
-package python
+package cpython
 
 // Every number below was read with gdb from the DWARF of a pyenv release
 // build of libpython (x86-64): `ptype /o <struct>` for layouts and

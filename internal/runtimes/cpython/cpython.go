@@ -1,11 +1,12 @@
-// Package python recognises a CPython interpreter in an ELF file, gives the
-// struct offsets the BPF frame walk needs for its version, and turns what the
-// walk records per Python frame (a code object's address and the instruction
-// the frame is at) into a function name, file name and line by reading the
-// code object from the process's memory.
+// Package cpython is the CPython runtime (internal/runtimes): it recognises
+// a CPython interpreter in an ELF file, gives the struct offsets the BPF
+// frame walk (bpf/cpython.h) needs for its version, and turns what the walk
+// records per Python frame (a code object's address and the instruction the
+// frame is at) into a function name, file name and line by reading the code
+// object from the process's memory.
 //
 // Supported: CPython 3.9 to 3.13, x86-64 release builds (not free-threaded).
-package python
+package cpython
 
 import (
 	"errors"

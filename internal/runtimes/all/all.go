@@ -1,0 +1,21 @@
+// Package all lists the runtimes the profiler reads the frames of; the
+// unwinder and the symbolizer reach them only through it.
+package all
+
+import (
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/cpython"
+)
+
+// Runtimes are the runtimes, in the order files are tested for them.
+var Runtimes = []*runtimes.Runtime{cpython.Runtime}
+
+// ByName returns the runtime named name, or nil.
+func ByName(name string) *runtimes.Runtime {
+	for _, rt := range Runtimes {
+		if rt.Name == name {
+			return rt
+		}
+	}
+	return nil
+}

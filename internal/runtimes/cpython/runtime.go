@@ -1,0 +1,153 @@
+package cpython
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+)
+
+// Runtime is CPython, as internal/runtimes describes a runtime.
+var Runtime = &runtimes.Runtime{
+	Name:          "cpython",
+	ProcMap:       "python_procs",
+	EntryFunction: evalFunction,
+	LooksLike:     LooksLikePython,
+	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
+		in, err := Detect(f)
+		if errors.Is(err, ErrNotPython) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return in, nil
+	},
+}
+
+// evalFunction is CPython's native function that runs Python frames
+// (3.9 to 3.13); the Python frames of one of its calls end with the frame
+// the walk flags as the call's entry.
+const evalFunction = "_PyEval_EvalFrameDefault"
+
+// walkerProc is struct python_proc of bpf/cpython.h, what the walk needs
+// of one interpreter process; its fields are bpf.CpuPythonProc's.
+type walkerProc struct {
+	Runtime            uint64 // address of _PyRuntime
+	InterpretersHead   uint32
+	ThreadsHead        uint32
+	ThreadNext         uint32
+	ThreadId           uint32
+	ThreadFrame        uint32
+	CframeCurrentFrame uint32
+	FramePrevious      uint32
+	FrameCode          uint32
+	FrameInstruction   uint32
+	FrameOwner         uint32
+	CodeAdaptive       uint32
+	ViaCframe          uint8
+	InstructionKind    uint8
+	EntryKind          uint8
+	Reserved           uint8
+}
+
+// WalkerProc is the python_procs entry of a process whose interpreter file
+// is loaded with bias bias: where its _PyRuntime is, and the offsets of
+// the interpreter's version.
+func (in *Interpreter) WalkerProc(bias uint64) []byte {
+	o := in.Offsets
+	p := walkerProc{
+		Runtime:            in.RuntimeAddr + bias,
+		InterpretersHead:   o.RuntimeInterpretersHead,
+		ThreadsHead:        o.InterpThreadsHead,
+		ThreadNext:         o.ThreadNext,
+		ThreadId:           o.ThreadID,
+		ThreadFrame:        o.ThreadFrame,
+		CframeCurrentFrame: o.CFrameCurrentFrame,
+		FramePrevious:      o.FramePrevious,
+		FrameCode:          o.FrameCode,
+		FrameInstruction:   o.FrameInstruction,
+		FrameOwner:         o.FrameOwner,
+		CodeAdaptive:       o.CodeAdaptive,
+		InstructionKind:    uint8(o.InstructionKind),
+		EntryKind:          uint8(o.EntryKind),
+	}
+	if o.ThreadFrameViaCFrame {
+		p.ViaCframe = 1
+	}
+	b, _ := binary.Append(nil, binary.NativeEndian, &p) // fixed size: no error
+	return b
+}
+
+// Process returns what names the Python frames of one process running the
+// interpreter, reading its memory mem.
+func (in *Interpreter) Process(mem io.ReaderAt) runtimes.Process {
+	return &process{offsets: &in.Offsets, mem: mem}
+}
+
+// maxCodes bounds the code objects cached per process; recheck is how
+// long a cached one is used before its first line is read again (a freed
+// code object's memory may hold another one later).
+const (
+	maxCodes = 4096
+	recheck  = 10 * time.Second
+)
+
+// process is what is cached about the interpreter of one process.
+type process struct {
+	offsets *Offsets
+	mem     io.ReaderAt
+	codes   map[uint64]cachedCode
+}
+
+// cachedCode is a code object read, and when its first line was last seen
+// unchanged.
+type cachedCode struct {
+	code    *Code
+	checked time.Time
+}
+
+// Frame names the Python frame of the code object at code, at instruction
+// (code units): the function's qualified name, its file and the line of
+// the instruction.
+func (p *process) Frame(code uint64, instruction uint32, now time.Time) (runtimes.Frame, error) {
+	c, err := p.code(code, now)
+	if err != nil {
+		return runtimes.Frame{}, err
+	}
+	return runtimes.Frame{Function: c.QualName, File: c.File, Line: int64(c.Line(instruction))}, nil
+}
+
+// code returns the code object at addr: the cached one while its first
+// line is unchanged (checked every recheck), else read now.
+func (p *process) code(addr uint64, now time.Time) (*Code, error) {
+	cached, ok := p.codes[addr]
+	if ok && now.Sub(cached.checked) < recheck {
+		return cached.code, nil
+	}
+	c := cached.code
+	if !ok || p.firstLine(addr) != c.FirstLine {
+		var err error
+		if c, err = p.offsets.ReadCode(p.mem, addr); err != nil {
+			delete(p.codes, addr)
+			return nil, err
+		}
+	}
+	if len(p.codes) >= maxCodes || p.codes == nil {
+		p.codes = make(map[uint64]cachedCode)
+	}
+	p.codes[addr] = cachedCode{code: c, checked: now}
+	return c, nil
+}
+
+// firstLine reads the first line of the code object at addr, or -1.
+func (p *process) firstLine(addr uint64) int {
+	var b [4]byte
+	if _, err := p.mem.ReadAt(b[:], int64(addr)+int64(p.offsets.CodeFirstLineNo)); err != nil {
+		return -1
+	}
+	return int(int32(binary.NativeEndian.Uint32(b[:])))
+}

@@ -1,0 +1,62 @@
+// Package runtimes is the seam between the profiler and the language
+// runtimes (interpreters, JITs) whose frames BPF walkers read. Each runtime
+// is one package below this one (cpython; hotspot and v8 to come) with its
+// walker in one header under bpf/, and describes itself with a Runtime: it
+// detects the runtime in a mapped file, gives what its walker needs per
+// process (internal/unwinder puts it in the walker's map) and names its
+// frames from the process's memory (internal/symbolize asks). Package all
+// lists the runtimes; nothing else imports a runtime's package.
+package runtimes
+
+import (
+	"debug/elf"
+	"io"
+	"time"
+)
+
+// Runtime describes one runtime: what the profiler needs to know of it, and
+// how to find it in a file.
+type Runtime struct {
+	// Name names the runtime in frames (capture.Runtime), telemetry and
+	// output: its frames' profile.frame.type ("cpython").
+	Name string
+	// ProcMap is the BPF map its walker reads per process: a hash from pid
+	// (as the collector sees it) to Interpreter.WalkerProc.
+	ProcMap string
+	// EntryFunction is the native function each call of which runs one run
+	// of the runtime's frames (a frame with capture.Frame.Entry ends a
+	// run): a stack's runs take the place of its calls, in order from the
+	// leaf. "" when the walker puts the runtime's frames in place.
+	EntryFunction string
+	// LooksLike is a cheap test of a mapped file's path, made before the
+	// file is opened: whether it may hold the runtime.
+	LooksLike func(path string) bool
+	// Detect returns the runtime in the ELF file f, nil when f holds none,
+	// or an error naming the version or build it cannot walk.
+	Detect func(f *elf.File) (Interpreter, error)
+}
+
+// Interpreter is a runtime found in one file, shared by the processes that
+// map it.
+type Interpreter interface {
+	// WalkerProc is the value of the runtime's ProcMap entry for a process
+	// that maps the file with load bias bias: the bytes of the C struct
+	// its walker reads.
+	WalkerProc(bias uint64) []byte
+	// Process returns what names the frames of one process from mem, its
+	// memory (/proc/PID/mem); reads are bounded, the process is not trusted.
+	Process(mem io.ReaderAt) Process
+}
+
+// Process names the frames of the runtime in one process.
+type Process interface {
+	// Frame names the frame whose object (code object, method) is at
+	// object in the process, at position in it; now dates what it caches.
+	Frame(object uint64, position uint32, now time.Time) (Frame, error)
+}
+
+// Frame is a runtime frame named.
+type Frame struct {
+	Function, File string
+	Line           int64
+}

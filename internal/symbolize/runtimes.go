@@ -1,0 +1,192 @@
+package symbolize
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
+)
+
+// Why a runtime frame was left without a name (Stats.RuntimeUnsymbolized).
+const (
+	RuntimeNoInterpreter = "no_interpreter" // no known interpreter of the runtime among the process's mappings
+	RuntimeMemory        = "memory"         // the process's memory could not be opened (exited, no CAP_SYS_PTRACE) or did not answer in time
+	RuntimeBadObject     = "bad_code"       // the frame's object (a code object) could not be read or is not one
+)
+
+// runtimeProcess is what is cached about one runtime in one process.
+type runtimeProcess struct {
+	frames runtimes.Process // nil: no interpreter found, or no memory
+	mem    *os.File         // /proc/<pid>/mem
+	err    string           // why there is no frames
+}
+
+// Runtime symbolizes a frame of runtime (internal/runtimes) in process
+// pid: the object at object, at position. The frame has the runtime's
+// frame type and, when named, a function, file and line; one that cannot
+// be named has no function name and is counted by reason.
+func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position uint32) report.Frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	frame := report.Frame{Address: object, Type: runtime}
+	rp := s.runtimeProcess(pid, s.process(pid), runtime)
+	reason := rp.err
+	if reason == "" {
+		named, err := rp.frames.Frame(object, position, s.now())
+		switch {
+		case procfs.RefusalReason(err) != "":
+			// The process holds its memory (userfaultfd, a stuck page
+			// fault): none of it is read again.
+			rp.err, reason = RuntimeMemory, RuntimeMemory
+			s.log.Info("a process's memory does not answer; its runtime frames stay unnamed",
+				zap.Uint32("pid", pid), zap.String("runtime", runtime), zap.Error(err))
+		case err != nil:
+			reason = RuntimeBadObject
+			if s.once.first(fmt.Sprintf("rtobject:%d", pid)) {
+				s.log.Debug("cannot read a runtime frame's object", zap.Uint32("pid", pid),
+					zap.String("runtime", runtime), zap.Error(err))
+			}
+		default:
+			frame.Function, frame.File, frame.Line = named.Function, named.File, named.Line
+		}
+	}
+	s.countRuntime(runtime, reason)
+	return frame
+}
+
+// countRuntime counts a frame of runtime named (reason "") or not.
+func (s *Symbolizer) countRuntime(runtime, reason string) {
+	if reason == "" {
+		if s.stats.RuntimeFrames == nil {
+			s.stats.RuntimeFrames = map[string]uint64{}
+		}
+		s.stats.RuntimeFrames[runtime]++
+		return
+	}
+	if s.stats.RuntimeUnsymbolized == nil {
+		s.stats.RuntimeUnsymbolized = map[string]map[string]uint64{}
+	}
+	if s.stats.RuntimeUnsymbolized[runtime] == nil {
+		s.stats.RuntimeUnsymbolized[runtime] = map[string]uint64{}
+	}
+	s.stats.RuntimeUnsymbolized[runtime][reason]++
+}
+
+// cloneRuntimeUnsymbolized copies m, maps and all.
+func cloneRuntimeUnsymbolized(m map[string]map[string]uint64) map[string]map[string]uint64 {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]map[string]uint64, len(m))
+	for rt, reasons := range m {
+		out[rt] = maps.Clone(reasons)
+	}
+	return out
+}
+
+// runtimeProcess returns the state of runtime in p, finding its
+// interpreter on first use among the executable mappings p has.
+func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *runtimeProcess {
+	if rp := p.runtimes[runtime]; rp != nil {
+		return rp
+	}
+	rp := &runtimeProcess{err: RuntimeNoInterpreter}
+	if p.runtimes == nil {
+		p.runtimes = map[string]*runtimeProcess{}
+	}
+	p.runtimes[runtime] = rp
+	rt := all.ByName(runtime)
+	if rt == nil {
+		return rp
+	}
+	var in runtimes.Interpreter
+	for _, m := range p.maps {
+		if !m.FileBacked() || !rt.LooksLike(m.Path) {
+			continue
+		}
+		ef, _ := s.elf(pid, m)
+		if ef == nil {
+			continue
+		}
+		if in = ef.interpreter(rt); in != nil {
+			break
+		}
+	}
+	if in == nil {
+		return rp
+	}
+	mem, err := os.Open(s.proc.Path(pid, "mem"))
+	if err != nil {
+		rp.err = RuntimeMemory
+		if s.once.first(fmt.Sprintf("rtmem:%d", pid)) {
+			s.log.Info("cannot read a process's memory for its runtime frames", zap.Uint32("pid", pid), zap.Error(err))
+		}
+		return rp
+	}
+	rp.mem, rp.err = mem, ""
+	rp.frames = in.Process(boundedMemory{s.deadline, mem})
+	return rp
+}
+
+// boundedMemory reads a process's memory under the deadline: a read that
+// does not answer in time fails with a *procfs.RefusedError.
+type boundedMemory struct {
+	deadline *procfs.Deadline
+	mem      *os.File
+}
+
+func (b boundedMemory) ReadAt(p []byte, off int64) (int, error) {
+	return procfs.Within(b.deadline, b.mem.Name(), func() (int, error) { return b.mem.ReadAt(p, off) }, nil)
+}
+
+var _ io.ReaderAt = boundedMemory{}
+
+// dropRuntimes closes what p holds of its runtimes.
+func dropRuntimes(p *process) {
+	for _, rp := range p.runtimes {
+		if rp.mem != nil {
+			_ = rp.mem.Close()
+		}
+	}
+	p.runtimes = nil
+}
+
+// fileInterpreter is the interpreter of one runtime in a file, or why a
+// file that looks like one is not usable.
+type fileInterpreter struct {
+	in  runtimes.Interpreter
+	err error
+}
+
+// interpreter returns the interpreter of rt in ef, or nil; found once per
+// file.
+func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
+	if fi, ok := ef.interps[rt]; ok {
+		return fi.in
+	}
+	var fi fileInterpreter
+	if ef.mapped != nil {
+		if ferr := withFaultPanic(func() {
+			var f *elf.File
+			if f, fi.err = elf.NewFile(bytes.NewReader(ef.mapped.data)); fi.err == nil {
+				fi.in, fi.err = rt.Detect(f)
+			}
+		}); ferr != nil {
+			fi.err = ferr
+		}
+	}
+	if ef.interps == nil {
+		ef.interps = map[*runtimes.Runtime]fileInterpreter{}
+	}
+	ef.interps[rt] = fi
+	return fi.in
+}
