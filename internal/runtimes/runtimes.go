@@ -23,6 +23,10 @@ type Runtime struct {
 	// ProcMap is the BPF map its walker reads per process: a hash from pid
 	// (as the collector sees it) to Interpreter.WalkerProc.
 	ProcMap string
+	// NamesCode says the runtime names native code addresses in anonymous
+	// memory (JIT code): a frame there is asked of Process.Frame with the
+	// address as its object.
+	NamesCode bool
 	// EntryFunction is the native function each call of which runs one run
 	// of the runtime's frames (a frame with capture.Frame.Entry ends a
 	// run): a stack's runs take the place of its calls, in order from the
@@ -44,8 +48,9 @@ type Interpreter interface {
 	// its walker reads.
 	WalkerProc(bias uint64) []byte
 	// Process returns what names the frames of one process from mem, its
-	// memory (/proc/PID/mem); reads are bounded, the process is not trusted.
-	Process(mem io.ReaderAt) Process
+	// memory (/proc/PID/mem), where the file is loaded with bias; reads are
+	// bounded, the process is not trusted.
+	Process(mem io.ReaderAt, bias uint64) Process
 }
 
 // Process names the frames of the runtime in one process.

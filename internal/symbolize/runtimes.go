@@ -109,6 +109,7 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 		return rp
 	}
 	var in runtimes.Interpreter
+	var bias uint64
 	for _, m := range p.maps {
 		if !m.FileBacked() || !rt.LooksLike(m.Path) {
 			continue
@@ -118,6 +119,9 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 			continue
 		}
 		if in = ef.interpreter(rt); in != nil {
+			if v, ok := ef.vaddr(m.Offset); ok {
+				bias = m.Start - v
+			}
 			break
 		}
 	}
@@ -133,7 +137,7 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 		return rp
 	}
 	rp.mem, rp.err = mem, ""
-	rp.frames = in.Process(boundedMemory{s.deadline, mem})
+	rp.frames = in.Process(boundedMemory{s.deadline, mem}, bias)
 	return rp
 }
 
@@ -189,4 +193,26 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 	}
 	ef.interps[rt] = fi
 	return fi.in
+}
+
+// codeFrame names JIT code at addr (la its lookup address) through the
+// runtimes that name code (HotSpot), when the process runs one and addr is
+// its code; false otherwise (then perf maps are tried).
+func (s *Symbolizer) codeFrame(pid uint32, p *process, addr, la uint64) (report.Frame, bool) {
+	for _, rt := range all.Runtimes {
+		if !rt.NamesCode {
+			continue
+		}
+		rp := s.runtimeProcess(pid, p, rt.Name)
+		if rp.frames == nil {
+			continue
+		}
+		named, err := rp.frames.Frame(la, 0, s.now())
+		if err != nil {
+			continue // not its code, or not readable: perf maps may know it
+		}
+		s.countRuntime(rt.Name, "")
+		return report.Frame{Address: addr, Function: named.Function, File: named.File, Line: named.Line, Type: rt.Name}, true
+	}
+	return report.Frame{}, false
 }

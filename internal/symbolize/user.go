@@ -184,6 +184,10 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 	}
 	m := p.maps[idx]
 	if !m.FileBacked() {
+		if f, ok := s.codeFrame(pid, p, addr, la); ok {
+			f.Mapping = s.mapping(p, idx, nil)
+			return append(out, f)
+		}
 		name := ""
 		if m.Path == "" || strings.HasPrefix(m.Path, "[anon") {
 			name = s.perfMapLookup(pid, p, la)

@@ -5,10 +5,11 @@ package all
 import (
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/cpython"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/hotspot"
 )
 
 // Runtimes are the runtimes, in the order files are tested for them.
-var Runtimes = []*runtimes.Runtime{cpython.Runtime}
+var Runtimes = []*runtimes.Runtime{cpython.Runtime, hotspot.Runtime}
 
 // ByName returns the runtime named name, or nil.
 func ByName(name string) *runtimes.Runtime {

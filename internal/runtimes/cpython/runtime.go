@@ -84,7 +84,7 @@ func (in *Interpreter) WalkerProc(bias uint64) []byte {
 
 // Process returns what names the Python frames of one process running the
 // interpreter, reading its memory mem.
-func (in *Interpreter) Process(mem io.ReaderAt) runtimes.Process {
+func (in *Interpreter) Process(mem io.ReaderAt, _ uint64) runtimes.Process {
 	return &process{offsets: &in.Offsets, mem: mem}
 }
 

@@ -72,7 +72,7 @@ func (m *countingMemory) ReadAt(p []byte, off int64) (int, error) {
 func TestProcessCachesCode(t *testing.T) {
 	mem := &countingMemory{fakeMemory: fakeCode(12, nil)}
 	o, _ := offsetsFor(Version{3, 12, 0})
-	p := (&Interpreter{Offsets: o}).Process(mem)
+	p := (&Interpreter{Offsets: o}).Process(mem, 0)
 	now := time.Unix(1000, 0)
 	f, err := p.Frame(fakeBase, 0, now)
 	require.NoError(t, err)
