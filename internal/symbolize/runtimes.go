@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 
@@ -41,7 +40,15 @@ func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position
 	rp := s.runtimeProcess(pid, s.process(pid), runtime)
 	reason := rp.err
 	if reason == "" {
-		named, err := rp.frames.Frame(object, position, s.now())
+		now := s.now()
+		named, ok := rp.frames.Cached(object, position, now)
+		var err error
+		if !ok {
+			// Reads run under the deadline, off the caller's goroutine.
+			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
+				return rp.frames.Read(object, position, now)
+			}, nil)
+		}
 		switch {
 		case procfs.RefusalReason(err) != "":
 			// The process holds its memory (userfaultfd, a stuck page
@@ -133,22 +140,9 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 		return rp
 	}
 	rp.mem, rp.err = mem, ""
-	rp.frames = in.Process(boundedMemory{s.deadline, mem})
+	rp.frames = in.Process(mem)
 	return rp
 }
-
-// boundedMemory reads a process's memory under the deadline: a read that
-// does not answer in time fails with a *procfs.RefusedError.
-type boundedMemory struct {
-	deadline *procfs.Deadline
-	mem      *os.File
-}
-
-func (b boundedMemory) ReadAt(p []byte, off int64) (int, error) {
-	return procfs.Within(b.deadline, b.mem.Name(), func() (int, error) { return b.mem.ReadAt(p, off) }, nil)
-}
-
-var _ io.ReaderAt = boundedMemory{}
 
 // dropRuntimes closes what p holds of its runtimes.
 func dropRuntimes(p *process) {
