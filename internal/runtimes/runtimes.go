@@ -53,11 +53,17 @@ type Interpreter interface {
 	Process(mem io.ReaderAt, bias uint64) Process
 }
 
-// Process names the frames of the runtime in one process.
+// Process names the frames of the runtime in one process: the frame whose
+// object (code object, method) is at object in the process, at position
+// in it. now dates what it caches.
 type Process interface {
-	// Frame names the frame whose object (code object, method) is at
-	// object in the process, at position in it; now dates what it caches.
-	Frame(object uint64, position uint32, now time.Time) (Frame, error)
+	// Cached names the frame from what was read before, while that is
+	// recent enough; it reads nothing.
+	Cached(object uint64, position uint32, now time.Time) (Frame, bool)
+	// Read names the frame, reading the process's memory. The caller may
+	// run it under a deadline and, when that passes, abandon the Process
+	// (never call it again).
+	Read(object uint64, position uint32, now time.Time) (Frame, error)
 }
 
 // Frame is a runtime frame named.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 
@@ -41,7 +40,15 @@ func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position
 	rp := s.runtimeProcess(pid, s.process(pid), runtime)
 	reason := rp.err
 	if reason == "" {
-		named, err := rp.frames.Frame(object, position, s.now())
+		now := s.now()
+		named, ok := rp.frames.Cached(object, position, now)
+		var err error
+		if !ok {
+			// Reads run under the deadline, off the caller's goroutine.
+			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
+				return rp.frames.Read(object, position, now)
+			}, nil)
+		}
 		switch {
 		case procfs.RefusalReason(err) != "":
 			// The process holds its memory (userfaultfd, a stuck page
@@ -137,22 +144,9 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 		return rp
 	}
 	rp.mem, rp.err = mem, ""
-	rp.frames = in.Process(boundedMemory{s.deadline, mem}, bias)
+	rp.frames = in.Process(mem, bias)
 	return rp
 }
-
-// boundedMemory reads a process's memory under the deadline: a read that
-// does not answer in time fails with a *procfs.RefusedError.
-type boundedMemory struct {
-	deadline *procfs.Deadline
-	mem      *os.File
-}
-
-func (b boundedMemory) ReadAt(p []byte, off int64) (int, error) {
-	return procfs.Within(b.deadline, b.mem.Name(), func() (int, error) { return b.mem.ReadAt(p, off) }, nil)
-}
-
-var _ io.ReaderAt = boundedMemory{}
 
 // dropRuntimes closes what p holds of its runtimes.
 func dropRuntimes(p *process) {
@@ -207,9 +201,21 @@ func (s *Symbolizer) codeFrame(pid uint32, p *process, addr, la uint64) (report.
 		if rp.frames == nil {
 			continue
 		}
-		named, err := rp.frames.Frame(la, 0, s.now())
-		if err != nil {
-			continue // not its code, or not readable: perf maps may know it
+		now := s.now()
+		named, ok := rp.frames.Cached(la, 0, now)
+		if !ok {
+			var err error
+			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
+				return rp.frames.Read(la, 0, now)
+			}, nil)
+			if procfs.RefusalReason(err) != "" {
+				rp.err, rp.frames = RuntimeMemory, nil // abandoned: never asked again
+				s.log.Info("a process's memory does not answer; its JIT code stays unnamed",
+					zap.Uint32("pid", pid), zap.String("runtime", rt.Name), zap.Error(err))
+			}
+			if err != nil {
+				continue // not its code, or not readable: perf maps may know it
+			}
 		}
 		s.countRuntime(rt.Name, "")
 		return report.Frame{Address: addr, Function: named.Function, File: named.File, Line: named.Line, Type: rt.Name}, true

@@ -110,37 +110,40 @@ type cachedCode struct {
 	checked time.Time
 }
 
-// Frame names the Python frame of the code object at code, at instruction
-// (code units): the function's qualified name, its file and the line of
-// the instruction.
-func (p *process) Frame(code uint64, instruction uint32, now time.Time) (runtimes.Frame, error) {
-	c, err := p.code(code, now)
-	if err != nil {
-		return runtimes.Frame{}, err
+// Cached names the Python frame of the code object at code, at
+// instruction (code units), from the code object read within recheck.
+func (p *process) Cached(code uint64, instruction uint32, now time.Time) (runtimes.Frame, bool) {
+	cached, ok := p.codes[code]
+	if !ok || now.Sub(cached.checked) >= recheck {
+		return runtimes.Frame{}, false
 	}
-	return runtimes.Frame{Function: c.QualName, File: c.File, Line: int64(c.Line(instruction))}, nil
+	return frameOf(cached.code, instruction), true
 }
 
-// code returns the code object at addr: the cached one while its first
-// line is unchanged (checked every recheck), else read now.
-func (p *process) code(addr uint64, now time.Time) (*Code, error) {
-	cached, ok := p.codes[addr]
-	if ok && now.Sub(cached.checked) < recheck {
-		return cached.code, nil
-	}
+// Read names the Python frame of the code object at code, at instruction:
+// the cached code object while its first line is unchanged, else the one
+// read now.
+func (p *process) Read(code uint64, instruction uint32, now time.Time) (runtimes.Frame, error) {
+	cached, ok := p.codes[code]
 	c := cached.code
-	if !ok || p.firstLine(addr) != c.FirstLine {
+	if !ok || p.firstLine(code) != c.FirstLine {
 		var err error
-		if c, err = p.offsets.ReadCode(p.mem, addr); err != nil {
-			delete(p.codes, addr)
-			return nil, err
+		if c, err = p.offsets.ReadCode(p.mem, code); err != nil {
+			delete(p.codes, code)
+			return runtimes.Frame{}, err
 		}
 	}
 	if len(p.codes) >= maxCodes || p.codes == nil {
 		p.codes = make(map[uint64]cachedCode)
 	}
-	p.codes[addr] = cachedCode{code: c, checked: now}
-	return c, nil
+	p.codes[code] = cachedCode{code: c, checked: now}
+	return frameOf(c, instruction), nil
+}
+
+// frameOf is the frame of code object c at instruction: the function's
+// qualified name, its file and the line of the instruction.
+func frameOf(c *Code, instruction uint32) runtimes.Frame {
+	return runtimes.Frame{Function: c.QualName, File: c.File, Line: int64(c.Line(instruction))}
 }
 
 // firstLine reads the first line of the code object at addr, or -1.
