@@ -112,13 +112,16 @@ func (s *Schedule) Due(now time.Time) []uint32 {
 	return pids
 }
 
-// refill adds the tokens earned since the last refill.
+// refill adds the tokens earned since the last refill (a now before it
+// adds none).
 func (s *Schedule) refill(now time.Time) {
-	if !s.filled.IsZero() && now.After(s.filled) {
-		s.tokens += now.Sub(s.filled).Seconds() * s.opts.Rate
+	switch {
+	case s.filled.IsZero():
+		s.filled = now
+	case now.After(s.filled):
+		s.tokens = min(s.tokens+now.Sub(s.filled).Seconds()*s.opts.Rate, float64(s.opts.Burst))
+		s.filled = now
 	}
-	s.tokens = min(s.tokens, float64(s.opts.Burst))
-	s.filled = now
 }
 
 // Next is when Due has something to return, at the earliest: the first
@@ -133,7 +136,7 @@ func (s *Schedule) Next(now time.Time) (time.Time, bool) {
 				return e.at, true
 			}
 			wait := time.Duration((1 - s.tokens) / s.opts.Rate * float64(time.Second))
-			return later(e.at, now.Add(wait)), true
+			return later(e.at, s.filled.Add(wait)), true
 		}
 		s.order = s.order[1:]
 	}

@@ -85,6 +85,16 @@ func TestSchedule(t *testing.T) {
 			want: Stats{Read: 3, Exited: 1},
 		},
 		{
+			name: "time going back earns no tokens",
+			steps: []step{
+				{at: 0, announce: []uint32{1, 2, 3, 4}},
+				{at: 200, check: true, due: []uint32{1, 2}, wantNext: 300},
+				{at: 150, check: true, wantNext: 300},
+				{at: 250, check: true, wantNext: 300},
+			},
+			want: Stats{Read: 2},
+		},
+		{
 			name: "a stale entry ahead does not hide a later one",
 			steps: []step{
 				{at: 0, announce: []uint32{1}},

