@@ -22,8 +22,8 @@ import (
 const (
 	readDelay       = 100 * time.Millisecond
 	readSlack       = 10 * time.Millisecond // reads due this soon are done with those due now
-	readsPerSecond  = 50
-	readBurst       = 200
+	readsPerSecond  = 100
+	readBurst       = 1000
 	maxWaitingReads = 1 << 14
 )
 

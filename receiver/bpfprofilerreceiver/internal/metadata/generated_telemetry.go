@@ -117,7 +117,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerProcessReads, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_process_reads",
-		metric.WithDescription("Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 50 a second, more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]"),
+		metric.WithDescription("Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 100 a second, 1000 at once; more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]"),
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)

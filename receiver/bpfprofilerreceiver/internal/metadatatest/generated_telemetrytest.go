@@ -120,7 +120,7 @@ func AssertEqualBpfprofilerProbeStacksDropped(t *testing.T, tt *componenttest.Te
 func AssertEqualBpfprofilerProcessReads(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_process_reads",
-		Description: "Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 50 a second, more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]",
+		Description: "Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 100 a second, 1000 at once; more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]",
 		Unit:        "{process}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
