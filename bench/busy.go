@@ -24,13 +24,14 @@ package main
 // its Prometheus endpoint (unwind tables, failures, walks over the phase).
 // After phase 4 a last fresh collector is started with the runtimes running
 // and its CPU over its first 10 s is the start-up figure. -rounds does not
-// apply: every phase runs once.
+// apply: every phase runs once; -busy-phases measures only some.
 
 import (
 	"context"
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -84,12 +85,19 @@ func (l *busyLoad) stop() {
 }
 
 func runBusySuite(ctx context.Context, e env) (err error) {
-	fmt.Printf("== suite busy: 4 phases of %v after %v of settle; collector cpu 99 Hz, off_cpu min_block 1ms, report_interval %v ==\n",
-		e.o.busyPhase, e.o.busySettle, busyReportInterval)
+	selected, err := parseBusyPhases(e.o.busyPhases)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("== suite busy: phases %s of %v after %v of settle; collector cpu 99 Hz, off_cpu min_block 1ms, report_interval %v ==\n",
+		e.o.busyPhases, e.o.busyPhase, e.o.busySettle, busyReportInterval)
 	var load busyLoad
 	defer load.stop() // on every return, errors and interrupts included
 	var rows []busyRow
-	phase := func(name string) error {
+	phase := func(n int, name string) error {
+		if !selected[n] {
+			return nil
+		}
 		fmt.Printf("phase %s: settling %v, then measuring %v without the collector and %v beside it...\n",
 			name, e.o.busySettle, e.o.busyPhase, e.o.busyPhase)
 		row, err := measureBusyPhase(ctx, e, name, &load)
@@ -101,33 +109,42 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 		return nil
 	}
 
-	if err := phase("1 idle host"); err != nil {
+	if err := phase(1, "1 idle host"); err != nil {
 		return err
 	}
-	if err := raiseLimits(busySleepers); err != nil {
-		return err
+	if selected[2] || selected[3] {
+		if err := raiseLimits(busySleepers); err != nil {
+			return err
+		}
+		if load.sleepers, err = startSleepers(busySleepers); err != nil {
+			return err
+		}
+		load.renew = func() error {
+			load.sleepers.kill()
+			s, err := startSleepers(busySleepers)
+			load.sleepers = s
+			return err
+		}
+		if err := phase(2, fmt.Sprintf("2 + %d idle processes", busySleepers)); err != nil {
+			return err
+		}
+		load.renew = nil
 	}
-	if load.sleepers, err = startSleepers(busySleepers); err != nil {
-		return err
-	}
-	load.renew = func() error {
-		load.sleepers.kill()
-		s, err := startSleepers(busySleepers)
-		load.sleepers = s
-		return err
-	}
-	if err := phase(fmt.Sprintf("2 + %d idle processes", busySleepers)); err != nil {
-		return err
-	}
-	load.renew = nil
-	load.pacer = startPacer(busyExecRate, "/bin/true")
-	if err := phase(fmt.Sprintf("3 + %d execs/s", busyExecRate)); err != nil {
-		return err
-	}
-	if n := load.pacer.skipped.Load(); n > 0 {
-		fmt.Printf("pacer: %d ticks skipped with %d execs in flight\n", n, pacerInFlight)
+	if selected[3] {
+		load.pacer = startPacer(busyExecRate, "/bin/true")
+		if err := phase(3, fmt.Sprintf("3 + %d execs/s", busyExecRate)); err != nil {
+			return err
+		}
+		if n := load.pacer.skipped.Load(); n > 0 {
+			fmt.Printf("pacer: %d ticks skipped with %d execs in flight\n", n, pacerInFlight)
+		}
 	}
 	load.stop()
+	if !selected[4] {
+		fmt.Println()
+		printBusyTable(os.Stdout, rows, nil, nil)
+		return nil
+	}
 	rs, notes, err := startRuntimes(e.dir)
 	if err != nil {
 		return err
@@ -137,7 +154,7 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 		fmt.Println("note: " + n)
 	}
 	fmt.Printf("runtimes: %s\n", strings.Join(rs.names(), ", "))
-	if err := phase("4 runtimes"); err != nil {
+	if err := phase(4, "4 runtimes"); err != nil {
 		return err
 	}
 	var startup *busyStartup
@@ -154,6 +171,19 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	fmt.Printf("load at the end: %s\n\n", loadAvg())
 	printBusyTable(os.Stdout, rows, startup, notes)
 	return nil
+}
+
+// parseBusyPhases parses -busy-phases: phase numbers 1 to 4, comma-separated.
+func parseBusyPhases(flag string) (map[int]bool, error) {
+	phases := map[int]bool{}
+	for _, f := range strings.Split(flag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 4 {
+			return nil, fmt.Errorf("-busy-phases: %q is not a phase (1 to 4)", f)
+		}
+		phases[n] = true
+	}
+	return phases, nil
 }
 
 // measureBusyPhase measures the load running now without the collector,

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -259,6 +260,41 @@ func TestPrintBusyTable(t *testing.T) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestParseBusyPhases(t *testing.T) {
+	tests := []struct {
+		flag    string
+		want    []int
+		wantErr bool
+	}{
+		{flag: "1,2,3,4", want: []int{1, 2, 3, 4}},
+		{flag: "3", want: []int{3}},
+		{flag: " 1, 3 ", want: []int{1, 3}},
+		{flag: "0", wantErr: true},
+		{flag: "5", wantErr: true},
+		{flag: "", wantErr: true},
+		{flag: "1,x", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := parseBusyPhases(tt.flag)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("parseBusyPhases(%q) error %v, want error %v", tt.flag, err, tt.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		var phases []int
+		for n := 1; n <= 4; n++ {
+			if got[n] {
+				phases = append(phases, n)
+			}
+		}
+		if !slices.Equal(phases, tt.want) || len(got) != len(tt.want) {
+			t.Errorf("parseBusyPhases(%q) = %v, want %v", tt.flag, got, tt.want)
 		}
 	}
 }

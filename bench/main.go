@@ -88,6 +88,7 @@ type options struct {
 	settle        time.Duration
 	busyPhase     time.Duration
 	busySettle    time.Duration
+	busyPhases    string
 	keep          bool
 }
 
@@ -111,6 +112,7 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the collector is ready before measuring (more than one report interval)")
 	flag.DurationVar(&o.busyPhase, "busy-phase", 30*time.Second, "busy suite: how long each phase is measured")
 	flag.DurationVar(&o.busySettle, "busy-settle", 12*time.Second, "busy suite: wait after a phase's load starts, and after the collector is ready, before measuring (more than its 10s report interval)")
+	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -135,6 +137,9 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if o.busyPhase <= 0 || o.busySettle < 0 {
 		return fmt.Errorf("-busy-phase must be positive and -busy-settle not negative")
+	}
+	if _, err := parseBusyPhases(o.busyPhases); err != nil {
+		return err
 	}
 	suites, err := selectSuites(o.suite)
 	if err != nil {

@@ -22,10 +22,14 @@ type Symbolizer interface {
 	// Runtime names the frame of runtime (internal/runtimes) in process
 	// pid whose object is at object, at position in it.
 	Runtime(pid uint32, runtime string, object uint64, position uint32) report.Frame
+	// UserExited is User for a process whose identity could not be read
+	// (it exited): only what was read of it before is used.
+	UserExited(pid uint32, addrs []uint64) []report.Frame
 }
 
 // Identities resolves a process's identity; on error the returned identity
-// is still used (it holds at least the pid).
+// is still used (it holds at least the pid), and the process is taken as
+// exited: nothing more is read of it.
 type Identities interface {
 	Resolve(pid uint32) (report.Identity, error)
 }
@@ -70,7 +74,8 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 	for _, pid := range pids {
 		// A process that exited before it was read (an error), or while it
 		// was (read without a name), is named by what the kernel recorded.
-		id, _ := a.Identities.Resolve(pid)
+		id, err := a.Identities.Resolve(pid)
+		exited := err != nil
 		id = nameUnread(id, byPID[pid])
 		if a.Keep != nil && !a.Keep(id) {
 			for _, s := range byPID[pid] {
@@ -80,7 +85,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 		}
 		proc := report.Process{Identity: id}
 		for _, s := range byPID[pid] {
-			frames := a.frames(s, id)
+			frames := a.frames(s, id, exited)
 			for _, f := range frames {
 				if f.Function == "" {
 					st.Unsymbolized++
@@ -139,8 +144,9 @@ func nameUnread(id report.Identity, stacks []capture.RawStack) report.Identity {
 }
 
 // frames returns the kernel frames (leaf first) followed by the user frames
-// of a stack of process id; a lost stack is one marker frame.
-func (a *Assembler) frames(s capture.RawStack, id report.Identity) []report.Frame {
+// of a stack of process id (exited: its files are not read); a lost stack is
+// one marker frame.
+func (a *Assembler) frames(s capture.RawStack, id report.Identity, exited bool) []report.Frame {
 	var out []report.Frame
 	if kernel := s.Addresses(capture.KernelFrame); len(kernel) > 0 {
 		out = append(out, dropTracingFrames(a.Symbols.Kernel(kernel))...)
@@ -148,8 +154,12 @@ func (a *Assembler) frames(s capture.RawStack, id report.Identity) []report.Fram
 		out = append(out, markerFrame(s.KernelLoss, true))
 	}
 	var native []report.Frame
-	if user := s.Addresses(capture.UserFrame); len(user) > 0 {
-		native = nameJITFrames(a.Symbols.User(s.PID, user), id.ExeName)
+	if addrs := s.Addresses(capture.UserFrame); len(addrs) > 0 {
+		user := a.Symbols.User
+		if exited {
+			user = a.Symbols.UserExited
+		}
+		native = nameJITFrames(user(s.PID, addrs), id.ExeName)
 	} else if s.UserLoss != capture.StackKept {
 		native = []report.Frame{markerFrame(s.UserLoss, false)}
 	}

@@ -44,6 +44,17 @@ func (f *fakeSymbols) User(pid uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
+// UserExited names what it can "x<pid>:<addr>": what was read before.
+func (f *fakeSymbols) UserExited(pid uint32, addrs []uint64) []report.Frame {
+	out := f.User(pid, addrs)
+	for i := range out {
+		if out[i].Function != "" {
+			out[i].Function = fmt.Sprintf("x%d:%x", pid, addrs[i])
+		}
+	}
+	return out
+}
+
 func (f *fakeSymbols) Runtime(pid uint32, _ string, code uint64, instruction uint32) report.Frame {
 	return report.Frame{Address: code, Function: fmt.Sprintf("py%d:%x@%d", pid, code, instruction), Type: report.FramePython}
 }
@@ -103,6 +114,24 @@ func TestAssemble(t *testing.T) {
 			assert.Equal(t, tt.wantUnsymbols, st.Unsymbolized)
 		})
 	}
+}
+
+// The stacks of a process whose identity could not be read (it exited) are
+// symbolized with what was read of it before, reading nothing more.
+func TestAssembleExitedProcessReadsNothing(t *testing.T) {
+	stacks := []capture.RawStack{
+		{PID: 10, TID: 10, Frames: capture.StackFrames(nil, []uint64{0x20}), Value: 1},
+		{PID: 40, TID: 40, Frames: capture.StackFrames(nil, []uint64{0x50}), Value: 1},
+	}
+	a := &Assembler{Symbols: &fakeSymbols{}, Identities: fakeIdentities{10: "/bin/a"}}
+	prof, _ := a.Assemble(report.KindCPU, time.Time{}, time.Time{}, 0, stacks)
+	got := map[uint32]string{}
+	for _, p := range prof.Processes {
+		require.Len(t, p.Samples, 1)
+		require.Len(t, p.Samples[0].Frames, 1)
+		got[p.Identity.PID] = p.Samples[0].Frames[0].Function
+	}
+	assert.Equal(t, map[uint32]string{10: "u10:20", 40: "x40:50"}, got)
 }
 
 func TestAssembleFrameOrderAndThreadNames(t *testing.T) {

@@ -61,7 +61,7 @@ func TestWithPython(t *testing.T) {
 			s := capture.RawStack{PID: 1, Frames: append(capture.StackFrames(nil, tt.user), tt.python...)}
 			a := &Assembler{Symbols: &evalSymbols{}}
 			var got []string
-			for _, f := range a.frames(s, report.Identity{}) {
+			for _, f := range a.frames(s, report.Identity{}, false) {
 				got = append(got, f.Function)
 			}
 			require.Equal(t, tt.want, got)

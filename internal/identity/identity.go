@@ -141,6 +141,14 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 	return id, nil
 }
 
+// Known reports whether the identity of pid is cached.
+func (r *Resolver) Known(pid uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.cache[pid]
+	return ok
+}
+
 // Forget drops what is cached about pid: it exec'ed a new program (same
 // pid and start time, another executable).
 func (r *Resolver) Forget(pid uint32) {
@@ -177,10 +185,13 @@ func (r *Resolver) Prune() []uint32 {
 }
 
 // forgetGone drops the cached identities of those of pids whose process no
-// longer exists, and returns them.
+// longer exists, and returns them. A pid not cached costs no read.
 func (r *Resolver) forgetGone(pids []uint32) []uint32 {
 	var gone []uint32
 	for _, pid := range pids {
+		if !r.Known(pid) {
+			continue
+		}
 		start, err := r.proc.StartTime(pid)
 		r.mu.Lock()
 		if c, ok := r.cache[pid]; ok && (err != nil || c.startTime != start) {

@@ -248,7 +248,11 @@ func TestResolverForgetExited(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, os.RemoveAll(filepath.Join(proc.Root, "100")))
+	assert.True(t, r.Known(100))
+	assert.False(t, r.Known(4242))
 	assert.Equal(t, []uint32{100}, r.ForgetExited([]uint32{100, 103, 4242}), "103 lives; 4242 was never cached")
+	assert.False(t, r.Known(100))
+	assert.True(t, r.Known(103))
 	_, err := r.Resolve(100)
 	require.ErrorIs(t, err, ErrGone)
 

@@ -1,7 +1,6 @@
 package symbolize
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -21,6 +20,11 @@ type fileKey struct {
 	devMajor, devMinor uint32
 	inode              uint64
 	path               string
+}
+
+// keyOf is the key of the file of mapping m.
+func keyOf(m procfs.Map) fileKey {
+	return fileKey{devMajor: m.DevMajor, devMinor: m.DevMinor, inode: m.Inode, path: m.Path}
 }
 
 // fileEntry is a cached parse result; err is cached too so a bad file is
@@ -61,11 +65,36 @@ type process struct {
 // address may expand into several frames (inlined calls, innermost first);
 // the address of a Go ABI wrapper gives none (elideABIWrappers).
 func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
+	return s.user(pid, addrs, true)
+}
+
+// UserExited is User for a process that has exited (or whose /proc can no
+// longer be read): it uses what was read of the process before (Prefetch,
+// an earlier stack) and reads nothing, so the stacks of an exec storm of
+// short-lived processes cost no failed reads at the report. Frames of a
+// process never read keep their addresses only.
+func (s *Symbolizer) UserExited(pid uint32, addrs []uint64) []report.Frame {
+	return s.user(pid, addrs, false)
+}
+
+// user symbolizes a user stack of pid; live allows reading its files.
+func (s *Symbolizer) user(pid uint32, addrs []uint64, live bool) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maybeReleasePages()
-	p := s.process(pid)
-	refreshed := false
+	p, ok := s.procs.get(pid)
+	if !ok && !live {
+		frames := make([]report.Frame, len(addrs))
+		for i, addr := range addrs {
+			frames[i] = report.Frame{Address: addr, Type: report.FrameNative}
+			s.count(false)
+		}
+		return frames
+	}
+	if !ok {
+		p = s.process(pid)
+	}
+	refreshed := !live // a process that exited has no maps to read again
 	frames := make([]report.Frame, 0, len(addrs))
 	for i, addr := range addrs {
 		la := lookupAddr(i, addr)
@@ -85,7 +114,7 @@ func (s *Symbolizer) User(pid uint32, addrs []uint64) []report.Frame {
 			idx = p.find(la)
 		}
 		n := len(frames)
-		frames = s.userFrames(frames, pid, p, idx, addr, la)
+		frames = s.userFrames(frames, pid, p, idx, addr, la, live)
 		if idx >= 0 && p.maps[idx].FileBacked() {
 			s.cacheFrames(p, la, frames[n:])
 		}
@@ -174,11 +203,12 @@ func (p *process) find(addr uint64) int {
 	return -1
 }
 
-// userFrames appends the frames of one address (la is the lookup address).
-func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx int, addr, la uint64) []report.Frame {
+// userFrames appends the frames of one address (la is the lookup address);
+// live allows reading the process's files (see UserExited).
+func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx int, addr, la uint64, live bool) []report.Frame {
 	if idx < 0 {
 		// No mapping: JIT code whose mapping vanished, or garbage.
-		name := s.perfMapLookup(pid, p, la)
+		name := s.jitName(pid, p, la, live)
 		s.count(name != "")
 		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameNative})
 	}
@@ -190,12 +220,18 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 		}
 		name := ""
 		if m.Path == "" || strings.HasPrefix(m.Path, "[anon") {
-			name = s.perfMapLookup(pid, p, la)
+			name = s.jitName(pid, p, la, live)
 		}
 		s.count(name != "")
 		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameJIT, Mapping: s.mapping(p, idx, nil)})
 	}
-	ef, key := s.elf(pid, m)
+	var ef *elfFile
+	key := keyOf(m)
+	if live {
+		ef, key = s.elf(pid, m)
+	} else if e, ok := s.files.get(key); ok {
+		ef = e.ef
+	}
 	mapping := s.mapping(p, idx, ef)
 	unresolved := report.Frame{Address: addr, Type: report.FrameNative, Mapping: mapping}
 	if ef == nil {
@@ -238,7 +274,7 @@ func (s *Symbolizer) mapping(p *process, idx int, ef *elfFile) *report.Mapping {
 // elf returns the parsed file of mapping m of pid and its cache key, or nil
 // when it cannot be read (logged once per file).
 func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
-	key := fileKey{devMajor: m.DevMajor, devMinor: m.DevMinor, inode: m.Inode, path: m.Path}
+	key := keyOf(m)
 	if e, ok := s.files.get(key); ok {
 		return e.ef, key
 	}
@@ -327,110 +363,6 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 		s.files.setWeight(key, ef.heapCost())
 	}
 	return gfs, name
-}
-
-// perfMapName is the perf map of a process whose status is st: JIT
-// runtimes name it with the pid the process sees itself as, the last NSpid
-// column (NSpid lists the pid from our namespace inwards). Without NSpid
-// (old kernels) it is pid.
-func perfMapName(pid uint32, st procfs.Status) string {
-	if len(st.NSpid) > 0 {
-		pid = st.NSpid[len(st.NSpid)-1]
-	}
-	return fmt.Sprintf("/tmp/perf-%d.map", pid)
-}
-
-// perfMapLookup resolves addr through the perf map of pid.
-func (s *Symbolizer) perfMapLookup(pid uint32, p *process, addr uint64) string {
-	// Read the file at most once per refresh interval, and on a miss at
-	// most once per perfMapMissInterval: JIT code is often named just
-	// after the last read (an unchanged file is not parsed again).
-	if since := s.now().Sub(p.perfMapAt); p.perfMapAt.IsZero() || since >= s.refreshInterval {
-		p.perfMapAt = s.now()
-		s.loadPerfMap(pid, p)
-	} else if since >= min(perfMapMissInterval, s.refreshInterval) && (p.perfMap == nil || p.perfMap.lookup(addr) == "") {
-		p.perfMapAt = s.now()
-		s.loadPerfMap(pid, p)
-	}
-	if p.perfMap == nil {
-		return ""
-	}
-	return p.perfMap.lookup(addr)
-}
-
-// perfMapMissInterval is how soon after a read a perf map is read again
-// for an address it does not name.
-const perfMapMissInterval = 100 * time.Millisecond
-
-// loadPerfMap (re-)reads the perf map of pid into p, under the deadline. A
-// refused or unreadable map is logged once per file and reason, and counted
-// once each time p's map goes from readable to not.
-func (s *Symbolizer) loadPerfMap(pid uint32, p *process) {
-	st, err := s.proc.Status(pid)
-	if err != nil {
-		p.perfMapErr = err // the process is gone
-		return
-	}
-	file := perfMapName(pid, st)
-	name := s.proc.RootPath(pid, file)
-	prev := p.perfMap
-	pm, err := procfs.Within(s.deadline, name, func() (*perfMap, error) {
-		return s.readPerfMap(pid, file, st, prev)
-	}, nil)
-	if err == nil {
-		if pm != prev {
-			s.dropPerfMap(p)
-			s.addPerfMap(p, pm)
-		}
-		p.perfMapErr = nil
-		return
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		p.perfMapErr = err // no JIT, or not yet: keep what was read
-		return
-	}
-	reason := procfs.RefusalReason(err)
-	if reason != "" {
-		// A refused map is not used, even if an earlier one was fine.
-		s.dropPerfMap(p)
-	}
-	first := p.perfMapErr == nil || procfs.RefusalReason(p.perfMapErr) != reason
-	p.perfMapErr = err
-	if !first {
-		return
-	}
-	if reason == "" {
-		s.stats.FileErrors++
-	} else {
-		s.countRefused(reason)
-	}
-	if s.once.first("perfmap:" + reason + ":" + name) {
-		if reason == "" {
-			s.log.Info("cannot read perf map", zap.String("file", name), zap.Uint32("pid", pid), zap.Error(err))
-		} else {
-			s.log.Warn("perf map refused: JIT frames of the process stay unsymbolized",
-				zap.String("file", name), zap.Uint32("pid", pid), zap.String("reason", reason), zap.Error(err))
-		}
-	}
-}
-
-// addPerfMap installs pm as p's perf map. When the perf maps of all
-// processes would hold more than the budget, the others are dropped (they
-// are read again on their next miss).
-func (s *Symbolizer) addPerfMap(p *process, pm *perfMap) {
-	if s.perfMapBytes+pm.heapCost() > perfMapBudget*s.maxPerfMap {
-		s.procs.each(func(_ uint32, q *process) { s.dropPerfMap(q) })
-	}
-	p.perfMap = pm
-	s.perfMapBytes += pm.heapCost()
-}
-
-// dropPerfMap forgets the perf map of p.
-func (s *Symbolizer) dropPerfMap(p *process) {
-	if p.perfMap != nil {
-		s.perfMapBytes -= p.perfMap.heapCost()
-		p.perfMap = nil
-	}
 }
 
 // countRefused counts a refused file under its reason.

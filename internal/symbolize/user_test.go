@@ -328,5 +328,34 @@ func TestPrefetchResolvesAfterExit(t *testing.T) {
 	require.NoError(t, os.Remove(bin))
 
 	assert.Equal(t, "leaf_func", prefetched.User(pid, []uint64{leaf})[0].Function)
+	assert.Equal(t, "leaf_func", prefetched.UserExited(pid, []uint64{leaf})[0].Function)
 	assert.Empty(t, late.User(pid, []uint64{leaf})[0].Function)
+}
+
+// UserExited reads nothing of the process: before anything was read its
+// frames keep their addresses only; after, it names them with what was read
+// (maps, perf map), however old.
+func TestUserExitedReadsNothing(t *testing.T) {
+	maps := "7f0000000000-7f0000100000 r-xp 00000000 00:00 0 \n"
+	fs := fakeProcess(t, 4242, maps, "/usr/bin/node", map[string][]byte{
+		"/tmp/perf-4242.map": []byte("7f0000001000 100 JS:*early\n"),
+	})
+	s := New(Options{Proc: fs})
+	early, late := uint64(0x7f0000001010), uint64(0x7f0000002010)
+
+	frames := s.UserExited(4242, []uint64{early})
+	assert.Equal(t, []report.Frame{{Address: early, Type: report.FrameNative}}, frames)
+	assert.Zero(t, s.Stats().MapRefreshes, "maps read for a process that exited")
+
+	assert.Equal(t, "JS:*early", s.User(4242, []uint64{early})[0].Function)
+	require.Equal(t, uint64(1), s.Stats().MapRefreshes)
+	require.NoError(t, os.WriteFile(fs.RootPath(4242, "/tmp/perf-4242.map"),
+		[]byte("7f0000001000 100 JS:*early\n7f0000002000 100 JS:*late\n"), 0o644))
+	s.now = func() time.Time { return time.Now().Add(time.Hour) } // every re-read is allowed
+
+	frames = s.UserExited(4242, []uint64{early, late})
+	assert.Equal(t, "JS:*early", frames[0].Function, "what was read before is used")
+	assert.Empty(t, frames[1].Function, "the perf map was read again")
+	assert.Equal(t, uint64(1), s.Stats().MapRefreshes, "the maps were read again")
+	assert.Equal(t, "JS:*late", s.User(4242, []uint64{late})[0].Function, "User reads again")
 }

@@ -38,7 +38,10 @@ func (q *exitQueue) take() (pids []uint32, overflow bool) {
 
 // forgetExited drops what was read about the processes announced as exited,
 // once their samples are reported; when announcements were lost (a full ring
-// buffer or queue) it checks every process instead.
+// buffer or queue) it checks every process instead. An exited process whose
+// identity was never read (it exited before its read was due) may still
+// have an entry in the symbolizer from its samples: that goes too, so the
+// dead do not push the living out of its cache.
 func (r *profilerReceiver) forgetExited(exited []uint32, lost bool) {
 	var gone []uint32
 	if lost {
@@ -48,5 +51,10 @@ func (r *profilerReceiver) forgetExited(exited []uint32, lost bool) {
 	}
 	for _, pid := range gone {
 		r.symbols.ForgetProcess(pid)
+	}
+	for _, pid := range exited {
+		if !r.ids.Known(pid) {
+			r.symbols.ForgetProcess(pid)
+		}
 	}
 }

@@ -72,9 +72,11 @@ type profilerReceiver struct {
 	pythonUnsymbolized map[string]uint64
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
-	// background runs the kernel symbol preload and the prefetchProcesses
-	// goroutines.
+	// background runs the kernel symbol preload and the followProcesses
+	// goroutine.
 	background sync.WaitGroup
+	// reads schedules the reads of announced processes.
+	reads *processReads
 	// exits are the processes announced as exited since the last report.
 	exits exitQueue
 }
@@ -106,6 +108,7 @@ func newProfilerReceiver(cfg *Config, set receiver.Settings) (*profilerReceiver,
 		kernel:      realKernel,
 		proc:        procfs.FS{Root: "/proc"},
 		scopeIDs:    assemble.NewScopeIDs(),
+		reads:       newProcessReads(),
 	}, nil
 }
 
@@ -225,9 +228,14 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	if len(r.sources) > 0 {
 		r.background.Go(r.symbols.LoadKernel)
 	}
-	for _, src := range r.sources {
-		events := src.NewProcesses()
-		r.background.Go(func() { r.prefetchProcesses(ctx, events) })
+	if len(r.sources) > 0 {
+		var events [2]<-chan capture.ProcessEvent
+		for i, kind := range []report.Kind{report.KindCPU, report.KindOffCPU} {
+			if src, ok := r.sources[kind]; ok {
+				events[i] = src.NewProcesses()
+			}
+		}
+		r.background.Go(func() { r.followProcesses(ctx, events) })
 	}
 	return nil
 }
@@ -254,37 +262,6 @@ func (r *profilerReceiver) resolveTargets() ([]uint32, map[uint32]uint64, error)
 		starts[pid] = start
 	}
 	return r.cfg.Targets.PIDs, starts, errors.Join(errs...)
-}
-
-// prefetchProcesses reads the maps, files and identity of each process as
-// soon as it is first sampled, so stacks of short-lived processes still
-// resolve when they are drained after the process exited. A process that
-// exec'ed is forgotten: its mappings and executable are those of the old
-// program (its next sample announces the new one). One that exited is
-// forgotten after the next report, which drains its last samples.
-func (r *profilerReceiver) prefetchProcesses(ctx context.Context, events <-chan capture.ProcessEvent) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-events:
-			switch {
-			case !ok:
-				return
-			case ev.Exec:
-				r.ids.Forget(ev.PID)
-				r.symbols.ForgetProcess(ev.PID)
-			case ev.Exit:
-				r.exits.add(ev.PID)
-			case ev.Rescan:
-				// New mappings: the unwind tables reload them; the
-				// symbolizer reads the maps again on a miss.
-			default:
-				_, _ = r.ids.Resolve(ev.PID)
-				r.symbols.Prefetch(ev.PID)
-			}
-		}
-	}
 }
 
 func (r *profilerReceiver) reportLoop(ctx context.Context) {
@@ -336,6 +313,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	}
 	profiles = r.joinScopes(ctx, start, end, profiles, final)
 	r.recordPythonSymbolization(ctx, r.symbols.Stats().RuntimeUnsymbolized[capture.CPython.Name()])
+	r.recordProcessReads(ctx)
 	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {
 		return

@@ -231,7 +231,7 @@ func TestJITFramesOfProcessInNestedPIDNamespace(t *testing.T) {
 // A process that lives for a third of a report interval and is gone
 // (binary deleted too) when its samples are drained is still named and
 // symbolized: the sampler announces it at its first sample and the receiver
-// reads its maps, files and identity right away.
+// reads its maps, files and identity once it has lived readDelay.
 func TestShortLivedProcessIsSymbolized(t *testing.T) {
 	testutil.RequireBPF(t)
 	bin := testutil.BuildC(t, "cpuburn.c")

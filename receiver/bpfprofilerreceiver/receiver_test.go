@@ -38,6 +38,8 @@ type fakeSource struct {
 	stacks []capture.RawStack
 	drains int
 	closed bool
+	// events are its announcements; nil: none.
+	events chan capture.ProcessEvent
 }
 
 func (f *fakeSource) Drain() ([]capture.RawStack, capture.Stats, error) {
@@ -51,7 +53,12 @@ func (f *fakeSource) Drain() ([]capture.RawStack, capture.Stats, error) {
 
 func (f *fakeSource) Mechanism() string { return mechPerfEvent }
 
-func (f *fakeSource) NewProcesses() <-chan capture.ProcessEvent { return nil }
+func (f *fakeSource) NewProcesses() <-chan capture.ProcessEvent {
+	if f.events == nil {
+		return nil
+	}
+	return f.events
+}
 
 func (f *fakeSource) Close() error {
 	f.mu.Lock()

@@ -49,6 +49,11 @@ const (
 	dropRateLimited = "rate_limited"
 	dropBufferFull  = "buffer_full"
 	dropRefused     = "refused"
+
+	// process_reads outcomes
+	readDone    = "read"
+	readExited  = "exited"
+	readDropped = "dropped"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
@@ -82,6 +87,7 @@ func emittedAttributeValues() map[string][]string {
 		"table_failure":        tableFailures,
 		"python_end":           pythonEnds,
 		"probe_sample_outcome": sampleOutcomes,
+		"process_read_outcome": {readDone, readExited, readDropped},
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},

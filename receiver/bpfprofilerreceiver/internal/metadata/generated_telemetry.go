@@ -32,6 +32,7 @@ type TelemetryBuilder struct {
 	BpfprofilerProbeRecordsDropped      metric.Int64Counter
 	BpfprofilerProbeSamples             metric.Int64Counter
 	BpfprofilerProbeStacksDropped       metric.Int64Counter
+	BpfprofilerProcessReads             metric.Int64Counter
 	BpfprofilerProcessesSeen            metric.Int64Counter
 	BpfprofilerPythonFrames             metric.Int64Counter
 	BpfprofilerPythonFramesUnsymbolized metric.Int64Counter
@@ -112,6 +113,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_probe_stacks_dropped",
 		metric.WithDescription("Completed scopes of a probe with stacks left out of its probe_duration profile: more distinct (thread, entry stack) sums in one report than the receiver holds. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProcessReads, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_process_reads",
+		metric.WithDescription("Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 100 a second, 1000 at once; more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerProcessesSeen, err = builder.meter.Int64Counter(

@@ -117,6 +117,22 @@ func AssertEqualBpfprofilerProbeStacksDropped(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualBpfprofilerProcessReads(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_process_reads",
+		Description: "Processes announced (at their first sample), by what became of the read of their identity and mappings. read: read once it had lived 100 ms (at most 100 a second, 1000 at once; more wait); exited: it exited or exec'ed before, and was never read (its samples are named by the thread name the kernel recorded); dropped: 16384 were waiting (it is read when its samples are reported, if it still runs). [Development]",
+		Unit:        "{process}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_process_reads")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualBpfprofilerProcessesSeen(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_processes_seen",

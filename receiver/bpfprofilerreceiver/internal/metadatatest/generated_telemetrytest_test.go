@@ -25,6 +25,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeSamples.Add(context.Background(), 1)
 	tb.BpfprofilerProbeStacksDropped.Add(context.Background(), 1)
+	tb.BpfprofilerProcessReads.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFrames.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFramesUnsymbolized.Add(context.Background(), 1)
@@ -56,6 +57,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProbeStacksDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProcessReads(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProcessesSeen(t, testTel,
