@@ -256,7 +256,7 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew fu
 	if err := waitWindow(ctx, e.o.busyPhase, c.exited); err != nil {
 		return f, fmt.Errorf("%w; its last output (%s):\n%s", err, c.logPath, c.lastLines(20))
 	}
-	f.otlp = otlpWindow{counts: sink.counts().sub(o0), elapsed: time.Since(start), events: sink.eventsSince(start), payloads: sink.payloads()}
+	f.otlp = otlpWindow{counts: sink.counts().sub(o0), elapsed: time.Since(start), interval: busyReportInterval, events: sink.eventsSince(start), payloads: sink.payloads()}
 	sink.record(false)
 	cpu1, err := readCPU(c.pid())
 	if err != nil {

@@ -26,26 +26,29 @@ func TestExportRate(t *testing.T) {
 		return otlpEvent{at: t0.Add(time.Duration(s * float64(time.Second))), wireBytes: b}
 	}
 	tests := []struct {
-		name                string
-		events              []otlpEvent
-		bytesMin, exportMin float64
-		ok                  bool
+		name      string
+		events    []otlpEvent
+		bytes     []int64 // per export
+		exportMin float64
+		ok        bool
 	}{
-		{"none", nil, 0, 0, false},
-		{"one export", []otlpEvent{at(3, 100)}, 0, 0, false},
-		{"one export in two requests", []otlpEvent{at(3, 100), at(3.5, 50)}, 0, 0, false},
-		// The first export's bytes are before the span: 200+300 over 20 s.
-		{"three exports 10 s apart", []otlpEvent{at(0, 100), at(10, 200), at(20, 300)}, 1500, 6, true},
+		{"none", nil, nil, 0, false},
+		{"one export", []otlpEvent{at(3, 100)}, []int64{100}, 0, false},
+		{"one export in two requests", []otlpEvent{at(3, 100), at(3.5, 50)}, []int64{150}, 0, false},
+		{"three exports 10 s apart", []otlpEvent{at(0, 100), at(10, 200), at(20, 300)}, []int64{100, 200, 300}, 6, true},
 		// Jitter: 9 s then 11 s, the span is still 20 s.
-		{"jittered", []otlpEvent{at(1, 999), at(10, 200), at(21, 300)}, 1500, 6, true},
+		{"jittered", []otlpEvent{at(1, 999), at(10, 200), at(21, 300)}, []int64{999, 200, 300}, 6, true},
 		// A report split into two requests 1 s apart is one export.
-		{"split export", []otlpEvent{at(0, 100), at(10, 150), at(11, 50), at(20, 300)}, 1500, 6, true},
+		{"split export", []otlpEvent{at(0, 100), at(10, 150), at(11, 50), at(20, 300)}, []int64{100, 200, 300}, 6, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, n, ok := exportRate(tt.events)
-			if ok != tt.ok || !approx(b, tt.bytesMin) || !approx(n, tt.exportMin) {
-				t.Errorf("exportRate = %v, %v, %v; want %v, %v, %v", b, n, ok, tt.bytesMin, tt.exportMin, tt.ok)
+			if _, bytes := exportBursts(tt.events); !slices.Equal(bytes, tt.bytes) {
+				t.Errorf("exportBursts bytes = %v, want %v", bytes, tt.bytes)
+			}
+			n, ok := exportRate(tt.events)
+			if ok != tt.ok || !approx(n, tt.exportMin) {
+				t.Errorf("exportRate = %v, %v; want %v, %v", n, ok, tt.exportMin, tt.ok)
 			}
 		})
 	}
@@ -53,24 +56,37 @@ func TestExportRate(t *testing.T) {
 
 func TestOTLPWindowRates(t *testing.T) {
 	t0 := time.Unix(1000, 0)
+	sec := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	tests := []struct {
-		name               string
-		w                  otlpWindow
-		bytesMin, perMin   float64
-		compression, perRq float64
+		name                    string
+		w                       otlpWindow
+		bytesMin, perMin, compr float64
 	}{
 		{
-			name: "from the exports' times",
-			w: otlpWindow{counts: otlpCounts{requests: 3, wireBytes: 600, rawBytes: 1800}, elapsed: 30 * time.Second,
-				events: []otlpEvent{{t0, 100}, {t0.Add(10 * time.Second), 200}, {t0.Add(20 * time.Second), 300}}},
-			bytesMin: 1500, perMin: 6, compression: 3,
+			// Mean export 200 bytes, 6 reports a minute.
+			name: "three exports",
+			w: otlpWindow{counts: otlpCounts{requests: 3, wireBytes: 600, rawBytes: 1800}, elapsed: 30 * time.Second, interval: 10 * time.Second,
+				events: []otlpEvent{{sec(0), 100}, {sec(10), 200}, {sec(20), 300}}},
+			bytesMin: 1200, perMin: 6, compr: 3,
 		},
 		{
-			name:     "from the window with one export",
-			w:        otlpWindow{counts: otlpCounts{requests: 1, wireBytes: 500, rawBytes: 1000}, elapsed: 30 * time.Second, events: []otlpEvent{{t0, 500}}},
-			bytesMin: 1000, perMin: 2, compression: 2,
+			// A late report: 4 exports seen in 30 s, still 6 a minute.
+			name: "a late report",
+			w: otlpWindow{counts: otlpCounts{requests: 4, wireBytes: 800, rawBytes: 1600}, elapsed: 30 * time.Second, interval: 10 * time.Second,
+				events: []otlpEvent{{sec(5), 200}, {sec(10), 200}, {sec(20), 200}, {sec(30), 200}}},
+			bytesMin: 1200, perMin: 7.2, compr: 2,
 		},
-		{name: "empty", w: otlpWindow{}, bytesMin: 0, perMin: 0, compression: 0},
+		{
+			name:     "one export",
+			w:        otlpWindow{counts: otlpCounts{requests: 1, wireBytes: 500, rawBytes: 1000}, elapsed: 30 * time.Second, interval: 10 * time.Second, events: []otlpEvent{{t0, 500}}},
+			bytesMin: 3000, perMin: 2, compr: 2,
+		},
+		{
+			name:     "no interval: the window",
+			w:        otlpWindow{counts: otlpCounts{requests: 1, wireBytes: 500, rawBytes: 1000}, elapsed: 30 * time.Second, events: []otlpEvent{{t0, 500}}},
+			bytesMin: 1000, perMin: 2, compr: 2,
+		},
+		{name: "empty", w: otlpWindow{interval: 10 * time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,8 +96,8 @@ func TestOTLPWindowRates(t *testing.T) {
 			if got := tt.w.exportsPerMinute(); !approx(got, tt.perMin) {
 				t.Errorf("exportsPerMinute = %v, want %v", got, tt.perMin)
 			}
-			if got := tt.w.compression(); !approx(got, tt.compression) {
-				t.Errorf("compression = %v, want %v", got, tt.compression)
+			if got := tt.w.compression(); !approx(got, tt.compr) {
+				t.Errorf("compression = %v, want %v", got, tt.compr)
 			}
 		})
 	}
