@@ -37,6 +37,11 @@
 // calling a tiny function -probe-calls times): the cost per probed call, see
 // probes.go.
 //
+// Suite busy (a busy node in four phases, see busy.go) also gives the OTLP
+// bytes per minute the collector's otlp_grpc exporter sends; suite gateway
+// (gateway.go) replays a busy node's OTLP through a plain gateway collector
+// and projects both to 10,000 nodes.
+//
 // The collector is started once per round, right before its scenario, and
 // stopped with SIGTERM right after: it must not run during the baseline or
 // perf runs (it profiles the whole host, so it would slow them down too), and
