@@ -49,7 +49,8 @@ const (
 )
 
 // gatewayYAML is the plain gateway's configuration: its otlp receiver on
-// the first port, its otlp_grpc exporter to the sink on the second.
+// the port, its otlp_grpc exporter to the sink (the string), the last %s
+// the exporter's compression setting (gatewayCompression).
 const gatewayYAML = `receivers:
   otlp:
     protocols:
@@ -60,7 +61,7 @@ exporters:
     endpoint: %s
     tls:
       insecure: true
-service:
+%sservice:
   telemetry:
     metrics:
       level: none
@@ -91,12 +92,19 @@ func runGatewaySuite(ctx context.Context, e env) error {
 	if e.o.gateway == "" {
 		return fmt.Errorf("no gateway binary: pass -gateway or set BPFPROFILER_GATEWAY (`make bench` builds it with `make gateway-collector`)")
 	}
+	if c := e.o.gatewayCompression; c != "" && c != "none" && c != "gzip" {
+		return fmt.Errorf("-gateway-compression must be none or gzip (the sink decodes no other), not %q", c)
+	}
 	steps, err := parseNodeSteps(e.o.gatewayNodes)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("== suite gateway: %s (otlp -> otlp_grpc) replaying a busy node's OTLP at %v node equivalents, %v each ==\n",
-		e.o.gateway, steps, e.o.gatewayStep)
+	compression := e.o.gatewayCompression
+	if compression == "" {
+		compression = "gzip (default)"
+	}
+	fmt.Printf("== suite gateway: %s (otlp -> otlp_grpc, compression %s) replaying a busy node's OTLP at %v node equivalents, %v each ==\n",
+		e.o.gateway, compression, steps, e.o.gatewayStep)
 	var node *busyFigures
 	var payloads [][]byte
 	if e.o.gatewayPayloads != "" {
@@ -299,7 +307,7 @@ func paceRequests(ctx context.Context, conn *grpc.ClientConn, payloads [][]byte,
 // returns once it is ready.
 func launchGateway(ctx context.Context, e env, port int, sink string) (*collector, error) {
 	conf := filepath.Join(e.dir, "gateway.yaml")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, gatewayYAML, port, sink), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, gatewayYAML, port, sink, gatewayCompression(e.o.gatewayCompression)), 0o644); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(e.dir, "gateway.log")
@@ -324,6 +332,15 @@ func launchGateway(ctx context.Context, e env, port int, sink string) (*collecto
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	return c, nil
+}
+
+// gatewayCompression is the gateway exporter's compression line for
+// -gateway-compression c ("" keeps the default, gzip).
+func gatewayCompression(c string) string {
+	if c == "" {
+		return ""
+	}
+	return fmt.Sprintf("    compression: %s\n", c)
 }
 
 // gzipPayloads compresses each payload once, as an exporter would, and

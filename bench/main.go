@@ -95,10 +95,11 @@ type options struct {
 	busySettle    time.Duration
 	keep          bool
 	// The gateway suite (gateway.go).
-	gateway         string
-	gatewayNodes    string
-	gatewayStep     time.Duration
-	gatewayPayloads string
+	gateway            string
+	gatewayNodes       string
+	gatewayStep        time.Duration
+	gatewayPayloads    string
+	gatewayCompression string
 }
 
 func main() {
@@ -125,6 +126,7 @@ func main() {
 	flag.StringVar(&o.gatewayNodes, "gateway-nodes", "50,100,200,400,800,1600", "gateway suite: node equivalents replayed, in increasing steps (one request per node per 10 s)")
 	flag.DurationVar(&o.gatewayStep, "gateway-step", 20*time.Second, "gateway suite: how long each step replays")
 	flag.StringVar(&o.gatewayPayloads, "gateway-payloads", "", "gateway suite: replay the *.pb files of this directory (e.g. otlp-payloads of a kept scratch directory) instead of capturing a busy node")
+	flag.StringVar(&o.gatewayCompression, "gateway-compression", "", "gateway suite: the gateway exporter's compression, none or gzip (default: the exporter's, gzip; the bench's sink decodes no other)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {

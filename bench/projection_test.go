@@ -245,22 +245,29 @@ func TestCollectorYAMLWithOTLPExporter(t *testing.T) {
 }
 
 func TestGatewayYAML(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "gateway.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, gatewayYAML, 4317, "127.0.0.1:9999"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cm, err := confmaptest.LoadConf(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := cm.Get("receivers::otlp::protocols::grpc::endpoint"); got != "127.0.0.1:4317" {
-		t.Errorf("receiver endpoint = %v", got)
-	}
-	if got := cm.Get("exporters::otlp_grpc::endpoint"); got != "127.0.0.1:9999" {
-		t.Errorf("exporter endpoint = %v", got)
-	}
-	if got := fmt.Sprint(cm.Get("service::pipelines::profiles::exporters")); got != "[otlp_grpc]" {
-		t.Errorf("profiles exporters = %v", got)
+	for _, tt := range []struct{ flag, want string }{{"", "<nil>"}, {"gzip", "gzip"}, {"none", "none"}} {
+		t.Run(tt.flag, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "gateway.yaml")
+			if err := os.WriteFile(path, fmt.Appendf(nil, gatewayYAML, 4317, "127.0.0.1:9999", gatewayCompression(tt.flag)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cm, err := confmaptest.LoadConf(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cm.Get("receivers::otlp::protocols::grpc::endpoint"); got != "127.0.0.1:4317" {
+				t.Errorf("receiver endpoint = %v", got)
+			}
+			if got := cm.Get("exporters::otlp_grpc::endpoint"); got != "127.0.0.1:9999" {
+				t.Errorf("exporter endpoint = %v", got)
+			}
+			if got := fmt.Sprint(cm.Get("exporters::otlp_grpc::compression")); got != tt.want {
+				t.Errorf("exporter compression = %v, want %v", got, tt.want)
+			}
+			if got := fmt.Sprint(cm.Get("service::pipelines::profiles::exporters")); got != "[otlp_grpc]" {
+				t.Errorf("profiles exporters = %v", got)
+			}
+		})
 	}
 }
 
