@@ -6,6 +6,7 @@ OCB       := $(TOOLS)/builder
 MDATAGEN  := $(TOOLS)/mdatagen
 GOLANGCI  := $(TOOLS)/golangci-lint
 COLLECTOR := $(BUILD)/otelcol-bpfprofiler
+GATEWAY   := $(BUILD)/gateway/otelcol-gateway
 CONFIG    ?= deploy/collector.yaml
 GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.go') go.mod go.sum $(wildcard bpf/*.o)
 
@@ -14,7 +15,7 @@ export GOFLAGS ?= -mod=mod
 # COLLECTOR_CORE, COLLECTOR_STABLE, COLLECTOR_CONTRIB, MDATAGEN_VERSION.
 include collector-release.mk
 
-.PHONY: all build run test unit fuzz bench generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
+.PHONY: all build run test unit fuzz bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -101,8 +102,15 @@ test-tools:
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }
 
-bench: $(COLLECTOR)
-	BPFPROFILER_COLLECTOR=$(COLLECTOR) $(GO) run ./bench $(BENCHFLAGS)
+# The plain gateway collector of the bench's gateway suite (otlp receiver,
+# otlp_grpc exporter, core components only), built by ocb.
+gateway-collector: $(GATEWAY)
+$(GATEWAY): $(OCB) bench/gateway-builder.yaml
+	$(OCB) --config bench/gateway-builder.yaml
+	@touch $@
+
+bench: $(COLLECTOR) $(GATEWAY)
+	BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_GATEWAY=$(GATEWAY) $(GO) run ./bench $(BENCHFLAGS)
 
 generate: generate-bpf generate-metadata
 

@@ -94,8 +94,9 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "python", "offcpu", "probes", "busy"}, false},
+		{"all", []string{"cpu", "unwind", "python", "offcpu", "probes", "busy", "gateway"}, false},
 		{"busy", []string{"busy"}, false},
+		{"gateway", []string{"gateway"}, false},
 		{"unwind", []string{"unwind"}, false},
 		{"python", []string{"python"}, false},
 		{"probes", []string{"probes"}, false},

@@ -64,6 +64,7 @@ type busyFigures struct {
 	failed             map[string]float64 // unwind_tables_failed by reason, since start
 	walks              map[string]float64 // unwind_walks by end reason, over the phase
 	tables, tableBytes float64            // at the end
+	otlp               otlpWindow         // what its otlp_grpc exporter sent over the phase
 }
 
 // busyLoad is what runs besides the collector; stop ends all of it.
@@ -105,6 +106,9 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 			return fmt.Errorf("phase %s: %w", name, err)
 		}
 		fmt.Println(row.line())
+		if row.col != nil {
+			fmt.Println(row.col.otlp.line())
+		}
 		rows = append(rows, row)
 		return nil
 	}
@@ -170,6 +174,8 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	load.stop()
 	fmt.Printf("load at the end: %s\n\n", loadAvg())
 	printBusyTable(os.Stdout, rows, startup, notes)
+	fmt.Println()
+	printOTLPTable(os.Stdout, rows)
 	return nil
 }
 
@@ -243,6 +249,12 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew fu
 		return f, err
 	}
 	cfg := busyCollectorConfig(e, port, 0)
+	sink, err := startOTLPSink()
+	if err != nil {
+		return f, err
+	}
+	defer sink.close()
+	cfg.profile.otlpEndpoint = sink.addr
 	c, err := startCollector(ctx, cfg)
 	if err != nil {
 		return f, err
@@ -269,10 +281,13 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew fu
 	if err != nil {
 		return f, err
 	}
-	n0, start := pacer.count(), time.Now()
+	n0, start, o0 := pacer.count(), time.Now(), sink.counts()
+	sink.record(true)
 	if err := waitWindow(ctx, e.o.busyPhase, c.exited); err != nil {
 		return f, fmt.Errorf("%w; its last output (%s):\n%s", err, c.logPath, c.lastLines(20))
 	}
+	f.otlp = otlpWindow{counts: sink.counts().sub(o0), elapsed: time.Since(start), interval: busyReportInterval, events: sink.eventsSince(start), payloads: sink.payloads()}
+	sink.record(false)
 	cpu1, err := readCPU(c.pid())
 	if err != nil {
 		return f, err

@@ -48,6 +48,9 @@ type profileConfig struct {
 	// metricsPort, when not 0, serves the collector's own metrics in the
 	// Prometheus format on 127.0.0.1:metricsPort (else they are off).
 	metricsPort int
+	// otlpEndpoint, when not empty, adds an otlp_grpc exporter (default
+	// compression, gzip) sending the profiles to that loopback address.
+	otlpEndpoint string
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -131,6 +134,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 			"        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}\n", p.metricsPort)
 	}
 	conf := fmt.Sprintf(collectorYAMLTemplate, interval, b.String(), profiles, metrics, telemetry)
+	if p.otlpEndpoint != "" {
+		conf = withOTLPExporter(conf, p.otlpEndpoint)
+	}
 	if len(p.probes) > 0 {
 		conf += "    logs:\n      receivers: [bpfprofiler]\n      exporters: [debug]\n"
 	}

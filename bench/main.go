@@ -1,8 +1,8 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|offcpu|probes|busy|all, default all), each
-// but busy measured in several rounds.
+// suites (-suite cpu|unwind|python|offcpu|probes|busy|gateway|all, default
+// all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
 // work, in an order rotated from round to round so that drift in the host's
@@ -36,6 +36,11 @@
 // Suite probes (uprobe duration probes; workloads/probeloop.c, one thread
 // calling a tiny function -probe-calls times): the cost per probed call, see
 // probes.go.
+//
+// Suite busy (a busy node in four phases, see busy.go) also gives the OTLP
+// bytes per minute the collector's otlp_grpc exporter sends; suite gateway
+// (gateway.go) replays a busy node's OTLP through a plain gateway collector
+// and projects both to 10,000 nodes.
 //
 // The collector is started once per round, right before its scenario, and
 // stopped with SIGTERM right after: it must not run during the baseline or
@@ -90,11 +95,17 @@ type options struct {
 	busySettle    time.Duration
 	busyPhases    string
 	keep          bool
+	// The gateway suite (gateway.go).
+	gateway            string
+	gatewayNodes       string
+	gatewayStep        time.Duration
+	gatewayPayloads    string
+	gatewayCompression string
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -113,6 +124,11 @@ func main() {
 	flag.DurationVar(&o.busyPhase, "busy-phase", 30*time.Second, "busy suite: how long each phase is measured")
 	flag.DurationVar(&o.busySettle, "busy-settle", 12*time.Second, "busy suite: wait after a phase's load starts, and after the collector is ready, before measuring (more than its 10s report interval)")
 	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
+	flag.StringVar(&o.gateway, "gateway", os.Getenv("BPFPROFILER_GATEWAY"), "gateway suite: the plain collector built from bench/gateway-builder.yaml (default $BPFPROFILER_GATEWAY)")
+	flag.StringVar(&o.gatewayNodes, "gateway-nodes", "50,100,200,400,800,1600", "gateway suite: node equivalents replayed, in increasing steps (one request per node per 10 s)")
+	flag.DurationVar(&o.gatewayStep, "gateway-step", 20*time.Second, "gateway suite: how long each step replays")
+	flag.StringVar(&o.gatewayPayloads, "gateway-payloads", "", "gateway suite: replay the *.pb files of this directory (e.g. otlp-payloads of a kept scratch directory) instead of capturing a busy node")
+	flag.StringVar(&o.gatewayCompression, "gateway-compression", "", "gateway suite: the gateway exporter's compression, none or gzip (default: the exporter's, gzip; the bench's sink decodes no other)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -145,8 +161,8 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if slices.Equal(suites, []string{suiteBusy}) {
-		o.skipPerf = true // the busy suite does not run perf
+	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) {
+		o.skipPerf = true // the busy and gateway suites do not run perf
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -200,6 +216,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		return runProbesSuite(ctx, e)
 	case suiteBusy:
 		return runBusySuite(ctx, e)
+	case suiteGateway:
+		return runGatewaySuite(ctx, e)
 	}
 	defer cleanup()
 	if err != nil {

@@ -37,13 +37,13 @@ const (
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteBusy:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteBusy, suiteGateway:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
