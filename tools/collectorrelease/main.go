@@ -19,7 +19,7 @@ const (
 	daemonSet    = "deploy/kubernetes/daemonset.yaml"
 )
 
-var manifests = []string{"builder-config.yaml", userManifest}
+var manifests = []string{"builder-config.yaml", userManifest, "bench/gateway-builder.yaml"}
 
 func main() {
 	check := flag.Bool("check", false, "fail naming every collector module at another release")
