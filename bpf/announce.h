@@ -96,9 +96,9 @@ static __always_inline void announce(u32 host_tgid, u32 pid, unsigned int task_f
 	}
 	*rec = pid;
 	/*
-	 * New processes are rare next to records: wake the reader at once, so
-	 * it reads the process's maps while it still runs, and it needs no
-	 * polling when the host is idle.
+	 * New processes are rare next to records: wake the reader, which reads
+	 * announcements in batches every 50 ms (internal/stackdrain) and needs
+	 * no polling when the host is idle.
 	 */
 	bpf_ringbuf_submit(rec, 0);
 	/* Its tables load soon: its samples until then ask no rescan. */
