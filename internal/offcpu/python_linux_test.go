@@ -40,8 +40,10 @@ func testPythonOffCPU(t *testing.T, mech Mechanism) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, tables.Close()) }()
 			tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech, TargetPIDs: []uint32{pid}, Unwind: tables})
-			// The first waits announce the process; its tables load then.
-			time.Sleep(time.Second)
+			// The first waits announce the process; its tables load then
+			// (Stats waits for a load under way: a process counted is loaded).
+			require.Eventually(t, func() bool { return tables.Stats().Processes > 0 }, 10*time.Second, 50*time.Millisecond)
+			time.Sleep(500 * time.Millisecond)
 			_, _, err = tr.Drain()
 			require.NoError(t, err)
 			time.Sleep(2 * time.Second)

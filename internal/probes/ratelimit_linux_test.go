@@ -70,9 +70,13 @@ func TestRateLimitedProbe(t *testing.T) {
 		float64(calls)/elapsed.Seconds(), records, want, st.Drops)
 
 	require.Greater(t, float64(calls), 10*want, "the workload must call far more often than the limit")
-	require.InEpsilon(t, want, float64(records), 0.10, "records of the limited probe")
-	require.Zero(t, st.Drops[0].RingBufferFull)
-	require.Equal(t, calls-records, st.Drops[0].RateLimited, "every call over the limit is counted")
+	// Both probes share the ring buffer: a record the limit admitted may
+	// find it full while the reader catches up with the unlimited probe,
+	// and is counted so.
+	admitted := records + st.Drops[0].RingBufferFull
+	require.InEpsilon(t, want, float64(admitted), 0.10, "records of the limited probe")
+	require.Less(t, st.Drops[0].RingBufferFull, records/10, "the limited probe's records mostly arrive")
+	require.Equal(t, calls-admitted, st.Drops[0].RateLimited, "every call over the limit is counted")
 	// The reader may fall behind the unlimited probe: what it misses is counted.
 	require.Equal(t, calls, uint64(len(c.byProbe(1)))+st.Drops[1].RingBufferFull, "the unlimited probe sees every call")
 	require.Zero(t, st.Drops[1].RateLimited)
