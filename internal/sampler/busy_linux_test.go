@@ -53,7 +53,7 @@ func busyRuntimes() []busyRuntime {
 		{"gzip", "/usr/bin/gzip", func(string) []string { return []string{"sh", "-c", fmt.Sprintf(pacedPipe, "gzip -9")} }},
 		{"python3.11", "/usr/bin/python3.11", func(string) []string { return []string{"/usr/bin/python3.11", "-c", busyPython} }},
 	}
-	for _, jdk := range []string{"/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+	for _, jdk := range []string{testutil.OpenJDK17, testutil.Temurin25} {
 		rts = append(rts, busyRuntime{filepath.Base(jdk), jdk + "/lib/server/libjvm.so", func(dir string) []string {
 			return []string{jdk + "/bin/java", "-Xmx64m", filepath.Join(dir, "Busy.java")}
 		}})

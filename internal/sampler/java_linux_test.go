@@ -3,7 +3,6 @@
 package sampler
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,11 +21,8 @@ import (
 // frame, with its source file, under OpenJDK 17 and Temurin 25.
 func TestJavaLeafNamed(t *testing.T) {
 	testutil.RequireBPF(t)
-	for _, jdk := range []string{"/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/temurin-25-jdk-amd64"} {
+	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
-			if _, err := os.Stat(jdk); err != nil {
-				t.Skipf("%s: not on this machine", jdk)
-			}
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
 			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "30")
 			pid := uint32(cmd.Process.Pid)

@@ -21,9 +21,6 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// jdks are the JDKs the tests run where the machine has them.
-var jdks = []string{"/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/temurin-25-jdk-amd64"}
-
 // startJVM runs testdata/Spin.java under jdk and returns its pid.
 func startJVM(t *testing.T, jdk string) int {
 	t.Helper()
@@ -90,11 +87,8 @@ func readJVM(t *testing.T, pid int) *VMStructs {
 // use, with plausible values.
 func TestReadRealJVMs(t *testing.T) {
 	testutil.RequireBPF(t) // root: reads another process's memory
-	for _, jdk := range jdks {
+	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
-			if _, err := os.Stat(jdk); err != nil {
-				t.Skipf("%s: not on this machine", jdk)
-			}
 			vm := readJVM(t, startJVM(t, jdk))
 			nFields := 0
 			for _, fs := range vm.Fields {
@@ -123,11 +117,8 @@ func TestReadRealJVMs(t *testing.T) {
 // nmethod found through the segment map, under both JDKs.
 func TestCodeCacheOfRealJVMs(t *testing.T) {
 	testutil.RequireBPF(t)
-	for _, jdk := range jdks {
+	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
-			if _, err := os.Stat(jdk); err != nil {
-				t.Skipf("%s: not on this machine", jdk)
-			}
 			pid := startJVM(t, jdk)
 			vm := readJVM(t, pid)
 			l, err := NewLayout(vm)
@@ -156,10 +147,10 @@ func TestCodeCacheOfRealJVMs(t *testing.T) {
 	}
 }
 
-// blobsOf walks every block start of every heap's segment map: the blobs'
-// names, and the methods of the nmethods.
-func blobsOf(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) (map[string]int, map[string]bool) {
-	names, methods := map[string]int{}, map[string]bool{}
+// eachBlob calls fn with every blob of the code cache (at each block
+// start of each heap's segment map): an address 16 bytes into its block,
+// its name, and for an nmethod its method.
+func eachBlob(t *testing.T, mem *os.File, l *Layout, cc *CodeCache, fn func(pc uint64, name string, m *Method)) {
 	for _, h := range cc.Heaps {
 		segs := make([]byte, (h.High-h.Low)>>h.Log2Segment)
 		_, err := mem.ReadAt(segs, int64(h.Segmap))
@@ -175,19 +166,28 @@ func blobsOf(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) (map[string]i
 			if err != nil {
 				continue // freed meanwhile
 			}
-			names[name]++
-			if name != "nmethod" {
-				continue
+			var m *Method
+			if name == "nmethod" {
+				if method, err := MethodOf(mem, l, blob); err == nil {
+					if read, err := ReadMethod(mem, l, method); err == nil {
+						m = &read
+					}
+				}
 			}
-			method, err := MethodOf(mem, l, blob)
-			if err != nil {
-				continue
-			}
-			if m, err := ReadMethod(mem, l, method); err == nil {
-				methods[m.String()+" "+m.Signature] = true
-			}
+			fn(pc+l.BlockHeaderSize+16, name, m)
 		}
 	}
+}
+
+// blobsOf counts the blobs by name and names the compiled methods.
+func blobsOf(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) (map[string]int, map[string]bool) {
+	names, methods := map[string]int{}, map[string]bool{}
+	eachBlob(t, mem, l, cc, func(_ uint64, name string, m *Method) {
+		names[name]++
+		if m != nil {
+			methods[m.String()+" "+m.Signature] = true
+		}
+	})
 	return names, methods
 }
 
@@ -214,11 +214,8 @@ func dump(t *testing.T, vm *VMStructs) {
 // code.
 func TestNamerOfRealJVMs(t *testing.T) {
 	testutil.RequireBPF(t)
-	for _, jdk := range jdks {
+	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
-			if _, err := os.Stat(jdk); err != nil {
-				t.Skipf("%s: not on this machine", jdk)
-			}
 			pid := startJVM(t, jdk)
 			vm := readJVM(t, pid)
 			l, err := NewLayout(vm)
@@ -257,38 +254,15 @@ func TestNamerOfRealJVMs(t *testing.T) {
 	}
 }
 
-// blobStarts returns, for the interpreter and each compiled method (by
-// Class.method), an address 16 bytes into its blob's block.
+// blobStarts returns, for each blob name and compiled method (by
+// Class.method), an address inside one of its blobs.
 func blobStarts(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, h := range cc.Heaps {
-		segs := make([]byte, (h.High-h.Low)>>h.Log2Segment)
-		_, err := mem.ReadAt(segs, int64(h.Segmap))
-		require.NoError(t, err)
-		for i, b := range segs {
-			if b != 0 {
-				continue
-			}
-			pc := h.Low + uint64(i)<<h.Log2Segment
-			blob, err := BlobAt(mem, l, h, pc)
-			require.NoError(t, err)
-			name, err := BlobName(mem, l, blob)
-			if err != nil {
-				continue
-			}
-			if name == "nmethod" {
-				method, err := MethodOf(mem, l, blob)
-				if err != nil {
-					continue
-				}
-				m, err := ReadMethod(mem, l, method)
-				if err != nil {
-					continue
-				}
-				name = m.String()
-			}
-			out[name] = pc + l.BlockHeaderSize + 16
+	eachBlob(t, mem, l, cc, func(pc uint64, name string, m *Method) {
+		if m != nil {
+			name = m.String()
 		}
-	}
+		out[name] = pc
+	})
 	return out
 }
