@@ -40,6 +40,13 @@ func TestFailedAttachRetriedAtRescan(t *testing.T) {
 	}, Options{Logger: zap.New(core), RescanInterval: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
+	t.Cleanup(func() { // what the attacher said, to tell a refused read from a skipped scan
+		if t.Failed() {
+			for _, e := range logs.All() {
+				t.Logf("%s %s %v", e.Level, e.Message, e.ContextMap())
+			}
+		}
+	})
 	c := &collector{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -134,7 +134,7 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 	t.Logf("tables of the runtimes loaded in %v (%v building them)", time.Since(began).Round(time.Millisecond), last.BuildTime.Round(time.Millisecond))
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
-	time.Sleep(time.Second)
+	awaitTables(t, tables, pid)
 	samples, st, _ := sampleFor(t, s, 4*time.Second)
 	_ = s.Close()
 

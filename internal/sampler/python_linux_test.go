@@ -117,9 +117,9 @@ func describe(frames []report.Frame) string {
 // assembled samples and the drain's stats.
 func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer) ([]report.Sample, capture.Stats) {
 	t.Helper()
-	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
-	// The first samples announce the process; its tables load then.
-	time.Sleep(time.Second)
+	ut := openTables(t, true)
+	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+	awaitTables(t, ut, pid)
 	raw, st, _ := sampleFor(t, s, 3*time.Second)
 	_ = s.Close()
 	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}

@@ -96,6 +96,21 @@ func openTables(t *testing.T, with bool) *unwinder.Tables {
 	return tables
 }
 
+// awaitTables returns once pid's tables are loaded (the first samples
+// announce the process; its tables load then), or after a second when
+// there are none. A busy machine (-race, other packages' tests) can take
+// seconds: what is measured after it is the walk, not the wait.
+func awaitTables(t *testing.T, tables *unwinder.Tables, pid uint32) {
+	t.Helper()
+	if tables == nil {
+		time.Sleep(time.Second)
+		return
+	}
+	began := time.Now()
+	require.Eventually(t, func() bool { return tables.Loaded(pid) }, time.Minute, 20*time.Millisecond, "tables of pid %d", pid)
+	t.Logf("tables of pid %d loaded %v after sampling began", pid, time.Since(began).Round(time.Millisecond))
+}
+
 // Programs built without frame pointers (C, C++ with exceptions, a Rust
 // release build), and a Go binary: with unwind tables, at least 95% of the
 // samples of each known chain are whole, through the programs' own frames
@@ -134,9 +149,9 @@ func TestUnwindTablesWalkCodeWithoutFramePointers(t *testing.T) {
 				modes = []bool{false, true}
 			}
 			for _, tables := range modes {
-				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, tables)})
-				// The first samples announce the process; its tables load then.
-				time.Sleep(time.Second)
+				ut := openTables(t, tables)
+				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+				awaitTables(t, ut, pid)
 				samples, st, _ := sampleFor(t, s, 3*time.Second)
 				_ = s.Close()
 				for _, c := range tt.chains {
@@ -179,8 +194,9 @@ func TestUnwindTablesDebianBinaries(t *testing.T) {
 				testutil.SkipOrFail(t, "%s is not installed: %v", tt.name, err)
 			}
 			pid := compressForever(t, bin, tt.args...)
-			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
-			time.Sleep(time.Second) // the first samples announce the process
+			ut := openTables(t, true)
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+			awaitTables(t, ut, pid)
 			samples, st, _ := sampleFor(t, s, 3*time.Second)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 			defer sym.Close()
@@ -342,8 +358,9 @@ func TestUnwindDepthAgainstPerfDwarf(t *testing.T) {
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
 
-	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}, Unwind: openTables(t, true)})
-	time.Sleep(time.Second) // the first samples announce the process
+	ut := openTables(t, true)
+	s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}, Unwind: ut})
+	awaitTables(t, ut, pid)
 	samples, _, _ := sampleFor(t, s, 3*time.Second)
 	_ = s.Close()
 	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})

@@ -169,6 +169,14 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 	return nil
 }
 
+// Loaded says whether pid's mappings are in the maps (its tables loaded).
+func (l *Loader) Loaded(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.procs[pid]
+	return ok
+}
+
 // Forget removes pid's entries and releases the tables no process maps
 // any more.
 func (l *Loader) Forget(pid uint32) {

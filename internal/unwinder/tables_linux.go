@@ -147,6 +147,10 @@ func (t *Tables) Close() error {
 // Stats returns the loader's counters.
 func (t *Tables) Stats() Stats { return t.loader.Stats() }
 
+// Loaded says whether pid's tables are loaded: until then its stacks are
+// walked with frame pointers.
+func (t *Tables) Loaded(pid uint32) bool { return t.loader.Loaded(pid) }
+
 // Prepare readies spec, a collection that includes bpf/unwind.h, to load:
 // it tells the program whether the kernel has bpf_task_pt_regs and, when
 // tables is not nil, that announced processes get tables, and returns the

@@ -17,5 +17,8 @@ func OpenTables(procfs.FS, uint32) (*Tables, error) { return nil, errors.ErrUnsu
 // Close does nothing.
 func (*Tables) Close() error { return nil }
 
+// Loaded says no: there are no tables.
+func (*Tables) Loaded(uint32) bool { return false }
+
 // Stats returns zero counters.
 func (*Tables) Stats() Stats { return Stats{} }
