@@ -40,10 +40,8 @@ func testPythonOffCPU(t *testing.T, mech Mechanism) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, tables.Close()) }()
 			tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech, TargetPIDs: []uint32{pid}, Unwind: tables})
-			// The first waits announce the process; its tables load then
-			// (Stats waits for a load under way: a process counted is loaded).
-			require.Eventually(t, func() bool { return tables.Stats().Processes > 0 }, 10*time.Second, 50*time.Millisecond)
-			time.Sleep(500 * time.Millisecond)
+			// The first waits announce the process; its tables load then.
+			require.Eventually(t, func() bool { return tables.Loaded(pid) }, time.Minute, 20*time.Millisecond)
 			_, _, err = tr.Drain()
 			require.NoError(t, err)
 			time.Sleep(2 * time.Second)

@@ -41,7 +41,11 @@ func testUnwindTablesOffCPU(t *testing.T, mech Mechanism) {
 		}
 		tr := openTracer(t, opts)
 		// The first waits announce the process; its tables load then.
-		time.Sleep(time.Second)
+		if withTables {
+			require.Eventually(t, func() bool { return opts.Unwind.Loaded(pid) }, time.Minute, 20*time.Millisecond)
+		} else {
+			time.Sleep(time.Second)
+		}
 		_, _, err := tr.Drain()
 		require.NoError(t, err)
 		time.Sleep(3 * time.Second)
