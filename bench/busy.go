@@ -233,10 +233,11 @@ func measureBusyPhase(ctx context.Context, e env, name string, load *busyLoad) (
 }
 
 // busyCollectorConfig is the collector of the busy suite, its metrics on
-// port.
+// port: configured as the DaemonSet ships it (OTLP export alone, to the
+// endpoint the caller sets), as a busy node runs it.
 func busyCollectorConfig(e env, port int, settle time.Duration) collectorConfig {
 	cfg := e.collector(profileConfig{cpuHz: 99, offCPU: true, minBlock: time.Millisecond,
-		reportInterval: busyReportInterval, metricsPort: port})
+		reportInterval: busyReportInterval, metricsPort: port, otlpOnly: true})
 	cfg.settle = settle
 	return cfg
 }
@@ -336,6 +337,12 @@ func measureBusyStartup(ctx context.Context, e env) (s busyStartup, err error) {
 		return s, err
 	}
 	cfg := busyCollectorConfig(e, port, 0)
+	sink, err := startOTLPSink()
+	if err != nil {
+		return s, err
+	}
+	defer sink.close()
+	cfg.profile.otlpEndpoint = sink.addr
 	c, err := launchCollector(cfg)
 	if err != nil {
 		return s, err

@@ -51,6 +51,10 @@ type profileConfig struct {
 	// otlpEndpoint, when not empty, adds an otlp_grpc exporter (default
 	// compression, gzip) sending the profiles to that loopback address.
 	otlpEndpoint string
+	// otlpOnly (with otlpEndpoint) configures the collector as the
+	// DaemonSet ships it: the OTLP export alone, no pprof files and no
+	// debug exporter.
+	otlpOnly bool
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -136,6 +140,11 @@ func collectorYAML(p profileConfig, profiles string) string {
 	conf := fmt.Sprintf(collectorYAMLTemplate, interval, b.String(), profiles, metrics, telemetry)
 	if p.otlpEndpoint != "" {
 		conf = withOTLPExporter(conf, p.otlpEndpoint)
+		if p.otlpOnly {
+			conf = replaceOnce(conf, fmt.Sprintf("    pprof:\n      directory: %q\n", profiles), "")
+			conf = replaceOnce(conf, "  debug:\n    verbosity: basic\n", "")
+			conf = replaceOnce(conf, "exporters: [debug, otlp_grpc]", "exporters: [otlp_grpc]")
+		}
 	}
 	if len(p.probes) > 0 {
 		conf += "    logs:\n      receivers: [bpfprofiler]\n      exporters: [debug]\n"

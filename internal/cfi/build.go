@@ -70,6 +70,7 @@ type builder struct {
 	exec    []addrRange
 	stats   Stats
 	cies    map[int]cieResult
+	stack   []ruleSet // DW_CFA_remember_state's, reused from FDE to FDE
 	// cieBudget bounds the bytes of CIEs parsed per section, so that FDEs
 	// pointing at many overlapping CIEs cannot make the work quadratic.
 	cieBudget int
@@ -117,6 +118,7 @@ func (b *builder) parseAll(s *frameSection, stopAtEnd bool) error {
 func (b *builder) parseIndexed(s *frameSection, offsets []int) error {
 	b.resetCIEs(s)
 	slices.Sort(offsets)
+	b.spans = slices.Grow(b.spans, len(offsets))
 	end := 0
 	for i, off := range offsets {
 		if i > 0 && off < end {
@@ -174,13 +176,14 @@ func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 		b.stats.Skipped[SkipOutsideText]++
 		return nil
 	}
-	lo := len(b.sink.rows)
-	p := program{c: c, rules: c.initial, loc: h.start, end: h.end, out: &b.sink, first: lo}
+	b.sink.startFDE()
+	p := program{c: c, rules: c.initial, loc: h.start, end: h.end, out: &b.sink, stack: b.stack[:0]}
 	if c.initialErr != nil {
 		err = errors.Join(c.initialErr, p.add(Row{PC: h.start, Kind: KindUnsupported}))
 	} else {
 		err = p.run(h.instr, s.addr)
 	}
+	b.stack = p.stack[:0] // the next FDE's
 	if errors.Is(err, errTooManyRows) {
 		return fmt.Errorf("%w: more than %d", errTooManyRows, b.sink.max)
 	}
@@ -188,7 +191,8 @@ func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 		b.stats.BadPrograms++
 	}
 	b.stats.FDEs++
-	b.spans = append(b.spans, span{start: h.start, end: h.end, lo: lo, hi: len(b.sink.rows)})
+	chunk, lo, hi := b.sink.fdeRows()
+	b.spans = append(b.spans, span{start: h.start, end: h.end, chunk: chunk, lo: lo, hi: hi})
 	return nil
 }
 
@@ -237,7 +241,8 @@ func (b *builder) finish() *Table {
 	b.stats.Skipped[SkipCovered] += covered
 	all := append(eh, dbg...)
 	slices.SortFunc(all, func(x, y span) int { return cmp.Compare(x.start, y.start) })
-	t := &Table{Rows: layout(b.sink.rows, all), Stats: b.stats}
+	t := &Table{Rows: layout(&b.sink, all), Stats: b.stats}
+	b.sink = rowSink{} // let the rows go
 	for _, r := range t.Rows {
 		t.Stats.Rows[r.Kind]++
 	}

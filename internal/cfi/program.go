@@ -55,10 +55,59 @@ const maxStateDepth = 64
 
 var errTooManyRows = errors.New("too many rows")
 
-// rowSink collects the rows of all FDEs, up to max.
+// rowChunk is how many rows a chunk of a rowSink holds (an FDE with more
+// gets a chunk of its own).
+const rowChunk = 1 << 14
+
+// rowSink collects the rows of all FDEs, up to max, in chunks: a large
+// file's rows are never copied to a doubled array, and each FDE's rows
+// are contiguous in one chunk.
 type rowSink struct {
-	rows []Row
-	max  int
+	chunks [][]Row
+	fde    int // index in the last chunk of the current FDE's first row
+	total  int
+	max    int
+}
+
+// startFDE starts the rows of the next FDE.
+func (s *rowSink) startFDE() {
+	if len(s.chunks) == 0 {
+		s.chunks = append(s.chunks, make([]Row, 0, rowChunk))
+	}
+	s.fde = len(s.chunks[len(s.chunks)-1])
+}
+
+// fdeRows says where the current FDE's rows are: chunk and [lo, hi).
+func (s *rowSink) fdeRows() (chunk, lo, hi int32) {
+	last := len(s.chunks) - 1
+	return int32(last), int32(s.fde), int32(len(s.chunks[last]))
+}
+
+// rows returns the rows of sp.
+func (s *rowSink) rows(sp span) []Row { return s.chunks[sp.chunk][sp.lo:sp.hi] }
+
+// add appends row to the current FDE's rows, unless it repeats the rule
+// of the FDE's last row.
+func (s *rowSink) add(row Row) error {
+	last := len(s.chunks) - 1
+	c := s.chunks[last]
+	if n := len(c); n > s.fde && sameRule(c[n-1], row) {
+		return nil
+	}
+	if s.total >= s.max {
+		return errTooManyRows
+	}
+	if len(c) == cap(c) { // the FDE's rows move to a new chunk
+		fde := c[s.fde:]
+		next := make([]Row, len(fde), max(rowChunk, 2*len(fde)))
+		copy(next, fde)
+		s.chunks[last] = c[:s.fde:s.fde]
+		s.chunks = append(s.chunks, next)
+		s.fde, last, c = 0, last+1, next
+	}
+	s.chunks[last] = append(c, row)
+	s.total++
+	return nil
 }
 
 // program evaluates the CFA instructions of a CIE (inCIE) or of an FDE,
@@ -69,8 +118,7 @@ type program struct {
 	rules    ruleSet
 	stack    []ruleSet
 	loc, end uint64
-	out      *rowSink
-	first    int // index in out of this FDE's first row
+	out      *rowSink // its FDE started (startFDE)
 }
 
 // run executes the instructions of r (secAddr is the address of r.buf[0])
@@ -259,17 +307,7 @@ func (p *program) emit() error {
 	return p.add(row)
 }
 
-func (p *program) add(row Row) error {
-	rows := p.out.rows
-	if n := len(rows); n > p.first && sameRule(rows[n-1], row) {
-		return nil
-	}
-	if len(rows) >= p.out.max {
-		return errTooManyRows
-	}
-	p.out.rows = append(rows, row)
-	return nil
-}
+func (p *program) add(row Row) error { return p.out.add(row) }
 
 // classify turns rules into a Row (without PC).
 func classify(rs *ruleSet) Row {

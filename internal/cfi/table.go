@@ -127,8 +127,8 @@ type Stats struct {
 // span is the address range [start, end) of one FDE (or of the part of it
 // that is used) and its rows, rows[lo:hi] of the builder's buffer.
 type span struct {
-	start, end uint64
-	lo, hi     int
+	start, end    uint64
+	chunk, lo, hi int32 // its FDE's rows (rowSink.rows)
 }
 
 // resolveOverlaps sorts spans by start and makes them disjoint: a span that
@@ -162,12 +162,12 @@ func uncovered(spans, cover []span) (out []span, covered int) {
 		cur := s.start
 		for k := j; k < len(cover) && cover[k].start < s.end; k++ {
 			if cover[k].start > cur {
-				out = append(out, span{start: cur, end: cover[k].start, lo: s.lo, hi: s.hi})
+				out = append(out, span{start: cur, end: cover[k].start, chunk: s.chunk, lo: s.lo, hi: s.hi})
 			}
 			cur = max(cur, cover[k].end)
 		}
 		if cur < s.end {
-			out = append(out, span{start: cur, end: s.end, lo: s.lo, hi: s.hi})
+			out = append(out, span{start: cur, end: s.end, chunk: s.chunk, lo: s.lo, hi: s.hi})
 		}
 		if len(out) == n {
 			covered++
@@ -178,25 +178,39 @@ func uncovered(spans, cover []span) (out []span, covered int) {
 
 // layout lays the spans (sorted, disjoint) out as one table: each span's
 // rows clipped to its range, KindNoCFI rows in the gaps and after the last.
-func layout(rows []Row, spans []span) []Row {
-	out := make([]Row, 0, len(rows)+len(spans)+1)
+// A first pass counts the rows, so the table is allocated once, at size.
+func layout(rows *rowSink, spans []span) []Row {
+	n := 0
+	var last Row
+	walkLayout(rows, spans, func(r Row) {
+		if n == 0 || !sameRule(last, r) {
+			n++
+			last = r
+		}
+	})
+	out := make([]Row, 0, n)
+	walkLayout(rows, spans, func(r Row) { out = appendRow(out, r) })
+	return out
+}
+
+// walkLayout hands layout's rows to emit in order, repeats not merged.
+func walkLayout(rows *rowSink, spans []span, emit func(Row)) {
 	for i, s := range spans {
 		if i > 0 && s.start > spans[i-1].end {
-			out = appendRow(out, Row{PC: spans[i-1].end})
+			emit(Row{PC: spans[i-1].end})
 		}
-		fde := rows[s.lo:s.hi]
+		fde := rows.rows(s)
 		// The row in force at s.start starts the span.
 		j := sort.Search(len(fde), func(j int) bool { return fde[j].PC > s.start }) - 1
 		for j = max(j, 0); j < len(fde) && fde[j].PC < s.end; j++ {
 			r := fde[j]
 			r.PC = max(r.PC, s.start)
-			out = appendRow(out, r)
+			emit(r)
 		}
 	}
 	if n := len(spans); n > 0 {
-		out = appendRow(out, Row{PC: spans[n-1].end})
+		emit(Row{PC: spans[n-1].end})
 	}
-	return out
 }
 
 func appendRow(rows []Row, r Row) []Row {

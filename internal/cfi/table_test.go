@@ -193,3 +193,34 @@ func TestRowLimit(t *testing.T) {
 	sec := assemble(false, fdeSpec{0x1000, 0x1000, instr})
 	require.ErrorIs(t, b.parseAll(sec, false), errTooManyRows)
 }
+
+// FDEs whose rows straddle the sink's chunks, one of them longer than a
+// chunk, come out whole and in order, as with one array.
+func TestRowsAcrossChunks(t *testing.T) {
+	a := frameAsm{addr: 0x400}
+	c := a.cie("zR", stdCIE...)
+	fdeRows := []int{rowChunk / 3, rowChunk / 3, rowChunk / 3, rowChunk + 5, 7, rowChunk / 2, rowChunk / 2}
+	var want []Row
+	start := uint64(0x10000)
+	for _, n := range fdeRows {
+		// Row 0 is the CIE's CFA = rsp+8; each advance alternates 16, 8.
+		// A rule that goes on from one FDE to the next is one row.
+		var instr []byte
+		want = appendRow(want, cfaRow(start, RegSP, 8, 0))
+		for i := 1; i < n; i++ {
+			off := uint64(8 + 8*(i%2))
+			instr = append(instr, cat(advance(1), defCFAOffset(off))...)
+			want = append(want, cfaRow(start+uint64(i), RegSP, int32(off), 0))
+		}
+		a.fde(c, start, uint64(n)+1, instr...)
+		start += uint64(n) + 1
+	}
+	want = append(want, kindRow(start, KindNoCFI))
+	table, err := buildSections(ehSource{sec: a.section()}, nil, nil)
+	require.NoError(t, err)
+	for i := range min(len(want), len(table.Rows)) {
+		require.Equal(t, want[i], table.Rows[i], "row %d", i)
+	}
+	require.Equal(t, len(want), len(table.Rows))
+	require.Greater(t, len(want), 3*rowChunk, "rows in more than three chunks")
+}

@@ -132,11 +132,8 @@ func (b *Buffers) Drain() ([]capture.RawStack, capture.Stats, error) {
 	if err != nil {
 		return nil, capture.Stats{}, fmt.Errorf("drain counts: %w", err)
 	}
-	stacks, err := readStacks(b.maps.Stacks[old])
+	stacks, err := drainStacks(b.maps.Stacks[old])
 	if err != nil {
-		return nil, capture.Stats{}, fmt.Errorf("drain stacks: %w", err)
-	}
-	if err := clearStacks(b.maps.Stacks[old], stacks); err != nil {
 		return nil, capture.Stats{}, fmt.Errorf("drain stacks: %w", err)
 	}
 	st, err := b.drainStats(old)
@@ -169,65 +166,6 @@ func (b *Buffers) waitQuiescent() error {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-}
-
-// readCounts reads every entry of a counts map.
-func readCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
-	out := map[stackKey]uint64{}
-	var (
-		k stackKey
-		v uint64
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		out[k] += v
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// drainCounts reads every entry of a counts map and deletes it.
-func drainCounts(m *ebpf.Map) (map[stackKey]uint64, error) {
-	out, err := readCounts(m)
-	if err != nil {
-		return nil, err
-	}
-	for k := range out {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// readStacks reads every stack of a stack-trace map.
-func readStacks(m *ebpf.Map) (map[int32][]uint64, error) {
-	out := map[int32][]uint64{}
-	var (
-		id     uint32
-		frames = make([]uint64, m.ValueSize()/8)
-	)
-	it := m.Iterate()
-	for it.Next(&id, &frames) {
-		out[int32(id)] = trimStack(frames)
-	}
-	if err := it.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// clearStacks deletes the stacks read from an idle generation, including
-// those whose count update failed.
-func clearStacks(m *ebpf.Map, read map[int32][]uint64) error {
-	for id := range read {
-		if err := m.Delete(uint32(id)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	return nil
 }
 
 // readComms looks up the thread names of the drained tids.
