@@ -171,6 +171,7 @@ const (
 	CpuMapTargetPids      = "target_pids"
 	CpuMapUnwindFiles     = "unwind_files"
 	CpuMapUnwindMappings  = "unwind_mappings"
+	CpuMapUnwindTableUsed = "unwind_table_used"
 	CpuMapWalkProgs       = "walk_progs"
 	CpuMapWalks           = "walks"
 	CpuProgForgetExec     = "forget_exec"
@@ -235,29 +236,30 @@ type CpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuMapSpecs struct {
-	Comms          *ebpf.MapSpec `ebpf:"comms"`
-	Config         *ebpf.MapSpec `ebpf:"config"`
-	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
-	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
-	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
-	Walks          *ebpf.MapSpec `ebpf:"walks"`
+	Comms           *ebpf.MapSpec `ebpf:"comms"`
+	Config          *ebpf.MapSpec `ebpf:"config"`
+	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
+	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
+	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats           *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks           *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // CpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -290,29 +292,30 @@ func (o *CpuObjects) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuMaps struct {
-	Comms          *ebpf.Map `ebpf:"comms"`
-	Config         *ebpf.Map `ebpf:"config"`
-	Counts0        *ebpf.Map `ebpf:"counts_0"`
-	Counts1        *ebpf.Map `ebpf:"counts_1"`
-	Inflight       *ebpf.Map `ebpf:"inflight"`
-	NewPids        *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
-	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
-	PythonResults  *ebpf.Map `ebpf:"python_results"`
-	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TargetPids     *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
-	Walks          *ebpf.Map `ebpf:"walks"`
+	Comms           *ebpf.Map `ebpf:"comms"`
+	Config          *ebpf.Map `ebpf:"config"`
+	Counts0         *ebpf.Map `ebpf:"counts_0"`
+	Counts1         *ebpf.Map `ebpf:"counts_1"`
+	Inflight        *ebpf.Map `ebpf:"inflight"`
+	NewPids         *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
+	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
+	PythonResults   *ebpf.Map `ebpf:"python_results"`
+	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
+	Scratch         *ebpf.Map `ebpf:"scratch"`
+	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
+	Stats           *ebpf.Map `ebpf:"stats"`
+	TargetPids      *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
+	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
+	Walks           *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *CpuMaps) Close() error {
@@ -338,6 +341,7 @@ func (m *CpuMaps) Close() error {
 		m.TargetPids,
 		m.UnwindFiles,
 		m.UnwindMappings,
+		m.UnwindTableUsed,
 		m.WalkProgs,
 		m.Walks,
 	)

@@ -198,6 +198,7 @@ const (
 	OffcpuMapTargetPids      = "target_pids"
 	OffcpuMapUnwindFiles     = "unwind_files"
 	OffcpuMapUnwindMappings  = "unwind_mappings"
+	OffcpuMapUnwindTableUsed = "unwind_table_used"
 	OffcpuMapWalks           = "walks"
 	OffcpuMapZeroPending     = "zero_pending"
 	OffcpuProgForgetExec     = "forget_exec"
@@ -263,32 +264,33 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
-	Comms          *ebpf.MapSpec `ebpf:"comms"`
-	Config         *ebpf.MapSpec `ebpf:"config"`
-	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
-	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
-	Pending        *ebpf.MapSpec `ebpf:"pending"`
-	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
-	Starts         *ebpf.MapSpec `ebpf:"starts"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	Walks          *ebpf.MapSpec `ebpf:"walks"`
-	ZeroPending    *ebpf.MapSpec `ebpf:"zero_pending"`
+	Comms           *ebpf.MapSpec `ebpf:"comms"`
+	Config          *ebpf.MapSpec `ebpf:"config"`
+	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids    *ebpf.MapSpec `ebpf:"excluded_pids"`
+	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
+	Pending         *ebpf.MapSpec `ebpf:"pending"`
+	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
+	Starts          *ebpf.MapSpec `ebpf:"starts"`
+	Stats           *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	Walks           *ebpf.MapSpec `ebpf:"walks"`
+	ZeroPending     *ebpf.MapSpec `ebpf:"zero_pending"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -322,32 +324,33 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
-	Comms          *ebpf.Map `ebpf:"comms"`
-	Config         *ebpf.Map `ebpf:"config"`
-	Counts0        *ebpf.Map `ebpf:"counts_0"`
-	Counts1        *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
-	Inflight       *ebpf.Map `ebpf:"inflight"`
-	NewPids        *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
-	Pending        *ebpf.Map `ebpf:"pending"`
-	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
-	PythonResults  *ebpf.Map `ebpf:"python_results"`
-	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
-	Starts         *ebpf.Map `ebpf:"starts"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TargetPids     *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	Walks          *ebpf.Map `ebpf:"walks"`
-	ZeroPending    *ebpf.Map `ebpf:"zero_pending"`
+	Comms           *ebpf.Map `ebpf:"comms"`
+	Config          *ebpf.Map `ebpf:"config"`
+	Counts0         *ebpf.Map `ebpf:"counts_0"`
+	Counts1         *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids    *ebpf.Map `ebpf:"excluded_pids"`
+	Inflight        *ebpf.Map `ebpf:"inflight"`
+	NewPids         *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
+	Pending         *ebpf.Map `ebpf:"pending"`
+	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
+	PythonResults   *ebpf.Map `ebpf:"python_results"`
+	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
+	Scratch         *ebpf.Map `ebpf:"scratch"`
+	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
+	Starts          *ebpf.Map `ebpf:"starts"`
+	Stats           *ebpf.Map `ebpf:"stats"`
+	TargetPids      *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
+	Walks           *ebpf.Map `ebpf:"walks"`
+	ZeroPending     *ebpf.Map `ebpf:"zero_pending"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -376,6 +379,7 @@ func (m *OffcpuMaps) Close() error {
 		m.TargetPids,
 		m.UnwindFiles,
 		m.UnwindMappings,
+		m.UnwindTableUsed,
 		m.Walks,
 		m.ZeroPending,
 	)

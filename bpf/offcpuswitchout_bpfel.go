@@ -183,6 +183,7 @@ const (
 	OffcpuSwitchoutMapTargetPids      = "target_pids"
 	OffcpuSwitchoutMapUnwindFiles     = "unwind_files"
 	OffcpuSwitchoutMapUnwindMappings  = "unwind_mappings"
+	OffcpuSwitchoutMapUnwindTableUsed = "unwind_table_used"
 	OffcpuSwitchoutMapUserStacks      = "user_stacks"
 	OffcpuSwitchoutMapWalkProgs       = "walk_progs"
 	OffcpuSwitchoutMapWalks           = "walks"
@@ -251,32 +252,33 @@ type OffcpuSwitchoutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutMapSpecs struct {
-	Comms          *ebpf.MapSpec `ebpf:"comms"`
-	Config         *ebpf.MapSpec `ebpf:"config"`
-	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids   *ebpf.MapSpec `ebpf:"excluded_pids"`
-	Inflight       *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids        *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes     *ebpf.MapSpec `ebpf:"open_scopes"`
-	PythonProcs    *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults  *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch  *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks    *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter    *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids       *ebpf.MapSpec `ebpf:"seen_pids"`
-	Sleeps         *ebpf.MapSpec `ebpf:"sleeps"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids     *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UserStacks     *ebpf.MapSpec `ebpf:"user_stacks"`
-	WalkProgs      *ebpf.MapSpec `ebpf:"walk_progs"`
-	Walks          *ebpf.MapSpec `ebpf:"walks"`
+	Comms           *ebpf.MapSpec `ebpf:"comms"`
+	Config          *ebpf.MapSpec `ebpf:"config"`
+	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids    *ebpf.MapSpec `ebpf:"excluded_pids"`
+	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
+	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
+	Sleeps          *ebpf.MapSpec `ebpf:"sleeps"`
+	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats           *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	UserStacks      *ebpf.MapSpec `ebpf:"user_stacks"`
+	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks           *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // OffcpuSwitchoutVariableSpecs contains global variables before they are loaded into the kernel.
@@ -310,32 +312,33 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutMaps struct {
-	Comms          *ebpf.Map `ebpf:"comms"`
-	Config         *ebpf.Map `ebpf:"config"`
-	Counts0        *ebpf.Map `ebpf:"counts_0"`
-	Counts1        *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids   *ebpf.Map `ebpf:"excluded_pids"`
-	Inflight       *ebpf.Map `ebpf:"inflight"`
-	NewPids        *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes     *ebpf.Map `ebpf:"open_scopes"`
-	PythonProcs    *ebpf.Map `ebpf:"python_procs"`
-	PythonResults  *ebpf.Map `ebpf:"python_results"`
-	PythonScratch  *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads  *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks    *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter    *ebpf.Map `ebpf:"rescan_after"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SeenPids       *ebpf.Map `ebpf:"seen_pids"`
-	Sleeps         *ebpf.Map `ebpf:"sleeps"`
-	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	TargetPids     *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles    *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings *ebpf.Map `ebpf:"unwind_mappings"`
-	UserStacks     *ebpf.Map `ebpf:"user_stacks"`
-	WalkProgs      *ebpf.Map `ebpf:"walk_progs"`
-	Walks          *ebpf.Map `ebpf:"walks"`
+	Comms           *ebpf.Map `ebpf:"comms"`
+	Config          *ebpf.Map `ebpf:"config"`
+	Counts0         *ebpf.Map `ebpf:"counts_0"`
+	Counts1         *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids    *ebpf.Map `ebpf:"excluded_pids"`
+	Inflight        *ebpf.Map `ebpf:"inflight"`
+	NewPids         *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
+	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
+	PythonResults   *ebpf.Map `ebpf:"python_results"`
+	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
+	Scratch         *ebpf.Map `ebpf:"scratch"`
+	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
+	Sleeps          *ebpf.Map `ebpf:"sleeps"`
+	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
+	Stats           *ebpf.Map `ebpf:"stats"`
+	TargetPids      *ebpf.Map `ebpf:"target_pids"`
+	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
+	UserStacks      *ebpf.Map `ebpf:"user_stacks"`
+	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
+	Walks           *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *OffcpuSwitchoutMaps) Close() error {
@@ -363,6 +366,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.TargetPids,
 		m.UnwindFiles,
 		m.UnwindMappings,
+		m.UnwindTableUsed,
 		m.UserStacks,
 		m.WalkProgs,
 		m.Walks,

@@ -11,10 +11,13 @@
  *   without fragmenting anything, within a memory budget user space keeps.
  * - unwind_mappings: an LPM trie from (pid, address) to the executable
  *   mapping holding the address: its bias (table pc = address - bias) and
- *   its file's table. Mapping ranges are split into power-of-two aligned
+ *   its file's table (UNWIND_TABLE_EVICTED: evicted, the walk ends there
+ *   and asks a rescan, which loads it again). Mapping ranges are split into power-of-two aligned
  *   blocks, so one longest-prefix lookup finds the mapping of any address
  *   in O(address bits), for thousands of processes at once. A mapping with
  *   no rows (no CFI: Go, JIT code) is walked with frame pointers.
+ * - unwind_table_used: per slot of unwind_files, set by the walks that use
+ *   its table, read and cleared by user space to find cold tables.
  * A process with no entry at all is not walked here: its stack is taken
  * with bpf_get_stack (frame pointers), as before its tables are loaded.
  *
@@ -26,8 +29,8 @@
  * frames a run and tail-call themselves (cpu.bpf.c, offcpu_switchout.bpf.c),
  * or step one frame per bpf_loop iteration (offcpu.bpf.c).
  *
- * Every program that includes this file has the two maps; user space shares
- * one pair between them (internal/unwinder.Tables).
+ * Every program that includes this file has these maps; user space shares
+ * them between the programs (internal/unwinder.Tables).
  */
 #ifndef BPFPROFILER_UNWIND_H
 #define BPFPROFILER_UNWIND_H
@@ -83,6 +86,9 @@ struct unwind_mapping {
 	u32 rows;  /* its rows; 0: no table, walk with the frame pointer */
 };
 
+/* unwind_mapping.table (rows 0) of a file whose table was evicted. */
+#define UNWIND_TABLE_EVICTED 0xffffffffu
+
 /*
  * Clang describes the inner maps' value type only as a declaration: this
  * unused constant keeps its layout in BTF, for the loader and bpf2go.
@@ -106,6 +112,18 @@ struct {
 			__type(value, struct unwind_row);
 		});
 } unwind_files SEC(".maps");
+
+/*
+ * unwind_files slot -> non-zero once a walk used its table since user space
+ * last cleared it: tables no walk uses are the first evicted when a new
+ * one needs room.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} unwind_table_used SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -205,9 +223,14 @@ static __always_inline struct unwind_row *find_row(u32 table, u32 count, u32 pc)
 	struct unwind_row *row;
 	void *rows;
 
+	u32 *used;
+
 	rows = bpf_map_lookup_elem(&unwind_files, &table);
 	if (!rows)
 		return NULL;
+	used = bpf_map_lookup_elem(&unwind_table_used, &table);
+	if (used && !*used)
+		*used = 1;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < UNWIND_SEARCH_STEPS; i++) {
 		u32 mid;
@@ -256,8 +279,12 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	m = find_mapping(pid, lookup);
 	if (!m)
 		return UNWIND_END_NO_MAPPING;
-	if (!m->rows)
+	if (!m->rows) {
+		/* Its table was evicted: a rescan loads it again. */
+		if (m->table == UNWIND_TABLE_EVICTED)
+			return UNWIND_END_NO_MAPPING;
 		goto frame_pointer;
+	}
 	pc = lookup - m->bias;
 	if (pc >> 32)
 		return UNWIND_END_NO_MAPPING;

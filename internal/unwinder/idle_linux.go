@@ -122,7 +122,7 @@ func (l *Loader) expireIdle(now time.Time) {
 
 // allocEvicting takes a slot and n rows of the budget, evicting idle
 // tables (oldest first, those idle for releaseDelay: no walk can still look
-// them up) until they fit.
+// them up), then cold ones (coldTables), until they fit.
 func (l *Loader) allocEvicting(n uint32) (uint32, bool) {
 	if slot, ok := l.budget.alloc(n); ok {
 		return slot, true
@@ -134,6 +134,13 @@ func (l *Loader) allocEvicting(n uint32) (uint32, bool) {
 		}
 		l.remove(t, true)
 		l.stats.IdleEvicted++
+		if slot, ok := l.budget.alloc(n); ok {
+			return slot, true
+		}
+	}
+	for _, t := range l.coldTables(now) {
+		l.evict(t)
+		l.stats.ColdEvicted++
 		if slot, ok := l.budget.alloc(n); ok {
 			return slot, true
 		}

@@ -27,6 +27,9 @@ type Maps struct {
 	Files    *ebpf.Map     // array of maps: slot -> a table, an array of bpf.CpuUnwindRow
 	Table    *ebpf.MapSpec // what a table is created from (its size set per file)
 	Mappings *ebpf.Map     // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
+	// Used (nil: not tracked) is per slot of Files non-zero once a walk
+	// used its table since the loader last read it (cold tables).
+	Used *ebpf.Map
 	// Runtimes are the maps the runtimes' walkers read per process, by
 	// runtime name (internal/runtimes: Runtime.ProcMap).
 	Runtimes map[string]*ebpf.Map
@@ -53,6 +56,9 @@ type fileTable struct {
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
 	stamps    map[fileKey]fileStamp
+	// usedAt is when a walk last used it (as of the last sweep), or when
+	// it was built (cold_linux.go).
+	usedAt time.Time
 }
 
 // loadedProcess is what the loader put in the maps for one process.
@@ -60,8 +66,14 @@ type loadedProcess struct {
 	start  uint64 // start time, to notice a reused pid
 	mapped uint64 // fingerprint of the executable mappings loaded
 	keys   []bpf.CpuUnwindMappingKey
-	files  []fileKey
-	pid    uint32
+	// keyFiles are the files of keys' mappings, one per key (zero: no
+	// table); files hold one reference per mapping of a file.
+	keyFiles []fileKey
+	files    []fileKey
+	pid      uint32
+	// evicted says a table of the process was evicted: its next rescan
+	// loads it again, even with its mappings unchanged.
+	evicted bool
 	// runtimes are the runtimes whose walker's map has its entry.
 	runtimes []*runtimes.Runtime
 }
@@ -145,12 +157,14 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 			continue
 		}
 		value := bpf.CpuUnwindMapping{}
+		var file fileKey
 		if m.FileBacked() {
 			if t, key := l.table(pid, m); t != nil {
 				lp.files = append(lp.files, key)
 				bias, err := loadBias(t.progs, m.Start, m.Offset)
 				if t.rows > 0 && err == nil {
 					value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
+					file = key
 				}
 				if rt := t.runtime; rt != nil && err == nil && !slices.Contains(lp.runtimes, rt.rt) && l.addRuntime(pid, rt, bias) {
 					lp.runtimes = append(lp.runtimes, rt.rt)
@@ -164,6 +178,7 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 				return fmt.Errorf("add mapping of pid %d: %w", pid, err)
 			}
 			lp.keys = append(lp.keys, key)
+			lp.keyFiles = append(lp.keyFiles, file)
 		}
 	}
 	return nil
@@ -203,7 +218,7 @@ func (l *Loader) Rescan(pid uint32) error {
 		l.stats.ProcessErrors++
 		return err
 	}
-	if lp, ok := l.procs[pid]; ok && lp.start == start && lp.mapped == fingerprint(maps) {
+	if lp, ok := l.procs[pid]; ok && lp.start == start && lp.mapped == fingerprint(maps) && !lp.evicted {
 		return nil
 	}
 	l.stats.Reloads++
@@ -263,6 +278,7 @@ func (l *Loader) Sweep() {
 	}
 	l.pending = kept
 	l.expireIdle(now)
+	l.markUsed(now)
 	l.stats.RowsUsed = l.budget.used
 }
 
@@ -417,7 +433,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 		l.budget.releaseSlot(slot)
 		return noTable, stamp, &Failure{Reason: capture.TableMapFailed, Err: err}
 	}
-	t.slot, t.rows = slot, uint32(len(rows))
+	t.slot, t.rows, t.usedAt = slot, uint32(len(rows)), time.Now()
 	l.shareByBuildID(t)
 	if len(rows) >= returnMemoryRows {
 		// Building it took several times its size in garbage (node:

@@ -43,8 +43,12 @@ func newTestMaps(t *testing.T, slots uint32) Maps {
 	require.NoError(t, err)
 	py, err := ebpf.NewMap(spec.Maps[bpf.CpuMapPythonProcs].Copy())
 	require.NoError(t, err)
-	t.Cleanup(func() { r.Close(); m.Close(); py.Close() })
-	return Maps{Files: r, Table: rs.InnerMap, Mappings: m, Runtimes: map[string]*ebpf.Map{capture.CPython.Name(): py}}
+	us := spec.Maps[bpf.CpuMapUnwindTableUsed].Copy()
+	us.MaxEntries = slots
+	u, err := ebpf.NewMap(us)
+	require.NoError(t, err)
+	t.Cleanup(func() { r.Close(); m.Close(); py.Close(); u.Close() })
+	return Maps{Files: r, Table: rs.InnerMap, Mappings: m, Used: u, Runtimes: map[string]*ebpf.Map{capture.CPython.Name(): py}}
 }
 
 // lookup does what bpf/unwind.h does for one address: the mapping, then

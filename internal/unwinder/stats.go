@@ -31,6 +31,9 @@ type Stats struct {
 	// maps their file again (IdleReused) until they expire or their rows
 	// are needed (IdleEvicted).
 	IdleTables, IdleReused, IdleEvicted uint64
+	// ColdEvicted counts tables in use that no walk had used for
+	// coldTableAge, evicted for the rows of a new table.
+	ColdEvicted uint64
 	// Runtimes count, by runtime name (internal/runtimes), what concerns
 	// the runtimes' walkers.
 	Runtimes map[string]RuntimeStats

@@ -84,10 +84,19 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 		_ = r.Close()
 		return nil, fmt.Errorf("create unwind mappings map: %w", memlock.Explain(err))
 	}
-	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m}
+	us := spec.Maps[bpf.CpuMapUnwindTableUsed].Copy()
+	us.MaxEntries = maxTables
+	u, err := ebpf.NewMap(us)
+	if err != nil {
+		_ = r.Close()
+		_ = m.Close()
+		return nil, fmt.Errorf("create unwind table use map: %w", memlock.Explain(err))
+	}
+	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m, Used: u}
 	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
 		_ = r.Close()
 		_ = m.Close()
+		_ = u.Close()
 		return nil, err
 	}
 	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
@@ -137,7 +146,7 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
-	errs := []error{t.maps.Files.Close(), t.maps.Mappings.Close()}
+	errs := []error{t.maps.Files.Close(), t.maps.Mappings.Close(), t.maps.Used.Close()}
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
 	}
@@ -171,7 +180,8 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 			return nil, fmt.Errorf("set unwind_tables: %w", err)
 		}
 	}
-	repl := map[string]*ebpf.Map{bpf.CpuMapUnwindFiles: tables.maps.Files, bpf.CpuMapUnwindMappings: tables.maps.Mappings}
+	repl := map[string]*ebpf.Map{bpf.CpuMapUnwindFiles: tables.maps.Files, bpf.CpuMapUnwindMappings: tables.maps.Mappings,
+		bpf.CpuMapUnwindTableUsed: tables.maps.Used}
 	for name, m := range repl {
 		ms, ok := spec.Maps[name]
 		if !ok {
