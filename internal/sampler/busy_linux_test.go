@@ -139,8 +139,8 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 	_ = s.Close()
 
 	ts := tables.Stats()
-	t.Logf("%d runtimes; tables %d, %d rows (%.1f MiB) of %d; failed %v; unwind ends %v",
-		len(started), ts.Tables, ts.RowsUsed, float64(ts.RowsUsed*8)/(1<<20), ts.RowCapacity, ts.Failed, st.UnwindEnds)
+	t.Logf("%d runtimes; tables %d, %d rows (%.1f MiB) of %d; failed %v; unwind ends %v; rescans %d, reloads %d",
+		len(started), ts.Tables, ts.RowsUsed, float64(ts.RowsUsed*8)/(1<<20), ts.RowCapacity, ts.Failed, st.UnwindEnds, ts.Rescans, ts.Reloads)
 	assert.Zero(t, ts.Failed[capture.TableSpaceFull], "space_full")
 	assert.Zero(t, ts.Failed[capture.TableMapFailed], "map_failed")
 	assert.Zero(t, ts.Failed[capture.TableTooLarge], "too_large")
