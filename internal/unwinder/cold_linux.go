@@ -26,8 +26,8 @@ const evictedTable = 0xffffffff
 const usedBatch = 4096
 
 // markUsed stamps the tables walks used since the last call with now and
-// clears their marks: a few syscalls for all slots, whatever the number of
-// processes.
+// clears their marks: a syscall per usedBatch slots handed out, whatever
+// the number of processes.
 func (l *Loader) markUsed(now time.Time) {
 	if l.maps.Used == nil {
 		return
@@ -38,10 +38,14 @@ func (l *Loader) markUsed(now time.Time) {
 			bySlot[t.slot] = t
 		}
 	}
-	keys, values := make([]uint32, usedBatch), make([]uint32, usedBatch)
+	// Slots above the highest ever handed out were never used.
+	limit := l.budget.next
+	keys, values := make([]uint32, min(usedBatch, limit)), make([]uint32, min(usedBatch, limit))
 	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := l.maps.Used.BatchLookup(&cursor, keys, values, nil)
+	for done := uint32(0); done < limit; {
+		count := min(usedBatch, limit-done)
+		n, err := l.maps.Used.BatchLookup(&cursor, keys[:count], values[:count], nil)
+		done += uint32(n)
 		for i := range n {
 			if values[i] == 0 {
 				continue
@@ -51,10 +55,13 @@ func (l *Loader) markUsed(now time.Time) {
 			}
 			_ = l.maps.Used.Put(keys[i], uint32(0)) // an array: always there
 		}
-		if err != nil {
-			if !errors.Is(err, ebpf.ErrKeyNotExist) { // not the end: no batch lookups (before 5.6)
-				l.markUsedEach(bySlot, now)
-			}
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return // the array's end
+		case err != nil: // no batch lookups (before 5.6)
+			l.markUsedEach(bySlot, now)
+			return
+		case n == 0:
 			return
 		}
 	}
