@@ -6,6 +6,7 @@ package procfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -106,9 +107,15 @@ func (fs FS) Status(pid uint32) (Status, error) {
 
 // StartTime returns the start time of pid in clock ticks since boot (field
 // 22 of the stat file). Together with the pid it identifies a process.
+// It reads the main thread's stat file, which has the process's start
+// time: the process's own sums the times of all its threads first.
 func (fs FS) StartTime(pid uint32) (uint64, error) {
-	name := fs.Path(pid, "stat")
-	b, err := os.ReadFile(name)
+	name := fs.Path(pid, "task/"+strconv.FormatUint(uint64(pid), 10)+"/stat")
+	b, err := readSmall(name)
+	if errors.Is(err, os.ErrNotExist) { // a tree without tasks (or the process is gone)
+		name = fs.Path(pid, "stat")
+		b, err = readSmall(name)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", name, err)
 	}
@@ -117,6 +124,28 @@ func (fs FS) StartTime(pid uint32) (uint64, error) {
 		return 0, fmt.Errorf("read %s: %w", name, err)
 	}
 	return t, nil
+}
+
+// smallFile is more than a stat file holds (its comm is at most 64 bytes,
+// its 52 numbers at most 20 digits each).
+const smallFile = 2048
+
+// readSmall reads a proc file of at most smallFile bytes in one read.
+func readSmall(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, smallFile)
+	n, err := f.Read(b)
+	if err != nil {
+		return nil, err
+	}
+	if n == len(b) {
+		return nil, fmt.Errorf("more than %d bytes", smallFile)
+	}
+	return b[:n], nil
 }
 
 // maxArgv0 bounds what Argv0 reads: the command line is the process's to

@@ -204,8 +204,14 @@ func TestFSSelf(t *testing.T) {
 	st, err := fs.Status(pid)
 	require.NoError(t, err)
 	assert.Equal(t, pid, st.Tgid)
-	_, err = fs.StartTime(pid)
+	// The main thread's start time is the process's.
+	start, err := fs.StartTime(pid)
 	require.NoError(t, err)
+	b, err := os.ReadFile("/proc/self/stat")
+	require.NoError(t, err)
+	want, err := ParseStatStartTime(b)
+	require.NoError(t, err)
+	assert.Equal(t, want, start)
 }
 
 func FuzzParseMaps(f *testing.F) {
