@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -12,8 +14,13 @@ const (
 	Temurin25 = "/usr/lib/jvm/temurin-25-jdk-amd64"
 )
 
-// JDKs returns the JDKs to test: OpenJDK 17 (missing: SkipOrFail) and
-// Temurin 25 where the machine has it.
+// ExtraJDKsEnv names more JDK homes to test, separated by colons (e.g.
+// OpenJDK 11 and 21 extracted from Debian's packages).
+const ExtraJDKsEnv = "BPFPROFILER_EXTRA_JDKS"
+
+// JDKs returns the JDKs to test: OpenJDK 17 (missing: SkipOrFail),
+// Temurin 25 where the machine has it, and those of ExtraJDKsEnv (each must
+// have bin/java).
 func JDKs(t testing.TB) []string {
 	t.Helper()
 	if _, err := os.Stat(OpenJDK17); err != nil {
@@ -24,6 +31,15 @@ func JDKs(t testing.TB) []string {
 		jdks = append(jdks, Temurin25)
 	} else {
 		t.Logf("Temurin 25 not on this machine: %v", err)
+	}
+	for _, home := range strings.Split(os.Getenv(ExtraJDKsEnv), ":") {
+		if home == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(home, "bin", "java")); err != nil {
+			t.Fatalf("%s: %v", ExtraJDKsEnv, err)
+		}
+		jdks = append(jdks, home)
 	}
 	return jdks
 }
