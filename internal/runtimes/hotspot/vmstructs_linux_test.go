@@ -161,7 +161,11 @@ func eachBlob(t *testing.T, mem *os.File, l *Layout, cc *CodeCache, fn func(pc u
 			}
 			pc := h.Low + uint64(i)<<h.Log2Segment
 			blob, err := BlobAt(mem, l, h, pc)
-			require.NoError(t, err)
+			if err != nil {
+				// The JVM freed or merged the block since segs was read
+				// (seen on OpenJDK 17: "in no block").
+				continue
+			}
 			name, err := BlobName(mem, l, blob)
 			if err != nil {
 				continue // freed meanwhile
