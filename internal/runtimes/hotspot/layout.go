@@ -36,6 +36,12 @@ type Layout struct {
 	// ConstantPool::_pool_holder, _source_file_name_index, its size (its
 	// slots follow it); Klass::_name; Symbol::_length (u2) and _body.
 	PoolHolder, PoolSourceFile, PoolSize, KlassName, SymbolLength, SymbolBody uint64
+	// Where the source file's index is not the pool's but the class's
+	// (InstanceKlass::_source_file_name_index, JDK 11): PoolSourceFile is
+	// its offset in the InstanceKlass, whose pool, InstanceKlass::_constants
+	// at KlassConstants, it indexes.
+	SourceFileInKlass bool
+	KlassConstants    uint64
 	// An interpreted frame's Method* and bytecode pointer, in words from
 	// its frame pointer.
 	FrameMethod, FrameBCP int64
@@ -49,6 +55,17 @@ func (vm *VMStructs) FieldOf(typ, field string) (Field, bool) {
 		}
 		if typ = vm.Types[typ].Super; typ == "" {
 			break
+		}
+	}
+	return Field{}, false
+}
+
+// instanceField returns the first of fields (type, field) that vm has as
+// an instance field, its own or inherited.
+func (vm *VMStructs) instanceField(fields ...[2]string) (Field, bool) {
+	for _, tf := range fields {
+		if f, ok := vm.FieldOf(tf[0], tf[1]); ok && !f.Static {
+			return f, true
 		}
 	}
 	return Field{}, false
@@ -82,7 +99,6 @@ func NewLayout(vm *VMStructs) (*Layout, error) {
 		HeapsAddr:            static("CodeCache", "_heaps"),
 		LowBoundAddr:         static("CodeCache", "_low_bound"),
 		HighBoundAddr:        static("CodeCache", "_high_bound"),
-		ArrayLen:             offset("GrowableArrayBase", "_len"),
 		ArrayData:            offset("GrowableArray<int>", "_data"),
 		HeapMemory:           offset("CodeHeap", "_memory"),
 		HeapSegmap:           offset("CodeHeap", "_segmap"),
@@ -100,7 +116,6 @@ func NewLayout(vm *VMStructs) (*Layout, error) {
 		ConstMethodSignature: offset("ConstMethod", "_signature_index"),
 		ConstMethodSize:      size("ConstMethod"),
 		PoolHolder:           offset("ConstantPool", "_pool_holder"),
-		PoolSourceFile:       offset("ConstantPool", "_source_file_name_index"),
 		PoolSize:             size("ConstantPool"),
 		KlassName:            offset("Klass", "_name"),
 		SymbolLength:         offset("Symbol", "_length"),
@@ -111,6 +126,24 @@ func NewLayout(vm *VMStructs) (*Layout, error) {
 		l.SymbolBody = f.Offset
 	} else {
 		l.SymbolBody = offset("Symbol", "_body")
+	}
+	// The length of a GrowableArray is in its untyped base class,
+	// GrowableArrayBase, GenericGrowableArray before (JDK 11); the tables
+	// do not name it as GrowableArray<int>'s superclass.
+	if f, ok := vm.instanceField([2]string{"GrowableArrayBase", "_len"}, [2]string{"GenericGrowableArray", "_len"}); ok {
+		l.ArrayLen = f.Offset
+	} else {
+		missing = append(missing, "GrowableArrayBase::_len (or GenericGrowableArray::_len)")
+	}
+	// The index of the class's SourceFile attribute: the constant pool's,
+	// the InstanceKlass's before (JDK 11).
+	if f, ok := vm.instanceField([2]string{"ConstantPool", "_source_file_name_index"}); ok {
+		l.PoolSourceFile = f.Offset
+	} else if f, ok := vm.instanceField([2]string{"InstanceKlass", "_source_file_name_index"}); ok {
+		l.PoolSourceFile, l.SourceFileInKlass = f.Offset, true
+		l.KlassConstants = offset("InstanceKlass", "_constants")
+	} else {
+		missing = append(missing, "ConstantPool::_source_file_name_index (or InstanceKlass::_source_file_name_index)")
 	}
 	if f, ok := vm.FieldOf("CodeBlob", "_code_offset"); ok {
 		l.BlobCode, l.BlobCodeIsOffset = f.Offset, true

@@ -56,15 +56,24 @@ func ReadMethod(mem io.ReaderAt, l *Layout, method uint64) (Method, error) {
 	if err != nil {
 		return Method{}, fmt.Errorf("the class's name: %w", err)
 	}
+	// The SourceFile attribute's index, and the pool it indexes: the
+	// method's, or the class's where the class holds the index.
+	sourcePool, sourceIndex := cp, cp+l.PoolSourceFile
+	if l.SourceFileInKlass {
+		if sourcePool, err = r.u64(holder + l.KlassConstants); err != nil {
+			return Method{}, fmt.Errorf("the class's constant pool: %w", err)
+		}
+		sourceIndex = holder + l.PoolSourceFile
+	}
 	var m Method
 	if m.Class, err = r.symbol(l, klassName); err != nil {
 		return Method{}, fmt.Errorf("class name: %w", err)
 	}
 	m.Class = strings.ReplaceAll(m.Class, "/", ".")
 	for _, f := range []struct {
-		dst   *string
-		index uint64
-	}{{&m.Name, cm + l.ConstMethodName}, {&m.Signature, cm + l.ConstMethodSignature}, {&m.SourceFile, cp + l.PoolSourceFile}} {
+		dst         *string
+		index, pool uint64
+	}{{&m.Name, cm + l.ConstMethodName, cp}, {&m.Signature, cm + l.ConstMethodSignature, cp}, {&m.SourceFile, sourceIndex, sourcePool}} {
 		b, err := r.bytes(f.index, 2)
 		if err != nil {
 			return Method{}, err
@@ -73,7 +82,7 @@ func ReadMethod(mem io.ReaderAt, l *Layout, method uint64) (Method, error) {
 			continue // no SourceFile attribute
 		}
 		// The pool's slots follow it, a word each.
-		sym, err := r.u64(cp + l.PoolSize + 8*uint64(binary.LittleEndian.Uint16(b)))
+		sym, err := r.u64(f.pool + l.PoolSize + 8*uint64(binary.LittleEndian.Uint16(b)))
 		if err != nil {
 			return Method{}, err
 		}
