@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pprofile"
@@ -23,15 +24,27 @@ const maxTableLength = math.MaxInt32
 type dictionaryBuilder struct {
 	dict pprofile.ProfilesDictionary
 
-	strings    map[string]int32
-	functions  map[functionKey]int32
-	mappings   map[report.Mapping]int32
-	locations  map[string]int32 // key: encoded location content
-	stacks     map[string]int32 // key: encoded location indices
-	attributes map[attributeKey]int32
-	links      map[report.ScopeLink]int32
+	strings   map[string]int32
+	functions map[functionKey]int32
+	mappings  map[report.Mapping]int32
+	locations map[string]int32 // key: encoded location content
+	// fileLocations are the locations of addresses in mapped files, by
+	// the symbolizer's shared Mapping value: the same address names the
+	// same frames throughout a report, and most repeat in many samples.
+	fileLocations map[fileLocationKey]int32
+	stacks        map[string]int32 // key: encoded location indices
+	attributes    map[attributeKey]int32
+	links         map[report.ScopeLink]int32
 
 	scratch []byte
+}
+
+// fileLocationKey is an address of a mapped file and the number of frames
+// it expands to.
+type fileLocationKey struct {
+	mapping *report.Mapping
+	address uint64
+	frames  int
 }
 
 // functionKey identifies a function; named says it has a symbol name (a
@@ -52,14 +65,15 @@ type attributeKey struct {
 
 func newDictionaryBuilder(dict pprofile.ProfilesDictionary) *dictionaryBuilder {
 	b := &dictionaryBuilder{
-		dict:       dict,
-		strings:    map[string]int32{"": 0},
-		functions:  map[functionKey]int32{{}: 0},
-		mappings:   map[report.Mapping]int32{{}: 0},
-		locations:  map[string]int32{},
-		stacks:     map[string]int32{"": 0},
-		attributes: map[attributeKey]int32{},
-		links:      map[report.ScopeLink]int32{},
+		dict:          dict,
+		strings:       map[string]int32{"": 0},
+		functions:     map[functionKey]int32{{}: 0},
+		mappings:      map[report.Mapping]int32{{}: 0},
+		locations:     map[string]int32{},
+		fileLocations: map[fileLocationKey]int32{},
+		stacks:        map[string]int32{"": 0},
+		attributes:    map[attributeKey]int32{},
+		links:         map[report.ScopeLink]int32{},
 	}
 	dict.StringTable().Append("")
 	dict.FunctionTable().AppendEmpty()
@@ -239,6 +253,22 @@ func (b *dictionaryBuilder) mapping(m *report.Mapping) (int32, error) {
 // into, innermost first, all at the same address.
 func (b *dictionaryBuilder) location(frames []report.Frame) (int32, error) {
 	outer := frames[len(frames)-1]
+	var fk fileLocationKey
+	if m := outer.Mapping; m != nil && strings.HasPrefix(m.File, "/") && (outer.Type == report.FrameNative || outer.Type == report.FrameGo) {
+		fk = fileLocationKey{m, outer.Address, len(frames)}
+		if i, ok := b.fileLocations[fk]; ok {
+			return i, nil
+		}
+	}
+	i, err := b.newLocation(frames, outer)
+	if err == nil && fk.mapping != nil {
+		b.fileLocations[fk] = i
+	}
+	return i, err
+}
+
+// newLocation is location without the file locations' shortcut.
+func (b *dictionaryBuilder) newLocation(frames []report.Frame, outer report.Frame) (int32, error) {
 	mi, err := b.mapping(outer.Mapping)
 	if err != nil {
 		return 0, err
