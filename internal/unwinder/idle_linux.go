@@ -91,7 +91,7 @@ func (l *Loader) revive(pid uint32, m procfs.Map, key fileKey, t *fileTable) boo
 		l.remove(t, false)
 		return false
 	}
-	t.idleSince = time.Time{}
+	t.idleSince, t.usedAt = time.Time{}, time.Now() // in use again: not cold
 	l.stats.IdleReused++
 	return true
 }

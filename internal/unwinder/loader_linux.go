@@ -360,7 +360,7 @@ func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
 			t = &fileTable{}
 		}
 		if !t.idleSince.IsZero() { // an idle copy with the same build id
-			t.idleSince = time.Time{}
+			t.idleSince, t.usedAt = time.Time{}, time.Now() // in use again: not cold
 			l.stats.IdleReused++
 		}
 		t.keys = append(t.keys, key)
