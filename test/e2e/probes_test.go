@@ -159,27 +159,42 @@ func matchScopes(durations, calls []time.Duration, minDuration time.Duration) er
 		}
 		return scopeTolerance(calls[j])
 	}
-	j := 0
-	for i, d := range durations {
-		for ; j < len(calls); j++ {
-			if d <= calls[j] && calls[j]-d <= match(j) && d >= minDuration {
-				break
+	// A record may fit two calls (on 6.1 the first call, a 2 ms sleep,
+	// lasted 13.7 ms beside the 12 ms one's 13.7 ms): try pairing it with
+	// the call, then leaving the call without a record where that is
+	// allowed. The first failure of the pairing-first order is reported.
+	var try func(i, j int) error
+	try = func(i, j int) error {
+		if i == len(durations) {
+			for ; j < len(calls); j++ {
+				if calls[j] >= minDuration+tolerance(j) {
+					return fmt.Errorf("the workload's call %d (%v) has no record", j, calls[j])
+				}
 			}
-			if calls[j] >= minDuration+tolerance(j) {
-				return fmt.Errorf("record %d (%v): the workload's call %d (%v) has no record", i, d, j, calls[j])
-			}
+			return nil
 		}
+		d := durations[i]
 		if j == len(calls) {
 			return fmt.Errorf("record %d (%v) matches no call of the workload %v", i, d, calls)
 		}
-		j++
-	}
-	for ; j < len(calls); j++ {
-		if calls[j] >= minDuration+tolerance(j) {
-			return fmt.Errorf("the workload's call %d (%v) has no record", j, calls[j])
+		var err error
+		if d <= calls[j] && calls[j]-d <= match(j) && d >= minDuration {
+			if err = try(i+1, j+1); err == nil {
+				return nil
+			}
 		}
+		if calls[j] >= minDuration+tolerance(j) {
+			if err == nil {
+				err = fmt.Errorf("record %d (%v): the workload's call %d (%v) has no record", i, d, j, calls[j])
+			}
+			return err
+		}
+		if skipped := try(i, j+1); skipped == nil || err == nil {
+			return skipped
+		}
+		return err
 	}
-	return nil
+	return try(0, 0)
 }
 
 // mainThreadScopes returns the durations of the "timed" calls the scopes
@@ -233,11 +248,15 @@ func TestMatchScopes(t *testing.T) {
 		{"a later call much longer than its record", ms(10.4, 13.5, 30.9, 46.9, 25.6, 15.6), false},
 		{"the second call slowed by the uprobe setup", ms(13.4, 30.4, 50.6, 25.3, 15.3), true},
 		{"the second call not recorded", ms(30.4, 50.6, 25.3, 15.3), false},
+		{"the first call, as long as the second, not recorded", ms(13.07, 30.99, 50.60, 25.60, 16.0), true},
+		{"neither of the first two calls recorded", ms(30.99, 50.60, 25.60, 16.0), false},
 	} {
 		c := calls
 		switch {
 		case strings.Contains(tt.name, "stretched"):
 			c = stretched
+		case strings.Contains(tt.name, "first call,"), strings.Contains(tt.name, "first two"):
+			c = ms(13.747, 13.744, 31.137, 50.700, 25.697, 1.364, 1.224, 1.265, 16.051, 8.668) // seen on 6.1 under qemu
 		case strings.Contains(tt.name, "second call"):
 			c = ms(4.4, 17.8, 30.6, 50.6, 25.3, 1.2, 1.2, 1.2, 15.4, 8.3) // seen on 5.10 under qemu
 		case strings.Contains(tt.name, "slowed"), strings.Contains(tt.name, "later call"):
