@@ -32,10 +32,6 @@ type elfFile struct {
 	symSrc    []rawSymbols // the debug file's .symtab, then .symtab, then .dynsym
 	syms      symbolTable
 	symsBuilt bool
-	// names are symbol's answers: the frames of a report recur in the
-	// next ones, and each lookup would read the string table's pages
-	// again (released once the table is built). At most maxCachedNames.
-	names map[uint64]string
 
 	// hasSymtab says the file's own .symtab names functions; without it
 	// (and without a pclntab) the separate debug file is looked for.
@@ -124,24 +120,13 @@ func (ef *elfFile) symbol(vaddr uint64) string {
 		}
 		ef.symSrc = nil
 	}
-	if name, ok := ef.names[vaddr]; ok {
-		return name
-	}
-	if ef.names == nil || len(ef.names) >= maxCachedNames {
-		ef.names = make(map[uint64]string)
-	}
-	name := ef.syms.lookup(vaddr)
-	ef.names[vaddr] = name
-	return name
+	return ef.syms.lookup(vaddr)
 }
-
-// maxCachedNames bounds the names cached per file (elfFile.names).
-const maxCachedNames = 1 << 10
 
 // heapCost estimates the Go heap held by ef, for the cache budget.
 func (ef *elfFile) heapCost() int64 {
 	const base = 1 << 10
-	cost := int64(base + len(ef.loads)*64 + len(ef.syms.entries)*16 + maxCachedNames*64)
+	cost := int64(base + len(ef.loads)*64 + len(ef.syms.entries)*16)
 	if ef.gotab != nil && ef.gotab.legacy != nil {
 		cost += int64(len(ef.gotab.legacy.Funcs)) * 256
 	}
