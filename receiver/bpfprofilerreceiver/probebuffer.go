@@ -54,13 +54,13 @@ func (b *recordBuffer) add(recs []assemble.ReadScope) int {
 	return n
 }
 
-// take hands out the oldest waiting records, at most batch; they stay held
-// until done is called with their number.
-func (b *recordBuffer) take() []assemble.ReadScope {
+// take hands out the oldest waiting records, at most batch, if at least
+// least are waiting; they stay held until done is called with their number.
+func (b *recordBuffer) take(least int) []assemble.ReadScope {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := min(len(b.pending), b.batch)
-	if n == 0 {
+	if n == 0 || n < least {
 		return nil
 	}
 	out := b.pending[:n:n]

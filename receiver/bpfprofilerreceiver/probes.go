@@ -118,26 +118,32 @@ func (p *probeRunner) flushLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-p.buf.ready:
 		}
-		p.flush(ctx)
+		p.flush(ctx, false)
 	}
 }
 
 // flushAll delivers what is left once the source is stopped (Shutdown).
-func (p *probeRunner) flushAll(ctx context.Context) { p.flush(ctx) }
+func (p *probeRunner) flushAll(ctx context.Context) { p.flush(ctx, true) }
 
-// flush counts the kernel's drops and delivers every waiting record, batch
-// by batch.
-func (p *probeRunner) flush(ctx context.Context) {
+// flush counts the kernel's drops and delivers the waiting records, batch
+// by batch. Unless all, it stops at a partial batch after the first: records
+// read while a batch was in delivery wait for the next interval instead of
+// making a ConsumeLogs call each.
+func (p *probeRunner) flush(ctx context.Context, all bool) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
 	p.countKernelDrops(ctx)
+	least := 1
 	for ctx.Err() == nil {
-		batch := p.buf.take()
+		batch := p.buf.take(least)
 		if len(batch) == 0 {
 			return
 		}
 		p.send(ctx, batch)
 		p.buf.done(len(batch))
+		if !all {
+			least = p.buf.batch
+		}
 	}
 }
 

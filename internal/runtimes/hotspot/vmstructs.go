@@ -256,7 +256,7 @@ func (r *memReader) table(u64 func(string) (uint64, error), array, prefix string
 		if err != nil {
 			return err
 		}
-		if off+8 > stride {
+		if stride < 8 || off > stride-8 { // no wrap: off comes from the process
 			return fmt.Errorf("%s%sOffset %d outside an entry of %d bytes", prefix, f, off, stride)
 		}
 		offsets[f] = off

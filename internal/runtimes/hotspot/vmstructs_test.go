@@ -128,6 +128,8 @@ func TestReadHostileTables(t *testing.T) {
 		{"no table yet", func(im *image) { im.put64(im.syms["gHotSpotVMTypes"], 0) }, ErrNotInitialised.Error()},
 		{"huge stride", func(im *image) { im.put64(im.syms["gHotSpotVMStructEntryArrayStride"], 1<<20) }, "at most 256"},
 		{"offset outside the entry", func(im *image) { im.put64(im.syms["gHotSpotVMTypeEntrySizeOffset"], 64) }, "outside an entry"},
+		{"offset that wraps past the entry", func(im *image) { im.put64(im.syms["gHotSpotVMTypeEntrySizeOffset"], ^uint64(5)) }, "outside an entry"},
+		{"stride shorter than a field", func(im *image) { im.put64(im.syms["gHotSpotVMTypeEntryArrayStride"], 4) }, "outside an entry"},
 		{"table out of memory", func(im *image) { im.put64(im.syms["gHotSpotVMStructs"], 0xdead0000) }, "gHotSpotVMStructs[0]"},
 		{"missing export", func(im *image) { delete(im.syms, "gHotSpotVMLongConstants") }, "exports no gHotSpotVMLongConstants"},
 		{"unterminated name", func(im *image) {
