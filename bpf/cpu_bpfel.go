@@ -13,6 +13,32 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CpuHotspotProc struct {
+	_     structs.HostLayout
+	Heaps [4]struct {
+		_           structs.HostLayout
+		Low         uint64
+		High        uint64
+		Segmap      uint64
+		Log2Segment uint32
+		Reserved    uint32
+	}
+	InterpLow         uint64
+	InterpHigh        uint64
+	HeapsN            uint32
+	BlockHeader       uint16
+	BlobFrameSize     uint16
+	BlobFrameComplete uint16
+	BlobCode          uint16
+	InterpSenderSp    int16
+	InterpMethod      int16
+	InterpBcp         int16
+	MethodConst       uint16
+	ConstMethodSize   uint16
+	FrameComplete16   uint8
+	CodeIsOffset      uint8
+}
+
 type CpuInflightSeq struct {
 	_     structs.HostLayout
 	Enter uint64
@@ -154,6 +180,7 @@ const (
 	CpuMapConfig          = "config"
 	CpuMapCounts0         = "counts_0"
 	CpuMapCounts1         = "counts_1"
+	CpuMapHotspotProcs    = "hotspot_procs"
 	CpuMapInflight        = "inflight"
 	CpuMapNewPids         = "new_pids"
 	CpuMapOpenScopes      = "open_scopes"
@@ -240,6 +267,7 @@ type CpuMapSpecs struct {
 	Config          *ebpf.MapSpec `ebpf:"config"`
 	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
+	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
@@ -296,6 +324,7 @@ type CpuMaps struct {
 	Config          *ebpf.Map `ebpf:"config"`
 	Counts0         *ebpf.Map `ebpf:"counts_0"`
 	Counts1         *ebpf.Map `ebpf:"counts_1"`
+	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight        *ebpf.Map `ebpf:"inflight"`
 	NewPids         *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
@@ -324,6 +353,7 @@ func (m *CpuMaps) Close() error {
 		m.Config,
 		m.Counts0,
 		m.Counts1,
+		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,
 		m.OpenScopes,

@@ -13,6 +13,32 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuSwitchoutHotspotProc struct {
+	_     structs.HostLayout
+	Heaps [4]struct {
+		_           structs.HostLayout
+		Low         uint64
+		High        uint64
+		Segmap      uint64
+		Log2Segment uint32
+		Reserved    uint32
+	}
+	InterpLow         uint64
+	InterpHigh        uint64
+	HeapsN            uint32
+	BlockHeader       uint16
+	BlobFrameSize     uint16
+	BlobFrameComplete uint16
+	BlobCode          uint16
+	InterpSenderSp    int16
+	InterpMethod      int16
+	InterpBcp         int16
+	MethodConst       uint16
+	ConstMethodSize   uint16
+	FrameComplete16   uint8
+	CodeIsOffset      uint8
+}
+
 type OffcpuSwitchoutInflightSeq struct {
 	_     structs.HostLayout
 	Enter uint64
@@ -165,6 +191,7 @@ const (
 	OffcpuSwitchoutMapCounts0         = "counts_0"
 	OffcpuSwitchoutMapCounts1         = "counts_1"
 	OffcpuSwitchoutMapExcludedPids    = "excluded_pids"
+	OffcpuSwitchoutMapHotspotProcs    = "hotspot_procs"
 	OffcpuSwitchoutMapInflight        = "inflight"
 	OffcpuSwitchoutMapNewPids         = "new_pids"
 	OffcpuSwitchoutMapOpenScopes      = "open_scopes"
@@ -257,6 +284,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids    *ebpf.MapSpec `ebpf:"excluded_pids"`
+	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
@@ -317,6 +345,7 @@ type OffcpuSwitchoutMaps struct {
 	Counts0         *ebpf.Map `ebpf:"counts_0"`
 	Counts1         *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids    *ebpf.Map `ebpf:"excluded_pids"`
+	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight        *ebpf.Map `ebpf:"inflight"`
 	NewPids         *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
@@ -348,6 +377,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,
 		m.OpenScopes,

@@ -15,7 +15,8 @@
  *   and asks a rescan, which loads it again). Mapping ranges are split into power-of-two aligned
  *   blocks, so one longest-prefix lookup finds the mapping of any address
  *   in O(address bits), for thousands of processes at once. A mapping with
- *   no rows (no CFI: Go, JIT code) is walked with frame pointers.
+ *   no rows (no CFI: Go, JIT code) is walked with frame pointers, but
+ *   for the Java frames of a JVM's code cache (UNWIND_TABLE_ANON, hotspot.h).
  * - unwind_table_used: per slot of unwind_files, set by the walks that use
  *   its table, read and cleared by user space to find cold tables.
  * A process with no entry at all is not walked here: its stack is taken
@@ -88,6 +89,8 @@ struct unwind_mapping {
 
 /* unwind_mapping.table (rows 0) of a file whose table was evicted. */
 #define UNWIND_TABLE_EVICTED 0xffffffffu
+/* unwind_mapping.table (rows 0) of anonymous executable memory: JIT code. */
+#define UNWIND_TABLE_ANON 0xfffffffeu
 
 /*
  * Clang describes the inner maps' value type only as a declaration: this
@@ -259,13 +262,16 @@ static __always_inline int read_user_u64(u64 *dst, u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+#include "hotspot.h" /* JIT code's runtimes: after what they use */
+
 /*
  * One frame up from regs (the frame of a function at regs->ip): sets regs
  * to the caller's. Returns an enum unwind_end reason to stop, or -1 to go
  * on. first says regs are the interrupted ones (ip is the faulting or
- * interrupted instruction, not a return address).
+ * interrupted instruction, not a return address). A runtime's frame that
+ * carries more than its pc sets *word (hotspot.h).
  */
-static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int first)
+static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int first, u64 *word)
 {
 	struct unwind_mapping *m;
 	struct unwind_row *row;
@@ -283,6 +289,12 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		/* Its table was evicted: a rescan loads it again. */
 		if (m->table == UNWIND_TABLE_EVICTED)
 			return UNWIND_END_NO_MAPPING;
+		if (m->table == UNWIND_TABLE_ANON) {
+			int r = hotspot_step(regs, pid, first, lookup, word);
+
+			if (r != HOTSPOT_FRAME_POINTER)
+				return r;
+		}
 		goto frame_pointer;
 	}
 	pc = lookup - m->bias;
@@ -372,13 +384,24 @@ static __always_inline int unwind_walk_start(struct unwind_walk *w, u32 pid)
 static __always_inline int unwind_walk_one(struct unwind_walk *w, u64 *frames)
 {
 	u32 n = w->frames;
+	u64 word = 0;
 	int r;
 
 	if (n >= MAX_STACK_DEPTH)
 		return UNWIND_END_DEPTH;
 	frames[n] = w->regs.ip;
 	w->frames = n + 1;
-	r = unwind_step(&w->regs, w->pid, w->first);
+	r = unwind_step(&w->regs, w->pid, w->first, &word);
+	/* A runtime's word follows its frame's pc, when there is room. */
+	if (word) {
+		u32 m = n + 1;
+
+		asm volatile("" : "+r"(m)); /* the verifier bounds m itself */
+		if (m < MAX_STACK_DEPTH) {
+			frames[m] = word;
+			w->frames = m + 1;
+		}
+	}
 	if (r >= 0)
 		return r;
 	/* After a signal frame the pc is an interrupted one again. */

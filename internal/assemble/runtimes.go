@@ -26,9 +26,12 @@ func (a *Assembler) withRuntimes(s capture.RawStack, native []report.Frame) []re
 	out := make([]report.Frame, 0, len(native)+len(s.Frames))
 	for _, f := range native {
 		if rt, ok := entries[f.Function]; ok && !f.Inlined && len(runs[rt]) > 0 {
-			out = append(out, a.runtimeFrames(s.PID, runs[rt][0])...)
+			run := a.runtimeFrames(s.PID, runs[rt][0])
 			runs[rt] = runs[rt][1:]
-			continue
+			if named(run) {
+				out = append(out, run...)
+				continue
+			}
 		}
 		out = append(out, f)
 	}
@@ -72,6 +75,17 @@ func runtimeRuns(frames []capture.Frame) (runs map[capture.Runtime][][]capture.F
 		}
 	}
 	return runs, order
+}
+
+// named says whether any frame of run has a name: a run of none keeps the
+// native frame it would replace.
+func named(run []report.Frame) bool {
+	for _, f := range run {
+		if f.Function != "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *Assembler) runtimeFrames(pid uint32, run []capture.Frame) []report.Frame {

@@ -33,6 +33,7 @@ type Runtime uint8
 
 const (
 	CPython Runtime = iota + 1 // bpf/cpython.h
+	HotSpot                    // bpf/hotspot.h
 )
 
 // Name is the runtime's name in internal/runtimes (and its frames'
@@ -41,6 +42,8 @@ func (r Runtime) Name() string {
 	switch r {
 	case CPython:
 		return "cpython"
+	case HotSpot:
+		return "jvm"
 	}
 	return ""
 }
@@ -115,7 +118,10 @@ func (s RawStack) Addresses(kind FrameKind) []uint64 {
 }
 
 // StackFrames builds the frames of a stack from its kernel and user
-// addresses (each leaf first).
+// addresses (each leaf first). A user word with the top bit set, which no
+// user address has, is the runtime frame the walk read at the native frame
+// before it (bpf/hotspot.h: an interpreted Java frame), a word as
+// RuntimeFrames decodes, its own run of its runtime's frames.
 func StackFrames(kernel, user []uint64) []Frame {
 	if len(kernel)+len(user) == 0 {
 		return nil
@@ -125,6 +131,10 @@ func StackFrames(kernel, user []uint64) []Frame {
 		out = append(out, Frame{Kind: KernelFrame, Address: a})
 	}
 	for _, a := range user {
+		if a&runtimeEntry != 0 {
+			out = append(out, RuntimeFrames(HotSpot, []uint64{a})...)
+			continue
+		}
 		out = append(out, Frame{Kind: UserFrame, Address: a})
 	}
 	return out

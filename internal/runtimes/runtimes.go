@@ -45,8 +45,11 @@ type Runtime struct {
 type Interpreter interface {
 	// WalkerProc is the value of the runtime's ProcMap entry for a process
 	// that maps the file with load bias bias: the bytes of the C struct
-	// its walker reads.
-	WalkerProc(bias uint64) []byte
+	// its walker reads. A runtime that needs more than the file reads mem,
+	// the process's memory (bounded reads, the process is not trusted); an
+	// error says the process is not ready (asked again later) or cannot be
+	// walked.
+	WalkerProc(mem io.ReaderAt, bias uint64) ([]byte, error)
 	// Process returns what names the frames of one process from mem, its
 	// memory (/proc/PID/mem), where the file is loaded with bias; reads are
 	// bounded, the process is not trusted.

@@ -4,14 +4,17 @@ package sampler
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -51,4 +54,76 @@ func TestJavaLeafNamed(t *testing.T) {
 			assert.Equal(t, named, withFile)
 		})
 	}
+}
+
+// A JVM started with no flag: with the HotSpot walker, the samples of the
+// method burning the CPU are whole, through its compiled frame, the
+// interpreted frame of main that called it (named: the walker reads its
+// Method), the launcher's frames, the call stub and libjvm, to the thread's
+// root; without tables (frame pointers only) they end at the first Java
+// frame.
+func TestJavaStacksWhole(t *testing.T) {
+	testutil.RequireBPF(t)
+	c := chain{callers: []string{"JavaBurn.spin", "JavaBurn.main", "JavaCalls::call_helper", "JavaMain"}, roots: threadRoots}
+	for _, jdk := range testutil.JDKs(t) {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
+			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+			pid := uint32(cmd.Process.Pid)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			time.Sleep(4 * time.Second) // compiled by then
+			for _, tables := range []bool{false, true} {
+				ut := openTables(t, tables)
+				s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+				awaitTables(t, ut, pid)
+				if tables {
+					// The JVM's walker entry: at the latest a sweep after its tables.
+					require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes == 1 }, 20*time.Second, 50*time.Millisecond)
+				}
+				raw, st, _ := sampleFor(t, s, 4*time.Second)
+				_ = s.Close()
+				share, n, example := c.assembledShare(sym, pid, raw)
+				t.Logf("tables %v: %.1f%% of %d samples whole; unwind ends %v, %d frames", tables, 100*share, n, st.UnwindEnds, st.UnwindFrames)
+				require.GreaterOrEqual(t, n, int64(200), "samples with leaf JavaBurn.spin")
+				if tables {
+					assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
+				} else {
+					assert.Less(t, share, 0.5, "frame pointers alone give whole stacks: the test does not test the walker")
+				}
+			}
+		})
+	}
+}
+
+// assembledShare is share on the stacks as the assembler builds them
+// (runtime frames in place).
+func (c chain) assembledShare(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack) (share float64, total int64, example []string) {
+	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+	var whole int64
+	for _, p := range prof.Processes {
+		if p.Identity.PID != pid {
+			continue
+		}
+		for _, smp := range p.Samples {
+			var names []string
+			for _, f := range smp.Frames {
+				names = append(names, f.Function)
+			}
+			if len(names) == 0 || names[0] != c.callers[0] {
+				continue
+			}
+			total += smp.Value
+			if c.whole(names) {
+				whole += smp.Value
+			} else if example == nil {
+				example = names
+			}
+		}
+	}
+	if total == 0 {
+		return 0, 0, nil
+	}
+	return float64(whole) / float64(total), total, example
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,9 +73,16 @@ type loadedProcess struct {
 	// evicted says a table of the process was evicted: its next rescan
 	// loads it again, even with its mappings unchanged.
 	evicted bool
-	// runtimes are the runtimes whose walker's map has its entry.
+	// runtimes are the runtimes whose walker's map has its entry; waiting
+	// those not ready for it yet.
 	runtimes []*runtimes.Runtime
+	waiting  []waitingRuntime
 }
+
+// anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
+// executable mapping (JIT code), walked by the runtimes' walkers there are
+// (bpf/hotspot.h) and with frame pointers.
+const anonTable = 0xfffffffe
 
 // releaseDelay is how long the slot of a removed table stays unused: a
 // walk that looked up a mapping just before it was deleted may still look
@@ -156,9 +162,10 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		if !m.Executable() {
 			continue
 		}
-		value := bpf.CpuUnwindMapping{}
+		value := bpf.CpuUnwindMapping{Table: anonTable}
 		var file fileKey
 		if m.FileBacked() {
+			value.Table = 0
 			if t, key := l.table(pid, m); t != nil {
 				lp.files = append(lp.files, key)
 				bias, err := loadBias(t.progs, m.Start, m.Offset)
@@ -166,8 +173,8 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 					value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
 					file = key
 				}
-				if rt := t.runtime; rt != nil && err == nil && !slices.Contains(lp.runtimes, rt.rt) && l.addRuntime(pid, rt, bias) {
-					lp.runtimes = append(lp.runtimes, rt.rt)
+				if t.runtime != nil && err == nil {
+					l.addRuntime(lp, t.runtime, bias)
 				}
 			}
 		}

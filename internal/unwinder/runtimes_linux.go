@@ -5,8 +5,10 @@ package unwinder
 import (
 	"debug/elf"
 	"maps"
+	"os"
 	"slices"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
 )
@@ -38,17 +40,94 @@ func (l *Loader) detectRuntime(path string, ef *elf.File) *fileRuntime {
 
 // addRuntime tells the runtime's BPF walker where pid's interpreter is;
 // bias is the load bias of the file holding it. It reports whether the
-// entry was added.
-func (l *Loader) addRuntime(pid uint32, fr *fileRuntime, bias uint64) bool {
+// entry was added; a process whose runtime is not ready (a JVM still
+// making its code cache) is noted in lp, asked again at the next sweeps.
+func (l *Loader) addRuntime(lp *loadedProcess, fr *fileRuntime, bias uint64) bool {
+	if slices.Contains(lp.runtimes, fr.rt) || slices.ContainsFunc(lp.waiting, func(w waitingRuntime) bool { return w.fr == fr }) {
+		return false
+	}
+	value, err := l.walkerProc(lp.pid, fr, bias)
+	if err != nil {
+		lp.waiting = append(lp.waiting, waitingRuntime{fr: fr, bias: bias})
+		return false
+	}
+	return l.putRuntime(lp, fr, value)
+}
+
+// walkerProc returns the walker's entry of pid's runtime, reading the
+// process's memory (under the loader's deadline) when the runtime needs it.
+func (l *Loader) walkerProc(pid uint32, fr *fileRuntime, bias uint64) ([]byte, error) {
+	name := l.proc.Path(pid, "mem")
+	return procfs.Within(l.deadline, name, func() ([]byte, error) {
+		mem, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer mem.Close()
+		var value []byte
+		err = noPanic(func() (err error) { value, err = fr.in.WalkerProc(mem, bias); return err })
+		return value, err
+	}, nil)
+}
+
+// putRuntime adds pid's entry to the runtime's walker map.
+func (l *Loader) putRuntime(lp *loadedProcess, fr *fileRuntime, value []byte) bool {
 	m := l.maps.Runtimes[fr.rt.Name]
 	if m == nil {
 		return false
 	}
-	if err := m.Put(&pid, fr.in.WalkerProc(bias)); err != nil {
+	if err := m.Put(&lp.pid, value); err != nil {
 		l.countRuntime(fr.rt, func(s *RuntimeStats) { s.MapFull++ })
 		return false
 	}
+	lp.runtimes = append(lp.runtimes, fr.rt)
 	return true
+}
+
+// waitingRuntime is a runtime of a process not ready for its walker yet.
+type waitingRuntime struct {
+	fr    *fileRuntime
+	bias  uint64
+	tries int
+}
+
+// maxRuntimeTries bounds the sweeps that ask a process's runtime again
+// (a minute at sweepInterval): a JVM makes its code cache at start-up.
+const maxRuntimeTries = 12
+
+// retryRuntimes asks the runtimes of the processes that were not ready
+// again, reading their memory outside the lock; a process loaded again
+// meanwhile is left to its new load.
+func (l *Loader) retryRuntimes() {
+	type ask struct {
+		lp *loadedProcess
+		w  waitingRuntime
+	}
+	var asks []ask
+	l.mu.Lock()
+	for _, lp := range l.procs {
+		for _, w := range lp.waiting {
+			if w.tries++; w.tries <= maxRuntimeTries {
+				asks = append(asks, ask{lp, w})
+			} else {
+				l.countRuntime(w.fr.rt, func(s *RuntimeStats) { s.NotReady++ })
+			}
+		}
+		lp.waiting = nil
+	}
+	l.mu.Unlock()
+	for _, a := range asks {
+		value, err := l.walkerProc(a.lp.pid, a.w.fr, a.w.bias)
+		l.mu.Lock()
+		switch {
+		case l.procs[a.lp.pid] != a.lp:
+		case err != nil:
+			a.lp.waiting = append(a.lp.waiting, a.w)
+		default:
+			l.putRuntime(a.lp, a.w.fr, value)
+		}
+		l.mu.Unlock()
+	}
 }
 
 // dropRuntimes deletes the walkers' entries of lp that kept (the

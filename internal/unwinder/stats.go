@@ -44,6 +44,9 @@ type Stats struct {
 // cannot walk, and the processes its full map refused.
 type RuntimeStats struct {
 	Processes, Unsupported, MapFull uint64
+	// NotReady counts processes whose runtime never became ready for its
+	// walker (a JVM whose code cache could not be read for a minute).
+	NotReady uint64
 }
 
 // RowBytes is the size of one row in the kernel (struct unwind_row, the

@@ -135,6 +135,7 @@ func (t *Tables) sweep() {
 			return
 		case <-tick.C:
 			t.loader.Sweep()
+			t.loader.retryRuntimes()
 		case <-t.prune:
 			t.loader.Prune()
 		}

@@ -56,8 +56,8 @@ type walkerProc struct {
 
 // WalkerProc is the python_procs entry of a process whose interpreter file
 // is loaded with bias bias: where its _PyRuntime is, and the offsets of
-// the interpreter's version.
-func (in *Interpreter) WalkerProc(bias uint64) []byte {
+// the interpreter's version. It reads nothing of the process.
+func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 	o := in.Offsets
 	p := walkerProc{
 		Runtime:            in.RuntimeAddr + bias,
@@ -78,8 +78,7 @@ func (in *Interpreter) WalkerProc(bias uint64) []byte {
 	if o.ThreadFrameViaCFrame {
 		p.ViaCframe = 1
 	}
-	b, _ := binary.Append(nil, binary.NativeEndian, &p) // fixed size: no error
-	return b
+	return binary.Append(nil, binary.NativeEndian, &p)
 }
 
 // Process returns what names the Python frames of one process running the

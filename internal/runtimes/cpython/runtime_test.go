@@ -40,7 +40,9 @@ func TestWalkerProc(t *testing.T) {
 	require.True(t, ok)
 	in := &Interpreter{Version: o.Version, RuntimeAddr: 0x1000, Offsets: o}
 	var got bpf.CpuPythonProc
-	require.NoError(t, binary.Read(bytes.NewReader(in.WalkerProc(0x7f00_0000_0000)), binary.NativeEndian, &got))
+	b, err := in.WalkerProc(nil, 0x7f00_0000_0000)
+	require.NoError(t, err)
+	require.NoError(t, binary.Read(bytes.NewReader(b), binary.NativeEndian, &got))
 	require.Equal(t, bpf.CpuPythonProc{
 		Runtime: 0x7f00_0000_1000, InterpretersHead: 40, ThreadsHead: 72, ThreadNext: 8, ThreadId: 136,
 		ThreadFrame: 56, FramePrevious: 8, FrameInstruction: 56, FrameOwner: 70, CodeAdaptive: 192,

@@ -102,6 +102,25 @@ func (n *Namer) At(pc uint64, now time.Time) (Code, error) {
 	return code, nil
 }
 
+// Method names the Method at method (an interpreted frame's).
+func (n *Namer) Method(method uint64, now time.Time) (Method, error) {
+	if err := n.ready(now); err != nil {
+		return Method{}, err
+	}
+	if m, ok := n.methods[method]; ok {
+		return m, nil
+	}
+	m, err := ReadMethod(n.mem, n.layout, method)
+	if err != nil {
+		return Method{}, fmt.Errorf("method at %#x: %w", method, err)
+	}
+	if len(n.methods) >= maxNamerMethods {
+		clear(n.methods)
+	}
+	n.methods[method] = m
+	return m, nil
+}
+
 // ready reads the tables and the code cache the first time, and again
 // every retryInterval while the JVM is starting.
 func (n *Namer) ready(now time.Time) error {

@@ -8,12 +8,17 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
-// Runtime is HotSpot, as internal/runtimes describes a runtime. It has no
-// BPF walker yet: it names the JIT code native walks reach (the leaf frame
-// of a thread running compiled Java code, stubs, the interpreter).
+// Runtime is HotSpot, as internal/runtimes describes a runtime. Its BPF
+// walker (bpf/hotspot.h) steps through the Java frames of the code cache in
+// place between the native ones; the frames are named from their code
+// (compiled methods, stubs, the interpreter).
 var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
+	ProcMap:   "hotspot_procs",
 	NamesCode: true,
+	// Each interpreted frame's native frame, a pc in the interpreter's
+	// code, is followed by the frame's method (bpf/hotspot.h).
+	EntryFunction: interpreterBlob,
 	LooksLike: IsJVM,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		syms, err := ExportedSymbols(f)
@@ -27,14 +32,22 @@ var Runtime = &runtimes.Runtime{
 // interpreter is one libjvm: the file addresses of its exports.
 type interpreter struct{ syms map[string]uint64 }
 
-// WalkerProc: no walker reads HotSpot processes yet.
-func (in *interpreter) WalkerProc(uint64) []byte { return nil }
+// WalkerProc reads the process's code cache: ErrNotInitialised (and
+// others) until the JVM has made it.
+func (in *interpreter) WalkerProc(mem io.ReaderAt, bias uint64) ([]byte, error) {
+	return WalkerProc(mem, in.addr(bias))
+}
 
 func (in *interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
-	return &process{namer: NewNamer(mem, func(s string) (uint64, bool) {
+	return &process{namer: NewNamer(mem, in.addr(bias)), named: map[uint64]namedCode{}}
+}
+
+// addr gives the run-time addresses of the exports at load bias bias.
+func (in *interpreter) addr(bias uint64) func(string) (uint64, bool) {
+	return func(s string) (uint64, bool) {
 		v, ok := in.syms[s]
 		return v + bias, ok
-	}), named: map[uint64]namedCode{}}
+	}
 }
 
 // process names the code of one JVM, remembering each address's name for
@@ -54,8 +67,14 @@ const (
 	maxNamed = 1 << 14
 )
 
-// Cached names the code at object, an address in the JVM's code cache,
-// from a recent read.
+// interpreterBlob is the name of the template interpreter's code blob,
+// the native name of an interpreted frame.
+const interpreterBlob = "Interpreter"
+
+// Cached names the frame at object from a recent read: at position 0 code
+// at object, an address in the JVM's code cache; else an interpreted frame
+// of the Method at object, at bytecode index position-1 (bpf/hotspot.h).
+// Code and methods are never at the same address.
 func (p *process) Cached(object uint64, _ uint32, now time.Time) (runtimes.Frame, bool) {
 	n, ok := p.named[object]
 	if !ok || now.Sub(n.at) > recheck {
@@ -64,13 +83,22 @@ func (p *process) Cached(object uint64, _ uint32, now time.Time) (runtimes.Frame
 	return n.frame, true
 }
 
-// Read names the code at object from the process's memory.
-func (p *process) Read(object uint64, _ uint32, now time.Time) (runtimes.Frame, error) {
-	code, err := p.namer.At(object, now)
-	if err != nil {
-		return runtimes.Frame{}, err
+// Read names the frame at object from the process's memory (see Cached).
+func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.Frame, error) {
+	var f runtimes.Frame
+	if position == 0 {
+		code, err := p.namer.At(object, now)
+		if err != nil {
+			return f, err
+		}
+		f = runtimes.Frame{Function: code.Name(), File: code.Method.SourceFile}
+	} else {
+		m, err := p.namer.Method(object, now)
+		if err != nil {
+			return f, err
+		}
+		f = runtimes.Frame{Function: m.String(), File: m.SourceFile}
 	}
-	f := runtimes.Frame{Function: code.Name(), File: code.Method.SourceFile}
 	if len(p.named) >= maxNamed {
 		clear(p.named)
 	}
