@@ -175,11 +175,17 @@ func parseLegacyPclntab(data []byte, textStart uint64) (t *goTable, err error) {
 	if ptrSize != 4 && ptrSize != 8 || data[4] != 0 || data[5] != 0 {
 		return nil, errors.New("bad pclntab header")
 	}
+	// gosym takes the byte order from the magic: a big-endian one reads
+	// the count big-endian.
+	var order binary.ByteOrder = binary.LittleEndian
+	if m := binary.BigEndian.Uint32(data); m == 0xfffffffb || m == 0xfffffffa || m == 0xfffffff0 || m == 0xfffffff1 {
+		order = binary.BigEndian
+	}
 	var nfunc uint64
 	if ptrSize == 4 {
-		nfunc = uint64(binary.LittleEndian.Uint32(data[8:]))
+		nfunc = uint64(order.Uint32(data[8:]))
 	} else {
-		nfunc = binary.LittleEndian.Uint64(data[8:])
+		nfunc = order.Uint64(data[8:])
 	}
 	if nfunc > uint64(len(data)/8) { // a functab entry takes at least 8 bytes
 		return nil, errors.New("pclntab function count out of bounds")

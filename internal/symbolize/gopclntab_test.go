@@ -37,7 +37,9 @@ func FuzzGoTable(f *testing.F) {
 func buildGoForFuzz() (string, error) { return testBinary() }
 
 func TestParsePclntabErrors(t *testing.T) {
-	for _, in := range [][]byte{nil, []byte("\xf1\xff\xff\xff"), []byte("\xf1\xff\xff\xff\x00\x00\x01\x03xxxxxxxx")} {
+	for _, in := range [][]byte{nil, []byte("\xf1\xff\xff\xff"), []byte("\xf1\xff\xff\xff\x00\x00\x01\x03xxxxxxxx"),
+		// A big-endian Go 1.16 header counting 16M functions (2.4 GB in gosym).
+		[]byte("\xff\xff\xff\xfa\x00\x00\x01\x04\x01\x00\x00\x000000")} {
 		_, err := parsePclntab(in, 0)
 		require.Error(t, err)
 	}

@@ -19,7 +19,7 @@ var Runtime = &runtimes.Runtime{
 	// Each interpreted frame's native frame, a pc in the interpreter's
 	// code, is followed by the frame's method (bpf/hotspot.h).
 	EntryFunction: interpreterBlob,
-	LooksLike: IsJVM,
+	LooksLike:     IsJVM,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		syms, err := ExportedSymbols(f)
 		if err != nil {
