@@ -43,3 +43,16 @@ func TestRuntimeFramesDecode(t *testing.T) {
 		{Kind: RuntimeFrame, Runtime: CPython, Address: 0x5555_0000_1000, Position: 0xffff},
 	}, got)
 }
+
+// A user word with the top bit set is the walker's runtime frame of the
+// native frame before it (bpf/hotspot.h), in place.
+func TestStackFramesWithRuntimeWords(t *testing.T) {
+	got := StackFrames([]uint64{0xffffffff81000000}, []uint64{0x7f00_0000_1000, 0x7f00_0000_2000, 0x7e00_0000_0040 | 4<<47 | 1<<63, 0x5555_0000_0010})
+	require.Equal(t, []Frame{
+		{Kind: KernelFrame, Address: 0xffffffff81000000},
+		{Kind: UserFrame, Address: 0x7f00_0000_1000},
+		{Kind: UserFrame, Address: 0x7f00_0000_2000},
+		{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0x7e00_0000_0040, Position: 4, Entry: true},
+		{Kind: UserFrame, Address: 0x5555_0000_0010},
+	}, got)
+}

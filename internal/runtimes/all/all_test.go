@@ -21,7 +21,7 @@ func TestRuntimesDescribed(t *testing.T) {
 		require.False(t, seen[rt.Name], "two runtimes named %s", rt.Name)
 		seen[rt.Name] = true
 		// A runtime has a BPF walker, whose frames carry its name, or
-		// names the JIT code native walks reach (HotSpot, for now), or both.
+		// names the JIT code native walks reach, or both (HotSpot).
 		require.True(t, rt.ProcMap != "" || rt.NamesCode, "%s neither walks nor names code", rt.Name)
 		if rt.ProcMap != "" {
 			require.True(t, frameNames[rt.Name], "no capture.Runtime named %s", rt.Name)

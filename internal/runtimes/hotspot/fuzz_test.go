@@ -18,6 +18,7 @@ func FuzzReadHostileMemory(f *testing.F) {
 			a, ok := im.syms[s]
 			return a, ok
 		}
+		_, _ = WalkerProc(mem, addr)
 		vm, err := Read(mem, addr)
 		if err != nil {
 			return

@@ -4,6 +4,7 @@ package hotspot
 
 import (
 	"bufio"
+	"encoding/binary"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -143,6 +144,24 @@ func TestCodeCacheOfRealJVMs(t *testing.T) {
 			assert.Positive(t, names["Interpreter"], "the template interpreter is a blob")
 			assert.Greater(t, names["nmethod"], 10)
 			assert.True(t, methods["Spin.main ([Ljava/lang/String;)V"] || len(methods) > 20, "other methods named too")
+
+			// The walker's entry: every heap, up to its reserved end, and
+			// the interpreter's code inside one of them.
+			b, err := WalkerProc(mem, jvmAddr(t, pid))
+			require.NoError(t, err)
+			var p walkerProc
+			_, err = binary.Decode(b, binary.NativeEndian, &p)
+			require.NoError(t, err)
+			require.Equal(t, uint32(len(cc.Heaps)), p.HeapsN)
+			inHeap := false
+			for _, h := range p.Heaps[:p.HeapsN] {
+				committed, ok := cc.Heap(h.Low)
+				require.True(t, ok, "heap at %#x", h.Low)
+				assert.GreaterOrEqual(t, h.High, committed.High)
+				inHeap = inHeap || p.InterpLow >= h.Low && p.InterpHigh <= h.High
+			}
+			assert.True(t, inHeap, "interpreter [%#x, %#x) in a heap", p.InterpLow, p.InterpHigh)
+			assert.Equal(t, []int16{-1, -3, -8}, []int16{p.InterpSenderSP, p.InterpMethod, p.InterpBCP}, "interpreter frame slots (frame_x86.hpp)")
 		})
 	}
 }
@@ -269,4 +288,17 @@ func blobStarts(t *testing.T, mem *os.File, l *Layout, cc *CodeCache) map[string
 		out[name] = pc
 	})
 	return out
+}
+
+// jvmAddr gives the run-time addresses of pid's libjvm exports.
+func jvmAddr(t *testing.T, pid int) func(string) (uint64, bool) {
+	t.Helper()
+	ef, bias, ok := libjvmOf(t, pid)
+	require.True(t, ok)
+	syms, err := ExportedSymbols(ef)
+	require.NoError(t, err)
+	return func(s string) (uint64, bool) {
+		v, ok := syms[s]
+		return v + bias, ok
+	}
 }
