@@ -69,8 +69,11 @@ type Process interface {
 	Read(object uint64, position uint32, now time.Time) (Frame, error)
 }
 
-// Frame is a runtime frame named.
+// Frame is a runtime frame named. Inlined are the frames of functions
+// inlined into it at its position (JIT code), the innermost first: in a
+// stack they come before it.
 type Frame struct {
 	Function, File string
 	Line           int64
+	Inlined        []Frame
 }

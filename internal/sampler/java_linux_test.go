@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -126,4 +127,75 @@ func (c chain) assembledShare(sym *symbolize.Symbolizer, pid uint32, raw []captu
 		return 0, 0, nil
 	}
 	return float64(whole) / float64(total), total, example
+}
+
+// A compiled method calling through a method the JIT inlined: its samples
+// show burn <- step (inlined, a frame of its own) <- loop <- main, each
+// caller at the line of its call, the interpreted main's read from its
+// bytecode index, the compiled frames' from their code's debug
+// information.
+func TestJavaInlinedFramesAndLines(t *testing.T) {
+	testutil.RequireBPF(t)
+	want := []report.Frame{
+		{Function: "JavaInline.step", File: "JavaInline.java", Line: 13, Inlined: true},
+		{Function: "JavaInline.loop", File: "JavaInline.java", Line: 19},
+		{Function: "JavaInline.main", File: "JavaInline.java", Line: 28},
+	}
+	for _, jdk := range testutil.JDKs(t) {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaInline.java")
+			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m",
+				"-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn", src, "60")
+			pid := uint32(cmd.Process.Pid)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			time.Sleep(4 * time.Second) // compiled by then
+			ut := openTables(t, true)
+			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+			awaitTables(t, ut, pid)
+			require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes == 1 }, 20*time.Second, 50*time.Millisecond)
+			raw, _, _ := sampleFor(t, s, 4*time.Second)
+			_ = s.Close()
+			a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+			prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+			var total, whole int64
+			var example []string
+			for _, p := range prof.Processes {
+				if p.Identity.PID != pid {
+					continue
+				}
+				for _, smp := range p.Samples {
+					if len(smp.Frames) == 0 || smp.Frames[0].Function != "JavaInline.burn" {
+						continue
+					}
+					total += smp.Value
+					if callersAt(smp.Frames[1:], want) {
+						whole += smp.Value
+					} else if example == nil {
+						for _, f := range smp.Frames {
+							example = append(example, fmt.Sprintf("%s:%d inlined=%v", f.Function, f.Line, f.Inlined))
+						}
+					}
+				}
+			}
+			t.Logf("%d of %d samples of burn with its callers inlined and at their lines", whole, total)
+			require.GreaterOrEqual(t, total, int64(200))
+			assert.GreaterOrEqual(t, float64(whole)/float64(total), 0.9, "e.g. %s", strings.Join(example, " <- "))
+		})
+	}
+}
+
+// callersAt says whether frames begin with want: the same functions,
+// files, lines and inlining.
+func callersAt(frames, want []report.Frame) bool {
+	if len(frames) < len(want) {
+		return false
+	}
+	for i, w := range want {
+		f := frames[i]
+		if f.Function != w.Function || f.File != w.File || f.Line != w.Line || f.Inlined != w.Inlined {
+			return false
+		}
+	}
+	return true
 }

@@ -189,10 +189,11 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 	return fi.in
 }
 
-// codeFrame names JIT code at addr (la its lookup address) through the
+// codeFrames names JIT code at addr (la its lookup address) through the
 // runtimes that name code (HotSpot), when the process runs one and addr is
-// its code; false otherwise (then perf maps are tried).
-func (s *Symbolizer) codeFrame(pid uint32, p *process, addr, la uint64) (report.Frame, bool) {
+// its code: the frames inlined there (innermost first, Inlined) and the
+// code's own; false otherwise (then perf maps are tried).
+func (s *Symbolizer) codeFrames(pid uint32, p *process, addr, la uint64) ([]report.Frame, bool) {
 	for _, rt := range all.Runtimes {
 		if !rt.NamesCode {
 			continue
@@ -218,7 +219,11 @@ func (s *Symbolizer) codeFrame(pid uint32, p *process, addr, la uint64) (report.
 			}
 		}
 		s.countRuntime(rt.Name, "")
-		return report.Frame{Address: addr, Function: named.Function, File: named.File, Line: named.Line, Type: rt.Name}, true
+		out := make([]report.Frame, 0, len(named.Inlined)+1)
+		for _, in := range named.Inlined {
+			out = append(out, report.Frame{Address: addr, Function: in.Function, File: in.File, Line: in.Line, Type: rt.Name, Inlined: true})
+		}
+		return append(out, report.Frame{Address: addr, Function: named.Function, File: named.File, Line: named.Line, Type: rt.Name}), true
 	}
-	return report.Frame{}, false
+	return nil, false
 }

@@ -214,9 +214,12 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 	}
 	m := p.maps[idx]
 	if !m.FileBacked() {
-		if f, ok := s.codeFrame(pid, p, addr, la); ok {
-			f.Mapping = s.mapping(p, idx, nil)
-			return append(out, f)
+		if fs, ok := s.codeFrames(pid, p, addr, la); ok {
+			mapping := s.mapping(p, idx, nil)
+			for i := range fs {
+				fs[i].Mapping = mapping
+			}
+			return append(out, fs...)
 		}
 		name := ""
 		if m.Path == "" || strings.HasPrefix(m.Path, "[anon") {

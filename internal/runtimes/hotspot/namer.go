@@ -1,6 +1,7 @@
 package hotspot
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ type Namer struct {
 	addr func(symbol string) (uint64, bool)
 
 	layout    *Layout
+	debug     *DebugLayout // nil: no lines or inlined frames for this build
 	cache     *CodeCache
 	err       error     // why there is no layout yet
 	retryAt   time.Time // when to read the tables or code cache again
@@ -41,6 +43,16 @@ func NewNamer(mem io.ReaderAt, addr func(symbol string) (uint64, bool)) *Namer {
 type Code struct {
 	Blob   string // the blob's name: "nmethod", "Interpreter", ...
 	Method Method // for a compiled method ("nmethod", "native nmethod")
+	// Frames are the Java frames a compiled method runs at the address,
+	// the innermost (inlined) first, the method's own last; nil when its
+	// debug information could not be read.
+	Frames []JavaFrame
+}
+
+// JavaFrame is a method at a source line (0: unknown).
+type JavaFrame struct {
+	Method Method
+	Line   int64
 }
 
 // Name returns the function a frame at pc shows: Class.method for a
@@ -88,25 +100,70 @@ func (n *Namer) At(pc uint64, now time.Time) (Code, error) {
 	if err != nil {
 		return code, err
 	}
-	m, ok := n.methods[method]
-	if !ok {
-		if m, err = ReadMethod(n.mem, n.layout, method); err != nil {
-			return code, fmt.Errorf("method at %#x: %w", method, err)
-		}
-		if len(n.methods) >= maxNamerMethods {
-			clear(n.methods)
-		}
-		n.methods[method] = m
+	if code.Method, err = n.method(method); err != nil {
+		return code, err
 	}
-	code.Method = m
+	if n.debug != nil && name == "nmethod" {
+		code.Frames = n.compiledFrames(blob, pc)
+	}
 	return code, nil
 }
 
-// Method names the Method at method (an interpreted frame's).
-func (n *Namer) Method(method uint64, now time.Time) (Method, error) {
-	if err := n.ready(now); err != nil {
-		return Method{}, err
+// compiledFrames returns the Java frames of the nmethod at blob at pc, or
+// nil when its debug information does not read.
+func (n *Namer) compiledFrames(blob, pc uint64) []JavaFrame {
+	code, err := codeBegin(n.mem, n.layout, blob)
+	if err != nil {
+		return nil
 	}
+	scopes, err := Scopes(n.mem, n.debug, blob, code, pc)
+	if err != nil {
+		return nil
+	}
+	out := make([]JavaFrame, 0, len(scopes))
+	for _, s := range scopes {
+		m, err := n.method(s.method)
+		if err != nil {
+			return nil
+		}
+		line, _ := LineOf(n.mem, n.layout, n.debug, s.method, s.bci) // 0: unknown
+		out = append(out, JavaFrame{m, line})
+	}
+	return out
+}
+
+// codeBegin returns where the instructions of the blob at blob start.
+func codeBegin(mem io.ReaderAt, l *Layout, blob uint64) (uint64, error) {
+	r := &memReader{mem: mem}
+	if !l.BlobCodeIsOffset {
+		return r.u64(blob + l.BlobCode)
+	}
+	b, err := r.bytes(blob+l.BlobCode, 4)
+	if err != nil {
+		return 0, err
+	}
+	return blob + uint64(int64(int32(binary.LittleEndian.Uint32(b)))), nil
+}
+
+// Method names the Method at method, an interpreted frame's, at bytecode
+// index bci (negative: unknown) with its line.
+func (n *Namer) Method(method uint64, bci int, now time.Time) (JavaFrame, error) {
+	if err := n.ready(now); err != nil {
+		return JavaFrame{}, err
+	}
+	m, err := n.method(method)
+	if err != nil {
+		return JavaFrame{}, err
+	}
+	f := JavaFrame{Method: m}
+	if n.debug != nil && bci >= 0 {
+		f.Line, _ = LineOf(n.mem, n.layout, n.debug, method, bci) // 0: unknown
+	}
+	return f, nil
+}
+
+// method reads the Method at method, or takes it from the cache.
+func (n *Namer) method(method uint64) (Method, error) {
 	if m, ok := n.methods[method]; ok {
 		return m, nil
 	}
@@ -142,6 +199,8 @@ func (n *Namer) ready(now time.Time) error {
 			n.retryAt = now.Add(24 * time.Hour) // it will not change
 			return err
 		}
+		n.debug, _ = NewDebugLayout(vm) // nil: frames without lines
+
 	}
 	cc, err := ReadCodeCache(n.mem, n.layout)
 	if err != nil {

@@ -67,6 +67,14 @@ const (
 	maxNamed = 1 << 14
 )
 
+// bciUnknown is the position of an interpreted frame whose bytecode index
+// the walker could not tell (HOTSPOT_BCI_UNKNOWN).
+const bciUnknown = 0xffff
+
+func frameOf(f JavaFrame) runtimes.Frame {
+	return runtimes.Frame{Function: f.Method.String(), File: f.Method.SourceFile, Line: f.Line}
+}
+
 // interpreterBlob is the name of the template interpreter's code blob,
 // the native name of an interpreted frame.
 const interpreterBlob = "Interpreter"
@@ -92,12 +100,22 @@ func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.
 			return f, err
 		}
 		f = runtimes.Frame{Function: code.Name(), File: code.Method.SourceFile}
+		if n := len(code.Frames); n > 0 {
+			f = frameOf(code.Frames[n-1])
+			for _, in := range code.Frames[:n-1] {
+				f.Inlined = append(f.Inlined, frameOf(in))
+			}
+		}
 	} else {
-		m, err := p.namer.Method(object, now)
+		bci := int(position) - 1
+		if position == bciUnknown {
+			bci = -1
+		}
+		jf, err := p.namer.Method(object, bci, now)
 		if err != nil {
 			return f, err
 		}
-		f = runtimes.Frame{Function: m.String(), File: m.SourceFile}
+		f = frameOf(jf)
 	}
 	if len(p.named) >= maxNamed {
 		clear(p.named)
