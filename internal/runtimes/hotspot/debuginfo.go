@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 )
 
 // DebugLayout is where a JVM build keeps what maps code back to source:
@@ -30,9 +31,9 @@ type DebugLayout struct {
 	// 23 PcDescs and scopes are in the nmethod's immutable data (offsets
 	// from nmethod::_immutable_data; the scopes follow the PcDescs) and
 	// the metadata in its mutable data, after the relocations.
-	Immutable                                   bool
-	ScopesPcs, ScopesData, PcsEnd, MetadataAt   uint64
-	ImmutableData, MutableData, RelocationSize  uint64
+	Immutable                                  bool
+	ScopesPcs, ScopesData, PcsEnd, MetadataAt  uint64
+	ImmutableData, MutableData, RelocationSize uint64
 }
 
 // NewDebugLayout derives the DebugLayout of vm's JVM, or names what is
@@ -78,20 +79,9 @@ func NewDebugLayout(vm *VMStructs) (*DebugLayout, error) {
 		missing = append(missing, "sizeof PcDesc")
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrIncomplete, joinNames(missing))
+		return nil, fmt.Errorf("%w: %s", ErrIncomplete, strings.Join(missing, ", "))
 	}
 	return d, nil
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += n
-	}
-	return out
 }
 
 // stream reads HotSpot's compressed streams (CompressedReadStream): ints

@@ -4,8 +4,8 @@ package hotspot
 
 import (
 	"bufio"
-	"encoding/binary"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
