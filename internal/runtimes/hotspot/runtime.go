@@ -39,7 +39,7 @@ func (in *interpreter) WalkerProc(mem io.ReaderAt, bias uint64) ([]byte, error) 
 }
 
 func (in *interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
-	return &process{namer: NewNamer(mem, in.addr(bias)), named: map[uint64]namedCode{}}
+	return &process{namer: NewNamer(mem, in.addr(bias)), named: map[namedKey]namedCode{}}
 }
 
 // addr gives the run-time addresses of the exports at load bias bias.
@@ -54,7 +54,14 @@ func (in *interpreter) addr(bias uint64) func(string) (uint64, bool) {
 // recheck: the code cache frees and reuses the code of methods.
 type process struct {
 	namer *Namer
-	named map[uint64]namedCode
+	named map[namedKey]namedCode
+}
+
+// namedKey is a frame named: code at an address (position 0), or a method
+// at a bytecode index.
+type namedKey struct {
+	object   uint64
+	position uint32
 }
 
 type namedCode struct {
@@ -83,8 +90,8 @@ const interpreterBlob = "Interpreter"
 // at object, an address in the JVM's code cache; else an interpreted frame
 // of the Method at object, at bytecode index position-1 (bpf/hotspot.h).
 // Code and methods are never at the same address.
-func (p *process) Cached(object uint64, _ uint32, now time.Time) (runtimes.Frame, bool) {
-	n, ok := p.named[object]
+func (p *process) Cached(object uint64, position uint32, now time.Time) (runtimes.Frame, bool) {
+	n, ok := p.named[namedKey{object, position}]
 	if !ok || now.Sub(n.at) > recheck {
 		return runtimes.Frame{}, false
 	}
@@ -120,6 +127,6 @@ func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.
 	if len(p.named) >= maxNamed {
 		clear(p.named)
 	}
-	p.named[object] = namedCode{f, now}
+	p.named[namedKey{object, position}] = namedCode{f, now}
 	return f, nil
 }
