@@ -131,12 +131,16 @@ service:
 	time.Sleep(4 * time.Second)
 	skip = len(otlp.all())
 	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
-	require.Eventually(t, func() bool {
-		_, a, _ := chain.share(later())
-		_, b, _ := sorter.share(later())
-		_, c, _ := napperShare(later())
+	var a, b, c int64
+	if !assert.Eventually(t, func() bool {
+		_, a, _ = chain.share(later())
+		_, b, _ = sorter.share(later())
+		_, c, _ = napperShare(later())
 		return a >= 300 && b >= 300 && c >= int64(2*time.Second)
-	}, 90*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the workload")
+	}, 90*time.Second, 500*time.Millisecond) {
+		t.Fatalf("the OTLP endpoint received too few samples of the workload: chain %d, sorter %d (want 300 each), napper %v off CPU (want 2s), in %d requests after the first %d",
+			a, b, time.Duration(c), len(later()), skip)
+	}
 
 	chainShare, chainN, chainEx := chain.share(later())
 	sortShare, sortN, sortEx := sorter.share(later())
