@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|offcpu|probes|busy|gateway|all, default
+// suites (-suite cpu|unwind|python|java|offcpu|probes|busy|gateway|all, default
 // all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -20,6 +20,13 @@
 // record -F 99 -a -g` with the interpreter's perf maps (-X perf), and beside
 // the collector with unwinding::method auto (Python frames) and
 // frame_pointer.
+//
+// Suite java (HotSpot; workloads/JavaFixed.java, compiled Java calling
+// through a method the JIT inlines, under -jdk, default Debian's OpenJDK
+// 17, started with no flag): the workload alone, under `perf record -F 99
+// -a -g` with what perf needs of a JVM (-XX:+PreserveFramePointer, a perf
+// map at exit), and beside the collector with unwinding::method auto (Java
+// frames walked in BPF) and frame_pointer.
 //
 // Suite offcpu (off-CPU profiling; workloads/pingpong.c, two threads on one
 // CPU passing a byte back and forth through pipes, ~50k context switches/s):
@@ -75,26 +82,28 @@ import (
 )
 
 type options struct {
-	suite         string
-	rounds        int
-	iterations    uint64
-	roundTrips    uint64
-	spin          uint64
-	probeCalls    uint64
-	pyIterations  uint64
-	python        string
-	minBlock      time.Duration
-	mechanism     string
-	collector     string
-	skipPerf      bool
-	skipCollector bool
-	skipIdle      bool
-	idleWindow    time.Duration
-	settle        time.Duration
-	busyPhase     time.Duration
-	busySettle    time.Duration
-	busyPhases    string
-	keep          bool
+	suite          string
+	rounds         int
+	iterations     uint64
+	roundTrips     uint64
+	spin           uint64
+	probeCalls     uint64
+	pyIterations   uint64
+	python         string
+	jdk            string
+	javaIterations uint64
+	minBlock       time.Duration
+	mechanism      string
+	collector      string
+	skipPerf       bool
+	skipCollector  bool
+	skipIdle       bool
+	idleWindow     time.Duration
+	settle         time.Duration
+	busyPhase      time.Duration
+	busySettle     time.Duration
+	busyPhases     string
+	keep           bool
 	// The gateway suite (gateway.go).
 	gateway            string
 	gatewayNodes       string
@@ -105,7 +114,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -113,6 +122,8 @@ func main() {
 	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
 	flag.Uint64Var(&o.pyIterations, "py-iterations", 500, "python suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.python, "python", "/root/.pyenv/versions/3.12.1/bin/python", "python suite: the CPython interpreter (3.12+ for perf's -X perf)")
+	flag.StringVar(&o.jdk, "jdk", "/usr/lib/jvm/java-17-openjdk-amd64", "java suite: the JDK whose java runs the workload")
+	flag.Uint64Var(&o.javaIterations, "java-iterations", 400, "java suite: work(10000) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
@@ -210,6 +221,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newUnwindSuite(ctx, e)
 	case suitePython:
 		s, err = newPythonSuite(ctx, e)
+	case suiteJava:
+		s, err = newJavaSuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:

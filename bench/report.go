@@ -258,6 +258,15 @@ func pythonChecks(w io.Writer, r *report) {
 	autoAgainstFramePointer(w, r, "samples naming fib", scPerfPython, "perf with -X perf")
 }
 
+// javaChecks are the verdicts of the java suite: the samples of burn name
+// it with its callers (with frame_pointer the walk stops at the first Java
+// frame), auto slows the workload no more than frame_pointer + 1 point and
+// no more than perf with frame pointers kept, and the collector's CPU and
+// RSS.
+func javaChecks(w io.Writer, r *report) {
+	autoAgainstFramePointer(w, r, "samples naming JavaFixed.burn", scPerfJava, "perf with frame pointers kept")
+}
+
 // unwindChecks are the verdicts of the unwind suite: the workload's stacks
 // are deeper with auto, auto slows it no more than frame_pointer + 1 point,
 // and the collector's CPU and RSS.

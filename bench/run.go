@@ -22,6 +22,9 @@ var pingpongSource []byte
 //go:embed workloads/pyfixed.py
 var pyfixedSource []byte
 
+//go:embed workloads/JavaFixed.java
+var javafixedSource []byte
+
 // workload is a compiled workload and the arguments of each of its runs.
 type workload struct {
 	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")

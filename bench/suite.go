@@ -21,6 +21,7 @@ const (
 	scFramePtr    = "bpfprofiler frame_pointer"
 	scUnwindAuto  = "bpfprofiler auto"
 	scPerfPython  = "perf -F99 -a -g, python -X perf"
+	scPerfJava    = "perf -F99 -a -g, java with frame pointers and a perf map"
 )
 
 // Suite names, as -suite takes them.
@@ -30,6 +31,7 @@ const (
 	suiteProbes = "probes"
 	suiteUnwind = "unwind"
 	suitePython = "python"
+	suiteJava   = "java"
 	suiteBusy   = "busy"
 	suiteAll    = "all"
 )
@@ -37,13 +39,13 @@ const (
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteBusy, suiteGateway:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteBusy, suiteGateway:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
@@ -225,6 +227,35 @@ func newPythonSuite(ctx context.Context, e env) (*suite, error) {
 	}
 	collectorSc := s.addUnwindingScenarios(e, w, marker)
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, pythonChecks)
+	return s, nil
+}
+
+// newJavaSuite is the Java suite: JavaFixed.java (compiled Java calling
+// through an inlined method) under HotSpot with no flag alone, under `perf
+// record -F 99 -a -g` with what perf needs of a JVM (frame pointers kept in
+// compiled code, a perf map written at exit), and beside the collector
+// sampling the host at 99 Hz with unwinding::method auto (Java frames
+// walked in BPF) and frame_pointer.
+func newJavaSuite(ctx context.Context, e env) (*suite, error) {
+	src := filepath.Join(e.dir, "JavaFixed.java")
+	if err := os.WriteFile(src, javafixedSource, 0o644); err != nil {
+		return nil, err
+	}
+	// burn stays a call of its own: the samples show step inlined above it.
+	w := workload{name: "javafixed", bin: filepath.Join(e.o.jdk, "bin", "java"),
+		args: []string{"-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaFixed::burn", src, strconv.FormatUint(e.o.javaIterations, 10)}}
+	const marker = "JavaFixed.burn"
+	s := &suite{
+		title:     fmt.Sprintf("== suite java: JavaFixed.java under %s, %d x work(10000) ==", e.o.jdk, e.o.javaIterations),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	if !e.o.skipPerf {
+		withMaps := w
+		withMaps.args = append([]string{"-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit"}, w.args...)
+		s.scenarios = append(s.scenarios, perfScenario(scPerfJava, e, []string{"-F", "99", "-a", "-g"}, withMaps))
+	}
+	collectorSc := s.addUnwindingScenarios(e, w, marker)
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, javaChecks)
 	return s, nil
 }
 
