@@ -199,3 +199,28 @@ func callersAt(frames, want []report.Frame) bool {
 	}
 	return true
 }
+
+// A JVM started after the profiler: its tables load 100 ms after its exec,
+// before the JVM has made its code cache; its walker entry comes at a later
+// sweep, and its stacks are whole from then on.
+func TestJavaStartedAfterProfiler(t *testing.T) {
+	testutil.RequireBPF(t)
+	jdk := testutil.JDKs(t)[0]
+	ut := openTables(t, true)
+	s := openSampler(t, Options{SamplesPerSecond: 99, Unwind: ut})
+	src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
+	cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+	pid := uint32(cmd.Process.Pid)
+	began := time.Now()
+	require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes >= 1 }, 30*time.Second, 50*time.Millisecond)
+	t.Logf("the JVM's walker entry %v after its start", time.Since(began).Round(time.Millisecond))
+	time.Sleep(3 * time.Second) // compiled by then
+	raw, _, _ := sampleFor(t, s, 3*time.Second)
+	c := chain{callers: []string{"JavaBurn.spin", "JavaBurn.main", "JavaCalls::call_helper", "JavaMain"}, roots: threadRoots}
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
+	share, n, example := c.assembledShare(sym, pid, raw)
+	t.Logf("%.1f%% of %d samples whole", 100*share, n)
+	require.GreaterOrEqual(t, n, int64(100))
+	assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
+}

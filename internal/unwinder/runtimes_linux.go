@@ -59,15 +59,36 @@ func (l *Loader) addRuntime(lp *loadedProcess, fr *fileRuntime, bias uint64) boo
 func (l *Loader) walkerProc(pid uint32, fr *fileRuntime, bias uint64) ([]byte, error) {
 	name := l.proc.Path(pid, "mem")
 	return procfs.Within(l.deadline, name, func() ([]byte, error) {
-		mem, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		defer mem.Close()
+		mem := &lazyMem{path: name}
+		defer mem.close()
 		var value []byte
-		err = noPanic(func() (err error) { value, err = fr.in.WalkerProc(mem, bias); return err })
+		err := noPanic(func() (err error) { value, err = fr.in.WalkerProc(mem, bias); return err })
 		return value, err
 	}, nil)
+}
+
+// lazyMem is a process's memory, opened at the first read: most runtimes'
+// walkers need none of it.
+type lazyMem struct {
+	path string
+	f    *os.File
+	err  error
+}
+
+func (m *lazyMem) ReadAt(b []byte, off int64) (int, error) {
+	if m.f == nil && m.err == nil {
+		m.f, m.err = os.Open(m.path)
+	}
+	if m.err != nil {
+		return 0, m.err
+	}
+	return m.f.ReadAt(b, off)
+}
+
+func (m *lazyMem) close() {
+	if m.f != nil {
+		m.f.Close()
+	}
 }
 
 // putRuntime adds pid's entry to the runtime's walker map.
