@@ -149,7 +149,7 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 		printBusyTable(os.Stdout, rows, nil, nil)
 		return nil
 	}
-	rs, notes, err := startRuntimes(e.dir)
+	rs, notes, err := startRuntimes(e.dir, e.o.busyRuntimes)
 	if err != nil {
 		return err
 	}

@@ -223,9 +223,10 @@ type runtimeSet struct {
 	xzErr  atomic.Value // string: the last failed run
 }
 
-// startRuntimes starts every runtime found; notes say which are missing.
+// startRuntimes starts every runtime found whose name holds one of only
+// (comma-separated; "" for all, xz included); notes say which are missing.
 // On error what was started is stopped.
-func startRuntimes(dir string) (rs *runtimeSet, notes []string, err error) {
+func startRuntimes(dir, only string) (rs *runtimeSet, notes []string, err error) {
 	rs = &runtimeSet{}
 	defer func() {
 		if err != nil {
@@ -251,6 +252,9 @@ func startRuntimes(dir string) (rs *runtimeSet, notes []string, err error) {
 		}
 	}
 	for _, c := range cands {
+		if !selected(c.name, only) {
+			continue
+		}
 		if _, err := os.Stat(c.bin); err != nil {
 			notes = append(notes, fmt.Sprintf("%s: %s not found, skipped", c.name, c.bin))
 			continue
@@ -269,6 +273,9 @@ func startRuntimes(dir string) (rs *runtimeSet, notes []string, err error) {
 		}
 		rs.procs = append(rs.procs, p)
 	}
+	if !selected("xz", only) {
+		return rs, notes, nil
+	}
 	if _, err := os.Stat(xzBinary); err != nil {
 		notes = append(notes, "xz: "+xzBinary+" not found, skipped")
 		return rs, notes, nil
@@ -281,6 +288,20 @@ func startRuntimes(dir string) (rs *runtimeSet, notes []string, err error) {
 	rs.xzStop, rs.xzDone = cancel, make(chan struct{})
 	go rs.xzLoop(ctx, input)
 	return rs, notes, nil
+}
+
+// selected says whether the runtime name holds one of only's
+// comma-separated parts ("" selects every runtime).
+func selected(name, only string) bool {
+	if only == "" {
+		return true
+	}
+	for _, part := range strings.Split(only, ",") {
+		if part != "" && strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }
 
 // xzLoop runs `xz -9 -T1 -c < input > /dev/null` until ctx ends, sleeping

@@ -169,7 +169,7 @@ func captureBusyNode(ctx context.Context, e env) (busyFigures, error) {
 		return busyFigures{}, err
 	}
 	load.pacer = startPacer(busyExecRate, "/bin/true")
-	rs, notes, err := startRuntimes(e.dir)
+	rs, notes, err := startRuntimes(e.dir, e.o.busyRuntimes)
 	if err != nil {
 		return busyFigures{}, err
 	}

@@ -102,6 +102,7 @@ type options struct {
 	settle         time.Duration
 	busyPhase      time.Duration
 	busySettle     time.Duration
+	busyRuntimes   string
 	busyPhases     string
 	keep           bool
 	// The gateway suite (gateway.go).
@@ -134,6 +135,7 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "wait after the collector is ready before measuring (more than one report interval)")
 	flag.DurationVar(&o.busyPhase, "busy-phase", 30*time.Second, "busy suite: how long each phase is measured")
 	flag.DurationVar(&o.busySettle, "busy-settle", 12*time.Second, "busy suite: wait after a phase's load starts, and after the collector is ready, before measuring (more than its 10s report interval)")
+	flag.StringVar(&o.busyRuntimes, "busy-runtimes", "", "busy suite: the runtimes of phase 4, comma-separated parts of their names (node, openjdk, temurin, python 3.12, xz); empty: all")
 	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
 	flag.StringVar(&o.gateway, "gateway", os.Getenv("BPFPROFILER_GATEWAY"), "gateway suite: the plain collector built from bench/gateway-builder.yaml (default $BPFPROFILER_GATEWAY)")
 	flag.StringVar(&o.gatewayNodes, "gateway-nodes", "50,100,200,400,800,1600", "gateway suite: node equivalents replayed, in increasing steps (one request per node per 10 s)")
