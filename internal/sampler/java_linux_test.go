@@ -224,3 +224,87 @@ func TestJavaStartedAfterProfiler(t *testing.T) {
 	require.GreaterOrEqual(t, n, int64(100))
 	assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
 }
+
+// Two Java threads taking turns burning CPU 3:1 come out 75% +- 5 points,
+// by the compiled method each burns in; and a JVM running interpreted only
+// (-Xint: what the first seconds of every JVM are) shows the same chain as
+// compiled code, main at the line of its call.
+func TestJavaSplitAndInterpreted(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, jdk := range testutil.JDKs(t) {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			t.Run("split", func(t *testing.T) {
+				src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaSplit.java")
+				cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+				byLeaf := javaLeaves(t, sym, uint32(cmd.Process.Pid))
+				a, b := byLeaf["JavaSplit.workA"], byLeaf["JavaSplit.workB"]
+				t.Logf("workA %d, workB %d samples: %.3f", a, b, float64(a)/float64(a+b))
+				require.GreaterOrEqual(t, a+b, int64(300))
+				assert.InDelta(t, 0.75, float64(a)/float64(a+b), 0.05)
+			})
+			t.Run("interpreted", func(t *testing.T) {
+				src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
+				cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xint", "-Xmx64m", src, "60")
+				pid := uint32(cmd.Process.Pid)
+				raw := sampleJava(t, pid)
+				c := chain{callers: []string{"JavaBurn.spin", "JavaBurn.main", "JavaCalls::call_helper", "JavaMain"}, roots: threadRoots}
+				share, n, example := c.assembledShare(sym, pid, raw)
+				t.Logf("interpreted: %.1f%% of %d samples whole", 100*share, n)
+				require.GreaterOrEqual(t, n, int64(200))
+				assert.GreaterOrEqual(t, share, 0.9, "e.g. %s", strings.Join(example, " <- "))
+				main := javaFrames(sym, pid, raw, "JavaBurn.main")
+				assert.Equal(t, map[int64]bool{16: true}, main, "main's lines")
+			})
+		})
+	}
+}
+
+// sampleJava samples pid for 4 s with unwind tables once its JVM's walker
+// entry is in and its code had 4 s to compile.
+func sampleJava(t *testing.T, pid uint32) []capture.RawStack {
+	t.Helper()
+	time.Sleep(4 * time.Second)
+	ut := openTables(t, true)
+	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+	awaitTables(t, ut, pid)
+	require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes == 1 }, 20*time.Second, 50*time.Millisecond)
+	raw, _, _ := sampleFor(t, s, 4*time.Second)
+	_ = s.Close()
+	return raw
+}
+
+// javaLeaves samples pid's JVM and returns its samples by leaf function.
+func javaLeaves(t *testing.T, sym *symbolize.Symbolizer, pid uint32) map[string]int64 {
+	raw := sampleJava(t, pid)
+	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+	out := map[string]int64{}
+	for _, p := range prof.Processes {
+		for _, smp := range p.Samples {
+			if p.Identity.PID == pid && len(smp.Frames) > 0 {
+				out[smp.Frames[0].Function] += smp.Value
+			}
+		}
+	}
+	return out
+}
+
+// javaFrames returns the lines at which function's frames are in pid's
+// samples.
+func javaFrames(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack, function string) map[int64]bool {
+	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+	lines := map[int64]bool{}
+	for _, p := range prof.Processes {
+		for _, smp := range p.Samples {
+			for _, f := range smp.Frames {
+				if p.Identity.PID == pid && f.Function == function {
+					lines[f.Line] = true
+				}
+			}
+		}
+	}
+	return lines
+}
