@@ -232,6 +232,9 @@ type Stats struct {
 	// PythonProcesses is, at the drain, the processes whose CPython frames
 	// BPF reads (a gauge, like UnwindTables).
 	PythonProcesses uint64
+	// JVMProcesses is, at the drain, the JVMs whose Java frames the walk
+	// steps through (bpf/hotspot.h; a gauge).
+	JVMProcesses uint64
 	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
 	// unwind table in the kernel and the kernel memory of their rows;
 	// TableFailures counts the files left without one since the previous
@@ -343,7 +346,7 @@ func (s Stats) Add(o Stats) Stats {
 	}
 	// Gauges: the later window's.
 	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
-	s.PythonProcesses = o.PythonProcesses
+	s.PythonProcesses, s.JVMProcesses = o.PythonProcesses, o.JVMProcesses
 	return s
 }
 

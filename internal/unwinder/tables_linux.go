@@ -298,6 +298,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes
 	st.PythonProcesses = ls.Runtimes[capture.CPython.Name()].Processes
+	st.JVMProcesses = ls.Runtimes[capture.HotSpot.Name()].Processes
 	t := f.tables
 	t.mu.Lock()
 	defer t.mu.Unlock()

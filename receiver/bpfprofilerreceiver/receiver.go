@@ -66,10 +66,13 @@ type profilerReceiver struct {
 	scopes    *scopeJoin
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
-	unwindGauges struct{ tables, bytes, python uint64 }
+	unwindGauges struct{ tables, bytes, python, jvm uint64 }
 	// pythonUnsymbolized is the symbolizer's count of CPython frames left
-	// without a name, by reason, when last recorded.
+	// without a name, by reason, when last recorded; jvmFrames and
+	// jvmUnsymbolized its counts of Java frames.
 	pythonUnsymbolized map[string]uint64
+	jvmFrames          uint64
+	jvmUnsymbolized    map[string]uint64
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
 	// background runs the kernel symbol preload and the followProcesses
@@ -312,7 +315,9 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		}
 	}
 	profiles = r.joinScopes(ctx, start, end, profiles, final)
-	r.recordPythonSymbolization(ctx, r.symbols.Stats().RuntimeUnsymbolized[capture.CPython.Name()])
+	symStats := r.symbols.Stats()
+	r.recordPythonSymbolization(ctx, symStats.RuntimeUnsymbolized[capture.CPython.Name()])
+	r.recordJVMSymbolization(ctx, symStats)
 	r.recordProcessReads(ctx)
 	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {

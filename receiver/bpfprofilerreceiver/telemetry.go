@@ -91,6 +91,9 @@ func emittedAttributeValues() map[string][]string {
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
+		"jvm_unsymbolized_reason": {
+			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
+		},
 	}
 }
 
@@ -151,7 +154,9 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	tel.BpfprofilerUnwindTables.Add(ctx, int64(st.UnwindTables)-int64(r.unwindGauges.tables))
 	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
 	tel.BpfprofilerPythonProcesses.Add(ctx, int64(st.PythonProcesses)-int64(r.unwindGauges.python))
-	r.unwindGauges.tables, r.unwindGauges.bytes, r.unwindGauges.python = st.UnwindTables, st.UnwindTableBytes, st.PythonProcesses
+	tel.BpfprofilerJvmProcesses.Add(ctx, int64(st.JVMProcesses)-int64(r.unwindGauges.jvm))
+	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
+	r.unwindGauges.python, r.unwindGauges.jvm = st.PythonProcesses, st.JVMProcesses
 }
 
 // recordPythonStats adds the CPython walk counters of one window of one
@@ -180,6 +185,23 @@ func (r *profilerReceiver) recordPythonSymbolization(ctx context.Context, unsymb
 		}
 	}
 	r.pythonUnsymbolized = unsymbolized
+}
+
+// recordJVMSymbolization adds the Java frames named and the interpreted
+// ones left without a name since the previous call.
+func (r *profilerReceiver) recordJVMSymbolization(ctx context.Context, st symbolize.Stats) {
+	name := capture.HotSpot.Name()
+	if d := st.RuntimeFrames[name] - r.jvmFrames; d > 0 {
+		r.telemetry.BpfprofilerJvmFrames.Add(ctx, int64(d))
+	}
+	r.jvmFrames = st.RuntimeFrames[name]
+	unsymbolized := st.RuntimeUnsymbolized[name]
+	for reason, n := range unsymbolized {
+		if d := n - r.jvmUnsymbolized[reason]; d > 0 {
+			r.telemetry.BpfprofilerJvmFramesUnsymbolized.Add(ctx, int64(d), metric.WithAttributes(attribute.String(attrReason, reason)))
+		}
+	}
+	r.jvmUnsymbolized = unsymbolized
 }
 
 // reportFailed counts one report of signal that could not be built or delivered.

@@ -27,6 +27,9 @@ type TelemetryBuilder struct {
 	mu                                  sync.Mutex
 	registrations                       []metric.Registration
 	BpfprofilerFramesUnsymbolized       metric.Int64Counter
+	BpfprofilerJvmFrames                metric.Int64Counter
+	BpfprofilerJvmFramesUnsymbolized    metric.Int64Counter
+	BpfprofilerJvmProcesses             metric.Int64UpDownCounter
 	BpfprofilerNewProcessesDropped      metric.Int64Counter
 	BpfprofilerProbeRecords             metric.Int64Counter
 	BpfprofilerProbeRecordsDropped      metric.Int64Counter
@@ -83,6 +86,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_frames_unsymbolized",
 		metric.WithDescription("Stack frames emitted without a function name (address and mapping kept). [Development]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerJvmFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_jvm_frames",
+		metric.WithDescription("Java frames named (compiled, inlined and interpreted methods, and the JVM's stubs) from the memory of the JVMs of bpfprofiler_jvm_processes; the walks through them are counted with bpfprofiler_unwind_walks. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerJvmFramesUnsymbolized, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_jvm_frames_unsymbolized",
+		metric.WithDescription("Interpreted Java frames left without a method name, by reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerJvmProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_jvm_processes",
+		metric.WithDescription("JVMs (HotSpot) whose Java frames the stack walk steps through: their code cache was read once they made it (unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerNewProcessesDropped, err = builder.meter.Int64Counter(

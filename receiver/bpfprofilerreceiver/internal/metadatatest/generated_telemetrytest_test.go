@@ -20,6 +20,9 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.BpfprofilerFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerJvmFrames.Add(context.Background(), 1)
+	tb.BpfprofilerJvmFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerJvmProcesses.Add(context.Background(), 1)
 	tb.BpfprofilerNewProcessesDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
@@ -42,6 +45,15 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerUnwindTablesFailed.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindWalks.Add(context.Background(), 1)
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerJvmFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerJvmFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerJvmProcesses(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerNewProcessesDropped(t, testTel,
