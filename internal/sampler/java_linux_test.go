@@ -4,8 +4,12 @@ package sampler
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,4 +311,43 @@ func javaFrames(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack, f
 		}
 	}
 	return lines
+}
+
+// A JVM in a child pid namespace (pid 1 there, as in a container): its
+// stacks are whole, its methods named.
+func TestJavaInPIDNamespace(t *testing.T) {
+	testutil.RequireBPF(t)
+	if _, err := exec.LookPath("unshare"); err != nil {
+		testutil.SkipOrFail(t, "unshare not found")
+	}
+	java := filepath.Join(testutil.JDKs(t)[0], "bin", "java")
+	src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", java, "-Xmx64m", src, "60")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// The JVM is unshare's child (host pid), once it has exec'ed java.
+	var pid uint32
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
+		if err != nil {
+			return false
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if exe, _ := os.Readlink(filepath.Join("/proc", f, "exe")); strings.HasSuffix(exe, "/bin/java") {
+				p, _ := strconv.ParseUint(f, 10, 32)
+				pid = uint32(p)
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond)
+	defer func() { _ = syscall.Kill(int(pid), syscall.SIGKILL) }()
+	raw := sampleJava(t, pid)
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
+	c := chain{callers: []string{"JavaBurn.spin", "JavaBurn.main", "JavaCalls::call_helper", "JavaMain"}, roots: threadRoots}
+	share, n, example := c.assembledShare(sym, pid, raw)
+	t.Logf("in a pid namespace (host pid %d): %.1f%% of %d samples whole", pid, 100*share, n)
+	require.GreaterOrEqual(t, n, int64(200))
+	assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
 }
