@@ -43,3 +43,16 @@ func JDKs(t testing.TB) []string {
 	}
 	return jdks
 }
+
+// JavaWorkload returns the java arguments that run testdata/workloads'
+// class name (before its own arguments): its source file, or where the
+// kernel matrix's guests have it compiled (PrebuiltWorkloadsEnv), the class.
+func JavaWorkload(t testing.TB, name string) []string {
+	t.Helper()
+	if dir := os.Getenv(PrebuiltWorkloadsEnv); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, name+".class")); err == nil {
+			return []string{"-cp", dir, name}
+		}
+	}
+	return []string{filepath.Join(RepoRoot(t), "testdata", "workloads", name+".java")}
+}

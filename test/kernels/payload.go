@@ -35,6 +35,7 @@ var checks = []check{
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
 	{"python", "e2e.test", "TestCollectorPythonFrames"},
 	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes"},
+	{"java", "e2e.test", "TestCollectorJavaFrames"},
 }
 
 // stressChecks run only when -checks names them: they repeat one
@@ -143,7 +144,11 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 	if err != nil {
 		return nil, fmt.Errorf("copy Debian's CPython: %w", err)
 	}
-	if err := copyLibraries(ctx, root, append(bins, python...)); err != nil {
+	java, err := copyJava(root)
+	if err != nil {
+		return nil, fmt.Errorf("copy Debian's OpenJDK 17: %w", err)
+	}
+	if err := copyLibraries(ctx, root, append(append(bins, python...), java...)); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript()), 0o755); err != nil {

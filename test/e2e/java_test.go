@@ -1,0 +1,112 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A JVM started with no profiling flag (OpenJDK 17), profiled by the
+// collector: at least 90% of the samples of its compiled leaf burn show
+// step (which the JIT inlined) <- loop <- main at the lines of their calls,
+// with profile.frame.type jvm and the file JavaInline.java, above the JVM's
+// native frames down to the thread's root.
+func TestCollectorJavaFrames(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := collectorBinary(t)
+	java := filepath.Join(testutil.JDKs(t)[0], "bin", "java")
+	otlp, addr := startOTLPServer(t)
+	args := append([]string{"-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn"},
+		testutil.JavaWorkload(t, "JavaInline")...)
+	cmd := testutil.StartWorkload(t, java, append(args, "600")...)
+	pid := cmd.Process.Pid
+	out := startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {pids: [%d]}
+    cpu: {samples_per_second: 99}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, pid, addr))
+	want := []pdata.NamedFrame{
+		{Function: "JavaInline.step", Line: 13},
+		{Function: "JavaInline.loop", Line: 19},
+		{Function: "JavaInline.main", Line: 28},
+	}
+	// The first reports come before the JVM's code is compiled and its
+	// walker entry made (slowly on an emulated kernel): they are left out.
+	require.Eventually(t, func() bool {
+		share, _, _ := javaChain(otlp.all(), pid, want)
+		return share > 0.5
+	}, 5*time.Minute, 500*time.Millisecond, "no whole Java stacks; collector output:\n%s", out)
+	skip := len(otlp.all())
+	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
+	var n int64
+	if !assert.Eventually(t, func() bool { _, n, _ = javaChain(later(), pid, want); return n >= 300 }, 2*time.Minute, 500*time.Millisecond) {
+		t.Fatalf("%d samples of JavaInline.burn, want 300", n)
+	}
+	share, n, example := javaChain(later(), pid, want)
+	t.Logf("%.1f%% of %d samples of burn whole", 100*share, n)
+	matrixFigure(t, "burn <- step (inlined) <- loop <- main at their lines: %.1f%% of %d samples", 100*share, n)
+	assert.GreaterOrEqual(t, share, 0.9, "e.g. %s", example)
+}
+
+// javaChain is the share of the samples of pid whose leaf is JavaInline.burn
+// (any line) that have the frames of want next, at their lines, as Java
+// frames of JavaInline.java, and reach start_thread; their number and an
+// example of one that is not.
+func javaChain(received []pprofile.Profiles, pid int, want []pdata.NamedFrame) (float64, int64, string) {
+	var all, whole int64
+	example := ""
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), pid)) {
+			if len(st.Frames) == 0 || st.Frames[0].Function != "JavaInline.burn" {
+				continue
+			}
+			all += st.Value
+			if javaWhole(st.Frames, want) {
+				whole += st.Value
+			} else if example == "" {
+				example = describeFrames(st.Frames)
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}
+
+func javaWhole(frames, want []pdata.NamedFrame) bool {
+	if len(frames) < len(want)+1 {
+		return false
+	}
+	for i, w := range want {
+		f := frames[i+1]
+		if f.Function != w.Function || f.Line != w.Line || f.Type != "jvm" || filepath.Base(f.File) != "JavaInline.java" {
+			return false
+		}
+	}
+	for _, f := range frames {
+		if strings.HasPrefix(f.Function, "start_thread") {
+			return true
+		}
+	}
+	return false
+}
