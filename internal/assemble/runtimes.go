@@ -13,6 +13,7 @@ import (
 // the native stack ends (it was cut, or walked with frame pointers through
 // an interpreter that has none) go above its root, so no frame is lost.
 func (a *Assembler) withRuntimes(s capture.RawStack, native []report.Frame) []report.Frame {
+	native = a.inPlace(s, native)
 	runs, order := runtimeRuns(s.Frames)
 	if len(order) == 0 {
 		return native
@@ -43,6 +44,41 @@ func (a *Assembler) withRuntimes(s capture.RawStack, native []report.Frame) []re
 	return out
 }
 
+// inPlace puts each runtime frame the walk read in place (capture.Frame.
+// Native) where the native frame it names is, in order from the leaf: the
+// native frame (with the frames symbolized as inlined into it) gives way to
+// the runtime's, unless the runtime frame could not be named.
+func (a *Assembler) inPlace(s capture.RawStack, native []report.Frame) []report.Frame {
+	var queue []capture.Frame
+	for _, f := range s.Frames {
+		if f.Kind == capture.RuntimeFrame && f.Native != 0 {
+			queue = append(queue, f)
+		}
+	}
+	if len(queue) == 0 {
+		return native
+	}
+	out := make([]report.Frame, 0, len(native)+len(queue))
+	start := 0 // the first frame of the current native frame's group
+	for i, f := range native {
+		if f.Inlined {
+			continue // the group ends with its outermost frame
+		}
+		group := native[start : i+1]
+		start = i + 1
+		if len(queue) > 0 && f.Address == queue[0].Native {
+			run := a.runtimeFrames(s.PID, queue[:1])
+			queue = queue[1:]
+			if named(run) {
+				out = append(out, run...)
+				continue
+			}
+		}
+		out = append(out, group...)
+	}
+	return append(out, native[start:]...)
+}
+
 // runtimeRuns splits the runtime frames of stack frames into the runs of
 // one call of their runtime's entry function each, leaf first, by runtime;
 // order lists the runtimes as they first appear.
@@ -50,8 +86,8 @@ func runtimeRuns(frames []capture.Frame) (runs map[capture.Runtime][][]capture.F
 	start := map[capture.Runtime]int{}
 	var pending [][]capture.Frame // the current run of each runtime, by index in order
 	for _, f := range frames {
-		if f.Kind != capture.RuntimeFrame {
-			continue
+		if f.Kind != capture.RuntimeFrame || f.Native != 0 {
+			continue // in place: see inPlace
 		}
 		i, ok := start[f.Runtime]
 		if !ok {

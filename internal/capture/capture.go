@@ -34,6 +34,7 @@ type Runtime uint8
 const (
 	CPython Runtime = iota + 1 // bpf/cpython.h
 	HotSpot                    // bpf/hotspot.h
+	V8                         // bpf/v8.h
 )
 
 // Name is the runtime's name in internal/runtimes (and its frames'
@@ -44,6 +45,8 @@ func (r Runtime) Name() string {
 		return "cpython"
 	case HotSpot:
 		return "jvm"
+	case V8:
+		return "v8js"
 	}
 	return ""
 }
@@ -58,6 +61,9 @@ type Frame struct {
 	Entry    bool
 	Position uint32 // RuntimeFrame only: where in the object the frame is
 	Address  uint64
+	// Native is, for a runtime frame the walk read in place (bpf/hotspot.h,
+	// bpf/v8.h), the address of the native frame it names; 0 otherwise.
+	Native uint64
 }
 
 // Runtime frame words as the BPF walkers write them (bpf/cpython.h): the
@@ -119,9 +125,10 @@ func (s RawStack) Addresses(kind FrameKind) []uint64 {
 
 // StackFrames builds the frames of a stack from its kernel and user
 // addresses (each leaf first). A user word with the top bit set, which no
-// user address has, is the runtime frame the walk read at the native frame
-// before it (bpf/hotspot.h: an interpreted Java frame), a word as
-// RuntimeFrames decodes, its own run of its runtime's frames.
+// user address has, is the runtime frame the walk read in place at the
+// native frame before it, a word as RuntimeFrames decodes: an interpreted
+// Java frame's Method* (bpf/hotspot.h), or a JavaScript frame's JSFunction,
+// a tagged pointer with its low bit set (bpf/v8.h).
 func StackFrames(kernel, user []uint64) []Frame {
 	if len(kernel)+len(user) == 0 {
 		return nil
@@ -130,11 +137,19 @@ func StackFrames(kernel, user []uint64) []Frame {
 	for _, a := range kernel {
 		out = append(out, Frame{Kind: KernelFrame, Address: a})
 	}
+	var native uint64
 	for _, a := range user {
 		if a&runtimeEntry != 0 {
-			out = append(out, RuntimeFrames(HotSpot, []uint64{a})...)
+			rt := HotSpot
+			if a&1 != 0 {
+				rt = V8
+			}
+			f := RuntimeFrames(rt, []uint64{a})[0]
+			f.Native = native
+			out = append(out, f)
 			continue
 		}
+		native = a
 		out = append(out, Frame{Kind: UserFrame, Address: a})
 	}
 	return out

@@ -16,9 +16,6 @@ var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
 	ProcMap:   "hotspot_procs",
 	NamesCode: true,
-	// Each interpreted frame's native frame, a pc in the interpreter's
-	// code, is followed by the frame's method (bpf/hotspot.h).
-	EntryFunction: interpreterBlob,
 	LooksLike:     IsJVM,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		syms, err := ExportedSymbols(f)
@@ -81,10 +78,6 @@ const bciUnknown = 0xffff
 func frameOf(f JavaFrame) runtimes.Frame {
 	return runtimes.Frame{Function: f.Method.String(), File: f.Method.SourceFile, Line: f.Line}
 }
-
-// interpreterBlob is the name of the template interpreter's code blob,
-// the native name of an interpreted frame.
-const interpreterBlob = "Interpreter"
 
 // Cached names the frame at object from a recent read: at position 0 code
 // at object, an address in the JVM's code cache; else an interpreted frame
