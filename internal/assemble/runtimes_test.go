@@ -68,3 +68,54 @@ func TestWithPython(t *testing.T) {
 		})
 	}
 }
+
+// inPlaceSymbols names user addresses "n<addr>", 0x30 with an inlined
+// frame "i30" before it, and runtime frames "rt<object>", but object 0 not.
+type inPlaceSymbols struct{ evalSymbols }
+
+func (inPlaceSymbols) User(_ uint32, addrs []uint64) []report.Frame {
+	var out []report.Frame
+	for _, a := range addrs {
+		if a == 0x30 {
+			out = append(out, report.Frame{Address: a, Function: "i30", Inlined: true})
+		}
+		out = append(out, report.Frame{Address: a, Function: fmt.Sprintf("n%x", a)})
+	}
+	return out
+}
+
+func (inPlaceSymbols) Runtime(_ uint32, _ string, object uint64, _ uint32) report.Frame {
+	if object == 0 {
+		return report.Frame{Type: report.FrameJVM}
+	}
+	return report.Frame{Function: fmt.Sprintf("rt%x", object), Type: report.FrameJVM}
+}
+
+// A runtime frame the walk read in place takes the place of the native
+// frame before it (and of the frames inlined into that one), in order from
+// the leaf, the same address twice included; one that cannot be named
+// leaves the native frame.
+func TestRuntimeFramesInPlace(t *testing.T) {
+	word := func(object uint64) uint64 { return 1<<63 | 1<<47 | object }
+	for _, tt := range []struct {
+		name string
+		user []uint64
+		want []string
+	}{
+		{"none", []uint64{0x10, 0x20}, []string{"n10", "n20"}},
+		{"one", []uint64{0x10, 0x20, word(0xa0), 0x40}, []string{"n10", "rta0", "n40"}},
+		{"the same native frame twice", []uint64{0x20, word(0xa0), 0x20, word(0xb0), 0x40}, []string{"rta0", "rtb0", "n40"}},
+		{"with inlined frames", []uint64{0x10, 0x30, word(0xc0), 0x40}, []string{"n10", "rtc0", "n40"}},
+		{"not named", []uint64{0x10, 0x20, word(0), 0x40}, []string{"n10", "n20", "n40"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := capture.RawStack{PID: 1, Frames: capture.StackFrames(nil, tt.user)}
+			a := &Assembler{Symbols: &inPlaceSymbols{}}
+			var got []string
+			for _, f := range a.frames(s, report.Identity{}, false) {
+				got = append(got, f.Function)
+			}
+			require.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -34,7 +34,6 @@ type Runtime uint8
 const (
 	CPython Runtime = iota + 1 // bpf/cpython.h
 	HotSpot                    // bpf/hotspot.h
-	V8                         // bpf/v8.h
 )
 
 // Name is the runtime's name in internal/runtimes (and its frames'
@@ -45,8 +44,6 @@ func (r Runtime) Name() string {
 		return "cpython"
 	case HotSpot:
 		return "jvm"
-	case V8:
-		return "v8js"
 	}
 	return ""
 }
@@ -61,8 +58,8 @@ type Frame struct {
 	Entry    bool
 	Position uint32 // RuntimeFrame only: where in the object the frame is
 	Address  uint64
-	// Native is, for a runtime frame the walk read in place (bpf/hotspot.h,
-	// bpf/v8.h), the address of the native frame it names; 0 otherwise.
+	// Native is, for a runtime frame the walk read in place (bpf/hotspot.h),
+	// the address of the native frame it names; 0 otherwise.
 	Native uint64
 }
 
@@ -127,8 +124,7 @@ func (s RawStack) Addresses(kind FrameKind) []uint64 {
 // addresses (each leaf first). A user word with the top bit set, which no
 // user address has, is the runtime frame the walk read in place at the
 // native frame before it, a word as RuntimeFrames decodes: an interpreted
-// Java frame's Method* (bpf/hotspot.h), or a JavaScript frame's JSFunction,
-// a tagged pointer with its low bit set (bpf/v8.h).
+// Java frame's Method* (bpf/hotspot.h).
 func StackFrames(kernel, user []uint64) []Frame {
 	if len(kernel)+len(user) == 0 {
 		return nil
@@ -140,11 +136,7 @@ func StackFrames(kernel, user []uint64) []Frame {
 	var native uint64
 	for _, a := range user {
 		if a&runtimeEntry != 0 {
-			rt := HotSpot
-			if a&1 != 0 {
-				rt = V8
-			}
-			f := RuntimeFrames(rt, []uint64{a})[0]
+			f := RuntimeFrames(HotSpot, []uint64{a})[0]
 			f.Native = native
 			out = append(out, f)
 			continue
