@@ -16,7 +16,7 @@ var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
 	ProcMap:   "hotspot_procs",
 	NamesCode: true,
-	LooksLike:     IsJVM,
+	LooksLike: IsJVM,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		syms, err := ExportedSymbols(f)
 		if err != nil {
