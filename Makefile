@@ -95,9 +95,11 @@ kernel-tools:
 # util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
 # (the Python unwinder's tests also run pyenv's 3.9-3.13 where the machine
 # has them), gdb reads CPython's struct layouts for internal/runtimes/cpython's
-# oracle. No test needs bpftool, bpftrace or clang.
+# oracle, openjdk-17-jdk-headless runs the Java tests (javac compiles the
+# Java workloads for the kernel matrix's guests). No test needs bpftool,
+# bpftrace or clang.
 test-tools:
-	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb)
+	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb openjdk-17-jdk-headless)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }
