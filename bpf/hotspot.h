@@ -41,8 +41,7 @@
  * bytecode index + 1, 0xffff when unknown; 0 is never written) and the
  * Method* in the low 47 bits.
  */
-#define HOTSPOT_FRAME_WORD(method, position) \
-	((1ULL << 63) | ((u64)(position) << 47) | ((method) & ((1ULL << 47) - 1)))
+#define HOTSPOT_FRAME_WORD(method, position) ((1ULL << 63) | ((u64)(position) << 47) | ((method) & ((1ULL << 47) - 1)))
 #define HOTSPOT_BCI_UNKNOWN 0xffff
 
 /* One code heap: its reserved code [low, high) and its segment map. */
@@ -59,17 +58,17 @@ struct hotspot_proc {
 	struct hotspot_heap heaps[HOTSPOT_MAX_HEAPS];
 	u64 interp_low, interp_high; /* the template interpreter's code */
 	u32 heaps_n;
-	u16 block_header;	     /* sizeof(HeapBlock): the blob follows it */
-	u16 blob_frame_size;	     /* CodeBlob::_frame_size (int, words) */
-	u16 blob_frame_complete;     /* CodeBlob::_frame_complete_offset */
-	u16 blob_code;		     /* CodeBlob::_code_offset (int) or _code_begin (address) */
-	s16 interp_sender_sp;	     /* words from an interpreted frame's rbp: */
-	s16 interp_method;	     /* its Method* */
-	s16 interp_bcp;		     /* its bytecode pointer */
-	u16 method_const;	     /* Method::_constMethod */
-	u16 const_method_size;	     /* sizeof(ConstMethod): the bytecodes follow it */
-	u8 frame_complete_16;	     /* _frame_complete_offset is an int16 (JDK 23 on) */
-	u8 code_is_offset;	     /* blob_code is _code_offset */
+	u16 block_header;	 /* sizeof(HeapBlock): the blob follows it */
+	u16 blob_frame_size;	 /* CodeBlob::_frame_size (int, words) */
+	u16 blob_frame_complete; /* CodeBlob::_frame_complete_offset */
+	u16 blob_code;		 /* CodeBlob::_code_offset (int) or _code_begin (address) */
+	s16 interp_sender_sp;	 /* words from an interpreted frame's rbp: */
+	s16 interp_method;	 /* its Method* */
+	s16 interp_bcp;		 /* its bytecode pointer */
+	u16 method_const;	 /* Method::_constMethod */
+	u16 const_method_size;	 /* sizeof(ConstMethod): the bytecodes follow it */
+	u8 frame_complete_16;	 /* _frame_complete_offset is an int16 (JDK 23 on) */
+	u8 code_is_offset;	 /* blob_code is _code_offset */
 };
 
 /* pid (as the collector sees it) -> its JVM. */
@@ -123,7 +122,8 @@ static __always_inline int hotspot_step(struct user_regs *regs, u32 pid, int fir
 		fp = regs->bp;
 		if (!fp)
 			return UNWIND_END_BAD_FRAME;
-		if (read_user_u64(&method, fp + (s64)p->interp_method * 8) || read_user_u64(&bcp, fp + (s64)p->interp_bcp * 8))
+		if (read_user_u64(&method, fp + (s64)p->interp_method * 8) ||
+		    read_user_u64(&bcp, fp + (s64)p->interp_bcp * 8))
 			return UNWIND_END_READ_FAULT;
 		if (method && !read_user_u64(&cm, method + p->method_const) && bcp >= cm + p->const_method_size &&
 		    bcp - cm - p->const_method_size < HOTSPOT_BCI_UNKNOWN - 1)
