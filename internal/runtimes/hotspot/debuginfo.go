@@ -31,6 +31,9 @@ type DebugLayout struct {
 	// 23 PcDescs and scopes are in the nmethod's immutable data (offsets
 	// from nmethod::_immutable_data; the scopes follow the PcDescs) and
 	// the metadata in its mutable data, after the relocations.
+	// nmethod::_compile_id tells a compilation from a later one at the
+	// same address (DebugCache).
+	CompileID                                  uint64
 	Immutable                                  bool
 	ScopesPcs, ScopesData, PcsEnd, MetadataAt  uint64
 	ImmutableData, MutableData, RelocationSize uint64
@@ -53,6 +56,7 @@ func NewDebugLayout(vm *VMStructs) (*DebugLayout, error) {
 		PcScope:             offset("PcDesc", "_scope_decode_offset"),
 		PcDescSize:          vm.Types["PcDesc"].Size,
 		ScopesPcs:           offset("nmethod", "_scopes_pcs_offset"),
+		CompileID:           offset("nmethod", "_compile_id"),
 	}
 	if f, ok := vm.FieldOf("ConstMethod", "_flags._flags"); ok {
 		d.ConstMethodFlags, d.FlagsWidth, d.Excluded = f.Offset, 4, 1
@@ -234,19 +238,16 @@ type scope struct {
 // at blob whose instructions start at code: the innermost (inlined) first,
 // the nmethod's own method last. pc is the lookup address (a return
 // address less one): its frames are those of the first PcDesc after it.
-func Scopes(mem io.ReaderAt, d *DebugLayout, blob, code, pc uint64) ([]scope, error) {
+func Scopes(mem io.ReaderAt, d *DebugLayout, blob, code, pc uint64, cache *DebugCache) ([]scope, error) {
 	r := &memReader{mem: mem}
-	pcs, pcsEnd, data, metadata, err := d.regions(r, blob)
+	nd, err := cache.get(r, d, blob)
 	if err != nil {
 		return nil, err
 	}
-	n := (pcsEnd - pcs) / d.PcDescSize
-	if pcsEnd < pcs || n == 0 || n > maxPcDescs || pc < code {
-		return nil, fmt.Errorf("%d PcDescs at %#x", int64(pcsEnd-pcs)/int64(d.PcDescSize), pcs)
-	}
-	descs, err := r.bytes(pcs, int(n*d.PcDescSize))
-	if err != nil {
-		return nil, err
+	descs, data, metadata := nd.descs, nd.data, nd.metadata
+	n := uint64(len(descs)) / d.PcDescSize
+	if pc < code {
+		return nil, fmt.Errorf("pc %#x before the code at %#x", pc, code)
 	}
 	at := func(i int) (pcOff, scopeOff int32) {
 		e := descs[uint64(i)*d.PcDescSize:]
@@ -283,6 +284,65 @@ func Scopes(mem io.ReaderAt, d *DebugLayout, blob, code, pc uint64) ([]scope, er
 		return nil, errors.New("pc has no scope")
 	}
 	return out, nil
+}
+
+// nmethodDebug is what Scopes reads of one nmethod whatever the pc: its
+// PcDescs, and where its scopes and metadata are.
+type nmethodDebug struct {
+	descs          []byte
+	data, metadata uint64
+}
+
+// DebugCache keeps the PcDescs of the nmethods named lately (a large one
+// has thousands, read once instead of per pc), by nmethod address and
+// compile id: a later compilation at the same address is read anew. Not
+// safe for concurrent use; a nil DebugCache reads every time.
+type DebugCache struct {
+	entries map[debugKey]*nmethodDebug
+	bytes   int
+}
+
+type debugKey struct {
+	blob      uint64
+	compileID int32
+}
+
+// maxCachedDescBytes bounds the PcDescs a DebugCache holds.
+const maxCachedDescBytes = 4 << 20
+
+func (c *DebugCache) get(r *memReader, d *DebugLayout, blob uint64) (*nmethodDebug, error) {
+	var key debugKey
+	if c != nil {
+		b, err := r.bytes(blob+d.CompileID, 4)
+		if err != nil {
+			return nil, err
+		}
+		key = debugKey{blob, int32(binary.LittleEndian.Uint32(b))}
+		if nd, ok := c.entries[key]; ok {
+			return nd, nil
+		}
+	}
+	pcs, pcsEnd, data, metadata, err := d.regions(r, blob)
+	if err != nil {
+		return nil, err
+	}
+	n := (pcsEnd - pcs) / d.PcDescSize
+	if pcsEnd < pcs || n == 0 || n > maxPcDescs {
+		return nil, fmt.Errorf("%d PcDescs at %#x", int64(pcsEnd-pcs)/int64(d.PcDescSize), pcs)
+	}
+	descs, err := r.bytes(pcs, int(n*d.PcDescSize))
+	if err != nil {
+		return nil, err
+	}
+	nd := &nmethodDebug{descs, data, metadata}
+	if c != nil {
+		if c.entries == nil || c.bytes+len(descs) > maxCachedDescBytes {
+			c.entries, c.bytes = map[debugKey]*nmethodDebug{}, 0
+		}
+		c.entries[key] = nd
+		c.bytes += len(descs)
+	}
+	return nd, nil
 }
 
 // regions returns where the nmethod at blob keeps its PcDescs, scopes and

@@ -1,9 +1,12 @@
 package hotspot
 
 import (
+	"encoding/binary"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // UNSIGNED5 as HotSpot writes it, without (JDK 11-17) and with (JDK 21 on)
@@ -48,4 +51,53 @@ func TestLineAt(t *testing.T) {
 	assert.False(t, lineTableEnds(table[:3], 0), "no end byte yet")
 	withX := []byte{0xff, 1, 21, 2<<3 | 1, 0}
 	assert.Equal(t, int64(11), lineAt(withX, 2, 1))
+}
+
+// countingMem counts the bytes read through it.
+type countingMem struct {
+	mem   io.ReaderAt
+	bytes int
+}
+
+func (c *countingMem) ReadAt(p []byte, off int64) (int, error) {
+	c.bytes += len(p)
+	return c.mem.ReadAt(p, off)
+}
+
+// An nmethod (the pre-JDK 23 layout) whose pc 0x20 runs method 0xa0 at
+// bci 3 inlined into 0xb0 at bci 7: Scopes finds both, innermost first; a
+// DebugCache reads its PcDescs once per compilation.
+func TestScopesAndTheirCache(t *testing.T) {
+	const blob = 0x10000
+	b := make([]byte, 0x400)
+	put32 := func(at int, v uint32) { binary.LittleEndian.PutUint32(b[at:], v) }
+	d := &DebugLayout{PcDescSize: 16, PcOffset: 0, PcScope: 4, CompileID: 0x08, ScopesPcs: 0x10, PcsEnd: 0x14, ScopesData: 0x18, MetadataAt: 0x20}
+	put32(0x08, 41)    // compile id
+	put32(0x10, 0x100) // PcDescs at blob+0x100
+	put32(0x14, 0x140) // ... four of them
+	binary.LittleEndian.PutUint64(b[0x18:], blob+0x200)
+	put32(0x20, 0x300) // metadata at blob+0x300
+	for i, pd := range [][2]uint32{{0x10, 0}, {0x28, 5}, {0x40, 0}, {0x50, 0}} {
+		put32(0x100+16*i, pd[0])
+		put32(0x100+16*i+4, pd[1])
+	}
+	// Scope at 5: sender 1, method index 1, bci 3 (+1); at 1: end, index 2, bci 7.
+	copy(b[0x205:], []byte{1, 1, 4})
+	copy(b[0x201:], []byte{0, 2, 8})
+	binary.LittleEndian.PutUint64(b[0x300:], 0xa0)
+	binary.LittleEndian.PutUint64(b[0x308:], 0xb0)
+	mem := &countingMem{mem: &fakeMem{base: blob, b: b}}
+	var cache DebugCache
+	got, err := Scopes(mem, d, blob, blob, blob+0x20, &cache)
+	require.NoError(t, err)
+	assert.Equal(t, []scope{{0xa0, 3}, {0xb0, 7}}, got)
+	first := mem.bytes
+	_, err = Scopes(mem, d, blob, blob, blob+0x20, &cache)
+	require.NoError(t, err)
+	assert.Less(t, mem.bytes-first, first-64, "PcDescs read once")
+	put32(0x08, 42) // recompiled at the same address
+	before := mem.bytes
+	_, err = Scopes(mem, d, blob, blob, blob+0x20, &cache)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, mem.bytes-before, 64, "a new compilation is read anew")
 }

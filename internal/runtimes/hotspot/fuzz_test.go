@@ -40,7 +40,8 @@ func FuzzReadHostileMemory(f *testing.F) {
 		d := &DebugLayout{FlagsWidth: 2, HasLineTable: 1, PcDescSize: 16, PcScope: 4, ScopesPcs: 8, PcsEnd: 12, ScopesData: 16, MetadataAt: 24}
 		for _, immutable := range []bool{false, true} {
 			d.Immutable = immutable
-			_, _ = Scopes(mem, d, 0x10000, 0x10000, pc)
+			_, _ = Scopes(mem, d, 0x10000, 0x10000, pc, nil)
+			_, _ = Scopes(mem, d, 0x10000, 0x10000, pc, &DebugCache{})
 			_, _ = LineOf(mem, l, d, 0x10000+pc%uint64(len(data)+1), int(pc%4096))
 		}
 	})

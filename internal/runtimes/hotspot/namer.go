@@ -19,6 +19,7 @@ type Namer struct {
 
 	layout    *Layout
 	debug     *DebugLayout // nil: no lines or inlined frames for this build
+	debugs    DebugCache
 	cache     *CodeCache
 	err       error     // why there is no layout yet
 	retryAt   time.Time // when to read the tables or code cache again
@@ -116,7 +117,7 @@ func (n *Namer) compiledFrames(blob, pc uint64) []JavaFrame {
 	if err != nil {
 		return nil
 	}
-	scopes, err := Scopes(n.mem, n.debug, blob, code, pc)
+	scopes, err := Scopes(n.mem, n.debug, blob, code, pc, &n.debugs)
 	if err != nil {
 		return nil
 	}
