@@ -92,10 +92,11 @@ func NewDebugLayout(vm *VMStructs) (*DebugLayout, error) {
 // in UNSIGNED5, 1 to 5 bytes, each below 192 ends the number; from JDK 21
 // the byte 0 is excluded (every byte is one more, below 192 still ends).
 type stream struct {
-	b   []byte
-	pos int
-	x   uint32 // excluded bytes: 0, or 1 from JDK 21
-	err error
+	b    []byte
+	pos  int
+	last int    // where the last line pair began (pairsEnd)
+	x    uint32 // excluded bytes: 0, or 1 from JDK 21
+	err  error
 }
 
 var errStreamEnd = errors.New("compressed stream ends early")
@@ -147,7 +148,7 @@ const (
 
 // LineOf returns the source line of bytecode index bci in the Method at
 // method (0: the method has no line table).
-func LineOf(mem io.ReaderAt, l *Layout, d *DebugLayout, method uint64, bci int) (int64, error) {
+func LineOf(mem io.ReaderAt, l *Layout, d *DebugLayout, method uint64, bci int, cache *LineCache) (int64, error) {
 	r := &memReader{mem: mem}
 	cm, err := r.u64(method + l.MethodConst)
 	if err != nil {
@@ -167,29 +168,48 @@ func LineOf(mem io.ReaderAt, l *Layout, d *DebugLayout, method uint64, bci int) 
 	if b, err = r.bytes(cm+d.ConstMethodCodeSize, 2); err != nil {
 		return 0, err
 	}
-	table := cm + l.ConstMethodSize + uint64(binary.LittleEndian.Uint16(b))
-	// The table ends with a 0 byte: read it in pieces until then.
+	codeSize := binary.LittleEndian.Uint16(b)
+	key := lineKey{cm, codeSize}
+	if table, ok := cache.get(key); ok {
+		return lineAt(table, bci, d.Excluded), nil
+	}
+	table, err := readLineTable(r, cm+l.ConstMethodSize+uint64(codeSize), d.Excluded)
+	if err != nil {
+		return 0, err
+	}
+	cache.put(key, table)
+	return lineAt(table, bci, d.Excluded), nil
+}
+
+// readLineTable reads the compressed line table at addr: it ends with a 0
+// byte, so it is read in pieces until then, each piece parsed once.
+func readLineTable(r *memReader, addr uint64, x uint32) ([]byte, error) {
 	var buf []byte
+	s := &stream{x: x}
 	for len(buf) < maxLineTable {
-		piece, err := r.bytes(table+uint64(len(buf)), 256)
+		piece, err := r.bytes(addr+uint64(len(buf)), 256)
 		if err != nil && len(buf) == 0 {
-			return 0, fmt.Errorf("line table: %w", err)
+			return nil, fmt.Errorf("line table: %w", err)
 		}
 		if err != nil {
 			break
 		}
 		buf = append(buf, piece...)
-		if lineTableEnds(buf, d.Excluded) {
-			break
+		if s.b = buf; pairsEnd(s) {
+			return buf[:s.pos], nil
+		}
+		if s.err != nil {
+			s.pos, s.err = s.last, nil // a pair cut at the piece's end: parse it again
 		}
 	}
-	return lineAt(buf, bci, d.Excluded), nil
+	return buf, nil
 }
 
-// lineTableEnds says whether b holds a whole line table.
-func lineTableEnds(b []byte, x uint32) bool {
-	s := &stream{b: b, x: x}
+// pairsEnd parses s's line pairs from where it is; true once the end byte
+// was read (s.pos after it). s.last is the start of the last pair.
+func pairsEnd(s *stream) bool {
 	for s.err == nil {
+		s.last = s.pos
 		switch s.byte() {
 		case 0:
 			return s.err == nil
@@ -199,6 +219,42 @@ func lineTableEnds(b []byte, x uint32) bool {
 		}
 	}
 	return false
+}
+
+// LineCache keeps the line tables read lately, by ConstMethod address and
+// bytecode size (a method whose memory another one reuses is read anew),
+// within maxCachedLineBytes. Not safe for concurrent use; a nil LineCache
+// reads every time.
+type LineCache struct {
+	tables map[lineKey][]byte
+	bytes  int
+}
+
+type lineKey struct {
+	constMethod uint64
+	codeSize    uint16
+}
+
+// maxCachedLineBytes bounds the line tables a LineCache holds.
+const maxCachedLineBytes = 4 << 20
+
+func (c *LineCache) get(k lineKey) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	t, ok := c.tables[k]
+	return t, ok
+}
+
+func (c *LineCache) put(k lineKey, table []byte) {
+	if c == nil {
+		return
+	}
+	if c.tables == nil || c.bytes+len(table) > maxCachedLineBytes {
+		c.tables, c.bytes = map[lineKey][]byte{}, 0
+	}
+	c.tables[k] = table
+	c.bytes += len(table)
 }
 
 // lineAt returns the line of bci in a compressed line number table: the

@@ -47,8 +47,8 @@ func TestLineAt(t *testing.T) {
 	for bci, want := range map[int]int64{0: 10, 1: 10, 2: 11, 7: 11} {
 		assert.Equal(t, want, lineAt(table, bci, 0), "bci %d", bci)
 	}
-	assert.True(t, lineTableEnds(table, 0))
-	assert.False(t, lineTableEnds(table[:3], 0), "no end byte yet")
+	assert.True(t, pairsEnd(&stream{b: table}))
+	assert.False(t, pairsEnd(&stream{b: table[:3]}), "no end byte yet")
 	withX := []byte{0xff, 1, 21, 2<<3 | 1, 0}
 	assert.Equal(t, int64(11), lineAt(withX, 2, 1))
 }
@@ -100,4 +100,19 @@ func TestScopesAndTheirCache(t *testing.T) {
 	_, err = Scopes(mem, d, blob, blob, blob+0x20, &cache)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, mem.bytes-before, 64, "a new compilation is read anew")
+}
+
+// A line table longer than a read's piece, with an escaped pair cut at the
+// piece's end, is read whole (and no further than its end byte).
+func TestReadLineTable(t *testing.T) {
+	var table []byte
+	for range 254 {
+		table = append(table, 1<<3|1) // bci +1, line +1
+	}
+	table = append(table, 0xff, 4, 200, 0, 0) // bci +2, line +100 (two bytes, the second 0), cut at byte 256
+	mem := &fakeMem{base: 0x1000, b: append(append([]byte{}, table...), make([]byte, 600)...)}
+	got, err := readLineTable(&memReader{mem: mem}, 0x1000, 0)
+	require.NoError(t, err)
+	assert.Equal(t, table, got)
+	assert.Equal(t, int64(254+100), lineAt(got, 256, 0))
 }

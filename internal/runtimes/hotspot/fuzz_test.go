@@ -42,7 +42,8 @@ func FuzzReadHostileMemory(f *testing.F) {
 			d.Immutable = immutable
 			_, _ = Scopes(mem, d, 0x10000, 0x10000, pc, nil)
 			_, _ = Scopes(mem, d, 0x10000, 0x10000, pc, &DebugCache{})
-			_, _ = LineOf(mem, l, d, 0x10000+pc%uint64(len(data)+1), int(pc%4096))
+			_, _ = LineOf(mem, l, d, 0x10000+pc%uint64(len(data)+1), int(pc%4096), nil)
+			_, _ = LineOf(mem, l, d, 0x10000+pc%uint64(len(data)+1), int(pc%4096), &LineCache{})
 		}
 	})
 }

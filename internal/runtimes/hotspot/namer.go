@@ -20,6 +20,7 @@ type Namer struct {
 	layout    *Layout
 	debug     *DebugLayout // nil: no lines or inlined frames for this build
 	debugs    DebugCache
+	lines     LineCache
 	cache     *CodeCache
 	err       error     // why there is no layout yet
 	retryAt   time.Time // when to read the tables or code cache again
@@ -127,7 +128,7 @@ func (n *Namer) compiledFrames(blob, pc uint64) []JavaFrame {
 		if err != nil {
 			return nil
 		}
-		line, _ := LineOf(n.mem, n.layout, n.debug, s.method, s.bci) // 0: unknown
+		line, _ := LineOf(n.mem, n.layout, n.debug, s.method, s.bci, &n.lines) // 0: unknown
 		out = append(out, JavaFrame{m, line})
 	}
 	return out
@@ -158,7 +159,7 @@ func (n *Namer) Method(method uint64, bci int, now time.Time) (JavaFrame, error)
 	}
 	f := JavaFrame{Method: m}
 	if n.debug != nil && bci >= 0 {
-		f.Line, _ = LineOf(n.mem, n.layout, n.debug, method, bci) // 0: unknown
+		f.Line, _ = LineOf(n.mem, n.layout, n.debug, method, bci, &n.lines) // 0: unknown
 	}
 	return f, nil
 }
