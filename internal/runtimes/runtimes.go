@@ -56,6 +56,16 @@ type Interpreter interface {
 	Process(mem io.ReaderAt, bias uint64) Process
 }
 
+// CodeRanges is implemented by an Interpreter whose JIT code lives in
+// address ranges that grow while the process runs (a JVM's code heaps,
+// committed as they fill): the loader maps the ranges whole, so code made
+// after the process's mappings were read is still walked.
+type CodeRanges interface {
+	// CodeRanges returns the [start, end) ranges the entry value (from
+	// WalkerProc) describes.
+	CodeRanges(value []byte) [][2]uint64
+}
+
 // Process names the frames of the runtime in one process: the frame whose
 // object (code object, method) is at object in the process, at position
 // in it. now dates what it caches.

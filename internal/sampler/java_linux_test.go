@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -350,4 +351,57 @@ func TestJavaInPIDNamespace(t *testing.T) {
 	t.Logf("in a pid namespace (host pid %d): %.1f%% of %d samples whole", pid, 100*share, n)
 	require.GreaterOrEqual(t, n, int64(200))
 	assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
+}
+
+// javac compiling in a loop (the JDK's own compiler: deep stacks, lambdas,
+// interface calls, and code the JIT keeps compiling, so the code heaps grow
+// while it is sampled): at least 95% of its samples in javac's code reach
+// the thread's root, every Java frame named.
+func TestJavacStacksWhole(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, jdk := range testutil.JDKs(t) {
+		t.Run(filepath.Base(jdk), func(t *testing.T) {
+			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads")
+			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx512m", filepath.Join(src, "JavaCompile.java"),
+				filepath.Join(src, "JavaSplit.java"), t.TempDir(), "60")
+			pid := uint32(cmd.Process.Pid)
+			raw := sampleJava(t, pid)
+			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+			defer sym.Close()
+			a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+			prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+			var javac, whole, javaFrames, unnamed int64
+			var example []string
+			for _, p := range prof.Processes {
+				for _, smp := range p.Samples {
+					inJavac, root := false, false
+					for _, f := range smp.Frames {
+						inJavac = inJavac || strings.HasPrefix(f.Function, "com.sun.tools.javac.")
+						root = root || slices.Contains(threadRoots, f.Function)
+						if f.Type == report.FrameJVM {
+							javaFrames += smp.Value
+							if f.Function == "" {
+								unnamed += smp.Value
+							}
+						}
+					}
+					if !inJavac {
+						continue
+					}
+					javac += smp.Value
+					if root {
+						whole += smp.Value
+					} else if example == nil {
+						for _, f := range smp.Frames {
+							example = append(example, f.Function)
+						}
+					}
+				}
+			}
+			t.Logf("javac: %d of %d samples whole; %d Java frames, %d unnamed", whole, javac, javaFrames, unnamed)
+			require.GreaterOrEqual(t, javac, int64(300))
+			assert.GreaterOrEqual(t, float64(whole)/float64(javac), 0.95, "e.g. %s", strings.Join(example, " <- "))
+			assert.Zero(t, unnamed, "Java frames without a name")
+		})
+	}
 }

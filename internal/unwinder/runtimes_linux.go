@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
@@ -102,7 +103,28 @@ func (l *Loader) putRuntime(lp *loadedProcess, fr *fileRuntime, value []byte) bo
 		return false
 	}
 	lp.runtimes = append(lp.runtimes, fr.rt)
+	if cr, ok := fr.in.(runtimes.CodeRanges); ok {
+		l.addCodeRanges(lp, cr.CodeRanges(value))
+	}
 	return true
+}
+
+// addCodeRanges maps a runtime's code ranges whole as anonymous executable
+// memory (walked by the runtimes' walkers), beside the process's mappings
+// as they were read: code committed later is in them too.
+func (l *Loader) addCodeRanges(lp *loadedProcess, ranges [][2]uint64) {
+	value := bpf.CpuUnwindMapping{Table: anonTable}
+	for _, r := range ranges {
+		for _, b := range blocks(r[0], r[1]) {
+			key := bpf.CpuUnwindMappingKey{Prefixlen: b.prefixLen(), Pid: lp.pid, Addr: bigEndian(b.addr)}
+			if err := l.maps.Mappings.Put(&key, &value); err != nil {
+				l.stats.MappingsFull++
+				return
+			}
+			lp.keys = append(lp.keys, key)
+			lp.keyFiles = append(lp.keyFiles, fileKey{})
+		}
+	}
 }
 
 // waitingRuntime is a runtime of a process not ready for its walker yet.

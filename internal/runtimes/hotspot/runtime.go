@@ -35,6 +35,10 @@ func (in *interpreter) WalkerProc(mem io.ReaderAt, bias uint64) ([]byte, error) 
 	return WalkerProc(mem, in.addr(bias))
 }
 
+// CodeRanges are the reserved ranges of the code heaps of the walker entry
+// value.
+func (in *interpreter) CodeRanges(value []byte) [][2]uint64 { return codeRanges(value) }
+
 func (in *interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
 	return &process{namer: NewNamer(mem, in.addr(bias)), named: map[namedKey]namedCode{}}
 }

@@ -230,3 +230,18 @@ func interpreterCode(r *memReader, wl *WalkerLayout) (low, high uint64, err erro
 	}
 	return low, low + uint64(size), nil
 }
+
+// codeRanges returns the code heaps' reserved ranges of a walker entry.
+func codeRanges(value []byte) [][2]uint64 {
+	var p walkerProc
+	if _, err := binary.Decode(value, binary.NativeEndian, &p); err != nil {
+		return nil
+	}
+	var out [][2]uint64
+	for _, h := range p.Heaps[:min(p.HeapsN, maxWalkerHeaps)] {
+		if h.Low < h.High {
+			out = append(out, [2]uint64{h.Low, h.High})
+		}
+	}
+	return out
+}

@@ -26,3 +26,14 @@ func TestWalkerProcLayout(t *testing.T) {
 	require.Equal(t, uint16(56), got.ConstMethodSize)
 	require.Equal(t, uint8(1), got.CodeIsOffset)
 }
+
+// A walker entry's code ranges are its heaps' reserved ranges.
+func TestCodeRanges(t *testing.T) {
+	p := walkerProc{HeapsN: 2}
+	p.Heaps[0] = walkerHeap{Low: 0x1000, High: 0x9000}
+	p.Heaps[1] = walkerHeap{Low: 0x10000, High: 0x20000}
+	b, err := binary.Append(nil, binary.NativeEndian, &p)
+	require.NoError(t, err)
+	require.Equal(t, [][2]uint64{{0x1000, 0x9000}, {0x10000, 0x20000}}, (&interpreter{}).CodeRanges(b))
+	require.Nil(t, codeRanges([]byte{1, 2}), "not an entry")
+}
