@@ -16,7 +16,9 @@
  *   unwound as HotSpot does: the caller's sp is sp + frame_size words, the
  *   return address the word below it, the caller's rbp the one below that;
  * - blobs without one (the call stub, most stubs) keep rbp as a frame
- *   pointer: the native walk's frame pointer rule.
+ *   pointer: the native walk's frame pointer rule; but a leaf in a stub
+ *   with no frame at all (vtable stubs, adapters) has its return address
+ *   at sp, which a code address there tells.
  * User space (internal/runtimes/hotspot) fills hotspot_procs once a JVM's
  * code cache exists; the offsets are read from the JVM's own VMStructs.
  */
@@ -152,8 +154,17 @@ static __always_inline int hotspot_step(struct user_regs *regs, u32 pid, int fir
 	blob = h->low + (seg << (h->log2_segment & 31)) + p->block_header;
 	if (bpf_probe_read_user(&frame_size, sizeof(frame_size), (const void *)(blob + p->blob_frame_size)))
 		return UNWIND_END_READ_FAULT;
-	if (frame_size <= 0)
+	if (frame_size <= 0) {
+		/* Interrupted in a stub with no frame of its own (vtable and
+		 * itable stubs, adapters): its caller's return address is at sp,
+		 * where a stub with a frame has saved rbp (a stack address). */
+		if (first && !read_user_u64(&ra, regs->sp) && find_mapping(pid, ra - 1)) {
+			sp = regs->sp + 8;
+			fp = regs->bp;
+			goto done;
+		}
 		return HOTSPOT_FRAME_POINTER;
+	}
 	if (frame_size > HOTSPOT_MAX_FRAME_WORDS)
 		return UNWIND_END_BAD_FRAME;
 	if (first) {
