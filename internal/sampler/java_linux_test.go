@@ -105,33 +105,38 @@ func TestJavaStacksWhole(t *testing.T) {
 // assembledShare is share on the stacks as the assembler builds them
 // (runtime frames in place).
 func (c chain) assembledShare(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack) (share float64, total int64, example []string) {
-	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
-	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
 	var whole int64
-	for _, p := range prof.Processes {
-		if p.Identity.PID != pid {
+	for _, smp := range pidSamples(sym, pid, raw) {
+		var names []string
+		for _, f := range smp.Frames {
+			names = append(names, f.Function)
+		}
+		if len(names) == 0 || names[0] != c.callers[0] {
 			continue
 		}
-		for _, smp := range p.Samples {
-			var names []string
-			for _, f := range smp.Frames {
-				names = append(names, f.Function)
-			}
-			if len(names) == 0 || names[0] != c.callers[0] {
-				continue
-			}
-			total += smp.Value
-			if c.whole(names) {
-				whole += smp.Value
-			} else if example == nil {
-				example = names
-			}
+		total += smp.Value
+		if c.whole(names) {
+			whole += smp.Value
+		} else if example == nil {
+			example = names
 		}
 	}
 	if total == 0 {
 		return 0, 0, nil
 	}
 	return float64(whole) / float64(total), total, example
+}
+
+// pidSamples returns pid's samples of raw as the assembler builds them.
+func pidSamples(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack) []report.Sample {
+	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
+	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
+	for _, p := range prof.Processes {
+		if p.Identity.PID == pid {
+			return p.Samples
+		}
+	}
+	return nil
 }
 
 // A compiled method calling through a method the JIT inlined: its samples
@@ -154,32 +159,18 @@ func TestJavaInlinedFramesAndLines(t *testing.T) {
 			pid := uint32(cmd.Process.Pid)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 			defer sym.Close()
-			time.Sleep(4 * time.Second) // compiled by then
-			ut := openTables(t, true)
-			s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
-			awaitTables(t, ut, pid)
-			require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes == 1 }, 20*time.Second, 50*time.Millisecond)
-			raw, _, _ := sampleFor(t, s, 4*time.Second)
-			_ = s.Close()
-			a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
-			prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
 			var total, whole int64
 			var example []string
-			for _, p := range prof.Processes {
-				if p.Identity.PID != pid {
+			for _, smp := range pidSamples(sym, pid, sampleJava(t, pid)) {
+				if len(smp.Frames) == 0 || smp.Frames[0].Function != "JavaInline.burn" {
 					continue
 				}
-				for _, smp := range p.Samples {
-					if len(smp.Frames) == 0 || smp.Frames[0].Function != "JavaInline.burn" {
-						continue
-					}
-					total += smp.Value
-					if callersAt(smp.Frames[1:], want) {
-						whole += smp.Value
-					} else if example == nil {
-						for _, f := range smp.Frames {
-							example = append(example, fmt.Sprintf("%s:%d inlined=%v", f.Function, f.Line, f.Inlined))
-						}
+				total += smp.Value
+				if callersAt(smp.Frames[1:], want) {
+					whole += smp.Value
+				} else if example == nil {
+					for _, f := range smp.Frames {
+						example = append(example, fmt.Sprintf("%s:%d inlined=%v", f.Function, f.Line, f.Inlined))
 					}
 				}
 			}
@@ -282,15 +273,10 @@ func sampleJava(t *testing.T, pid uint32) []capture.RawStack {
 
 // javaLeaves samples pid's JVM and returns its samples by leaf function.
 func javaLeaves(t *testing.T, sym *symbolize.Symbolizer, pid uint32) map[string]int64 {
-	raw := sampleJava(t, pid)
-	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
-	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
 	out := map[string]int64{}
-	for _, p := range prof.Processes {
-		for _, smp := range p.Samples {
-			if p.Identity.PID == pid && len(smp.Frames) > 0 {
-				out[smp.Frames[0].Function] += smp.Value
-			}
+	for _, smp := range pidSamples(sym, pid, sampleJava(t, pid)) {
+		if len(smp.Frames) > 0 {
+			out[smp.Frames[0].Function] += smp.Value
 		}
 	}
 	return out
@@ -299,15 +285,11 @@ func javaLeaves(t *testing.T, sym *symbolize.Symbolizer, pid uint32) map[string]
 // javaFrames returns the lines at which function's frames are in pid's
 // samples.
 func javaFrames(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack, function string) map[int64]bool {
-	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
-	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
 	lines := map[int64]bool{}
-	for _, p := range prof.Processes {
-		for _, smp := range p.Samples {
-			for _, f := range smp.Frames {
-				if p.Identity.PID == pid && f.Function == function {
-					lines[f.Line] = true
-				}
+	for _, smp := range pidSamples(sym, pid, raw) {
+		for _, f := range smp.Frames {
+			if f.Function == function {
+				lines[f.Line] = true
 			}
 		}
 	}
@@ -368,33 +350,29 @@ func TestJavacStacksWhole(t *testing.T) {
 			raw := sampleJava(t, pid)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 			defer sym.Close()
-			a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
-			prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
 			var javac, whole, javaFrames, unnamed int64
 			var example []string
-			for _, p := range prof.Processes {
-				for _, smp := range p.Samples {
-					inJavac, root := false, false
+			for _, smp := range pidSamples(sym, pid, raw) {
+				inJavac, root := false, false
+				for _, f := range smp.Frames {
+					inJavac = inJavac || strings.HasPrefix(f.Function, "com.sun.tools.javac.")
+					root = root || slices.Contains(threadRoots, f.Function)
+					if f.Type == report.FrameJVM {
+						javaFrames += smp.Value
+						if f.Function == "" {
+							unnamed += smp.Value
+						}
+					}
+				}
+				if !inJavac {
+					continue
+				}
+				javac += smp.Value
+				if root {
+					whole += smp.Value
+				} else if example == nil {
 					for _, f := range smp.Frames {
-						inJavac = inJavac || strings.HasPrefix(f.Function, "com.sun.tools.javac.")
-						root = root || slices.Contains(threadRoots, f.Function)
-						if f.Type == report.FrameJVM {
-							javaFrames += smp.Value
-							if f.Function == "" {
-								unnamed += smp.Value
-							}
-						}
-					}
-					if !inJavac {
-						continue
-					}
-					javac += smp.Value
-					if root {
-						whole += smp.Value
-					} else if example == nil {
-						for _, f := range smp.Frames {
-							example = append(example, f.Function)
-						}
+						example = append(example, f.Function)
 					}
 				}
 			}

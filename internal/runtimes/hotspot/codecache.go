@@ -13,6 +13,7 @@ type CodeHeap struct {
 	Low, High   uint64
 	Segmap      uint64
 	Log2Segment uint32
+	Addr        uint64 // the CodeHeap object
 }
 
 // CodeCache is where a JVM's generated code lives.
@@ -83,7 +84,7 @@ func ReadCodeCache(mem io.ReaderAt, l *Layout) (*CodeCache, error) {
 }
 
 func readHeap(r *memReader, l *Layout, h uint64) (CodeHeap, error) {
-	var heap CodeHeap
+	heap := CodeHeap{Addr: h}
 	var err error
 	for _, f := range []struct {
 		dst  *uint64

@@ -1,6 +1,7 @@
 package hotspot
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -146,13 +147,9 @@ func heapsReserved(r *memReader, l *Layout, wl *WalkerLayout, cc *CodeCache) ([]
 	if len(cc.Heaps) > maxWalkerHeaps {
 		return nil, fmt.Errorf("%d code heaps, the walker knows at most %d", len(cc.Heaps), maxWalkerHeaps)
 	}
-	heaps, err := heapAddrs(r, l)
-	if err != nil {
-		return nil, err
-	}
 	var out []walkerHeap
 	for i, h := range cc.Heaps {
-		high, err := r.u64(heaps[i] + l.HeapMemory + wl.SpaceHighBoundary)
+		high, err := r.u64(h.Addr + l.HeapMemory + wl.SpaceHighBoundary)
 		if err != nil {
 			return nil, fmt.Errorf("heap %d's reserved end: %w", i, err)
 		}
@@ -161,48 +158,10 @@ func heapsReserved(r *memReader, l *Layout, wl *WalkerLayout, cc *CodeCache) ([]
 		}
 		out = append(out, walkerHeap{Low: h.Low, High: high, Segmap: h.Segmap, Log2Segment: h.Log2Segment})
 	}
-	slices.SortFunc(out, func(a, b walkerHeap) int { return cmpU64(a.Low, b.Low) })
+	slices.SortFunc(out, func(a, b walkerHeap) int { return cmp.Compare(a.Low, b.Low) })
 	for i := 1; i < len(out); i++ {
 		if out[i].Low < out[i-1].High {
 			return nil, fmt.Errorf("code heaps [%#x, %#x) and [%#x, %#x) overlap", out[i-1].Low, out[i-1].High, out[i].Low, out[i].High)
-		}
-	}
-	return out, nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// heapAddrs returns the addresses of the JVM's CodeHeap objects, in the
-// order ReadCodeCache read them.
-func heapAddrs(r *memReader, l *Layout) ([]uint64, error) {
-	heaps, err := r.u64(l.HeapsAddr)
-	if err != nil {
-		return nil, err
-	}
-	b, err := r.bytes(heaps+l.ArrayLen, 4)
-	if err != nil {
-		return nil, err
-	}
-	n := int32(binary.LittleEndian.Uint32(b))
-	if n < 1 || n > maxHeaps {
-		return nil, fmt.Errorf("%d code heaps", n)
-	}
-	data, err := r.u64(heaps + l.ArrayData)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]uint64, n)
-	for i := range out {
-		if out[i], err = r.u64(data + 8*uint64(i)); err != nil {
-			return nil, err
 		}
 	}
 	return out, nil
