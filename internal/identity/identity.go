@@ -1,6 +1,9 @@
 // Package identity resolves who a process is: the resource attributes of the
 // data contract, shared by profiles and probe logs. Results are cached by
 // pid and start time, so a reused pid never inherits a dead process's name.
+// Where the kernel announces every process's start and exit
+// (TrustAnnouncements), a cached identity is used without a read of the
+// process until its pid is announced again.
 //
 // Kubernetes and container attributes come without the Kubernetes API: the
 // cgroup path gives the container id, runtime and pod uid; the runtime's
@@ -48,13 +51,18 @@ type Resolver struct {
 	self     self
 	logger   *zap.Logger
 
-	mu    sync.Mutex
-	cache map[uint32]cached
+	mu        sync.Mutex
+	cache     map[uint32]cached
+	announced bool // see TrustAnnouncements
 }
 
 type cached struct {
 	startTime uint64
 	identity  report.Identity
+	// check: the pid was announced since this was read, so it may be
+	// another process's now; its start time is compared at the next
+	// Resolve.
+	check bool
 }
 
 // NewResolver returns a Resolver reading proc and naming the host hostName,
@@ -115,6 +123,13 @@ var ErrGone = errors.New("process is gone")
 // not cached it returns ErrGone together with the minimal identity it can
 // still give (the pid and host), so callers keep the samples.
 func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
+	r.mu.Lock()
+	c, ok := r.cache[pid]
+	trusted := ok && r.announced && !c.check
+	r.mu.Unlock()
+	if trusted {
+		return c.identity, nil
+	}
 	start, err := r.proc.StartTime(pid)
 	if err != nil {
 		r.mu.Lock()
@@ -129,7 +144,11 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 		return r.minimal(pid), fmt.Errorf("identity of pid %d: %w", pid, err)
 	}
 	r.mu.Lock()
-	c, ok := r.cache[pid]
+	c, ok = r.cache[pid]
+	if ok && c.startTime == start {
+		c.check = false
+		r.cache[pid] = c
+	}
 	r.mu.Unlock()
 	if ok && c.startTime == start {
 		return c.identity, nil
@@ -139,6 +158,27 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 	r.cache[pid] = cached{startTime: start, identity: id}
 	r.mu.Unlock()
 	return id, nil
+}
+
+// TrustAnnouncements says the caller calls Announce for every process that
+// starts (at its first sample) and ForgetExited or Prune for those that
+// exit: Resolve then uses a cached identity without reading the process's
+// start time again. Until it is called every Resolve reads it.
+func (r *Resolver) TrustAnnouncements() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.announced = true
+}
+
+// Announce says pid was announced as a process: a cached identity of the
+// pid is checked against the process's start time at its next Resolve.
+func (r *Resolver) Announce(pid uint32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.cache[pid]; ok {
+		c.check = true
+		r.cache[pid] = c
+	}
 }
 
 // Known reports whether the identity of pid is cached.

@@ -215,6 +215,39 @@ func TestResolverCachesByStartTime(t *testing.T) {
 	assert.Equal(t, []uint32(nil), r.Prune())
 }
 
+// Where the kernel announces processes, a cached identity is used without a
+// read until its pid is announced again; then the start time decides.
+func TestResolverAnnounced(t *testing.T) {
+	proc, host := fakeNode(t)
+	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})
+	r.TrustAnnouncements()
+	steps := []struct {
+		name     string
+		rewrite  *fakeProcess // the process's files before Resolve
+		announce bool
+		want     string
+	}{
+		{name: "first read", want: "nginx"},
+		{name: "cached: its files are not read", rewrite: &fakeProcess{exe: "/usr/bin/other", comm: "other", cgroup: "0::/\n", start: 5}, want: "nginx"},
+		{name: "announced again: another start time, read", announce: true, want: "other"},
+		{name: "announced again, same start time: cached", rewrite: &fakeProcess{exe: "/usr/bin/third", comm: "third", cgroup: "0::/\n", start: 5}, announce: true, want: "other"},
+		{name: "checked once, then trusted", rewrite: &fakeProcess{exe: "/usr/bin/fourth", comm: "fourth", cgroup: "0::/\n", start: 9}, want: "other"},
+	}
+	for _, s := range steps {
+		if s.rewrite != nil {
+			writeProc(t, proc.Root, 103, *s.rewrite)
+		}
+		if s.announce {
+			r.Announce(103)
+		}
+		id, err := r.Resolve(103)
+		require.NoError(t, err, s.name)
+		assert.Equal(t, s.want, id.Attributes[attrkey.ServiceName], s.name)
+	}
+	r.Announce(4242) // not cached: nothing to do
+	assert.False(t, r.Known(4242))
+}
+
 func TestResolverGoneAndPrune(t *testing.T) {
 	proc, host := fakeNode(t)
 	r := New(Options{Proc: proc, HostRoot: host, Env: envOf(nil), SelfPID: 1})

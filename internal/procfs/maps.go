@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -32,14 +33,26 @@ func (m Map) Deleted() bool { return strings.HasSuffix(m.Path, deletedSuffix) }
 
 // ParseMaps parses the content of a maps file. Lines are kept in file
 // order (ascending addresses).
-func ParseMaps(r io.Reader) ([]Map, error) {
+func ParseMaps(r io.Reader) ([]Map, error) { return parseMaps(r, false) }
+
+// ParseExecMaps is ParseMaps keeping only the executable mappings: the
+// other lines (most of a JVM's or a browser's thousands) are skipped
+// without being parsed.
+func ParseExecMaps(r io.Reader) ([]Map, error) { return parseMaps(r, true) }
+
+func parseMaps(r io.Reader, execOnly bool) ([]Map, error) {
 	var out []Map
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	// Lines are short; a path of PATH_MAX grows the buffer once.
+	sc.Buffer(make([]byte, 0, 4096), 1024*1024)
 	n := 0
 	for sc.Scan() {
 		n++
-		line := sc.Text()
+		b := sc.Bytes()
+		if execOnly && !mayBeExecutable(b) {
+			continue
+		}
+		line := string(b)
 		if strings.TrimSpace(line) == "" {
 			continue
 		}
@@ -47,12 +60,27 @@ func ParseMaps(r io.Reader) ([]Map, error) {
 		if err != nil {
 			return nil, fmt.Errorf("maps line %d: %w", n, err)
 		}
+		if execOnly && !m.Executable() {
+			continue
+		}
 		out = append(out, m)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("maps line %d: %w", n+1, err)
 	}
 	return out, nil
+}
+
+// mayBeExecutable says whether a maps line is not known to be of a
+// mapping that is not executable: its second field has no 'x' third.
+func mayBeExecutable(line []byte) bool {
+	line = bytes.TrimLeft(line, " \t")
+	i := bytes.IndexAny(line, " \t")
+	if i < 0 {
+		return true
+	}
+	perms := bytes.TrimLeft(line[i:], " \t")
+	return len(perms) < 3 || perms[2] == 'x'
 }
 
 // nextField returns the next space-separated field of s and the rest.

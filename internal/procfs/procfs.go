@@ -76,14 +76,19 @@ func readComm(name string) (string, error) {
 }
 
 // Maps returns the memory mappings of pid.
-func (fs FS) Maps(pid uint32) ([]Map, error) {
+func (fs FS) Maps(pid uint32) ([]Map, error) { return fs.maps(pid, ParseMaps) }
+
+// ExecMaps returns the executable memory mappings of pid.
+func (fs FS) ExecMaps(pid uint32) ([]Map, error) { return fs.maps(pid, ParseExecMaps) }
+
+func (fs FS) maps(pid uint32, parse func(io.Reader) ([]Map, error)) ([]Map, error) {
 	name := fs.Path(pid, "maps")
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	defer f.Close()
-	m, err := ParseMaps(f)
+	m, err := parse(f)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}

@@ -3,6 +3,7 @@ package procfs
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,6 +34,18 @@ func TestParseMaps(t *testing.T) {
 	assert.True(t, maps[3].Deleted())
 	assert.Equal(t, "[stack]", maps[4].Path)
 	assert.True(t, maps[5].Contains(0xffffffffff600500))
+}
+
+// ParseExecMaps keeps the executable mappings, and skips the other lines
+// unparsed: a malformed one among them is no error.
+func TestParseExecMaps(t *testing.T) {
+	all, err := ParseMaps(strings.NewReader(mapsFixture))
+	require.NoError(t, err)
+	exec, err := ParseExecMaps(strings.NewReader(mapsFixture + "00400000 rw-p 00000000 fd:01 1 /x\n"))
+	require.NoError(t, err)
+	assert.Equal(t, []Map{all[1], all[3], all[5]}, exec)
+	_, err = ParseExecMaps(strings.NewReader("00400000 r-xp 00000000 fd:01 1 /x\n"))
+	assert.Error(t, err, "a malformed executable line")
 }
 
 func TestParseMapsErrors(t *testing.T) {
@@ -223,10 +236,18 @@ func FuzzParseMaps(f *testing.F) {
 		if err != nil {
 			return
 		}
+		var exec []Map
 		for _, m := range maps {
 			if m.End < m.Start || len(m.Perms) != 4 {
 				t.Fatalf("invalid map accepted: %+v", m)
 			}
+			if m.Executable() {
+				exec = append(exec, m)
+			}
+		}
+		got, err := ParseExecMaps(strings.NewReader(s))
+		if err != nil || !slices.Equal(got, exec) {
+			t.Fatalf("ParseExecMaps = %+v, %v; want the executable ones of ParseMaps, %+v", got, err, exec)
 		}
 	})
 }

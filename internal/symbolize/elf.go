@@ -39,6 +39,9 @@ type elfFile struct {
 	debugLink    debugLink // .gnu_debuglink, when hasDebugLink
 	hasDebugLink bool
 	debug        *debugFile // the separate debug file in use, or nil
+
+	// touched says lookups read its pages since they were last released.
+	touched bool
 }
 
 // maxNoteSize bounds the notes read for build ids.
@@ -138,6 +141,7 @@ func (ef *elfFile) heapCost() int64 {
 
 // releasePages drops the resident pages of ef's mappings.
 func (ef *elfFile) releasePages() {
+	ef.touched = false
 	ef.mapped.releasePages()
 	if ef.debug != nil {
 		ef.debug.mapped.releasePages()

@@ -4,8 +4,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -141,4 +143,72 @@ func TestFrameCache(t *testing.T) {
 	assert.Equal(t, 4, s.cachedFrames)
 	s.User(1, addrs[4:5])
 	assert.Equal(t, 1, s.cachedFrames)
+}
+
+// When a process's maps change (a runtime maps JIT code), the cached frames
+// of the mappings that did not change stay; those of a changed one go.
+func TestFrameCacheKeptOverNewMappings(t *testing.T) {
+	bin := copyTestBinary(t, t.TempDir(), "cache.bin")
+	fs := procfs.FS{Root: t.TempDir()}
+	addrs := realFileProcess(t, fs, 1, bin)
+	mapsPath := filepath.Join(fs.Path(1), "maps")
+	orig, err := os.ReadFile(mapsPath)
+	require.NoError(t, err)
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	s.User(1, addrs[10:13])
+	require.Equal(t, 3, s.cachedFrames)
+
+	jit := "7f0000000000-7f0000010000 r-xp 00000000 00:00 0 \n"
+	require.NoError(t, os.WriteFile(mapsPath, append(orig, jit...), 0o644))
+	s.Prefetch(1)
+	assert.Equal(t, 3, s.cachedFrames, "a new JIT mapping keeps the file's frames")
+	refreshes := s.Stats().MapRefreshes
+	s.User(1, addrs[10:13])
+	assert.Equal(t, refreshes, s.Stats().MapRefreshes, "hits")
+
+	replaced := strings.ReplaceAll(string(orig), " r-xp ", " r-xs ")
+	require.NoError(t, os.WriteFile(mapsPath, []byte(replaced), 0o644))
+	s.Prefetch(1)
+	assert.Zero(t, s.cachedFrames, "the file's mapping changed")
+}
+
+// The periodic release drops the pages of the files lookups read since the
+// last one only: a file whose names all come from the frame cache, or whose
+// process is idle, costs no madvise.
+func TestPagesReleasedOfFilesRead(t *testing.T) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	addrs := [][]uint64{
+		realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin")),
+		realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin")),
+	}
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	released := map[string]int{}
+	release := func() []string {
+		s.pagesReleased = time.Time{}
+		s.maybeReleasePages()
+		var names []string
+		s.files.each(func(k fileKey, e *fileEntry) {
+			if released[k.path] > 0 {
+				names = append(names, filepath.Base(k.path))
+			}
+		})
+		clear(released)
+		slices.Sort(names)
+		return names
+	}
+	for pid, a := range addrs {
+		s.User(uint32(pid+1), a[10:14])
+	}
+	s.files.each(func(k fileKey, e *fileEntry) {
+		require.NotNil(t, e.ef)
+		e.ef.mapped.release = func([]byte) { released[k.path]++ }
+	})
+	assert.Equal(t, []string{"a.bin", "b.bin"}, release(), "both read")
+	s.User(1, addrs[0][20:24])
+	assert.Equal(t, []string{"a.bin"}, release(), "only a read since")
+	s.User(1, addrs[0][20:24])
+	assert.Empty(t, release(), "its names all cached")
 }

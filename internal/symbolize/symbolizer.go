@@ -220,8 +220,10 @@ func (s *Symbolizer) Close() error {
 	return nil
 }
 
-// maybeReleasePages drops the resident pages of all cached files every
-// pageReleaseInterval. They stay in the page cache.
+// maybeReleasePages drops the resident pages of the cached files read since
+// their last release, every pageReleaseInterval. They stay in the page
+// cache. A file whose runtime interpreter reads it (which the symbolizer
+// does not see) counts as read.
 func (s *Symbolizer) maybeReleasePages() {
 	now := s.now()
 	if now.Sub(s.pagesReleased) < pageReleaseInterval {
@@ -229,7 +231,7 @@ func (s *Symbolizer) maybeReleasePages() {
 	}
 	s.pagesReleased = now
 	s.files.each(func(_ fileKey, e *fileEntry) {
-		if e.ef != nil {
+		if e.ef != nil && (e.ef.touched || len(e.ef.interps) > 0) {
 			e.ef.releasePages()
 		}
 	})

@@ -156,12 +156,13 @@ func (s *Symbolizer) process(pid uint32) *process {
 	return p
 }
 
-// readMaps (re-)reads the maps of pid, keeping the Mapping values of
-// unchanged mappings so callers can compare them by pointer.
+// readMaps (re-)reads the executable maps of pid (stacks point into code),
+// keeping the Mapping values and the cached frames of unchanged mappings so
+// callers can compare them by pointer.
 func (s *Symbolizer) readMaps(pid uint32, p *process) {
 	s.stats.MapRefreshes++
 	p.readAt = s.now()
-	maps, err := s.proc.Maps(pid)
+	exec, err := s.proc.ExecMaps(pid)
 	if err != nil {
 		if p.mapsErr == nil && s.once.first(fmt.Sprintf("maps:%d", pid)) {
 			s.log.Debug("cannot read process maps", zap.Uint32("pid", pid), zap.Error(err))
@@ -176,21 +177,30 @@ func (s *Symbolizer) readMaps(pid uint32, p *process) {
 			old[m] = p.mappings[i]
 		}
 	}
-	// Keep executable mappings only: stacks point into code.
-	exec := maps[:0]
-	for _, m := range maps {
-		if m.Executable() {
-			exec = append(exec, m)
-		}
-	}
 	sort.Slice(exec, func(i, j int) bool { return exec[i].Start < exec[j].Start })
 	if !slices.Equal(p.maps, exec) {
-		s.dropFrames(p)
+		s.dropChangedFrames(p, exec)
 	}
 	p.maps = exec
 	p.mappings = make([]*report.Mapping, len(exec))
 	for i, m := range exec {
 		p.mappings[i] = old[m]
+	}
+}
+
+// dropChangedFrames forgets the cached frames of p whose address is in a
+// mapping that is not among maps, its new mappings: a runtime that maps and
+// unmaps JIT code changes its maps often, its files' frames stay.
+func (s *Symbolizer) dropChangedFrames(p *process, maps []procfs.Map) {
+	kept := make(map[procfs.Map]bool, len(maps))
+	for _, m := range maps {
+		kept[m] = true
+	}
+	for la := range p.frames {
+		if i := p.find(la); i < 0 || !kept[p.maps[i]] {
+			delete(p.frames, la)
+			s.cachedFrames--
+		}
 	}
 }
 
@@ -342,6 +352,7 @@ func closeFile(f *os.File) { f.Close() }
 // mapped, leaves the address unresolved (logged once per file).
 func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []goFrame, name string) {
 	built := ef.symsBuilt
+	ef.touched = true
 	err := withFaultPanic(func() {
 		if ef.gotab != nil {
 			if gfs = ef.gotab.lookup(vaddr); len(gfs) > 0 {

@@ -106,7 +106,10 @@ func TestLoaderColdTables(t *testing.T) {
 
 	// a's next walk there asks a rescan: it reloads, its mappings unchanged.
 	reloads := l.Stats().Reloads
-	require.NoError(t, l.Rescan(a))
+	assert.True(t, l.evicted(a), "held-back rescans are not held back then")
+	changed, err := l.Rescan(a)
+	require.NoError(t, err)
+	assert.True(t, changed)
 	assert.Equal(t, reloads+1, l.Stats().Reloads)
 	l.mu.Lock()
 	assert.False(t, l.procs[a].evicted)

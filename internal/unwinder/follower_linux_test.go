@@ -16,8 +16,9 @@ import (
 )
 
 // A process announced and exited within loadDelay is never loaded; one that
-// lives longer is, after loadDelay; a rescan loads at once; every
-// announcement is handed on at once.
+// lives longer is, after loadDelay; a rescan loads at once, and one that
+// finds nothing new holds the next back; every announcement is handed on
+// at once.
 func TestFollowerDefersLoads(t *testing.T) {
 	testutil.RequireBPF(t)
 	tables, err := OpenTables(procfs.FS{Root: "/proc"}, 1<<20)
@@ -56,4 +57,17 @@ func TestFollowerDefersLoads(t *testing.T) {
 	require.Eventually(t, func() bool { return tables.Stats().Processes == 1 }, loadDelay/2, time.Millisecond,
 		"a rescan loads at once")
 	assert.Equal(t, uint64(1), tables.Stats().SkippedLoads)
+
+	// A rescan that finds nothing new holds the next ones back, until the
+	// process execs.
+	send(capture.ProcessEvent{PID: self, Rescan: true})
+	send(capture.ProcessEvent{PID: self, Rescan: true})
+	st = tables.Stats()
+	assert.Equal(t, uint64(2), st.Rescans, "the loading one and the fruitless one")
+	assert.Equal(t, uint64(1), st.RescansHeldBack)
+	send(capture.ProcessEvent{PID: self, Exec: true})
+	send(capture.ProcessEvent{PID: self, Rescan: true})
+	st = tables.Stats()
+	assert.Equal(t, uint64(3), st.Rescans, "not held back after an exec")
+	assert.Equal(t, uint64(1), st.RescansHeldBack)
 }

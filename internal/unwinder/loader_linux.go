@@ -132,7 +132,7 @@ func NewLoader(maps Maps, proc procfs.FS, capacity uint64) *Loader {
 // mapping. A mapping without a table (no CFI, anonymous JIT code, a file
 // that cannot be read) is walked with frame pointers.
 func (l *Loader) Load(pid uint32) error {
-	maps, err := l.proc.Maps(pid)
+	maps, err := l.proc.ExecMaps(pid)
 	var start uint64
 	if err == nil {
 		start, err = l.proc.StartTime(pid)
@@ -212,8 +212,8 @@ func (l *Loader) Forget(pid uint32) {
 // mappings changed since they were loaded (a library loaded with dlopen,
 // new JIT code): the kernel asks for it when a walk of the process finds an
 // address in no mapping it knows. A process not loaded yet is loaded.
-func (l *Loader) Rescan(pid uint32) error {
-	maps, err := l.proc.Maps(pid)
+func (l *Loader) Rescan(pid uint32) (changed bool, err error) {
+	maps, err := l.proc.ExecMaps(pid)
 	var start uint64
 	if err == nil {
 		start, err = l.proc.StartTime(pid)
@@ -223,13 +223,30 @@ func (l *Loader) Rescan(pid uint32) error {
 	l.stats.Rescans++
 	if err != nil {
 		l.stats.ProcessErrors++
-		return err
+		return false, err
 	}
 	if lp, ok := l.procs[pid]; ok && lp.start == start && lp.mapped == fingerprint(maps) && !lp.evicted {
-		return nil
+		return false, nil
 	}
 	l.stats.Reloads++
-	return l.load(pid, start, maps)
+	return true, l.load(pid, start, maps)
+}
+
+// evicted says whether a table of pid's was evicted since its mappings
+// were loaded: its next rescan reloads them.
+func (l *Loader) evicted(pid uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lp, ok := l.procs[pid]
+	return ok && lp.evicted
+}
+
+// countHeldBack counts a rescan not done: the process's previous ones found
+// nothing new (rescanBackoffs).
+func (l *Loader) countHeldBack() {
+	l.mu.Lock()
+	l.stats.RescansHeldBack++
+	l.mu.Unlock()
 }
 
 // countSkipped counts a process that exited before its tables were due to

@@ -24,6 +24,9 @@ type Stats struct {
 	// again, Reloads those that found them changed; Prunes the checks of
 	// every process after lost announcements.
 	Rescans, Reloads, Prunes uint64
+	// RescansHeldBack counts the kernel's requests dropped because the
+	// process's previous rescans found nothing new (rescanBackoffs).
+	RescansHeldBack uint64
 	// SkippedLoads counts processes that exited within loadDelay of their
 	// announcement: nothing of theirs was read.
 	SkippedLoads uint64

@@ -218,13 +218,15 @@ type Follower struct {
 	events   chan capture.ProcessEvent
 	drops    atomic.Uint64 // announcements the reader of Events had no room for
 	done     chan struct{}
-	deferred deferredLoads // the run goroutine's
+	deferred deferredLoads  // the run goroutine's
+	backoffs rescanBackoffs // the run goroutine's
 }
 
 // Follow starts following in; it ends when in is closed, and then closes
 // Events.
 func (t *Tables) Follow(in <-chan capture.ProcessEvent) *Follower {
-	f := &Follower{tables: t, events: make(chan capture.ProcessEvent, stackdrain.NewProcessesBuffer), done: make(chan struct{})}
+	f := &Follower{tables: t, events: make(chan capture.ProcessEvent, stackdrain.NewProcessesBuffer), done: make(chan struct{}),
+		backoffs: rescanBackoffs{}}
 	go f.run(in)
 	return f
 }
@@ -265,9 +267,15 @@ func (f *Follower) handle(ev capture.ProcessEvent, now time.Time) {
 		}
 		// An exec'ed program is announced at its first sample.
 		f.tables.loader.Forget(ev.PID)
+		f.backoffs.forget(ev.PID)
 	case ev.Rescan:
 		f.deferred.cancel(ev.PID)
-		_ = f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
+		if !f.backoffs.due(ev.PID, now) && !f.tables.loader.evicted(ev.PID) {
+			f.tables.loader.countHeldBack()
+			return
+		}
+		changed, err := f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
+		f.backoffs.done(ev.PID, now, changed || err != nil)
 	default:
 		if !f.deferred.add(ev.PID, now) {
 			_ = f.tables.loader.Load(ev.PID)

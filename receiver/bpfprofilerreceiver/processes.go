@@ -107,6 +107,8 @@ func (r *profilerReceiver) handleProcessEvent(ev capture.ProcessEvent, now time.
 		// New mappings: the unwind tables reload them; the symbolizer
 		// reads the maps again on a miss.
 	default:
+		// A new process, or a pid another process had before.
+		r.ids.Announce(ev.PID)
 		r.reads.announce(ev.PID, now)
 	}
 }

@@ -203,6 +203,10 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Info(k.key+" profiling started", zap.String("mechanism", src.Mechanism()))
 		r.sources[k.kind] = src
 	}
+	if len(r.sources) > 0 {
+		// Their announcements (followProcesses) keep the identities true.
+		r.ids.TrustAnnouncements()
+	}
 	logger.Info("bpfprofiler started",
 		zap.Bool("cpu", r.cfg.CPU.Enabled),
 		zap.Uint64("samples_per_second", r.cfg.CPU.SamplesPerSecond),
