@@ -155,15 +155,58 @@ func (a *Assembler) frames(s capture.RawStack, id report.Identity, exited bool) 
 	}
 	var native []report.Frame
 	if addrs := s.Addresses(capture.UserFrame); len(addrs) > 0 {
-		user := a.Symbols.User
-		if exited {
-			user = a.Symbols.UserExited
-		}
-		native = nameJITFrames(user(s.PID, addrs), id.ExeName)
+		native = nameJITFrames(a.user(s, addrs, exited), id.ExeName)
 	} else if s.UserLoss != capture.StackKept {
 		native = []report.Frame{markerFrame(s.UserLoss, false)}
 	}
 	return append(out, a.withRuntimes(s, native)...)
+}
+
+// skippingSymbolizer is a Symbolizer that can leave some addresses of a
+// stack unresolved (symbolize.Symbolizer is one).
+type skippingSymbolizer interface {
+	UserSkipping(pid uint32, addrs []uint64, skip []bool, exited bool) []report.Frame
+}
+
+// user symbolizes the user addresses of s, but for the native frames of its
+// runtime frames read in place that have a name: inPlace puts those there.
+func (a *Assembler) user(s capture.RawStack, addrs []uint64, exited bool) []report.Frame {
+	if ss, ok := a.Symbols.(skippingSymbolizer); ok {
+		if skip := a.placedNamed(s, addrs); skip != nil {
+			return ss.UserSkipping(s.PID, addrs, skip, exited)
+		}
+	}
+	if exited {
+		return a.Symbols.UserExited(s.PID, addrs)
+	}
+	return a.Symbols.User(s.PID, addrs)
+}
+
+// placedNamed marks the addresses of addrs (the user frames of s) that are
+// the native frames of runtime frames read in place (capture.Frame.Native)
+// with a name, matched in order as inPlace matches them; nil when none is.
+func (a *Assembler) placedNamed(s capture.RawStack, addrs []uint64) []bool {
+	var skip []bool
+	i := 0
+	for _, f := range s.Frames {
+		if f.Kind != capture.RuntimeFrame || f.Native == 0 {
+			continue
+		}
+		for i < len(addrs) && addrs[i] != f.Native {
+			i++
+		}
+		if i == len(addrs) {
+			break
+		}
+		if a.Symbols.Runtime(s.PID, f.Runtime.Name(), f.Address, f.Position).Function != "" {
+			if skip == nil {
+				skip = make([]bool, len(addrs))
+			}
+			skip[i] = true
+		}
+		i++
+	}
+	return skip
 }
 
 // nameJITFrames gives the perf-map frames of a process running exe the

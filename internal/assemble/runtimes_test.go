@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -94,28 +95,58 @@ func (inPlaceSymbols) Runtime(_ uint32, _ string, object uint64, _ uint32) repor
 // A runtime frame the walk read in place takes the place of the native
 // frame before it (and of the frames inlined into that one), in order from
 // the leaf, the same address twice included; one that cannot be named
-// leaves the native frame.
+// leaves the native frame. A symbolizer that can skip addresses is not
+// asked to look up the native frames that give way.
 func TestRuntimeFramesInPlace(t *testing.T) {
 	word := func(object uint64) uint64 { return 1<<63 | 1<<47 | object }
 	for _, tt := range []struct {
-		name string
-		user []uint64
-		want []string
+		name    string
+		user    []uint64
+		want    []string
+		lookups []uint64 // by a skipping symbolizer
 	}{
-		{"none", []uint64{0x10, 0x20}, []string{"n10", "n20"}},
-		{"one", []uint64{0x10, 0x20, word(0xa0), 0x40}, []string{"n10", "rta0", "n40"}},
-		{"the same native frame twice", []uint64{0x20, word(0xa0), 0x20, word(0xb0), 0x40}, []string{"rta0", "rtb0", "n40"}},
-		{"with inlined frames", []uint64{0x10, 0x30, word(0xc0), 0x40}, []string{"n10", "rtc0", "n40"}},
-		{"not named", []uint64{0x10, 0x20, word(0), 0x40}, []string{"n10", "n20", "n40"}},
+		{"none", []uint64{0x10, 0x20}, []string{"n10", "n20"}, []uint64{0x10, 0x20}},
+		{"one", []uint64{0x10, 0x20, word(0xa0), 0x40}, []string{"n10", "rta0", "n40"}, []uint64{0x10, 0x40}},
+		{"the same native frame twice", []uint64{0x20, word(0xa0), 0x20, word(0xb0), 0x40}, []string{"rta0", "rtb0", "n40"}, []uint64{0x40}},
+		{"with inlined frames", []uint64{0x10, 0x30, word(0xc0), 0x40}, []string{"n10", "rtc0", "n40"}, []uint64{0x10, 0x40}},
+		{"not named", []uint64{0x10, 0x20, word(0), 0x40}, []string{"n10", "n20", "n40"}, []uint64{0x10, 0x20, 0x40}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := capture.RawStack{PID: 1, Frames: capture.StackFrames(nil, tt.user)}
-			a := &Assembler{Symbols: &inPlaceSymbols{}}
-			var got []string
-			for _, f := range a.frames(s, report.Identity{}, false) {
-				got = append(got, f.Function)
+			skipping := &skippingSymbols{}
+			for _, sym := range []Symbolizer{&inPlaceSymbols{}, skipping} {
+				a := &Assembler{Symbols: sym}
+				var got []string
+				for _, f := range a.frames(s, report.Identity{}, false) {
+					got = append(got, f.Function)
+				}
+				require.Equal(t, tt.want, got, "%T", sym)
 			}
-			require.Equal(t, tt.want, got)
+			assert.Equal(t, tt.lookups, skipping.lookups)
 		})
 	}
+}
+
+// skippingSymbols is inPlaceSymbols that can skip addresses, and records
+// those it looks up.
+type skippingSymbols struct {
+	inPlaceSymbols
+	lookups []uint64
+}
+
+func (s *skippingSymbols) User(pid uint32, addrs []uint64) []report.Frame {
+	return s.UserSkipping(pid, addrs, nil, false)
+}
+
+func (s *skippingSymbols) UserSkipping(pid uint32, addrs []uint64, skip []bool, _ bool) []report.Frame {
+	var out []report.Frame
+	for i, a := range addrs {
+		if i < len(skip) && skip[i] {
+			out = append(out, report.Frame{Address: a})
+			continue
+		}
+		s.lookups = append(s.lookups, a)
+		out = append(out, s.inPlaceSymbols.User(pid, addrs[i:i+1])...)
+	}
+	return out
 }

@@ -77,8 +77,19 @@ func (s *Symbolizer) UserExited(pid uint32, addrs []uint64) []report.Frame {
 	return s.user(pid, addrs, false)
 }
 
+// UserSkipping is User (UserExited when exited) leaving the addresses i
+// with skip[i] set unresolved: native frames whose runtime frame takes their
+// place (the JIT code of a walked runtime) cost no lookup.
+func (s *Symbolizer) UserSkipping(pid uint32, addrs []uint64, skip []bool, exited bool) []report.Frame {
+	return s.userSkipping(pid, addrs, skip, !exited)
+}
+
 // user symbolizes a user stack of pid; live allows reading its files.
 func (s *Symbolizer) user(pid uint32, addrs []uint64, live bool) []report.Frame {
+	return s.userSkipping(pid, addrs, nil, live)
+}
+
+func (s *Symbolizer) userSkipping(pid uint32, addrs []uint64, skip []bool, live bool) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maybeReleasePages()
@@ -97,6 +108,10 @@ func (s *Symbolizer) user(pid uint32, addrs []uint64, live bool) []report.Frame 
 	refreshed := !live // a process that exited has no maps to read again
 	frames := make([]report.Frame, 0, len(addrs))
 	for i, addr := range addrs {
+		if i < len(skip) && skip[i] {
+			frames = append(frames, report.Frame{Address: addr, Type: report.FrameNative})
+			continue
+		}
 		la := lookupAddr(i, addr)
 		if c, ok := p.frames[la]; ok {
 			for _, f := range c.frames {
