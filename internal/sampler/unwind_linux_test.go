@@ -402,3 +402,44 @@ func TestUnwindDepthAgainstPerfDwarf(t *testing.T) {
 		ours/oursN, oursN, theirs/theirsN, theirsN)
 	assert.GreaterOrEqual(t, ours/oursN, theirs/theirsN-0.5, "our stacks are shallower than perf's")
 }
+
+// Go's runtime marks garbage on the threads' system stacks, entered through
+// runtime.systemstack from the goroutine that asked: with unwind tables
+// (Go's .debug_frame) the walk crosses back to the goroutine's stack by
+// rbp and reaches runtime.goexit, with the function that switched stacks
+// named after systemstack, instead of ending at a word of the system stack.
+func TestUnwindGoAcrossTheSystemStack(t *testing.T) {
+	testutil.RequireBPF(t)
+	cmd := testutil.StartWorkload(t, testutil.BuildGo(t, "gohot"), "60", "gc")
+	pid := uint32(cmd.Process.Pid)
+	ut := openTables(t, true)
+	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
+	awaitTables(t, ut, pid)
+	samples, st, _ := sampleFor(t, s, 3*time.Second)
+	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
+	defer sym.Close()
+	var total, whole uint64
+	var example []string
+	for _, smp := range samples {
+		if smp.PID != pid {
+			continue
+		}
+		var names []string
+		for _, f := range sym.User(pid, smp.Addresses(capture.UserFrame)) {
+			names = append(names, f.Function)
+		}
+		i := slices.Index(names, "runtime.systemstack")
+		if i < 0 {
+			continue
+		}
+		total += smp.Value
+		if i+1 < len(names) && strings.HasPrefix(names[i+1], "runtime.") && names[len(names)-1] == "runtime.goexit" {
+			whole += smp.Value
+		} else if example == nil {
+			example = names
+		}
+	}
+	t.Logf("%d of %d samples through runtime.systemstack reach runtime.goexit; unwind ends %v", whole, total, st.UnwindEnds)
+	require.GreaterOrEqual(t, total, uint64(50), "samples through runtime.systemstack")
+	assert.GreaterOrEqual(t, float64(whole)/float64(total), 0.9, "e.g. %s", strings.Join(example, " <- "))
+}
