@@ -46,7 +46,6 @@ enum unwind_kind {
 	UNWIND_SIGNAL = 3,	/* a signal trampoline: registers saved in the ucontext at rsp */
 	UNWIND_STOP = 4,	/* the thread's root: the return address is undefined */
 	UNWIND_UNSUPPORTED = 5, /* CFI the table cannot express: the walk stops */
-	UNWIND_SWITCH = 6,	/* switched stacks (Go's systemstack): the caller by rbp, on any stack */
 };
 
 /* Where the x86-64 kernel saves a signal frame's registers: struct
@@ -278,8 +277,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	struct unwind_row *row;
 	u32 rule;
 	u64 cfa, ra, fp = regs->bp;
-	s64 fp_slot = 0;  /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
-	int switched = 0; /* the caller's frame is on another stack */
+	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
 	u64 pc;
@@ -323,14 +321,6 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		regs->sp = cfa;
 		/* The interrupted ip is not a return address: see walk_some. */
 		return -2;
-	case UNWIND_SWITCH:
-		/* rbp chains to the stack the function switched from. */
-		if (!regs->bp)
-			return UNWIND_END_ROOT;
-		cfa = regs->bp + 16;
-		fp_slot = -16;
-		switched = 1;
-		break;
 	case UNWIND_NO_CFI:
 		goto frame_pointer;
 	case UNWIND_STOP:
@@ -354,7 +344,7 @@ frame_pointer:
 done:
 	if (!ra)
 		return UNWIND_END_ROOT;
-	if (cfa <= regs->sp && !switched)
+	if (cfa <= regs->sp)
 		return UNWIND_END_BAD_FRAME;
 	regs->ip = ra;
 	regs->sp = cfa;

@@ -37,16 +37,10 @@ const (
 	// register, an unknown expression, a register saved in a register, an
 	// instruction not understood): the walk must stop here.
 	KindUnsupported
-	// KindSwitch: a function that switched the thread to another stack
-	// before the call (Go's runtime.systemstack): its caller's frame is
-	// found by rbp (CFA = rbp+16, rbp saved at CFA-16), on the stack it
-	// switched from, wherever that is. CFI never says so: the unwinder
-	// sets it for the functions it knows.
-	KindSwitch
 	numKinds
 )
 
-var kindNames = [numKinds]string{"nocfi", "cfa", "plt", "signal", "stop", "unsupported", "switch"}
+var kindNames = [numKinds]string{"nocfi", "cfa", "plt", "signal", "stop", "unsupported"}
 
 func (k Kind) String() string {
 	if k < numKinds {

@@ -20,7 +20,6 @@ const (
 	kindSignal      uint32 = 3
 	kindStop        uint32 = 4
 	kindUnsupported uint32 = 5
-	kindSwitch      uint32 = 6
 )
 
 // keyBits are the bits of an unwind_mapping_key after its prefixlen: the

@@ -24,7 +24,7 @@ func buildRows(f *elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return kernelRows(withGoFrames(f, t.Rows))
+	return kernelRows(t.Rows)
 }
 
 // kernelRows converts rows (sorted by PC) to the kernel's layout: pcs
@@ -98,8 +98,6 @@ func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 		return bpf.CpuUnwindRow{Rule: kindNoCFI}
 	case cfi.KindStop:
 		return bpf.CpuUnwindRow{Rule: kindStop}
-	case cfi.KindSwitch:
-		return bpf.CpuUnwindRow{Rule: kindSwitch}
 	case cfi.KindCFA:
 		if (r.CFAReg != cfi.RegSP && r.CFAReg != cfi.RegFP) || r.RAOffset != raOffset || r.FPOffset%8 != 0 {
 			return unsupported

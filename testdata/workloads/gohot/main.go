@@ -1,7 +1,5 @@
 // Command gohot burns CPU in main.(*Cruncher).hotLoop for a number of
 // seconds (first argument, default 5), for profiler tests of Go binaries.
-// With a second argument "gc" a goroutine also collects garbage all along
-// (main.collect): Go's runtime marks on the threads' system stacks.
 // Build: go build -o gohot ./testdata/workloads/gohot/main.go
 // It prints its pid first.
 package main
@@ -9,7 +7,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 	"time"
 )
@@ -30,32 +27,6 @@ func (c *Cruncher) hotLoop(until time.Time) {
 	}
 }
 
-// node is a cell of the garbage collect marks.
-type node struct {
-	next *node
-	pad  [6]*node
-}
-
-// collect keeps a list of a million nodes alive, replacing a part of it
-// and collecting, until the program ends.
-//
-//go:noinline
-func collect() {
-	var head *node
-	for i := range 1 << 20 {
-		head = &node{next: head}
-		if i%1024 == 0 {
-			runtime.GC()
-		}
-	}
-	for {
-		for range 1 << 14 {
-			head = &node{next: head.next}
-		}
-		runtime.GC()
-	}
-}
-
 func main() {
 	seconds := 5.0
 	if len(os.Args) > 1 {
@@ -65,9 +36,6 @@ func main() {
 			os.Exit(2)
 		}
 		seconds = v
-	}
-	if len(os.Args) > 2 && os.Args[2] == "gc" {
-		go collect()
 	}
 	fmt.Println(os.Getpid())
 	c := &Cruncher{state: 0x9e3779b97f4a7c15}
