@@ -150,6 +150,22 @@ type CpuUnwindRow struct {
 	Rule uint32
 }
 
+type CpuV8Proc struct {
+	_                      structs.HostLayout
+	BuiltinsLow            uint64
+	BuiltinsHigh           uint64
+	FpMarker               int16
+	FpFunction             int16
+	FpBytecodeArray        int16
+	FpBytecodeOffset       int16
+	FunctionShared         uint16
+	MapInstanceType        uint16
+	BytecodeHeader         uint16
+	TypeSharedFunctionInfo uint16
+	TypeBytecodeArray      uint16
+	Reserved               [3]uint16
+}
+
 type CpuWalkState struct {
 	_    structs.HostLayout
 	Key  CpuStackKey
@@ -199,6 +215,7 @@ const (
 	CpuMapUnwindFiles     = "unwind_files"
 	CpuMapUnwindMappings  = "unwind_mappings"
 	CpuMapUnwindTableUsed = "unwind_table_used"
+	CpuMapV8Procs         = "v8_procs"
 	CpuMapWalkProgs       = "walk_progs"
 	CpuMapWalks           = "walks"
 	CpuProgForgetExec     = "forget_exec"
@@ -286,6 +303,7 @@ type CpuMapSpecs struct {
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
 	Walks           *ebpf.MapSpec `ebpf:"walks"`
 }
@@ -343,6 +361,7 @@ type CpuMaps struct {
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
 	Walks           *ebpf.Map `ebpf:"walks"`
 }
@@ -372,6 +391,7 @@ func (m *CpuMaps) Close() error {
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,
+		m.V8Procs,
 		m.WalkProgs,
 		m.Walks,
 	)

@@ -46,6 +46,7 @@ var generatedTypes = []goLayout{
 	{LoadSelftest, "selftest_result", SelftestSelftestResult{}},
 	{LoadCpu, "python_proc", CpuPythonProc{}},
 	{LoadCpu, "open_scope", CpuOpenScope{}},
+	{LoadCpu, "v8_proc", CpuV8Proc{}},
 }
 
 // TestGoTypesMatchObjects checks every generated Go type field by field

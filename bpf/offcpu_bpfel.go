@@ -196,6 +196,22 @@ type OffcpuUnwindRow struct {
 	Rule uint32
 }
 
+type OffcpuV8Proc struct {
+	_                      structs.HostLayout
+	BuiltinsLow            uint64
+	BuiltinsHigh           uint64
+	FpMarker               int16
+	FpFunction             int16
+	FpBytecodeArray        int16
+	FpBytecodeOffset       int16
+	FunctionShared         uint16
+	MapInstanceType        uint16
+	BytecodeHeader         uint16
+	TypeSharedFunctionInfo uint16
+	TypeBytecodeArray      uint16
+	Reserved               [3]uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -226,6 +242,7 @@ const (
 	OffcpuMapUnwindFiles     = "unwind_files"
 	OffcpuMapUnwindMappings  = "unwind_mappings"
 	OffcpuMapUnwindTableUsed = "unwind_table_used"
+	OffcpuMapV8Procs         = "v8_procs"
 	OffcpuMapWalks           = "walks"
 	OffcpuMapZeroPending     = "zero_pending"
 	OffcpuProgForgetExec     = "forget_exec"
@@ -317,6 +334,7 @@ type OffcpuMapSpecs struct {
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 	Walks           *ebpf.MapSpec `ebpf:"walks"`
 	ZeroPending     *ebpf.MapSpec `ebpf:"zero_pending"`
 }
@@ -378,6 +396,7 @@ type OffcpuMaps struct {
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 	Walks           *ebpf.Map `ebpf:"walks"`
 	ZeroPending     *ebpf.Map `ebpf:"zero_pending"`
 }
@@ -410,6 +429,7 @@ func (m *OffcpuMaps) Close() error {
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,
+		m.V8Procs,
 		m.Walks,
 		m.ZeroPending,
 	)

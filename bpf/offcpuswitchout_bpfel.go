@@ -182,6 +182,22 @@ type OffcpuSwitchoutUnwindRow struct {
 	Rule uint32
 }
 
+type OffcpuSwitchoutV8Proc struct {
+	_                      structs.HostLayout
+	BuiltinsLow            uint64
+	BuiltinsHigh           uint64
+	FpMarker               int16
+	FpFunction             int16
+	FpBytecodeArray        int16
+	FpBytecodeOffset       int16
+	FunctionShared         uint16
+	MapInstanceType        uint16
+	BytecodeHeader         uint16
+	TypeSharedFunctionInfo uint16
+	TypeBytecodeArray      uint16
+	Reserved               [3]uint16
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -212,6 +228,7 @@ const (
 	OffcpuSwitchoutMapUnwindMappings  = "unwind_mappings"
 	OffcpuSwitchoutMapUnwindTableUsed = "unwind_table_used"
 	OffcpuSwitchoutMapUserStacks      = "user_stacks"
+	OffcpuSwitchoutMapV8Procs         = "v8_procs"
 	OffcpuSwitchoutMapWalkProgs       = "walk_progs"
 	OffcpuSwitchoutMapWalks           = "walks"
 	OffcpuSwitchoutProgForgetExec     = "forget_exec"
@@ -305,6 +322,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
 	UserStacks      *ebpf.MapSpec `ebpf:"user_stacks"`
+	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
 	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
 	Walks           *ebpf.MapSpec `ebpf:"walks"`
 }
@@ -366,6 +384,7 @@ type OffcpuSwitchoutMaps struct {
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
 	UserStacks      *ebpf.Map `ebpf:"user_stacks"`
+	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
 	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
 	Walks           *ebpf.Map `ebpf:"walks"`
 }
@@ -398,6 +417,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.UnwindMappings,
 		m.UnwindTableUsed,
 		m.UserStacks,
+		m.V8Procs,
 		m.WalkProgs,
 		m.Walks,
 	)

@@ -263,6 +263,7 @@ static __always_inline int read_user_u64(u64 *dst, u64 addr)
 }
 
 #include "hotspot.h" /* JIT code's runtimes: after what they use */
+#include "v8.h"
 
 /*
  * One frame up from regs (the frame of a function at regs->ip): sets regs
@@ -277,6 +278,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	struct unwind_row *row;
 	u32 rule;
 	u64 cfa, ra, fp = regs->bp;
+	int anon = 0;
 	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
@@ -294,6 +296,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 
 			if (r != HOTSPOT_FRAME_POINTER)
 				return r;
+			anon = 1;
 		}
 		goto frame_pointer;
 	}
@@ -338,6 +341,8 @@ frame_pointer:
 	/* rbp points at the saved rbp, the return address above it. */
 	if (!fp)
 		return UNWIND_END_ROOT;
+	/* V8's frames are frame pointer frames of JIT code or of node's builtins. */
+	*word = v8_frame_word(pid, fp, lookup, anon);
 	if (read_user_u64(&ra, fp + 8) || read_user_u64(&fp, fp))
 		return UNWIND_END_READ_FAULT;
 	cfa = regs->bp + 16;

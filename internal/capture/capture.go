@@ -34,6 +34,7 @@ type Runtime uint8
 const (
 	CPython Runtime = iota + 1 // bpf/cpython.h
 	HotSpot                    // bpf/hotspot.h
+	V8                         // bpf/v8.h
 )
 
 // Name is the runtime's name in internal/runtimes (and its frames'
@@ -44,6 +45,8 @@ func (r Runtime) Name() string {
 		return "cpython"
 	case HotSpot:
 		return "jvm"
+	case V8:
+		return "v8js"
 	}
 	return ""
 }
@@ -124,7 +127,8 @@ func (s RawStack) Addresses(kind FrameKind) []uint64 {
 // addresses (each leaf first). A user word with the top bit set, which no
 // user address has, is the runtime frame the walk read in place at the
 // native frame before it, a word as RuntimeFrames decodes: an interpreted
-// Java frame's Method* (bpf/hotspot.h).
+// Java frame's Method* (bpf/hotspot.h, aligned) or a JavaScript frame's
+// SharedFunctionInfo (bpf/v8.h, a tagged pointer: bit 0 set).
 func StackFrames(kernel, user []uint64) []Frame {
 	if len(kernel)+len(user) == 0 {
 		return nil
@@ -136,7 +140,11 @@ func StackFrames(kernel, user []uint64) []Frame {
 	var native uint64
 	for _, a := range user {
 		if a&runtimeEntry != 0 {
-			f := RuntimeFrames(HotSpot, []uint64{a})[0]
+			rt := HotSpot
+			if a&1 != 0 {
+				rt = V8
+			}
+			f := RuntimeFrames(rt, []uint64{a})[0]
 			f.Native = native
 			out = append(out, f)
 			continue

@@ -45,10 +45,11 @@ func TestRuntimeFramesDecode(t *testing.T) {
 }
 
 // A user word with the top bit set is the walker's runtime frame of the
-// native frame before it, in place: HotSpot's Method*.
+// native frame before it, in place: HotSpot's Method* (aligned) or V8's
+// SharedFunctionInfo (tagged: bit 0 set).
 func TestStackFramesWithRuntimeWords(t *testing.T) {
 	got := StackFrames([]uint64{0xffffffff81000000}, []uint64{0x7f00_0000_1000, 0x7f00_0000_2000, 0x7e00_0000_0040 | 4<<47 | 1<<63,
-		0x5555_0000_0010, 0x3e00_0000_0048 | 7<<47 | 1<<63})
+		0x5555_0000_0010, 0x3e00_0000_0048 | 7<<47 | 1<<63, 0x5555_0000_0020, 0x3e00_0000_0051 | 1<<63})
 	require.Equal(t, []Frame{
 		{Kind: KernelFrame, Address: 0xffffffff81000000},
 		{Kind: UserFrame, Address: 0x7f00_0000_1000},
@@ -56,5 +57,7 @@ func TestStackFramesWithRuntimeWords(t *testing.T) {
 		{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0x7e00_0000_0040, Position: 4, Entry: true, Native: 0x7f00_0000_2000},
 		{Kind: UserFrame, Address: 0x5555_0000_0010},
 		{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0x3e00_0000_0048, Position: 7, Entry: true, Native: 0x5555_0000_0010},
+		{Kind: UserFrame, Address: 0x5555_0000_0020},
+		{Kind: RuntimeFrame, Runtime: V8, Address: 0x3e00_0000_0051, Entry: true, Native: 0x5555_0000_0020},
 	}, got)
 }
