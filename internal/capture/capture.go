@@ -250,6 +250,9 @@ type Stats struct {
 	// JVMProcesses is, at the drain, the JVMs whose Java frames the walk
 	// steps through (bpf/hotspot.h; a gauge).
 	JVMProcesses uint64
+	// V8Processes is, at the drain, the node processes whose JavaScript
+	// frames the walk reads (bpf/v8.h; a gauge).
+	V8Processes uint64
 	// UnwindTables and UnwindTableBytes are, at the drain, the files with an
 	// unwind table in the kernel and the kernel memory of their rows;
 	// TableFailures counts the files left without one since the previous
@@ -361,7 +364,7 @@ func (s Stats) Add(o Stats) Stats {
 	}
 	// Gauges: the later window's.
 	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
-	s.PythonProcesses, s.JVMProcesses = o.PythonProcesses, o.JVMProcesses
+	s.PythonProcesses, s.JVMProcesses, s.V8Processes = o.PythonProcesses, o.JVMProcesses, o.V8Processes
 	return s
 }
 

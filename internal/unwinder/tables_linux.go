@@ -307,6 +307,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes
 	st.PythonProcesses = ls.Runtimes[capture.CPython.Name()].Processes
 	st.JVMProcesses = ls.Runtimes[capture.HotSpot.Name()].Processes
+	st.V8Processes = ls.Runtimes[capture.V8.Name()].Processes
 	t := f.tables
 	t.mu.Lock()
 	defer t.mu.Unlock()

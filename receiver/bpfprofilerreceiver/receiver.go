@@ -66,13 +66,12 @@ type profilerReceiver struct {
 	scopes    *scopeJoin
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
-	unwindGauges struct{ tables, bytes, python, jvm uint64 }
+	unwindGauges struct{ tables, bytes, python, jvm, v8 uint64 }
 	// pythonUnsymbolized is the symbolizer's count of CPython frames left
-	// without a name, by reason, when last recorded; jvmFrames and
-	// jvmUnsymbolized its counts of Java frames.
+	// without a name, by reason, when last recorded; jvmNamed and v8Named
+	// its counts of Java and JavaScript frames.
 	pythonUnsymbolized map[string]uint64
-	jvmFrames          uint64
-	jvmUnsymbolized    map[string]uint64
+	jvmNamed, v8Named  runtimeNamed
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
 	// background runs the kernel symbol preload and the followProcesses
@@ -322,6 +321,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	symStats := r.symbols.Stats()
 	r.recordPythonSymbolization(ctx, symStats.RuntimeUnsymbolized[capture.CPython.Name()])
 	r.recordJVMSymbolization(ctx, symStats)
+	r.recordV8Symbolization(ctx, symStats)
 	r.recordProcessReads(ctx)
 	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {

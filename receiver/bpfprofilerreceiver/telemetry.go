@@ -94,6 +94,9 @@ func emittedAttributeValues() map[string][]string {
 		"jvm_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
+		"v8_unsymbolized_reason": {
+			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
+		},
 	}
 }
 
@@ -155,8 +158,9 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
 	tel.BpfprofilerPythonProcesses.Add(ctx, int64(st.PythonProcesses)-int64(r.unwindGauges.python))
 	tel.BpfprofilerJvmProcesses.Add(ctx, int64(st.JVMProcesses)-int64(r.unwindGauges.jvm))
+	tel.BpfprofilerV8Processes.Add(ctx, int64(st.V8Processes)-int64(r.unwindGauges.v8))
 	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
-	r.unwindGauges.python, r.unwindGauges.jvm = st.PythonProcesses, st.JVMProcesses
+	r.unwindGauges.python, r.unwindGauges.jvm, r.unwindGauges.v8 = st.PythonProcesses, st.JVMProcesses, st.V8Processes
 }
 
 // recordPythonStats adds the CPython walk counters of one window of one
@@ -190,18 +194,35 @@ func (r *profilerReceiver) recordPythonSymbolization(ctx context.Context, unsymb
 // recordJVMSymbolization adds the Java frames named and the interpreted
 // ones left without a name since the previous call.
 func (r *profilerReceiver) recordJVMSymbolization(ctx context.Context, st symbolize.Stats) {
-	name := capture.HotSpot.Name()
-	if d := st.RuntimeFrames[name] - r.jvmFrames; d > 0 {
-		r.telemetry.BpfprofilerJvmFrames.Add(ctx, int64(d))
+	r.jvmNamed.record(ctx, st, capture.HotSpot.Name(), r.telemetry.BpfprofilerJvmFrames, r.telemetry.BpfprofilerJvmFramesUnsymbolized)
+}
+
+// recordV8Symbolization adds the JavaScript frames named and left without
+// a name since the previous call.
+func (r *profilerReceiver) recordV8Symbolization(ctx context.Context, st symbolize.Stats) {
+	r.v8Named.record(ctx, st, capture.V8.Name(), r.telemetry.BpfprofilerV8Frames, r.telemetry.BpfprofilerV8FramesUnsymbolized)
+}
+
+// runtimeNamed is the symbolizer's count of one runtime's frames named and
+// left without a name (by reason) when last recorded.
+type runtimeNamed struct {
+	frames       uint64
+	unsymbolized map[string]uint64
+}
+
+// record adds the runtime's frames counted since the previous call.
+func (n *runtimeNamed) record(ctx context.Context, st symbolize.Stats, runtime string, named, unnamed metric.Int64Counter) {
+	if d := st.RuntimeFrames[runtime] - n.frames; d > 0 {
+		named.Add(ctx, int64(d))
 	}
-	r.jvmFrames = st.RuntimeFrames[name]
-	unsymbolized := st.RuntimeUnsymbolized[name]
-	for reason, n := range unsymbolized {
-		if d := n - r.jvmUnsymbolized[reason]; d > 0 {
-			r.telemetry.BpfprofilerJvmFramesUnsymbolized.Add(ctx, int64(d), metric.WithAttributes(attribute.String(attrReason, reason)))
+	n.frames = st.RuntimeFrames[runtime]
+	unsymbolized := st.RuntimeUnsymbolized[runtime]
+	for reason, c := range unsymbolized {
+		if d := c - n.unsymbolized[reason]; d > 0 {
+			unnamed.Add(ctx, int64(d), metric.WithAttributes(attribute.String(attrReason, reason)))
 		}
 	}
-	r.jvmUnsymbolized = unsymbolized
+	n.unsymbolized = unsymbolized
 }
 
 // reportFailed counts one report of signal that could not be built or delivered.

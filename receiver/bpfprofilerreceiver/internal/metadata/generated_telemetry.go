@@ -51,6 +51,9 @@ type TelemetryBuilder struct {
 	BpfprofilerUnwindTables             metric.Int64UpDownCounter
 	BpfprofilerUnwindTablesFailed       metric.Int64Counter
 	BpfprofilerUnwindWalks              metric.Int64Counter
+	BpfprofilerV8Frames                 metric.Int64Counter
+	BpfprofilerV8FramesUnsymbolized     metric.Int64Counter
+	BpfprofilerV8Processes              metric.Int64UpDownCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -230,6 +233,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_unwind_walks",
 		metric.WithDescription("Samples (cpu) and recorded waits (off_cpu) whose user stack was walked with unwind tables built from the files' CFI (unwinding::method auto), by profile kind and why the walk ended. Those of processes whose tables are not loaded yet are walked with frame pointers and not counted here. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerV8Frames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_v8_frames",
+		metric.WithDescription("JavaScript frames named (function, script and line) from the memory of the node processes of bpfprofiler_v8_processes; the walks through them are counted with bpfprofiler_unwind_walks. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerV8FramesUnsymbolized, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_v8_frames_unsymbolized",
+		metric.WithDescription("JavaScript frames left without a function name, by reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerV8Processes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_v8_processes",
+		metric.WithDescription("Node.js processes whose JavaScript frames the stack walk reads in place (V8's metadata found in their node binary; unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	return &builder, errs

@@ -44,6 +44,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerUnwindTables.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindTablesFailed.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindWalks.Add(context.Background(), 1)
+	tb.BpfprofilerV8Frames.Add(context.Background(), 1)
+	tb.BpfprofilerV8FramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerV8Processes.Add(context.Background(), 1)
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -117,6 +120,15 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerUnwindWalks(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerV8Frames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerV8FramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerV8Processes(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 
