@@ -94,11 +94,13 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "python", "java", "offcpu", "probes", "busy", "gateway"}, false},
+		{"all", []string{"cpu", "unwind", "python", "java", "node", "offcpu", "probes", "busy", "gateway"}, false},
 		{"busy", []string{"busy"}, false},
 		{"gateway", []string{"gateway"}, false},
 		{"unwind", []string{"unwind"}, false},
 		{"python", []string{"python"}, false},
+		{"java", []string{"java"}, false},
+		{"node", []string{"node"}, false},
 		{"probes", []string{"probes"}, false},
 		{"cpu", []string{"cpu"}, false},
 		{"offcpu", []string{"offcpu"}, false},

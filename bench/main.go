@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|offcpu|probes|busy|gateway|all, default
+// suites (-suite cpu|unwind|python|java|node|offcpu|probes|busy|gateway|all, default
 // all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -27,6 +27,13 @@
 // -a -g` with what perf needs of a JVM (-XX:+PreserveFramePointer, a perf
 // map at exit), and beside the collector with unwinding::method auto (Java
 // frames walked in BPF) and frame_pointer.
+//
+// Suite node (Node.js; workloads/nodefixed.js, main → work → spin in
+// JavaScript, under -node, default Debian's node 20, started with no flag):
+// the workload alone, under `perf record -F 99 -a -g` with node's perf map
+// (--perf-basic-prof; the map is removed afterwards), and beside the
+// collector with unwinding::method auto and frame_pointer. The report gives
+// the share of the workload's samples whose stack has spin ← work ← main.
 //
 // Suite offcpu (off-CPU profiling; workloads/pingpong.c, two threads on one
 // CPU passing a byte back and forth through pipes, ~50k context switches/s):
@@ -92,6 +99,8 @@ type options struct {
 	python         string
 	jdk            string
 	javaIterations uint64
+	node           string
+	nodeIterations uint64
 	minBlock       time.Duration
 	mechanism      string
 	collector      string
@@ -115,7 +124,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -125,6 +134,8 @@ func main() {
 	flag.StringVar(&o.python, "python", "/root/.pyenv/versions/3.12.1/bin/python", "python suite: the CPython interpreter (3.12+ for perf's -X perf)")
 	flag.StringVar(&o.jdk, "jdk", "/usr/lib/jvm/java-17-openjdk-amd64", "java suite: the JDK whose java runs the workload")
 	flag.Uint64Var(&o.javaIterations, "java-iterations", 400, "java suite: work(10000) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.StringVar(&o.node, "node", "/usr/bin/node", "node suite: the node binary that runs the workload")
+	flag.Uint64Var(&o.nodeIterations, "node-iterations", 140, "node suite: spin(1e6) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
@@ -158,8 +169,8 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.pyIterations < 1 {
-		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls and -py-iterations must be positive")
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.pyIterations < 1 || o.nodeIterations < 1 {
+		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations and -node-iterations must be positive")
 	}
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
@@ -225,6 +236,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newPythonSuite(ctx, e)
 	case suiteJava:
 		s, err = newJavaSuite(ctx, e)
+	case suiteNode:
+		s, err = newNodeSuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:

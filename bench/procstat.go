@@ -189,6 +189,21 @@ func parseSwitchRate(stderr, name string) float64 {
 	return 0
 }
 
+// parsePID finds the "<name>: pid N" line workload name prints on stderr
+// and returns N, or 0 if there is none or it is malformed.
+func parsePID(stderr, name string) int {
+	prefix := name + ": pid "
+	for line := range strings.Lines(stderr) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), prefix); ok {
+			if pid, err := strconv.Atoi(rest); err == nil && pid > 0 {
+				return pid
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
 // median returns the median of xs (the mean of the two middle values for an
 // even count), or 0 for no values. xs is not modified.
 func median(xs []float64) float64 {

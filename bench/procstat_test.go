@@ -210,3 +210,21 @@ func TestParseSwitchRate(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePID(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"nodefixed: pid 4242\nnodefixed: cpu_ns 12\n", 4242},
+		{"[ perf record: Woken up 1 times ]\n  nodefixed: pid 7\n", 7},
+		{"nodefixed: pid me\n", 0},
+		{"pyfixed: pid 10\n", 0},
+		{"", 0},
+	}
+	for _, tt := range tests {
+		if got := parsePID(tt.in, "nodefixed"); got != tt.want {
+			t.Errorf("parsePID(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}

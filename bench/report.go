@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Targets the report checks (as text; nothing fails on them).
@@ -36,12 +37,25 @@ type report struct {
 	rss      []uint64  // collector VmHWM per round, bytes
 	saw      []bool    // per round: the collector's profiles hold the workload
 	blind    int       // rounds whose profiles lack the workload
-	schedOK  bool
+	// steadyTicks, steadySched: collector CPU per round from steadyAfter
+	// into the run on, % of a core (-1: n/a).
+	steadyTicks, steadySched []float64
+	schedOK                  bool
 
 	haveIdle             bool
 	idleTicks, idleSched float64
 
-	depths map[string][]float64 // per collector scenario: mean frames of the marker's samples, per round
+	depths map[string][]float64  // per collector scenario: mean frames of the marker's samples, per round
+	chains map[string]chainCount // per collector scenario: the workload's samples and those with its chain, over all rounds
+}
+
+// addChain adds what a collector scenario counted of the workload's chain in
+// a round.
+func (r *report) addChain(scenario string, n chainCount) {
+	if r.chains == nil {
+		r.chains = map[string]chainCount{}
+	}
+	r.chains[scenario] = r.chains[scenario].add(n)
 }
 
 // addDepth records the mean depth a collector scenario measured in a round.
@@ -91,6 +105,8 @@ func (r *report) add(round map[string]runResult, cr *collectorRun) {
 		r.schedOK = false
 	}
 	r.rss = append(r.rss, cr.peakRSS)
+	r.steadyTicks = append(r.steadyTicks, cr.steadyTicks)
+	r.steadySched = append(r.steadySched, cr.steadySched)
 	r.saw = append(r.saw, cr.sawWorkload)
 	if !cr.sawWorkload {
 		r.blind++
@@ -126,6 +142,29 @@ func (r *report) cpu() (value float64, source string) {
 		return median(r.cpuSched), "schedstat"
 	}
 	return median(r.cpuTicks), "utime+stime"
+}
+
+// steadyCPU returns the median of the collector's CPU from steadyAfter into
+// the runs on, from schedstat when every round that measured it had it, and
+// false when no round's run was long enough.
+func (r *report) steadyCPU() (value float64, source string, ok bool) {
+	var ticks, sched []float64
+	schedOK := true
+	for i, t := range r.steadyTicks {
+		if t < 0 {
+			continue
+		}
+		ticks = append(ticks, t)
+		sched = append(sched, r.steadySched[i])
+		schedOK = schedOK && r.steadySched[i] >= 0
+	}
+	switch {
+	case len(ticks) == 0:
+		return 0, "", false
+	case schedOK:
+		return median(sched), "schedstat", true
+	}
+	return median(ticks), "utime+stime", true
 }
 
 func (r *report) print(w io.Writer) {
@@ -265,6 +304,38 @@ func pythonChecks(w io.Writer, r *report) {
 // RSS.
 func javaChecks(w io.Writer, r *report) {
 	autoAgainstFramePointer(w, r, "samples naming JavaFixed.burn", scPerfJava, "perf with frame pointers kept")
+}
+
+// nodeChecks are the verdicts of the node suite: the share of the
+// workload's samples whose stack has spin ← work ← main (its JavaScript
+// frames, named by a V8 walker: none is without one, and the share is
+// reported, not judged), auto slows the workload no more than frame_pointer
+// (the CPU sampling alone) + 1 point and no more than perf with node's perf
+// map, and the collector's CPU and RSS.
+func nodeChecks(w io.Writer, r *report) {
+	for _, sc := range []string{scUnwindAuto, scFramePtr} {
+		n, ok := r.chains[sc]
+		if !ok {
+			continue
+		}
+		if share, ok := n.share(); ok {
+			fmt.Fprintf(w, "%s: samples of the workload with %s: %.1f%% (%d of %d)\n",
+				sc, strings.Join(nodeChain, " ← "), share, n.matched, n.total)
+		} else {
+			fmt.Fprintf(w, "%s: samples of the workload with %s: n/a (no sample of the workload)\n",
+				sc, strings.Join(nodeChain, " ← "))
+		}
+	}
+	autoAgainstFramePointer(w, r, "samples naming spin", scPerfNode, "perf with --perf-basic-prof")
+	if len(r.cpuTicks) == 0 {
+		return
+	}
+	head := fmt.Sprintf("collector CPU with auto <= %.1f%% of a core in steady state (from %v into the run to its end)", targetCPUPercent, steadyAfter)
+	if cpu, source, ok := r.steadyCPU(); ok {
+		fmt.Fprintf(w, "%s: %s (%.2f%%, %s)\n", head, yesNo(cpu <= targetCPUPercent), cpu, source)
+	} else {
+		fmt.Fprintf(w, "%s: n/a (runs shorter than %v)\n", head, steadyAfter+time.Second)
+	}
 }
 
 // unwindChecks are the verdicts of the unwind suite: the workload's stacks

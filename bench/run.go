@@ -25,11 +25,20 @@ var pyfixedSource []byte
 //go:embed workloads/JavaFixed.java
 var javafixedSource []byte
 
+//go:embed workloads/nodefixed.js
+var nodefixedSource []byte
+
 // workload is a compiled workload and the arguments of each of its runs.
 type workload struct {
 	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")
 	bin  string
 	args []string
+	// chain, if set, is a call chain, leaf first: the collector's runs count
+	// the share of the workload's samples whose stack has these functions in
+	// this order (other frames may come between), and whether it has
+	// samples of the workload's pid at all (it prints its pid on stderr,
+	// "nodefixed: pid N").
+	chain []string
 }
 
 func (w workload) argv() []string { return append([]string{w.bin}, w.args...) }
@@ -70,6 +79,9 @@ type runResult struct {
 	// switchRate: context switches per second, as printed by the workload
 	// (pingpong only; 0 if it printed none).
 	switchRate float64
+	// pid: the workload's process id, as printed by it (0 if it printed
+	// none).
+	pid int
 }
 
 // runCommand runs argv (workload w, possibly behind perf) to completion and
@@ -104,7 +116,7 @@ func parseRun(w workload, argv []string, stdout, stderr string) (runResult, erro
 	if err != nil {
 		return runResult{}, fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, tail(stderr, 10))
 	}
-	return runResult{wall: wall, cpu: cpu, switchRate: parseSwitchRate(stderr, w.name)}, nil
+	return runResult{wall: wall, cpu: cpu, switchRate: parseSwitchRate(stderr, w.name), pid: parsePID(stderr, w.name)}, nil
 }
 
 // runBaseline runs the workload alone.
@@ -129,11 +141,20 @@ type collectorRun struct {
 	cpuSched float64 // collector CPU, % of a core, from schedstat (-1: n/a)
 	peakRSS  uint64  // collector VmHWM at the end, bytes
 	// sawWorkload: the collector's pprof files name the workload's marker
-	// function, so it did profile the workload.
+	// function (for a workload with a chain: hold samples of its pid), so
+	// it did profile the workload.
 	sawWorkload bool
 	// depth is the mean number of frames of the samples naming the marker
 	// in the collector's pprof files.
 	depth float64
+	// chain: the workload's samples and those with its chain (workloads
+	// with a chain only).
+	chain chainCount
+	// steadyTicks and steadySched are the collector's CPU, % of a core,
+	// from steadyAfter into the run to its end, from utime+stime and
+	// schedstat (-1: n/a; both when the run lasted less than steadyAfter +
+	// 1 s).
+	steadyTicks, steadySched float64
 }
 
 // runWithCollector starts the collector, waits until it is ready and settled,
@@ -149,18 +170,25 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, w workload, mark
 
 	var before cpuSample
 	var beforeErr error
+	var mid func() (cpuSample, time.Time, bool)
 	res, err := runCommand(ctx, w, w.argv(), func() {
 		before, beforeErr = readCPU(c.pid())
+		mid = sampleCPULater(c.pid(), steadyAfter)
 	})
 	if err != nil {
+		if mid != nil {
+			mid()
+		}
 		return collectorRun{}, err
 	}
+	midSample, midAt, midOK := mid()
 	select {
 	case <-c.exited:
 		return collectorRun{}, fmt.Errorf("collector exited during the run (%v); its last output (%s):\n%s", c.waitErr, c.logPath, c.lastLines(30))
 	default:
 	}
 	after, afterErr := readCPU(c.pid())
+	afterAt := time.Now()
 	if err := errors.Join(beforeErr, afterErr); err != nil {
 		return collectorRun{}, fmt.Errorf("collector died during the run? %w\n%s", err, c.lastLines(20))
 	}
@@ -180,8 +208,54 @@ func runWithCollector(ctx context.Context, cfg collectorConfig, w workload, mark
 		return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
 	}
 	out := collectorRun{runResult: res, peakRSS: rss, sawWorkload: seen, depth: depth}
+	if len(w.chain) > 0 {
+		if res.pid <= 0 {
+			return collectorRun{}, fmt.Errorf("workload %s printed no pid", w.name)
+		}
+		if out.chain, err = c.chainShare(res.pid, w.chain); err != nil {
+			return collectorRun{}, fmt.Errorf("reading the collector's pprof files: %w", err)
+		}
+		// The marker may be a frame no walker names yet: the collector saw
+		// the workload if it has samples of its pid.
+		out.sawWorkload = out.chain.total > 0
+	}
 	out.cpuTicks, out.cpuSched = cpuPercent(before, after, res.outside)
+	out.steadyTicks, out.steadySched = -1, -1
+	if midOK && afterAt.Sub(midAt) >= time.Second {
+		out.steadyTicks, out.steadySched = cpuPercent(midSample, after, afterAt.Sub(midAt))
+	}
 	return out, nil
+}
+
+// steadyAfter is how long into a workload's run the collector is taken to
+// be in steady state: the new process's tables loaded (100 ms after its
+// announcement, then the time to build them).
+const steadyAfter = 2 * time.Second
+
+// sampleCPULater samples the CPU time of process pid after d, unless the
+// returned func is called first. That func returns the sample, when it
+// was taken and whether it was (a sample that failed was not).
+func sampleCPULater(pid int, d time.Duration) func() (cpuSample, time.Time, bool) {
+	type taken struct {
+		s  cpuSample
+		at time.Time
+		ok bool
+	}
+	cancel, result := make(chan struct{}), make(chan taken, 1)
+	go func() {
+		select {
+		case <-cancel:
+			result <- taken{}
+		case <-time.After(d):
+			s, err := readCPU(pid)
+			result <- taken{s, time.Now(), err == nil}
+		}
+	}()
+	return func() (cpuSample, time.Time, bool) {
+		close(cancel)
+		t := <-result
+		return t.s, t.at, t.ok
+	}
 }
 
 // measureIdle starts the collector with no workload, waits until it is

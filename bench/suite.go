@@ -22,6 +22,7 @@ const (
 	scUnwindAuto  = "bpfprofiler auto"
 	scPerfPython  = "perf -F99 -a -g, python -X perf"
 	scPerfJava    = "perf -F99 -a -g, java with frame pointers and a perf map"
+	scPerfNode    = "perf -F99 -a -g, node --perf-basic-prof"
 )
 
 // Suite names, as -suite takes them.
@@ -32,6 +33,7 @@ const (
 	suiteUnwind = "unwind"
 	suitePython = "python"
 	suiteJava   = "java"
+	suiteNode   = "node"
 	suiteBusy   = "busy"
 	suiteAll    = "all"
 )
@@ -39,13 +41,13 @@ const (
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteBusy, suiteGateway:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteBusy, suiteGateway:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteBusy, suiteGateway, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
@@ -97,6 +99,7 @@ func runSuite(ctx context.Context, s *suite, rounds int, idleWindow time.Duratio
 			round[sc.name] = res
 			if c != nil {
 				s.rep.addDepth(sc.name, c.depth)
+				s.rep.addChain(sc.name, c.chain)
 				if sc.name == s.rep.collectorSc {
 					cr = c
 				}
@@ -256,6 +259,39 @@ func newJavaSuite(ctx context.Context, e env) (*suite, error) {
 	}
 	collectorSc := s.addUnwindingScenarios(e, w, marker)
 	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, marker, javaChecks)
+	return s, nil
+}
+
+// newNodeSuite is the Node.js suite: nodefixed.js (main → work → spin,
+// float math in spin) under node with no flag alone, under `perf record -F
+// 99 -a -g` with node's perf map (--perf-basic-prof, removed afterwards),
+// and beside the collector sampling the host at 99 Hz with unwinding::method
+// auto (JavaScript frames, once a V8 walker names them) and frame_pointer
+// (the CPU sampling alone, the reference of auto's slowdown).
+func newNodeSuite(ctx context.Context, e env) (*suite, error) {
+	script := filepath.Join(e.dir, "nodefixed.js")
+	if err := os.WriteFile(script, nodefixedSource, 0o644); err != nil {
+		return nil, err
+	}
+	w := workload{name: "nodefixed", bin: e.o.node, args: []string{script, strconv.FormatUint(e.o.nodeIterations, 10)},
+		chain: nodeChain}
+	s := &suite{
+		title:     fmt.Sprintf("== suite node: nodefixed.js under %s, %d x spin(1e6) ==", e.o.node, e.o.nodeIterations),
+		scenarios: []scenario{baselineScenario(w)},
+	}
+	if !e.o.skipPerf {
+		withMap := w
+		withMap.args = append([]string{"--perf-basic-prof"}, w.args...)
+		s.scenarios = append(s.scenarios, scenario{scPerfNode, func(ctx context.Context) (runResult, *collectorRun, error) {
+			res, err := runPerf(ctx, e.perf, []string{"-F", "99", "-a", "-g"}, e.dir, withMap)
+			if res.pid > 0 {
+				os.Remove(fmt.Sprintf("/tmp/perf-%d.map", res.pid))
+			}
+			return res, nil, err
+		}})
+	}
+	collectorSc := s.addUnwindingScenarios(e, w, nodeChain[0])
+	s.rep = newReport(scenarioNames(s.scenarios), collectorSc, "samples of the workload's pid", nodeChecks)
 	return s, nil
 }
 
