@@ -33,6 +33,9 @@ type workload struct {
 	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")
 	bin  string
 	args []string
+	// dir is the working directory of its runs (empty: the bench's), where
+	// files it writes by relative name land.
+	dir string
 	// chain, if set, is a call chain, leaf first: the collector's runs count
 	// the share of the workload's samples whose stack has these functions in
 	// this order (other frames may come between), and whether it has
@@ -90,6 +93,7 @@ type runResult struct {
 // return is what runResult.outside measures.
 func runCommand(ctx context.Context, w workload, argv []string, before func()) (runResult, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Dir = w.dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if before != nil {

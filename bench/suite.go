@@ -273,8 +273,10 @@ func newNodeSuite(ctx context.Context, e env) (*suite, error) {
 	if err := os.WriteFile(script, nodefixedSource, 0o644); err != nil {
 		return nil, err
 	}
+	// Run in the scratch directory: with --perf-basic-prof node also writes
+	// an isolate-*-v8.log to its working directory.
 	w := workload{name: "nodefixed", bin: e.o.node, args: []string{script, strconv.FormatUint(e.o.nodeIterations, 10)},
-		chain: nodeChain}
+		dir: e.dir, chain: nodeChain}
 	s := &suite{
 		title:     fmt.Sprintf("== suite node: nodefixed.js under %s, %d x spin(1e6) ==", e.o.node, e.o.nodeIterations),
 		scenarios: []scenario{baselineScenario(w)},
