@@ -152,8 +152,6 @@ type CpuUnwindRow struct {
 
 type CpuV8Proc struct {
 	_                      structs.HostLayout
-	BuiltinsLow            uint64
-	BuiltinsHigh           uint64
 	FpMarker               int16
 	FpFunction             int16
 	FpBytecodeArray        int16
@@ -163,7 +161,7 @@ type CpuV8Proc struct {
 	BytecodeHeader         uint16
 	TypeSharedFunctionInfo uint16
 	TypeBytecodeArray      uint16
-	Reserved               [3]uint16
+	Reserved               uint16
 }
 
 type CpuWalkState struct {

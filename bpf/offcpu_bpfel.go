@@ -198,8 +198,6 @@ type OffcpuUnwindRow struct {
 
 type OffcpuV8Proc struct {
 	_                      structs.HostLayout
-	BuiltinsLow            uint64
-	BuiltinsHigh           uint64
 	FpMarker               int16
 	FpFunction             int16
 	FpBytecodeArray        int16
@@ -209,7 +207,7 @@ type OffcpuV8Proc struct {
 	BytecodeHeader         uint16
 	TypeSharedFunctionInfo uint16
 	TypeBytecodeArray      uint16
-	Reserved               [3]uint16
+	Reserved               uint16
 }
 
 // Names of all BPF objects in the ELF.

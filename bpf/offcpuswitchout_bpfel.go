@@ -184,8 +184,6 @@ type OffcpuSwitchoutUnwindRow struct {
 
 type OffcpuSwitchoutV8Proc struct {
 	_                      structs.HostLayout
-	BuiltinsLow            uint64
-	BuiltinsHigh           uint64
 	FpMarker               int16
 	FpFunction             int16
 	FpBytecodeArray        int16
@@ -195,7 +193,7 @@ type OffcpuSwitchoutV8Proc struct {
 	BytecodeHeader         uint16
 	TypeSharedFunctionInfo uint16
 	TypeBytecodeArray      uint16
-	Reserved               [3]uint16
+	Reserved               uint16
 }
 
 // Names of all BPF objects in the ELF.

@@ -278,7 +278,6 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	struct unwind_row *row;
 	u32 rule;
 	u64 cfa, ra, fp = regs->bp;
-	int anon = 0;
 	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
@@ -296,7 +295,6 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 
 			if (r != HOTSPOT_FRAME_POINTER)
 				return r;
-			anon = 1;
 		}
 		goto frame_pointer;
 	}
@@ -341,8 +339,8 @@ frame_pointer:
 	/* rbp points at the saved rbp, the return address above it. */
 	if (!fp)
 		return UNWIND_END_ROOT;
-	/* V8's frames are frame pointer frames of JIT code or of node's builtins. */
-	*word = v8_frame_word(pid, fp, lookup, anon);
+	/* V8's frames are frame pointer frames (JIT code, node's builtins). */
+	*word = v8_frame_word(pid, fp);
 	if (read_user_u64(&ra, fp + 8) || read_user_u64(&fp, fp))
 		return UNWIND_END_READ_FAULT;
 	cfa = regs->bp + 16;

@@ -4,10 +4,12 @@
  * x86-64. V8 keeps a frame pointer in every frame of its JIT code and of
  * its embedded builtins, so the native walk's frame pointer rule walks
  * them; this file only tells what each such frame runs. unwind.h asks
- * v8_frame_word for a frame walked by its frame pointer whose pc is in
- * anonymous executable memory (JIT code: Sparkplug, Maglev, TurboFan) or in
- * the embedded builtins of the node binary (the interpreter: Ignition's
- * trampoline and bytecode handlers). The frame at fp holds, below its saved
+ * v8_frame_word for every frame of a node process walked by its frame
+ * pointer: JIT code (Sparkplug, Maglev, TurboFan) in anonymous memory, and
+ * the embedded builtins (the interpreter: Ignition's trampoline and
+ * bytecode handlers), which have no CFI and which V8 12 on runs from a
+ * second mapping of the node binary inside its code range (for short
+ * calls), so no address range tells them. The frame at fp holds, below its saved
  * fp, its context or, for a typed frame (stubs, exits, entries), a Smi
  * marker; a JavaScript frame holds its JSFunction next, and an interpreted
  * one its BytecodeArray and bytecode offset (a Smi) below that. The word
@@ -38,7 +40,6 @@
 
 /* What the walk needs of one node process (internal/runtimes/v8.walkerProc). */
 struct v8_proc {
-	u64 builtins_low, builtins_high; /* the embedded builtins' code, run-time addresses */
 	s16 fp_marker;			 /* from fp: context, or a typed frame's Smi marker */
 	s16 fp_function;		 /* the JSFunction */
 	s16 fp_bytecode_array;		 /* an interpreted frame's BytecodeArray */
@@ -48,7 +49,7 @@ struct v8_proc {
 	u16 bytecode_header;		 /* BytecodeArray's header size: its bytecodes' offset */
 	u16 type_shared_function_info;	 /* SHARED_FUNCTION_INFO_TYPE */
 	u16 type_bytecode_array;	 /* BYTECODE_ARRAY_TYPE */
-	u16 reserved[3];
+	u16 reserved;
 };
 
 /* pid (as the collector sees it) -> its V8. */
@@ -73,11 +74,10 @@ static __always_inline u16 v8_instance_type(const struct v8_proc *p, u64 obj)
 }
 
 /*
- * The V8_FRAME_WORD of the frame at fp whose pc is pc (anon: in anonymous
- * executable memory) of pid, when it is a JavaScript frame of a node
- * process; 0 otherwise (the frame stays a native one).
+ * The V8_FRAME_WORD of the frame at fp of pid, when it is a JavaScript frame
+ * of a node process; 0 otherwise (the frame stays a native one).
  */
-static __always_inline u64 v8_frame_word(u32 pid, u64 fp, u64 pc, int anon)
+static __always_inline u64 v8_frame_word(u32 pid, u64 fp)
 {
 	const struct v8_proc *p = bpf_map_lookup_elem(&v8_procs, &pid);
 	u64 marker = 0, fn = 0, sfi = 0, bytecodes = 0, offset = 0;
@@ -85,8 +85,6 @@ static __always_inline u64 v8_frame_word(u32 pid, u64 fp, u64 pc, int anon)
 	s64 smi;
 
 	if (!p || !fp)
-		return 0;
-	if (!anon && (pc < p->builtins_low || pc >= p->builtins_high))
 		return 0;
 	/* A typed frame's marker is a Smi: no function there. */
 	if (read_user_u64(&marker, fp + p->fp_marker) || (marker & 1) != V8_HEAP_OBJECT_TAG)
@@ -96,8 +94,9 @@ static __always_inline u64 v8_frame_word(u32 pid, u64 fp, u64 pc, int anon)
 		return 0;
 	if (v8_instance_type(p, sfi) != p->type_shared_function_info)
 		return 0;
-	/* In the builtins, an interpreted frame: its BytecodeArray and offset. */
-	if (!anon && !read_user_u64(&bytecodes, fp + p->fp_bytecode_array) &&
+	/* An interpreted frame: a BytecodeArray and a Smi offset. Sparkplug's
+	 * frames keep the feedback vector in the offset's slot: compiled. */
+	if (!read_user_u64(&bytecodes, fp + p->fp_bytecode_array) &&
 	    !read_user_u64(&offset, fp + p->fp_bytecode_offset) && (offset & 0xffffffffULL) == 0 &&
 	    v8_instance_type(p, bytecodes) == p->type_bytecode_array) {
 		smi = (s64)offset >> 32;

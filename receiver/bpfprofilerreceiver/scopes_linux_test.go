@@ -4,7 +4,6 @@ package bpfprofilerreceiver
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -206,8 +205,8 @@ setTimeout(fastCallback, 800); // the probes attach after the exec event: leave 
 `
 
 // node's InternalCallbackScope probe (main thread, at least 100 ms) on node
-// with --perf-basic-prof: the CPU samples linked to its records are those of
-// the slow callbacks, named from node's perf map.
+// started with no flag: the CPU samples linked to its records are those of
+// the slow callbacks, named by the V8 walker.
 func TestNodeCallbackSamplesLinked(t *testing.T) {
 	testutil.RequireBPF(t)
 	const node = "/usr/bin/node"
@@ -227,8 +226,7 @@ func TestNodeCallbackSamplesLinked(t *testing.T) {
 		MainThreadOnly: true,
 		MinDuration:    100 * time.Millisecond,
 	}}
-	run := runWithScopes(t, cfg, node, "--perf-basic-prof", script)
-	t.Cleanup(func() { _ = os.Remove(fmt.Sprintf("/tmp/perf-%d.map", run.pid)) })
+	run := runWithScopes(t, cfg, node, script)
 	require.Len(t, run.records, 6, "one record per slow callback")
 
 	var linked, linkedSlow, slow, fastLinked int64

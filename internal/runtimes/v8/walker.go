@@ -8,26 +8,26 @@ import (
 // walkerProcValue is v8_proc of bpf/v8.h (bpf.CpuV8Proc): what the BPF walk
 // needs of one node process.
 type walkerProcValue struct {
-	BuiltinsLow, BuiltinsHigh uint64
-	FPMarker                  int16
-	FPFunction                int16
-	FPBytecodeArray           int16
-	FPBytecodeOffset          int16
-	FunctionShared            uint16
-	MapInstanceType           uint16
-	BytecodeHeader            uint16
-	TypeSharedFunctionInfo    uint16
-	TypeBytecodeArray         uint16
-	Reserved                  [3]uint16
+	FPMarker               int16
+	FPFunction             int16
+	FPBytecodeArray        int16
+	FPBytecodeOffset       int16
+	FunctionShared         uint16
+	MapInstanceType        uint16
+	BytecodeHeader         uint16
+	TypeSharedFunctionInfo uint16
+	TypeBytecodeArray      uint16
+	Reserved               uint16
 }
 
 // errNoFrameLayout says a build's metadata lacks what the walk reads.
 var errNoFrameLayout = errors.New("v8: no frame layout in the node binary's metadata")
 
 // walkerProc is the v8_procs value of a process that maps the node binary
-// of layout l with load bias bias. Everything the walk needs is in the
-// file: a node process is walkable from its first sample.
-func walkerProc(l *Layout, bias uint64) ([]byte, error) {
+// of layout l. Everything the walk needs is in the file (no address: V8 12
+// on runs its builtins from a second mapping of the binary), so a node
+// process is walkable from its first sample.
+func walkerProc(l *Layout, _ uint64) ([]byte, error) {
 	if l.FPFunction == 0 || l.FPMarker == 0 || l.TypeSharedFunctionInfo == 0 {
 		return nil, errNoFrameLayout
 	}
@@ -41,9 +41,6 @@ func walkerProc(l *Layout, bias uint64) ([]byte, error) {
 		BytecodeHeader:         l.BytecodeArrayHeader,
 		TypeSharedFunctionInfo: l.TypeSharedFunctionInfo,
 		TypeBytecodeArray:      l.TypeBytecodeArray,
-	}
-	if l.BuiltinsHigh > l.BuiltinsLow {
-		p.BuiltinsLow, p.BuiltinsHigh = l.BuiltinsLow+bias, l.BuiltinsHigh+bias
 	}
 	return binary.Append(nil, binary.NativeEndian, &p)
 }

@@ -9,15 +9,13 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 )
 
-// The value written is bpf/v8.h's v8_proc, field by field, with the
-// builtins moved by the load bias.
+// The value written is bpf/v8.h's v8_proc, field by field.
 func TestWalkerProcIsTheBPFStruct(t *testing.T) {
 	require.Equal(t, binary.Size(bpf.CpuV8Proc{}), binary.Size(walkerProcValue{}))
 	l := &Layout{
 		FPMarker: -8, FPFunction: -16, FPBytecodeArray: -32, FPBytecodeOffset: -40,
 		FunctionShared: 24, MapInstanceType: 12, BytecodeArrayHeader: 56,
 		TypeSharedFunctionInfo: 257, TypeBytecodeArray: 195,
-		BuiltinsLow: 0x1000, BuiltinsHigh: 0x9000,
 	}
 	b, err := walkerProc(l, 0x5555_0000_0000)
 	require.NoError(t, err)
@@ -25,7 +23,6 @@ func TestWalkerProcIsTheBPFStruct(t *testing.T) {
 	_, err = binary.Decode(b, binary.NativeEndian, &got)
 	require.NoError(t, err)
 	require.Equal(t, bpf.CpuV8Proc{
-		BuiltinsLow: 0x5555_0000_1000, BuiltinsHigh: 0x5555_0000_9000,
 		FpMarker: -8, FpFunction: -16, FpBytecodeArray: -32, FpBytecodeOffset: -40,
 		FunctionShared: 24, MapInstanceType: 12, BytecodeHeader: 56,
 		TypeSharedFunctionInfo: 257, TypeBytecodeArray: 195,
