@@ -40,15 +40,15 @@
 
 /* What the walk needs of one node process (internal/runtimes/v8.walkerProc). */
 struct v8_proc {
-	s16 fp_marker;			 /* from fp: context, or a typed frame's Smi marker */
-	s16 fp_function;		 /* the JSFunction */
-	s16 fp_bytecode_array;		 /* an interpreted frame's BytecodeArray */
-	s16 fp_bytecode_offset;		 /* its bytecode offset (Smi: offset + header - tag) */
-	u16 function_shared;		 /* JSFunction::shared */
-	u16 map_instance_type;		 /* Map::instance_type (u16) */
-	u16 bytecode_header;		 /* BytecodeArray's header size: its bytecodes' offset */
-	u16 type_shared_function_info;	 /* SHARED_FUNCTION_INFO_TYPE */
-	u16 type_bytecode_array;	 /* BYTECODE_ARRAY_TYPE */
+	s16 fp_marker;		       /* from fp: context, or a typed frame's Smi marker */
+	s16 fp_function;	       /* the JSFunction */
+	s16 fp_bytecode_array;	       /* an interpreted frame's BytecodeArray */
+	s16 fp_bytecode_offset;	       /* its bytecode offset (Smi: offset + header - tag) */
+	u16 function_shared;	       /* JSFunction::shared */
+	u16 map_instance_type;	       /* Map::instance_type (u16) */
+	u16 bytecode_header;	       /* BytecodeArray's header size: its bytecodes' offset */
+	u16 type_shared_function_info; /* SHARED_FUNCTION_INFO_TYPE */
+	u16 type_bytecode_array;       /* BYTECODE_ARRAY_TYPE */
 	u16 reserved;
 };
 
