@@ -20,8 +20,11 @@ type Symbolizer interface {
 	Kernel(addrs []uint64) []report.Frame
 	User(pid uint32, addrs []uint64) []report.Frame
 	// Runtime names the frame of runtime (internal/runtimes) in process
-	// pid whose object is at object, at position in it.
-	Runtime(pid uint32, runtime string, object uint64, position uint32) report.Frame
+	// pid whose object is at object, at position in it; native is the
+	// address of the native frame a frame read in place names (0: none).
+	// The frames of functions inlined there come first (Inlined), the
+	// frame's own last.
+	Runtime(pid uint32, runtime string, object uint64, position uint32, native uint64) []report.Frame
 	// UserExited is User for a process whose identity could not be read
 	// (it exited): only what was read of it before is used.
 	UserExited(pid uint32, addrs []uint64) []report.Frame
@@ -198,7 +201,7 @@ func (a *Assembler) placedNamed(s capture.RawStack, addrs []uint64) []bool {
 		if i == len(addrs) {
 			break
 		}
-		if a.Symbols.Runtime(s.PID, f.Runtime.Name(), f.Address, f.Position).Function != "" {
+		if named(a.Symbols.Runtime(s.PID, f.Runtime.Name(), f.Address, f.Position, f.Native)) {
 			if skip == nil {
 				skip = make([]bool, len(addrs))
 			}

@@ -55,8 +55,8 @@ func (f *fakeSymbols) UserExited(pid uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
-func (f *fakeSymbols) Runtime(pid uint32, _ string, code uint64, instruction uint32) report.Frame {
-	return report.Frame{Address: code, Function: fmt.Sprintf("py%d:%x@%d", pid, code, instruction), Type: report.FramePython}
+func (f *fakeSymbols) Runtime(pid uint32, _ string, code uint64, instruction uint32, _ uint64) []report.Frame {
+	return []report.Frame{{Address: code, Function: fmt.Sprintf("py%d:%x@%d", pid, code, instruction), Type: report.FramePython}}
 }
 
 type fakeIdentities map[uint32]string

@@ -127,7 +127,7 @@ func named(run []report.Frame) bool {
 func (a *Assembler) runtimeFrames(pid uint32, run []capture.Frame) []report.Frame {
 	out := make([]report.Frame, 0, len(run))
 	for _, f := range run {
-		out = append(out, a.Symbols.Runtime(pid, f.Runtime.Name(), f.Address, f.Position))
+		out = append(out, a.Symbols.Runtime(pid, f.Runtime.Name(), f.Address, f.Position, f.Native)...)
 	}
 	return out
 }

@@ -29,8 +29,8 @@ func (evalSymbols) User(_ uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
-func (evalSymbols) Runtime(_ uint32, _ string, code uint64, _ uint32) report.Frame {
-	return report.Frame{Function: fmt.Sprintf("py%x", code), Type: report.FramePython}
+func (evalSymbols) Runtime(_ uint32, _ string, code uint64, _ uint32, _ uint64) []report.Frame {
+	return []report.Frame{{Function: fmt.Sprintf("py%x", code), Type: report.FramePython}}
 }
 
 func TestWithPython(t *testing.T) {
@@ -85,11 +85,17 @@ func (inPlaceSymbols) User(_ uint32, addrs []uint64) []report.Frame {
 	return out
 }
 
-func (inPlaceSymbols) Runtime(_ uint32, _ string, object uint64, _ uint32) report.Frame {
+// Runtime names object rt<object>; object 0 not at all; an odd object
+// (V8's tagged words) at native 0x50 with a function inlined there.
+func (inPlaceSymbols) Runtime(_ uint32, _ string, object uint64, _ uint32, native uint64) []report.Frame {
 	if object == 0 {
-		return report.Frame{Type: report.FrameJVM}
+		return []report.Frame{{Type: report.FrameJVM}}
 	}
-	return report.Frame{Function: fmt.Sprintf("rt%x", object), Type: report.FrameJVM}
+	own := report.Frame{Function: fmt.Sprintf("rt%x", object), Type: report.FrameJVM}
+	if object&1 != 0 && native == 0x50 {
+		return []report.Frame{{Function: fmt.Sprintf("in%x", object), Type: report.FrameJVM, Inlined: true}, own}
+	}
+	return []report.Frame{own}
 }
 
 // A runtime frame the walk read in place takes the place of the native
@@ -110,6 +116,7 @@ func TestRuntimeFramesInPlace(t *testing.T) {
 		{"the same native frame twice", []uint64{0x20, word(0xa0), 0x20, word(0xb0), 0x40}, []string{"rta0", "rtb0", "n40"}, []uint64{0x40}},
 		{"with inlined frames", []uint64{0x10, 0x30, word(0xc0), 0x40}, []string{"n10", "rtc0", "n40"}, []uint64{0x10, 0x40}},
 		{"not named", []uint64{0x10, 0x20, word(0), 0x40}, []string{"n10", "n20", "n40"}, []uint64{0x10, 0x20, 0x40}},
+		{"a function inlined at its pc", []uint64{0x10, 0x50, word(0xd1), 0x40}, []string{"n10", "ind1", "rtd1", "n40"}, []uint64{0x10, 0x40}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := capture.RawStack{PID: 1, Frames: capture.StackFrames(nil, tt.user)}

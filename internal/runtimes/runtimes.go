@@ -79,6 +79,17 @@ type Process interface {
 	Read(object uint64, position uint32, now time.Time) (Frame, error)
 }
 
+// PCProcess is implemented by a Process whose frames read in place are
+// told better by the pc of their native frame too (JIT code: the line, and
+// the functions inlined there): the symbolizer then asks it, with that pc,
+// instead of Process.
+type PCProcess interface {
+	// CachedPC is Process.Cached for the frame running code at pc.
+	CachedPC(object uint64, position uint32, pc uint64, now time.Time) (Frame, bool)
+	// ReadPC is Process.Read for the frame running code at pc.
+	ReadPC(object uint64, position uint32, pc uint64, now time.Time) (Frame, error)
+}
+
 // Frame is a runtime frame named. Inlined are the frames of functions
 // inlined into it at its position (JIT code), the innermost first: in a
 // stack they come before it.

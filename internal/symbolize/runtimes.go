@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -30,23 +31,31 @@ type runtimeProcess struct {
 }
 
 // Runtime symbolizes a frame of runtime (internal/runtimes) in process
-// pid: the object at object, at position. The frame has the runtime's
-// frame type and, when named, a function, file and line; one that cannot
-// be named has no function name and is counted by reason.
-func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position uint32) report.Frame {
+// pid: the object at object, at position; native is, for a frame the walk
+// read in place, the address of its native frame (0 otherwise). It returns
+// the frames of the functions inlined there (Inlined, innermost first) and
+// the frame's own, last, all with the runtime's frame type; a frame that
+// cannot be named has no function name and is counted by reason.
+func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position uint32, native uint64) []report.Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	frame := report.Frame{Address: object, Type: runtime}
 	rp := s.runtimeProcess(pid, s.process(pid), runtime)
 	reason := rp.err
+	var inlined []runtimes.Frame
 	if reason == "" {
 		now := s.now()
-		named, ok := rp.frames.Cached(object, position, now)
+		cached, read := rp.frames.Cached, rp.frames.Read
+		if pcp, ok := rp.frames.(runtimes.PCProcess); ok && native != 0 {
+			cached = func(o uint64, p uint32, now time.Time) (runtimes.Frame, bool) { return pcp.CachedPC(o, p, native, now) }
+			read = func(o uint64, p uint32, now time.Time) (runtimes.Frame, error) { return pcp.ReadPC(o, p, native, now) }
+		}
+		named, ok := cached(object, position, now)
 		var err error
 		if !ok {
 			// Reads run under the deadline, off the caller's goroutine.
 			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
-				return rp.frames.Read(object, position, now)
+				return read(object, position, now)
 			}, nil)
 		}
 		switch {
@@ -64,10 +73,15 @@ func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position
 			}
 		default:
 			frame.Function, frame.File, frame.Line = named.Function, named.File, named.Line
+			inlined = named.Inlined
 		}
 	}
 	s.countRuntime(runtime, reason)
-	return frame
+	out := make([]report.Frame, 0, len(inlined)+1)
+	for _, in := range inlined {
+		out = append(out, report.Frame{Address: object, Function: in.Function, File: in.File, Line: in.Line, Type: runtime, Inlined: true})
+	}
+	return append(out, frame)
 }
 
 // countRuntime counts a frame of runtime named (reason "") or not.

@@ -59,11 +59,11 @@ sys.stdin.read()
 				want = "method" // no co_qualname before 3.11
 			}
 			for range 2 { // read, then cached
-				got := s.Runtime(pid, cpython, addr, 0)
+				got := s.Runtime(pid, cpython, addr, 0, 0)[0]
 				require.Equal(t, report.Frame{Address: addr, Function: want, File: "<string>", Line: int64(line0), Type: report.FramePython}, got)
 			}
-			require.Empty(t, s.Runtime(pid, cpython, addr+8, 0).Function, "an address inside the code object")
-			require.Empty(t, s.Runtime(uint32(sleeper.Process.Pid), cpython, addr, 0).Function, "a process without CPython")
+			require.Empty(t, s.Runtime(pid, cpython, addr+8, 0, 0)[0].Function, "an address inside the code object")
+			require.Empty(t, s.Runtime(uint32(sleeper.Process.Pid), cpython, addr, 0, 0)[0].Function, "a process without CPython")
 			st := s.Stats()
 			require.Equal(t, uint64(2), st.RuntimeFrames[cpython])
 			require.Equal(t, map[string]uint64{RuntimeBadObject: 1, RuntimeNoInterpreter: 1}, st.RuntimeUnsymbolized[cpython])

@@ -106,6 +106,20 @@ const w = new Widget();
 const inner = captures();
 const sum = manyLocals();
 spin(10); anon(1); w.measure(3); inner(); nfe(3); arrow(1); sum();
-for (const f of [spin, anon, w.measure, inner, nfe, arrow, manyLocals, sum]) %DebugPrint(f);
+const wide = require('./wide.js');
+wide(1);
+if (process.env.NAMES_STACK) void new Error().stack; // line ends computed
+if (process.env.NAMES_DEBUG) { // a breakpoint: spin gets a DebugInfo
+  const s = new (require('inspector').Session)();
+  s.connect();
+  s.post('Debugger.enable', () => {});
+  s.post('Debugger.setBreakpointByUrl', { lineNumber: 4, url: require('url').pathToFileURL(__filename).href }, () => {});
+}
+const internal = [require('fs').readFileSync, require('path').join];
+for (const f of internal) {
+  const src = %FunctionGetScriptSource(f), pos = %FunctionGetScriptSourcePosition(f);
+  console.log('LINE', src.slice(0, pos).split('\n').length);
+}
+for (const f of [spin, anon, w.measure, inner, nfe, arrow, manyLocals, sum, wide, ...internal]) %DebugPrint(f);
 console.log('READY');
 setInterval(() => {}, 1000);
