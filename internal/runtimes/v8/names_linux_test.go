@@ -28,8 +28,8 @@ type liveNode struct {
 	pid    int
 	script string
 	// sfis are the SharedFunctionInfos of the functions names.js prints,
-	// in its order; bytecode their BytecodeArrays (tagged; 0: none shown).
-	sfis, bytecode []uint64
+	// in its order.
+	sfis []uint64
 	// spinPositions are spin's bytecode offsets and the source positions
 	// --print-bytecode shows at them; spinCode0 the address of its first
 	// bytecode.
@@ -41,7 +41,6 @@ type liveNode struct {
 
 var (
 	reSFI       = regexp.MustCompile(`^ - shared_info: (0x[0-9a-f]+)`)
-	reBytecode  = regexp.MustCompile(`^ - bytecode: (0x[0-9a-f]+)`)
 	rePosition  = regexp.MustCompile(`^\s*(\d+) [SE]> (0x[0-9a-f]+) @\s+(\d+) :`)
 	reFirstCode = regexp.MustCompile(`^\s*(?:\d+ [SE]> )?(0x[0-9a-f]+) @\s+0 :`)
 )
@@ -94,14 +93,10 @@ func startNode(t *testing.T, node string, c config) *liveNode {
 			inFunction = strings.Contains(line, ": [Function]")
 			if inFunction {
 				n.sfis = append(n.sfis, 0)
-				n.bytecode = append(n.bytecode, 0)
 			}
 		}
 		if m := reSFI.FindStringSubmatch(line); m != nil && inFunction && n.sfis[len(n.sfis)-1] == 0 {
 			n.sfis[len(n.sfis)-1], _ = strconv.ParseUint(m[1], 0, 64)
-		}
-		if m := reBytecode.FindStringSubmatch(line); m != nil && inFunction && n.bytecode[len(n.bytecode)-1] == 0 {
-			n.bytecode[len(n.bytecode)-1], _ = strconv.ParseUint(m[1], 0, 64)
 		}
 		if !inSpin {
 			continue
@@ -203,11 +198,19 @@ func TestLiveNodeNames(t *testing.T) {
 					require.NoError(t, err)
 					assert.True(t, h.is(ends, l.TypeFixedArray), "the script's line ends computed")
 				}
+				if c.env == "NAMES_DEBUG" && l.DebugInfoScript != 0 {
+					h := &heap{mem: mem, l: l}
+					scr, err := h.field(n.sfis[0], l.SFIScript)
+					require.NoError(t, err)
+					assert.True(t, h.is(scr, l.TypeDebugInfo), "spin's script_or_debug_info a DebugInfo")
+				}
 				if c.name != "print-bytecode" {
 					continue
 				}
 				require.NotEmpty(t, n.spinPositions, "--print-bytecode output")
-				assert.Equal(t, uint64(l.BytecodeArrayHeader), n.spinCode0-(n.bytecode[0]-heapObjectTag), "BytecodeArray header")
+				bc := NewNamer(mem, l).bytecode(n.sfis[0])
+				require.NotZero(t, bc, "spin's BytecodeArray")
+				assert.Equal(t, uint64(l.BytecodeArrayHeader), n.spinCode0-(bc-heapObjectTag), "BytecodeArray header")
 				for _, op := range n.spinPositions {
 					got, err := p.Read(n.sfis[0], uint32(op[0])+1, now)
 					require.NoError(t, err)
