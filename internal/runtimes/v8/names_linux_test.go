@@ -133,8 +133,8 @@ var wantFrames = []runtimes.Frame{
 	{Function: "arrow", Line: 21},
 	{Function: "manyLocals", Line: 22}, // 80 context locals: their names in a hash table
 	{Function: anonymous, Line: 103},
-	{Function: "計算", Line: 3, File: "wide.js"}, // a two-byte name and source
-	{Function: "readFileSync", File: "node:fs"},  // lines: liveNode.lines
+	{Function: "計算", Line: 3, File: "wide.js"},  // a two-byte name and source
+	{Function: "readFileSync", File: "node:fs"}, // lines: liveNode.lines
 	{Function: "join", File: "node:path"},
 }
 
