@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -90,14 +91,24 @@ func ReadLayout(f *elf.File) (*Layout, error) {
 			continue
 		}
 		if v, ok := readInt32(f, s); ok {
-			d[strings.TrimPrefix(s.Name, "v8dbg_")] = v
+			d[trimDbg(s.Name)] = v
 		}
 	}
 	if len(d) == 0 {
 		return nil, ErrNoV8
 	}
-	major, okMaj := d["_ZN2v88internal7Version6major_E"]
-	minor, okMin := d["_ZN2v88internal7Version6minor_E"]
+	l, err := layoutFrom(d)
+	if err != nil {
+		return nil, err
+	}
+	l.BuiltinsLow, l.BuiltinsHigh = builtinsRange(f)
+	return l, nil
+}
+
+// layoutFrom makes the layout of the V8 whose metadata is d.
+func layoutFrom(d dbgSymbols) (*Layout, error) {
+	major, okMaj := d[symMajor]
+	minor, okMin := d[symMinor]
 	if !okMaj || !okMin {
 		return nil, errors.New("V8 without its version (v8::internal::Version::major_, minor_)")
 	}
@@ -183,9 +194,18 @@ func ReadLayout(f *elf.File) (*Layout, error) {
 	if err := r.err(); err != nil {
 		return nil, fmt.Errorf("V8 %d.%d: %w", major, minor, err)
 	}
-	l.BuiltinsLow, l.BuiltinsHigh = builtinsRange(f)
+	slices.Sort(l.TypePositionTables)
+	slices.Sort(l.TypeUncompiled)
 	return l, nil
 }
+
+// The symbols of V8's version.
+const (
+	symMajor = "_ZN2v88internal7Version6major_E"
+	symMinor = "_ZN2v88internal7Version6minor_E"
+)
+
+func trimDbg(name string) string { return strings.TrimPrefix(name, "v8dbg_") }
 
 // dbgSymbols are the v8dbg_ values by name without the prefix, and the
 // version's.
@@ -224,6 +244,7 @@ func (r *reader) err() error {
 	if len(r.missing) == 0 {
 		return nil
 	}
+	slices.Sort(r.missing)
 	return fmt.Errorf("missing or invalid post-mortem metadata: %s", strings.Join(r.missing, ", "))
 }
 
