@@ -18,7 +18,7 @@ const anonymous = "<anonymous>"
 // Bounds of what a namer keeps.
 const (
 	maxScripts       = 256
-	maxLineEndsArray = 1 << 24
+	maxLineEndsArray = 1 << 20 // lines of a script whose line ends V8 computed
 )
 
 // Namer names the JavaScript frames of one node process from its memory:
