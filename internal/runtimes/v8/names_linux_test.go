@@ -134,6 +134,7 @@ var wantFrames = []runtimes.Frame{
 	{Function: "manyLocals", Line: 22}, // 80 context locals: their names in a hash table
 	{Function: anonymous, Line: 103},
 	{Function: "計算", Line: 3, File: "wide.js"},  // a two-byte name and source
+	{Function: "lazy", Line: 118},               // uncompiled: UncompiledData
 	{Function: "readFileSync", File: "node:fs"}, // lines: liveNode.lines
 	{Function: "join", File: "node:path"},
 }
@@ -197,6 +198,12 @@ func TestLiveNodeNames(t *testing.T) {
 					ends, err := h.field(scr, l.ScriptLineEnds)
 					require.NoError(t, err)
 					assert.True(t, h.is(ends, l.TypeFixedArray), "the script's line ends computed")
+				}
+				if c.name == "default" {
+					h := &heap{mem: mem, l: l}
+					fd, err := h.field(n.sfis[len(wantFrames)-3], l.SFIFunctionData)
+					require.NoError(t, err)
+					assert.True(t, h.is(fd, l.TypeUncompiled...), "lazy uncompiled")
 				}
 				if c.env == "NAMES_DEBUG" && l.DebugInfoScript != 0 {
 					h := &heap{mem: mem, l: l}

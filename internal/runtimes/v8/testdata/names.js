@@ -115,11 +115,12 @@ if (process.env.NAMES_DEBUG) { // a breakpoint: spin gets a DebugInfo
   s.post('Debugger.enable', () => {});
   s.post('Debugger.setBreakpointByUrl', { lineNumber: 4, url: require('url').pathToFileURL(__filename).href }, () => {});
 }
+function lazy() { return 1; } // never called: uncompiled
 const internal = [require('fs').readFileSync, require('path').join];
 for (const f of internal) {
   const src = %FunctionGetScriptSource(f), pos = %FunctionGetScriptSourcePosition(f);
   console.log('LINE', src.slice(0, pos).split('\n').length);
 }
-for (const f of [spin, anon, w.measure, inner, nfe, arrow, manyLocals, sum, wide, ...internal]) %DebugPrint(f);
+for (const f of [spin, anon, w.measure, inner, nfe, arrow, manyLocals, sum, wide, lazy, ...internal]) %DebugPrint(f);
 console.log('READY');
 setInterval(() => {}, 1000);
