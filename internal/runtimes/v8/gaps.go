@@ -25,8 +25,7 @@ type ScopeInfoLayout struct {
 	MaxInlinedLocals int
 }
 
-// Flags bits of ScopeInfo, the same in V8 10.2 to 13.6 (measured: see
-// verified below).
+// Flags bits of ScopeInfo, the same in V8 10.2 to 13.6 (see versionGaps).
 const (
 	scopeTypeMask          = 0xf
 	scopeSavedClassVarBit  = 1 << 10 // has_saved_class_variable
@@ -48,33 +47,41 @@ type gaps struct {
 	Scope                   ScopeInfoLayout
 }
 
-// versionGaps is keyed by V8 major.minor. Every number was measured on a
-// live node of that version: a script's functions found with
-// %DebugPrint (--allow-natives-syntax), their objects read from
-// /proc/PID/mem and each field's object checked by its map's instance type
-// (TestLiveNodeNames asserts the outcome on all four). Notes:
-//   - SFIFunctionData: 22/24 (12.4, 13.6) hold the BytecodeArray or
-//     baseline Code in the word at 8 (13.6: trusted_function_data; the
-//     untrusted one at 16 holds a Smi or UncompiledData).
-//   - BytecodeSourcePositions: 10.2/11.3 layout constant_pool(16),
-//     handler_table(24), source_position_table(32); 12.4/13.6 wrapper(16),
+// versionGaps is keyed by V8 major.minor. Measured on live nodes 18.20.8,
+// 20.20.2 (Debian), 22.23.3 and 24.21.0: functions found with %DebugPrint
+// (--allow-natives-syntax), their objects read from /proc/PID/mem, each
+// field's object checked by its map's instance type; TestLiveNodeNames
+// asserts the outcome under each way of running node it lists.
+//   - SFIFunctionData (12.4, 13.6; v8dbg has it before): the word at 8
+//     held the BytecodeArray, baseline Code or UncompiledData (13.6:
+//     trusted_function_data; untrusted_function_data at 16 held Smi -1).
+//   - BytecodeSourcePositions: 10.2/11.3 constant_pool(16), handler_table
+//     (24), source_position_table(32); 12.4/13.6 wrapper(16),
 //     source_position_table(24), handler_table(32): the word held the
-//     function's own (Trusted)ByteArray, whose entries decode to the
-//     positions --print-bytecode prints.
-//   - CodeBytecode: baseline (Sparkplug) Code of 10.2 (Code, no external
-//     code space: deoptimization_data_or_interpreter_data at 16), 12.4 and
-//     13.6 (at 8) held the function's BytecodeArray.
-//   - InterpreterDataBytecode: InterpreterData {map, bytecode_array, ...}
-//     (src/objects/shared-function-info.tq, all four versions).
-//   - DebugInfoScript: DebugInfo {map, shared, debugger_hints, script}
-//     (src/objects/debug-objects.tq at 10.2 and 11.3; not measured live).
+//     function's own (Trusted)ByteArray, whose entries decode to what
+//     --print-bytecode prints (the live test compares every entry).
+//   - CodeBytecode: with --always-sparkplug (10.2, 11.3) or by default
+//     (12.4, 13.6) baseline Code held the BytecodeArray at 16 (10.2; 11.3's
+//     v8dbg says the same) or 8 (12.4, 13.6).
+//   - InterpreterDataBytecode: --interpreted-frames-native-stack gave 10.2
+//     and 11.3 SFIs an InterpreterData, BytecodeArray at 8. 12.4 and 13.6
+//     kept the BytecodeArray in the SFI (no InterpreterData seen; 8 is
+//     V8's layout there too: src/objects/shared-function-info.tq).
+//   - DebugInfoScript: after an inspector breakpoint in a function (10.2,
+//     11.3) its SFI held a DebugInfo {map, shared, debugger_hints, script}.
+//     12.4 on keep DebugInfos in a side table.
 //   - ExternalResourceData: ExternalString {map, hash+length, resource,
-//     resource_data} — node's internal modules' sources: the cached data
-//     pointer read back the module's text.
-//   - Scope: flags a Smi at 8 on 10.2..12.4 (spin's 0x171e2: scope type
-//     2 = FUNCTION), a uint32 at 8 on 13.6 (0x171e4: FUNCTION = 4); the name
-//     slot after locals, position_info (37, 111 for spin) after it, except
-//     13.6 where position_info is at 32.
+//     resource_data}: node's own modules (node:fs, node:path) read back
+//     their sources, lines equal to what V8 computes.
+//   - Scope: flags a Smi at 8 on 10.2..12.4 (spin's 0x171e2: scope type 2
+//     = FUNCTION), a uint32 at 8 on 13.6 (0x171e4: FUNCTION = 4); then the
+//     name after the locals, position_info (spin: 37, 111) after it, except
+//     on 13.6 where position_info is at 32. The bits (see scope* above)
+//     decode spin's flags; names found under 0, 2 and 80 context locals
+//     (the last: one hash table slot) on all four. Not seen live: a saved
+//     class variable (class scopes, which own no function) and 13.6's
+//     module_variable_count (module scopes: the module's own code);
+//     both from src/objects/scope-info.tq.
 var versionGaps = map[[2]int]gaps{
 	{10, 2}: {SFIFunctionData: 8, BytecodeSourcePositions: 32, CodeBytecode: 16, InterpreterDataBytecode: 8, DebugInfoScript: 24, ExternalResourceData: 24, Scope: oldScopes},
 	{11, 3}: {SFIFunctionData: 8, BytecodeSourcePositions: 32, CodeBytecode: 16, InterpreterDataBytecode: 8, DebugInfoScript: 24, ExternalResourceData: 24, Scope: oldScopes},

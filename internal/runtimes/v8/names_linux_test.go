@@ -56,6 +56,7 @@ var configs = []config{
 	{name: "default"},
 	{name: "print-bytecode", flags: []string{"--print-bytecode", "--print-bytecode-filter=spin"}},
 	{name: "interpreted-frames-native-stack", flags: []string{"--interpreted-frames-native-stack"}},
+	{name: "sparkplug", flags: []string{"--always-sparkplug"}}, // baseline Code in the function data
 	{name: "line-ends", env: "NAMES_STACK"},
 	{name: "debugger", env: "NAMES_DEBUG"},
 }
@@ -198,6 +199,12 @@ func TestLiveNodeNames(t *testing.T) {
 					ends, err := h.field(scr, l.ScriptLineEnds)
 					require.NoError(t, err)
 					assert.True(t, h.is(ends, l.TypeFixedArray), "the script's line ends computed")
+				}
+				if c.name == "sparkplug" {
+					h := &heap{mem: mem, l: l}
+					fd, err := h.field(n.sfis[0], l.SFIFunctionData)
+					require.NoError(t, err)
+					assert.True(t, h.is(fd, l.TypeCode), "spin's baseline code")
 				}
 				if c.name == "default" {
 					h := &heap{mem: mem, l: l}
