@@ -195,25 +195,31 @@ func (n *Namer) uncompiledStart(sfi uint64) int32 {
 	return int32(v)
 }
 
-// script reads the Script at scr, or takes it from the cache.
+// script reads the Script at scr, or takes it from the cache: as is while
+// recent, after a check that its source is the same string when not.
 func (n *Namer) script(scr uint64, now time.Time) (*script, error) {
 	h, l := &n.h, n.h.l
-	source, _ := h.field(scr, l.ScriptSource)
+	cached, ok := n.scripts[scr]
+	if ok && now.Sub(cached.at) <= recheck {
+		return cached, nil
+	}
+	source, err := h.field(scr, l.ScriptSource)
+	if err != nil {
+		return nil, err
+	}
 	length := -1
 	if !isSmi(source) {
 		if n, _, err := h.stringLength(source); err == nil {
 			length = n
 		}
 	}
-	if s, ok := n.scripts[scr]; ok && (now.Sub(s.at) <= recheck || s.source == source && s.length == length) {
-		s.at = now
-		return s, nil
+	if ok && cached.source == source && cached.length == length {
+		cached.at = now
+		return cached, nil
 	}
 	s := &script{source: source, length: length, at: now}
 	if nameObj, err := h.field(scr, l.ScriptName); err == nil && !isSmi(nameObj) {
-		if name, err := h.readString(nameObj, maxNameChars); err == nil {
-			s.name = name
-		}
+		s.name, _ = h.readString(nameObj, maxNameChars) // "": unnamed (eval, new Function)
 	}
 	if ends, err := h.field(scr, l.ScriptLineEnds); err == nil && h.is(ends, l.TypeFixedArray) {
 		s.ends, _ = h.smiArray(ends, maxLineEndsArray)
