@@ -130,7 +130,7 @@ func TestNodeChainNamed(t *testing.T) {
 			time.Sleep(2 * time.Second) // past start-up
 			samples := sampleNode(t, uint32(cmd.Process.Pid))
 			share, n, example := chainShare(samples, []jsFunction{jsSpin, jsWork, jsMain})
-			t.Logf("node %d: %.1f%% of %d main-thread samples name spin <- work <- main", major, 100*share, n)
+			t.Logf("node %d: %.1f%% of %d main-thread samples name spin <- work <- main; e.g. not: %s", major, 100*share, n, example)
 			require.GreaterOrEqual(t, n, int64(300))
 			assert.GreaterOrEqual(t, share, 0.9, "e.g. %s", example)
 		})

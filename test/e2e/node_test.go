@@ -111,4 +111,3 @@ func jsWhole(js []pdata.NamedFrame, want []jsBody) bool {
 	}
 	return true
 }
-

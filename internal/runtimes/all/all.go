@@ -6,7 +6,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/cpython"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/hotspot"
-	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/v8"
+	v8 "github.com/bpfprofiler/bpfprofiler/internal/runtimes/v8"
 )
 
 // Runtimes are the runtimes, in the order files are tested for them.

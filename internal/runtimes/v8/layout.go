@@ -68,6 +68,11 @@ type Layout struct {
 	TypeUncompiled                                                           []uint16
 
 	Scope ScopeInfoLayout
+
+	// Code is how compiled code is found from a pc (HasCode: known for
+	// this version); without it compiled frames are named by function.
+	Code    CodeLayout
+	HasCode bool
 }
 
 // Supported V8 majors: node 18 (10.2) to node 24 (13.6).
@@ -194,6 +199,7 @@ func layoutFrom(d dbgSymbols) (*Layout, error) {
 	if err := r.err(); err != nil {
 		return nil, fmt.Errorf("V8 %d.%d: %w", major, minor, err)
 	}
+	l.Code, l.HasCode = readCodeLayout(r, int(major), int(minor))
 	slices.Sort(l.TypePositionTables)
 	slices.Sort(l.TypeUncompiled)
 	return l, nil

@@ -28,6 +28,7 @@ const (
 type Namer struct {
 	h       heap
 	scripts map[uint64]*script // by the Script's tagged address
+	codes   *codes             // nil: compiled code is not read
 }
 
 // script is a Script's name and line ends, read once: its source is
@@ -43,7 +44,11 @@ type script struct {
 // NewNamer names the frames of the process whose memory is mem, for the
 // V8 of layout l.
 func NewNamer(mem io.ReaderAt, l *Layout) *Namer {
-	return &Namer{h: heap{mem: mem, l: l}, scripts: map[uint64]*script{}}
+	n := &Namer{h: heap{mem: mem, l: l}, scripts: map[uint64]*script{}}
+	if l.HasCode {
+		n.codes = newCodes(&n.h, &l.Code)
+	}
+	return n
 }
 
 // Frame names the frame of the SharedFunctionInfo sfi at position.

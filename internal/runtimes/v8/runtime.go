@@ -57,9 +57,12 @@ type process struct {
 	named map[namedKey]named
 }
 
+// namedKey is a frame named: its function (object) at a position, or
+// running compiled code at pc (position 0).
 type namedKey struct {
 	object   uint64
 	position uint32
+	pc       uint64
 }
 
 type named struct {
@@ -75,7 +78,7 @@ const (
 // Cached names the frame of the SharedFunctionInfo at object (tagged) at
 // position from a recent read.
 func (p *process) Cached(object uint64, position uint32, now time.Time) (runtimes.Frame, bool) {
-	n, ok := p.named[namedKey{object, position}]
+	n, ok := p.named[namedKey{object, position, 0}]
 	if !ok || now.Sub(n.at) > recheck {
 		return runtimes.Frame{}, false
 	}
@@ -93,6 +96,37 @@ func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.
 	if len(p.named) >= maxNamed {
 		clear(p.named)
 	}
-	p.named[namedKey{object, position}] = named{f, now}
+	p.named[namedKey{object, position, 0}] = named{f, now}
+	return f, nil
+}
+
+// CachedPC is Cached for a frame read in place at pc: a compiled frame
+// (position 0) is named by the code at pc.
+func (p *process) CachedPC(object uint64, position uint32, pc uint64, now time.Time) (runtimes.Frame, bool) {
+	if position != 0 {
+		return p.Cached(object, position, now)
+	}
+	n, ok := p.named[namedKey{object, 0, pc}]
+	if !ok || now.Sub(n.at) > recheck {
+		return runtimes.Frame{}, false
+	}
+	return n.frame, true
+}
+
+// ReadPC is Read for a frame read in place at pc: a compiled frame gets
+// the line its code's source positions give at pc, and the functions
+// inlined there.
+func (p *process) ReadPC(object uint64, position uint32, pc uint64, now time.Time) (runtimes.Frame, error) {
+	if position != 0 {
+		return p.Read(object, position, now)
+	}
+	f, err := p.namer.Compiled(object, pc, now)
+	if err != nil {
+		return runtimes.Frame{}, err
+	}
+	if len(p.named) >= maxNamed {
+		clear(p.named)
+	}
+	p.named[namedKey{object, 0, pc}] = named{f, now}
 	return f, nil
 }

@@ -1,0 +1,85 @@
+package v8
+
+import (
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+)
+
+// Compiled names the frame of the SharedFunctionInfo sfi running compiled
+// code at pc (a return address, or the interrupted pc of a leaf): the line
+// the code's source positions give there and, in optimized code, the
+// functions inlined there, innermost first. Without the code (not found,
+// baseline code, no positions), the frame of Frame at position 0.
+func (n *Namer) Compiled(sfi, pc uint64, now time.Time) (runtimes.Frame, error) {
+	own, err := n.Frame(sfi, 0, now)
+	if err != nil || n.codes == nil {
+		return own, err
+	}
+	code, err := n.codes.at(pc, now)
+	if err != nil || len(code.positions) == 0 {
+		return own, nil
+	}
+	off := int32(pc - code.start)
+	if off > 0 {
+		off-- // a return address: the call is before it
+	}
+	raw, ok := rawAt(code.positions, off)
+	if !ok {
+		return own, nil
+	}
+	var inlined []runtimes.Frame
+	for range maxInlineDepth {
+		id := inliningID(raw)
+		if id < 0 || int(id) >= len(code.inlining) {
+			break
+		}
+		at := code.inlining[id]
+		fn, err := n.codes.inlined(code, at.function)
+		if err != nil {
+			break
+		}
+		f, err := n.Frame(fn, 0, now)
+		if err != nil {
+			break
+		}
+		if line := n.lineAt(fn, scriptOffset(raw), now); line > 0 {
+			f.Line = line
+		}
+		inlined = append(inlined, f)
+		raw = at.caller
+	}
+	if inliningID(raw) < 0 {
+		if line := n.lineAt(sfi, scriptOffset(raw), now); line > 0 {
+			own.Line = line
+		}
+	}
+	own.Inlined = inlined
+	return own, nil
+}
+
+// lineAt returns the line of script offset pos in the script of sfi; 0
+// when unknown.
+func (n *Namer) lineAt(sfi uint64, pos int32, now time.Time) int64 {
+	h, l := &n.h, n.h.l
+	if pos < 0 {
+		return 0
+	}
+	scr, err := h.field(sfi, l.SFIScript)
+	if err != nil {
+		return 0
+	}
+	if l.TypeDebugInfo != 0 && h.is(scr, l.TypeDebugInfo) {
+		if scr, err = h.field(scr, l.DebugInfoScript); err != nil {
+			return 0
+		}
+	}
+	if !h.is(scr, l.TypeScript) {
+		return 0
+	}
+	s, err := n.script(scr, now)
+	if err != nil || s.ends == nil {
+		return 0
+	}
+	return lineOf(s.ends, pos)
+}
