@@ -4,8 +4,8 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"strconv"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
