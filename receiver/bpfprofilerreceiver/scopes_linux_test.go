@@ -253,9 +253,9 @@ func TestNodeCallbackSamplesLinked(t *testing.T) {
 	t.Logf("linked %d samples, %d naming slowCallback (of %d), %d naming fastCallback", linked, linkedSlow, slow, fastLinked)
 	require.Positive(t, linked)
 	require.Zero(t, fastLinked, "fast callbacks' scopes make no record: their samples are not linked")
-	// Measured 92-96%. The rest: samples in a V8 builtin that keeps no frame
-	// of its own (LoadGlobalIC, ...), whose frame-pointer step skips its
-	// caller slowCallback to node's timer dispatch, in the same scope.
-	require.GreaterOrEqual(t, float64(linkedSlow), 0.85*float64(linked), "linked samples name slowCallback")
+	// Measured 100% (356 of 356): the V8 walker names the JavaScript frame
+	// even where a builtin without a frame of its own (LoadGlobalIC, ...)
+	// is the leaf.
+	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(linked), "linked samples name slowCallback")
 	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(slow), "slowCallback's samples are linked")
 }
