@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -107,6 +108,7 @@ func FuzzCompiled(f *testing.F) {
 		}
 		n := NewNamer(m, l)
 		pc := base + uint64(at)%uint64(len(junk)+1)
-		_, _ = n.Compiled(sfi, pc, time.Now())
+		now := time.Now()
+		_, _ = n.Compiled(sfi, pc, now, func(sfi uint64) (runtimes.Frame, error) { return n.Frame(sfi, 0, now) })
 	})
 }

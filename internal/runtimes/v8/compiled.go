@@ -9,10 +9,11 @@ import (
 // Compiled names the frame of the SharedFunctionInfo sfi running compiled
 // code at pc (a return address, or the interrupted pc of a leaf): the line
 // the code's source positions give there and, in optimized code, the
-// functions inlined there, innermost first. Without the code (not found,
-// baseline code, no positions), the frame of Frame at position 0.
-func (n *Namer) Compiled(sfi, pc uint64, now time.Time) (runtimes.Frame, error) {
-	own, err := n.Frame(sfi, 0, now)
+// functions inlined there, innermost first. function names a function
+// (Frame at position 0, or what the caller cached of it). Without the code
+// (not found, baseline code, no positions), the function's frame.
+func (n *Namer) Compiled(sfi, pc uint64, now time.Time, function func(sfi uint64) (runtimes.Frame, error)) (runtimes.Frame, error) {
+	own, err := function(sfi)
 	if err != nil || n.codes == nil {
 		return own, err
 	}
@@ -39,7 +40,7 @@ func (n *Namer) Compiled(sfi, pc uint64, now time.Time) (runtimes.Frame, error) 
 		if err != nil {
 			break
 		}
-		f, err := n.Frame(fn, 0, now)
+		f, err := function(fn)
 		if err != nil {
 			break
 		}

@@ -27,10 +27,6 @@ type Layout struct {
 
 	TypeSharedFunctionInfo, TypeBytecodeArray uint16 // instance types
 
-	// BuiltinsLow, BuiltinsHigh are the file addresses [low, high) of the
-	// embedded builtins (the Builtins_* symbols of .symtab); 0, 0 without.
-	BuiltinsLow, BuiltinsHigh uint64
-
 	HeapObjectMap uint16 // HeapObject::map
 
 	// SharedFunctionInfo fields.
@@ -106,7 +102,6 @@ func ReadLayout(f *elf.File) (*Layout, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.BuiltinsLow, l.BuiltinsHigh = builtinsRange(f)
 	return l, nil
 }
 
@@ -336,25 +331,4 @@ func (r *reader) typ(class string) uint16 {
 		r.fail("type " + class)
 	}
 	return v
-}
-
-// builtinsRange returns the file addresses [low, high) of the Builtins_*
-// functions of f's .symtab, 0, 0 without them.
-func builtinsRange(f *elf.File) (low, high uint64) {
-	syms, err := f.Symbols()
-	if err != nil {
-		return 0, 0
-	}
-	for _, s := range syms {
-		if !strings.HasPrefix(s.Name, "Builtins_") || s.Value == 0 || s.Section == elf.SHN_UNDEF {
-			continue
-		}
-		if low == 0 || s.Value < low {
-			low = s.Value
-		}
-		if end := s.Value + max(s.Size, 1); end > high {
-			high = end
-		}
-	}
-	return low, high
 }

@@ -27,29 +27,28 @@ func TestReadLayout(t *testing.T) {
 		scopeFlags                               uint16
 		scopeFunction                            uint32
 		positionFirst                            bool
-		builtinsLow, builtinsHigh                uint64
 	}
 	want := map[int]numbers{
 		18: {version: [2]int{10, 2}, functionShared: 24, bytecodeHeader: 56,
 			sfiFunctionData: 8, sfiName: 16, sfiScript: 32, positions: 32, codeBytecode: 16, debugInfoScript: 24,
 			typeSFI: 257, typeBytecode: 195, typeScopeInfo: 256, typeScript: 170, typeFixedArray: 179, typeCode: 240,
 			typeInterpreterData: 162, typeDebugInfo: 156, typePositionTables: []uint16{194}, typeUncompiled: []uint16{217, 218, 219, 220},
-			scopeFlags: 12, scopeFunction: 2, builtinsLow: 23634496, builtinsHigh: 25054136},
+			scopeFlags: 12, scopeFunction: 2},
 		20: {version: [2]int{11, 3}, functionShared: 24, bytecodeHeader: 54,
 			sfiFunctionData: 8, sfiName: 16, sfiScript: 32, positions: 32, codeBytecode: 16, debugInfoScript: 24,
 			typeSFI: 262, typeBytecode: 191, typeScopeInfo: 261, typeScript: 167, typeFixedArray: 175, typeCode: 245,
 			typeInterpreterData: 159, typeDebugInfo: 153, typePositionTables: []uint16{190}, typeUncompiled: []uint16{220, 221, 222, 223},
-			scopeFlags: 12, scopeFunction: 2, builtinsLow: 25968640, builtinsHigh: 27613880},
+			scopeFlags: 12, scopeFunction: 2},
 		22: {version: [2]int{12, 4}, functionShared: 32, bytecodeHeader: 64,
 			sfiFunctionData: 8, sfiName: 16, sfiScript: 32, positions: 24, codeBytecode: 8,
 			typeSFI: 274, typeBytecode: 205, typeScopeInfo: 272, typeScript: 167, typeFixedArray: 174, typeCode: 206,
 			typeInterpreterData: 207, typePositionTables: []uint16{186, 212}, typeUncompiled: []uint16{200, 201, 202, 203},
-			scopeFlags: 12, scopeFunction: 2, builtinsLow: 30744576, builtinsHigh: 32709176},
+			scopeFlags: 12, scopeFunction: 2},
 		24: {version: [2]int{13, 6}, functionShared: 32, bytecodeHeader: 64,
 			sfiFunctionData: 8, sfiName: 24, sfiScript: 40, positions: 24, codeBytecode: 8,
 			typeSFI: 282, typeBytecode: 186, typeScopeInfo: 280, typeScript: 167, typeFixedArray: 205, typeCode: 187,
 			typeInterpreterData: 188, typePositionTables: []uint16{196, 217}, typeUncompiled: []uint16{175, 176, 177, 178},
-			scopeFlags: 8, scopeFunction: 4, positionFirst: true, builtinsLow: 27422720, builtinsHigh: 29539704},
+			scopeFlags: 8, scopeFunction: 4, positionFirst: true},
 	}
 	for _, major := range testutil.NodeMajors {
 		t.Run(fmt.Sprintf("node%d", major), func(t *testing.T) {
@@ -68,7 +67,6 @@ func TestReadLayout(t *testing.T) {
 				typeInterpreterData: l.TypeInterpreterData, typeDebugInfo: l.TypeDebugInfo,
 				typePositionTables: l.TypePositionTables, typeUncompiled: l.TypeUncompiled,
 				scopeFlags: l.Scope.FlagsOffset, scopeFunction: l.Scope.FunctionScope, positionFirst: l.Scope.PositionFirst,
-				builtinsLow: l.BuiltinsLow, builtinsHigh: l.BuiltinsHigh,
 			}
 			assert.Equal(t, w, got)
 			// The same on every version.

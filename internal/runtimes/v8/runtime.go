@@ -120,7 +120,12 @@ func (p *process) ReadPC(object uint64, position uint32, pc uint64, now time.Tim
 	if position != 0 {
 		return p.Read(object, position, now)
 	}
-	f, err := p.namer.Compiled(object, pc, now)
+	f, err := p.namer.Compiled(object, pc, now, func(sfi uint64) (runtimes.Frame, error) {
+		if f, ok := p.Cached(sfi, 0, now); ok {
+			return f, nil
+		}
+		return p.Read(sfi, 0, now)
+	})
 	if err != nil {
 		return runtimes.Frame{}, err
 	}
