@@ -247,9 +247,15 @@ func (cs *codes) find(pc uint64) (*compiled, error) {
 			if w&heapObjectTagMask != heapObjectTag || !cs.mayBeMap(w) {
 				continue
 			}
-			if c, ok := cs.read(base+uint64(off), pc); ok {
+			c, holder := cs.read(base+uint64(off), pc)
+			if c != nil {
 				cs.streamMap = w
 				return c, nil
+			}
+			if holder {
+				// The object holding code nearest below pc ends before
+				// it: no code object holds pc (a builtin, regexp code).
+				return nil, fmt.Errorf("%w: %#x", errNoCode, pc)
 			}
 			if cs.streamMap == 0 && len(cs.notMaps) < maxMapsTested {
 				cs.notMaps[w] = true
@@ -270,31 +276,34 @@ func (cs *codes) mayBeMap(w uint64) bool {
 }
 
 // read reads the code whose instructions' holder is at obj, if pc is in
-// its instructions.
-func (cs *codes) read(obj, pc uint64) (*compiled, bool) {
-	h, l, c := cs.h, cs.h.l, cs.c
+// its instructions; holder says obj holds instructions (pc or not).
+func (cs *codes) read(obj, pc uint64) (c *compiled, holder bool) {
+	h, l, cl := cs.h, cs.h.l, cs.c
 	var code, start uint64
-	if c.Inline {
+	if cl.Inline {
 		code = obj + heapObjectTag
 		if !h.is(code, l.TypeCode) {
 			return nil, false
 		}
-		start = obj + uint64(c.Start)
+		start = obj + uint64(cl.Start)
 	} else {
 		var err error
-		if code, err = h.u64(obj + uint64(c.StreamCode)); err != nil || !h.is(code, l.TypeCode) {
+		if code, err = h.u64(obj + uint64(cl.StreamCode)); err != nil || !h.is(code, l.TypeCode) {
 			return nil, false
 		}
-		if back, err := h.field(code, c.CodeStream); err != nil || back != obj+heapObjectTag {
+		if back, err := h.field(code, cl.CodeStream); err != nil || back != obj+heapObjectTag {
 			return nil, false
 		}
-		if start, err = h.field(code, c.CodeStart); err != nil {
+		if start, err = h.field(code, cl.CodeStart); err != nil {
 			return nil, false
 		}
 	}
-	size, err := h.u32(code - heapObjectTag + uint64(c.Size))
-	if err != nil || pc < start || pc >= start+uint64(size) {
+	size, err := h.u32(code - heapObjectTag + uint64(cl.Size))
+	if err != nil {
 		return nil, false
+	}
+	if pc < start || pc >= start+uint64(size) {
+		return nil, true
 	}
 	out := &compiled{start: start, end: start + uint64(size), code: code}
 	cs.readDetails(out)

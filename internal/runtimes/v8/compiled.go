@@ -14,8 +14,8 @@ import (
 // (not found, baseline code, no positions), the function's frame.
 func (n *Namer) Compiled(sfi, pc uint64, now time.Time, function func(sfi uint64) (runtimes.Frame, error)) (runtimes.Frame, error) {
 	own, err := function(sfi)
-	if err != nil || n.codes == nil {
-		return own, err
+	if err != nil || n.codes == nil || own.File == "" {
+		return own, err // a builtin (no script) runs no code of its own
 	}
 	code, err := n.codes.at(pc, now)
 	if err != nil || len(code.positions) == 0 {
