@@ -98,6 +98,12 @@ const (
 	codeScanChunk   = 4 << 10
 	maxCodes        = 4096
 	maxMapsTested   = 4096
+	// maxCandidates bounds the words tested (with reads) per search before
+	// the holders' map is known; after, a search only compares words.
+	// Holders start 16-byte aligned (their instructions 64-byte aligned,
+	// after a header of 16, 32 or 128 bytes), so only those words are.
+	maxCandidates = 256
+	holderAlign   = 16
 	maxInlineDepth  = 16
 	maxInliningSize = 1 << 20
 )
@@ -198,10 +204,14 @@ type codes struct {
 	// before), and the words tested for it before that.
 	streamMap uint64
 	notMaps   map[uint64]bool
+	// failed holds when a search from a page of pcs last failed: pcs
+	// there (not JIT code: a builtin's, native code's) are not searched
+	// again until recheck.
+	failed map[uint64]time.Time
 }
 
 func newCodes(h *heap, c *CodeLayout) *codes {
-	return &codes{h: h, c: c, byStart: map[uint64]*compiled{}, notMaps: map[uint64]bool{}}
+	return &codes{h: h, c: c, byStart: map[uint64]*compiled{}, notMaps: map[uint64]bool{}, failed: map[uint64]time.Time{}}
 }
 
 // at returns the code holding pc, from what was found before while recent,
@@ -213,8 +223,16 @@ func (cs *codes) at(pc uint64, now time.Time) (*compiled, error) {
 			return c, nil
 		}
 	}
+	page := pc &^ 0xfff
+	if at, ok := cs.failed[page]; ok && now.Sub(at) <= recheck {
+		return nil, fmt.Errorf("%w: %#x", errNoCode, pc)
+	}
 	c, err := cs.find(pc)
 	if err != nil {
+		if len(cs.failed) >= maxCodes {
+			clear(cs.failed)
+		}
+		cs.failed[page] = now
 		return nil, err
 	}
 	c.at = now
@@ -237,6 +255,7 @@ func (cs *codes) at(pc uint64, now time.Time) (*compiled, error) {
 func (cs *codes) find(pc uint64) (*compiled, error) {
 	buf := make([]byte, codeScanChunk)
 	top := pc &^ 7
+	tested := 0
 	for scanned := uint64(0); scanned < maxCodeScan && top >= codeScanChunk; scanned += codeScanChunk {
 		base := top - codeScanChunk
 		if err := cs.h.read(base, buf); err != nil {
@@ -246,6 +265,14 @@ func (cs *codes) find(pc uint64) (*compiled, error) {
 			w := binary.LittleEndian.Uint64(buf[off:])
 			if w&heapObjectTagMask != heapObjectTag || !cs.mayBeMap(w) {
 				continue
+			}
+			if cs.streamMap == 0 {
+				if (base+uint64(off))%holderAlign != 0 {
+					continue
+				}
+				if tested++; tested > maxCandidates {
+					return nil, fmt.Errorf("%w: %#x (its holder's map not found)", errNoCode, pc)
+				}
 			}
 			c, holder := cs.read(base+uint64(off), pc)
 			if c != nil {
