@@ -94,16 +94,16 @@ func readCodeLayout(r *reader, major, minor int) (CodeLayout, bool) {
 
 // Bounds of the code search and of what is kept of code.
 const (
-	maxCodeScan     = 256 << 10 // bytes below a pc searched for its code's start
-	codeScanChunk   = 4 << 10
-	maxCodes        = 4096
-	maxMapsTested   = 4096
+	maxCodeScan   = 256 << 10 // bytes below a pc searched for its code's start
+	codeScanChunk = 4 << 10
+	maxCodes      = 4096
+	maxMapsTested = 4096
 	// maxCandidates bounds the words tested (with reads) per search before
 	// the holders' map is known; after, a search only compares words.
 	// Holders start 16-byte aligned (their instructions 64-byte aligned,
 	// after a header of 16, 32 or 128 bytes), so only those words are.
-	maxCandidates = 256
-	holderAlign   = 16
+	maxCandidates   = 256
+	holderAlign     = 16
 	maxInlineDepth  = 16
 	maxInliningSize = 1 << 20
 )
