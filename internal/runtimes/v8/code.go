@@ -219,7 +219,8 @@ func newCodes(h *heap, c *CodeLayout) *codes {
 func (cs *codes) at(pc uint64, now time.Time) (*compiled, error) {
 	i := sort.Search(len(cs.starts), func(i int) bool { return cs.starts[i] > pc })
 	if i > 0 {
-		if c := cs.byStart[cs.starts[i-1]]; pc < c.end && now.Sub(c.at) <= recheck {
+		if c := cs.byStart[cs.starts[i-1]]; pc < c.end && (now.Sub(c.at) <= recheck || cs.still(c)) {
+			c.at = now
 			return c, nil
 		}
 	}
@@ -248,6 +249,20 @@ func (cs *codes) at(pc uint64, now time.Time) (*compiled, error) {
 	}
 	cs.byStart[c.start] = c
 	return c, nil
+}
+
+// still says whether the code read before is still there: its Code is one
+// and has the same instructions (else freed, or another's).
+func (cs *codes) still(c *compiled) bool {
+	h, l, cl := cs.h, cs.h.l, cs.c
+	if !h.is(c.code, l.TypeCode) {
+		return false
+	}
+	if cl.Inline {
+		return c.code-heapObjectTag+uint64(cl.Start) == c.start
+	}
+	start, err := h.field(c.code, cl.CodeStart)
+	return err == nil && start == c.start
 }
 
 // find scans back from pc, a chunk at a time, for the object holding its

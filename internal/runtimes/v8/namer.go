@@ -1,6 +1,7 @@
 package v8
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"time"
@@ -237,4 +238,25 @@ func (n *Namer) script(scr uint64, now time.Time) (*script, error) {
 	}
 	n.scripts[scr] = s
 	return s, nil
+}
+
+// cookie is the identity of the SharedFunctionInfo at sfi, read in one
+// go: its map, name (or ScopeInfo) and script words. A frame named before
+// is named the same while its function's cookie is unchanged.
+func (n *Namer) cookie(sfi uint64) (uint64, error) {
+	h, l := &n.h, n.h.l
+	addr, err := objectAddr(sfi)
+	if err != nil {
+		return 0, err
+	}
+	end := max(l.SFINameOrScopeInfo, l.SFIScript) + 8
+	var b [maxField + 8]byte
+	if int(end) > len(b) {
+		return 0, fmt.Errorf("SharedFunctionInfo fields at %d: out of bounds", end)
+	}
+	if err := h.read(addr, b[:end]); err != nil {
+		return 0, err
+	}
+	word := func(off uint16) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+	return word(l.HeapObjectMap) ^ word(l.SFINameOrScopeInfo)*31 ^ word(l.SFIScript)*131, nil
 }

@@ -66,8 +66,9 @@ type namedKey struct {
 }
 
 type named struct {
-	frame runtimes.Frame
-	at    time.Time
+	frame  runtimes.Frame
+	at     time.Time
+	cookie uint64 // the function's identity when read (Namer.cookie)
 }
 
 const (
@@ -89,14 +90,32 @@ func (p *process) Cached(object uint64, position uint32, now time.Time) (runtime
 // position: 0 for compiled code, else the bytecode offset + 1 (0xffff:
 // unknown).
 func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.Frame, error) {
-	f, err := p.namer.Frame(object, position, now)
+	return p.read(namedKey{object, position, 0}, now, func() (runtimes.Frame, error) {
+		return p.namer.Frame(object, position, now)
+	})
+}
+
+// read names the frame of key: what was read of it before, while its
+// function's cookie is the same (a function the garbage collector moved
+// or freed has another), else by read.
+func (p *process) read(key namedKey, now time.Time, read func() (runtimes.Frame, error)) (runtimes.Frame, error) {
+	cookie, err := p.namer.cookie(key.object)
+	if err != nil {
+		return runtimes.Frame{}, err
+	}
+	if n, ok := p.named[key]; ok && n.cookie == cookie {
+		n.at = now
+		p.named[key] = n
+		return n.frame, nil
+	}
+	f, err := read()
 	if err != nil {
 		return runtimes.Frame{}, err
 	}
 	if len(p.named) >= maxNamed {
 		clear(p.named)
 	}
-	p.named[namedKey{object, position, 0}] = named{f, now}
+	p.named[key] = named{f, now, cookie}
 	return f, nil
 }
 
@@ -120,18 +139,12 @@ func (p *process) ReadPC(object uint64, position uint32, pc uint64, now time.Tim
 	if position != 0 {
 		return p.Read(object, position, now)
 	}
-	f, err := p.namer.Compiled(object, pc, now, func(sfi uint64) (runtimes.Frame, error) {
-		if f, ok := p.Cached(sfi, 0, now); ok {
-			return f, nil
-		}
-		return p.Read(sfi, 0, now)
+	return p.read(namedKey{object, 0, pc}, now, func() (runtimes.Frame, error) {
+		return p.namer.Compiled(object, pc, now, func(sfi uint64) (runtimes.Frame, error) {
+			if f, ok := p.Cached(sfi, 0, now); ok {
+				return f, nil
+			}
+			return p.Read(sfi, 0, now)
+		})
 	})
-	if err != nil {
-		return runtimes.Frame{}, err
-	}
-	if len(p.named) >= maxNamed {
-		clear(p.named)
-	}
-	p.named[namedKey{object, 0, pc}] = named{f, now}
-	return f, nil
 }
