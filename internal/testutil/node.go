@@ -55,7 +55,10 @@ func Node(t testing.TB, major int) string {
 		return bin
 	}
 	if err := fetchNode(filepath.Join(dir, strconv.Itoa(major)), major); err != nil {
-		SkipOrFail(t, "node %d from the npm registry: %v", major, err)
+		// Another test process may have put it there first.
+		if _, serr := os.Stat(bin); serr != nil {
+			SkipOrFail(t, "node %d from the npm registry: %v", major, err)
+		}
 	}
 	return bin
 }
