@@ -61,7 +61,7 @@ type Frame struct {
 	Entry    bool
 	Position uint32 // RuntimeFrame only: where in the object the frame is
 	Address  uint64
-	// Native is, for a runtime frame the walk read in place (bpf/hotspot.h),
+	// Native is, for a runtime frame the walk read in place (bpf/hotspot.h, bpf/v8.h),
 	// the address of the native frame it names; 0 otherwise.
 	Native uint64
 }

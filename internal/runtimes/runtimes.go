@@ -1,6 +1,6 @@
 // Package runtimes is the seam between the profiler and the language
 // runtimes (interpreters, JITs) whose frames BPF walkers read. Each runtime
-// is one package below this one (cpython; hotspot and v8 to come) with its
+// is one package below this one (cpython, hotspot, v8) with its
 // walker in one header under bpf/, and describes itself with a Runtime: it
 // detects the runtime in a mapped file, gives what its walker needs per
 // process (internal/unwinder puts it in the walker's map) and names its
