@@ -165,7 +165,9 @@ func checkScopes(t *testing.T, c *collector, out string, pid int) {
 	nested := filterMeasured(truth, func(m measured) bool { return m.kind == "nested" })
 	pair := filterMeasured(truth, func(m measured) bool { return m.kind == "pair" })
 	require.Len(t, timed, 12)
-	require.Len(t, mainMin, 5)
+	// Five of MAIN_MS are at least 10 ms; a short one delayed past it on a
+	// loaded host (8 ms measured 19.5) adds one: the probe must follow.
+	require.GreaterOrEqual(t, len(mainMin), 5)
 
 	require.Eventually(t, func() bool { return len(c.byProbe(3)) >= 1 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive
