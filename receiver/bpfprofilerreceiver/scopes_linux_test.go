@@ -201,7 +201,7 @@ function fastCallback() {
   x = y;
   next();
 }
-setTimeout(fastCallback, 800); // the probes attach after the exec event: leave them time
+setTimeout(fastCallback, 3000); // the probes attach after the exec event, and node's tables load (later on a loaded host): leave them time
 `
 
 // node's InternalCallbackScope probe (main thread, at least 100 ms) on node
