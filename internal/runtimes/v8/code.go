@@ -272,11 +272,21 @@ func (cs *codes) find(pc uint64) (*compiled, error) {
 	top := pc &^ 7
 	tested := 0
 	for scanned := uint64(0); scanned < maxCodeScan && top >= codeScanChunk; scanned += codeScanChunk {
-		base := top - codeScanChunk
+		base, n := top-codeScanChunk, uint64(codeScanChunk)
 		if err := cs.h.read(base, buf); err != nil {
-			return nil, err
+			// The chunk begins below the mapping (code near its start):
+			// the part from the page of top, then nothing below.
+			page := top &^ 0xfff
+			if page <= base || page == top {
+				return nil, err
+			}
+			base, n = page, top-page
+			if err := cs.h.read(base, buf[:n]); err != nil {
+				return nil, err
+			}
+			scanned = maxCodeScan
 		}
-		for off := codeScanChunk - 8; off >= 0; off -= 8 {
+		for off := int(n) - 8; off >= 0; off -= 8 {
 			w := binary.LittleEndian.Uint64(buf[off:])
 			if w&heapObjectTagMask != heapObjectTag || !cs.mayBeMap(w) {
 				continue

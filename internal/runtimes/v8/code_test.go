@@ -112,3 +112,24 @@ func FuzzCompiled(f *testing.F) {
 		_, _ = n.Compiled(sfi, pc, now, func(sfi uint64) (runtimes.Frame, error) { return n.Frame(sfi, 0, now) })
 	})
 }
+
+// Code near the start of the memory (its search's first chunk begins
+// below it) is found from the part of the chunk in its page; pc past the
+// nearest code object's end is in none.
+func TestFindCodeNearMappingStart(t *testing.T) {
+	m := &fakeMem{}
+	code := m.object(245, 128+64) // inline: instructions at +128, 64 bytes
+	m.put32(code-1+40, 64)
+	m.alloc(1 << 14) // room above, so reads of pcs stay inside
+	l := testLayout()
+	l.TypeCode, l.HasCode = 245, true
+	l.Code = CodeLayout{Inline: true, Start: 128, Size: 40, Deopt: 16, Positions: 24, DeoptTypes: []uint16{175}, Inlining: 7, Literals: 2}
+	n := NewNamer(m, l)
+	start := code - 1 + 128
+	require.Less(t, start-codeScanChunk, uint64(fakeBase), "the first chunk begins below the memory")
+	c, err := n.codes.find(start + 16)
+	require.NoError(t, err)
+	assert.Equal(t, [3]uint64{start, start + 64, code}, [3]uint64{c.start, c.end, c.code})
+	_, err = n.codes.find(start + 64 + 8)
+	assert.ErrorIs(t, err, errNoCode)
+}
