@@ -139,6 +139,28 @@ func pidSamples(sym *symbolize.Symbolizer, pid uint32, raw []capture.RawStack) [
 	return nil
 }
 
+// unshareChild returns the host pid of the child of cmd (unshare --fork)
+// once it runs an executable match accepts.
+func unshareChild(t *testing.T, cmd *exec.Cmd, match func(exe string) bool) uint32 {
+	t.Helper()
+	var pid uint32
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
+		if err != nil {
+			return false
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if exe, _ := os.Readlink(filepath.Join("/proc", f, "exe")); match(exe) {
+				p, _ := strconv.ParseUint(f, 10, 32)
+				pid = uint32(p)
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond)
+	return pid
+}
+
 // A compiled method calling through a method the JIT inlined: its samples
 // show burn <- step (inlined, a frame of its own) <- loop <- main, each
 // caller at the line of its call, the interpreted main's read from its
@@ -313,21 +335,7 @@ func TestJavaInPIDNamespace(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	// The JVM is unshare's child (host pid), once it has exec'ed java.
-	var pid uint32
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
-		if err != nil {
-			return false
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if exe, _ := os.Readlink(filepath.Join("/proc", f, "exe")); strings.HasSuffix(exe, "/bin/java") {
-				p, _ := strconv.ParseUint(f, 10, 32)
-				pid = uint32(p)
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, 10*time.Millisecond)
+	pid := unshareChild(t, cmd, func(exe string) bool { return strings.HasSuffix(exe, "/bin/java") })
 	defer func() { _ = syscall.Kill(int(pid), syscall.SIGKILL) }()
 	raw := sampleJava(t, pid)
 	sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})

@@ -199,21 +199,7 @@ func TestNodeInPIDNamespace(t *testing.T) {
 	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", node, script, "60")
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var pid uint32
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
-		if err != nil {
-			return false
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if exe, _ := os.Readlink(filepath.Join("/proc", f, "exe")); exe == node {
-				p, _ := strconv.ParseUint(f, 10, 32)
-				pid = uint32(p)
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, 10*time.Millisecond)
+	pid := unshareChild(t, cmd, func(exe string) bool { return exe == node })
 	defer func() { _ = syscall.Kill(int(pid), syscall.SIGKILL) }()
 	awaitTables(t, ut, pid)
 	require.Eventually(t, func() bool { return ut.Stats().Runtimes["v8js"].Processes == 1 }, 20*time.Second, 50*time.Millisecond)

@@ -129,8 +129,9 @@ type compiled struct {
 // offset offset, the raw SourcePosition (bit 0 external, bits 1-30 the
 // script offset + 1, bits 31-46 the inlining id + 1).
 type codePosition struct {
-	offset int32
-	raw    int64
+	offset    int32
+	raw       int64
+	statement bool
 }
 
 // inliningPosition is an InliningPosition: where (a raw SourcePosition of
@@ -143,33 +144,8 @@ type inliningPosition struct {
 func scriptOffset(raw int64) int32 { return int32((raw>>1)&(1<<30-1)) - 1 }
 func inliningID(raw int64) int32   { return int32((raw>>31)&0xffff) - 1 }
 
-// decodeCodePositions decodes a Code's source position table (the format
-// of positions.go, with the raw positions kept).
-func decodeCodePositions(b []byte) ([]codePosition, error) {
-	var out []codePosition
-	var code, raw int64
-	for i := 0; i < len(b); {
-		d, err := decodeVLQ(b, &i)
-		if err != nil {
-			return nil, err
-		}
-		p, err := decodeVLQ(b, &i)
-		if err != nil {
-			return nil, err
-		}
-		if d >= 0 {
-			code += d
-		} else {
-			code += -d - 1
-		}
-		raw += p
-		if code < 0 || code > 1<<30 || raw < 0 || raw >= 1<<47 {
-			return nil, errPositionTable
-		}
-		out = append(out, codePosition{offset: int32(code), raw: raw})
-	}
-	return out, nil
-}
+// decodeCodePositions decodes a Code's source position table.
+func decodeCodePositions(b []byte) ([]codePosition, error) { return decodeTable(b, false) }
 
 // rawAt returns the raw position of the last entry at or before off.
 func rawAt(positions []codePosition, off int32) (int64, bool) {

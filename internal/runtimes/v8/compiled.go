@@ -62,20 +62,11 @@ func (n *Namer) Compiled(sfi, pc uint64, now time.Time, function func(sfi uint64
 // lineAt returns the line of script offset pos in the script of sfi; 0
 // when unknown.
 func (n *Namer) lineAt(sfi uint64, pos int32, now time.Time) int64 {
-	h, l := &n.h, n.h.l
 	if pos < 0 {
 		return 0
 	}
-	scr, err := h.field(sfi, l.SFIScript)
-	if err != nil {
-		return 0
-	}
-	if l.TypeDebugInfo != 0 && h.is(scr, l.TypeDebugInfo) {
-		if scr, err = h.field(scr, l.DebugInfoScript); err != nil {
-			return 0
-		}
-	}
-	if !h.is(scr, l.TypeScript) {
+	scr, err := n.scriptOf(sfi)
+	if err != nil || scr == 0 {
 		return 0
 	}
 	s, err := n.script(scr, now)

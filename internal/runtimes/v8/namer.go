@@ -91,16 +91,11 @@ func (n *Namer) Frame(sfi uint64, position uint32, now time.Time) (runtimes.Fram
 		}
 	}
 
-	scr, err := h.field(sfi, l.SFIScript)
+	scr, err := n.scriptOf(sfi)
 	if err != nil {
 		return f, err
 	}
-	if l.TypeDebugInfo != 0 && h.is(scr, l.TypeDebugInfo) {
-		if scr, err = h.field(scr, l.DebugInfoScript); err != nil {
-			return f, err
-		}
-	}
-	if !h.is(scr, l.TypeScript) {
+	if scr == 0 {
 		return f, nil // a builtin or API function: no script
 	}
 	s, err := n.script(scr, now)
@@ -129,6 +124,25 @@ func (n *Namer) Frame(sfi uint64, position uint32, now time.Time) (runtimes.Fram
 		f.Line = lineOf(s.ends, pos)
 	}
 	return f, nil
+}
+
+// scriptOf returns the Script of sfi (through its DebugInfo when it has
+// one), 0 when it has none (a builtin or API function).
+func (n *Namer) scriptOf(sfi uint64) (uint64, error) {
+	h, l := &n.h, n.h.l
+	scr, err := h.field(sfi, l.SFIScript)
+	if err != nil {
+		return 0, err
+	}
+	if l.TypeDebugInfo != 0 && h.is(scr, l.TypeDebugInfo) {
+		if scr, err = h.field(scr, l.DebugInfoScript); err != nil {
+			return 0, err
+		}
+	}
+	if !h.is(scr, l.TypeScript) {
+		return 0, nil
+	}
+	return scr, nil
 }
 
 // bytecode returns the BytecodeArray of sfi, found in its function data

@@ -42,9 +42,29 @@ func decodeVLQ(b []byte, i *int) (int64, error) {
 	return int64(u>>1) ^ -int64(u&1), nil
 }
 
-// decodePositions decodes a source position table.
+// decodePositions decodes a BytecodeArray's source position table: its
+// first entry may be the function's entry (code offset -1).
 func decodePositions(b []byte) ([]positionEntry, error) {
-	var out []positionEntry
+	raw, err := decodeTable(b, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]positionEntry, 0, len(raw))
+	for _, e := range raw {
+		pos := scriptOffset(e.raw)
+		if e.raw&1 != 0 { // external (wasm) position
+			pos = -1
+		}
+		out = append(out, positionEntry{CodeOffset: e.offset, Position: pos, Statement: e.statement})
+	}
+	return out, nil
+}
+
+// decodeTable decodes a source position table's entries with their raw
+// positions; entry says the first may be the function's entry (bytecode
+// tables), a statement at offset -1 encoded as an expression at 0 would be.
+func decodeTable(b []byte, entry bool) ([]codePosition, error) {
+	var out []codePosition
 	var code, raw int64
 	for i := 0; i < len(b); {
 		d, err := decodeVLQ(b, &i)
@@ -56,24 +76,19 @@ func decodePositions(b []byte) ([]positionEntry, error) {
 			return nil, err
 		}
 		stmt := d >= 0
-		if len(out) == 0 && d == -1 {
-			// The function entry: a statement at offset -1, encoded as
-			// an expression at 0 would be.
+		switch {
+		case entry && len(out) == 0 && d == -1:
 			code, stmt = -1, true
-		} else if stmt {
+		case stmt:
 			code += d
-		} else {
+		default:
 			code += -d - 1
 		}
 		raw += p
-		if code < -1 || code > 1<<30 || raw < 0 || raw >= 1<<62 {
+		if code < -1 || !entry && code < 0 || code > 1<<30 || raw < 0 || raw >= 1<<47 {
 			return nil, errPositionTable
 		}
-		pos := int32((raw>>1)&(1<<30-1)) - 1
-		if raw&1 != 0 { // external (wasm) position
-			pos = -1
-		}
-		out = append(out, positionEntry{CodeOffset: int32(code), Position: pos, Statement: stmt})
+		out = append(out, codePosition{offset: int32(code), raw: raw, statement: stmt})
 	}
 	return out, nil
 }
