@@ -42,7 +42,21 @@ type elfFile struct {
 
 	// touched says lookups read its pages since they were last released.
 	touched bool
+
+	// resolved caches what lookups found, by address, so that processes
+	// of one binary (a restarting tool, a fleet of workers) share its
+	// frames without touching the file's pages again.
+	resolved map[uint64]resolvedAddr
 }
+
+// resolvedAddr is what resolveFile found at one address.
+type resolvedAddr struct {
+	gfs  []goFrame
+	name string
+}
+
+// maxResolvedPerFile bounds elfFile.resolved; a full cache starts over.
+const maxResolvedPerFile = 4096
 
 // maxNoteSize bounds the notes read for build ids.
 const maxNoteSize = 1 << 16
@@ -129,7 +143,7 @@ func (ef *elfFile) symbol(vaddr uint64) string {
 // heapCost estimates the Go heap held by ef, for the cache budget.
 func (ef *elfFile) heapCost() int64 {
 	const base = 1 << 10
-	cost := int64(base + len(ef.loads)*64 + len(ef.syms.entries)*16)
+	cost := int64(base + len(ef.loads)*64 + len(ef.syms.entries)*16 + len(ef.resolved)*96)
 	if ef.gotab != nil && ef.gotab.legacy != nil {
 		cost += int64(len(ef.gotab.legacy.Funcs)) * 256
 	}

@@ -212,3 +212,32 @@ func TestPagesReleasedOfFilesRead(t *testing.T) {
 	s.User(1, addrs[0][20:24])
 	assert.Empty(t, release(), "its names all cached")
 }
+
+// Processes of one binary share what was resolved in it: a second process
+// (a restarted tool) gets the same frames without reading the file's pages.
+func TestFileFramesSharedByProcesses(t *testing.T) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	bin := copyTestBinary(t, dir, "a.bin")
+	addrs := realFileProcess(t, fs, 1, bin)
+	require.Equal(t, addrs, realFileProcess(t, fs, 2, bin))
+	s := New(Options{Proc: fs})
+	defer s.Close()
+
+	first := s.User(1, addrs[30:40])
+	var ef *elfFile
+	s.files.each(func(_ fileKey, e *fileEntry) { ef = e.ef })
+	require.NotNil(t, ef)
+	assert.True(t, ef.touched, "the first process read the file")
+	assert.Len(t, ef.resolved, 10)
+	ef.releasePages()
+
+	second := s.User(2, addrs[30:40])
+	assert.False(t, ef.touched, "the second process's frames came from the file's cache")
+	require.Len(t, second, len(first))
+	for i := range first {
+		assert.Equal(t, first[i].Function, second[i].Function, "frame %d", i)
+		assert.Equal(t, first[i].Line, second[i].Line, "frame %d", i)
+	}
+	assert.NotEmpty(t, first[0].Function)
+}

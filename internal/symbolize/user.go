@@ -366,6 +366,9 @@ func closeFile(f *os.File) { f.Close() }
 // panic on a crafted file, or a fault on a file truncated since it was
 // mapped, leaves the address unresolved (logged once per file).
 func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []goFrame, name string) {
+	if r, ok := ef.resolved[vaddr]; ok {
+		return r.gfs, r.name
+	}
 	built := ef.symsBuilt
 	ef.touched = true
 	err := withFaultPanic(func() {
@@ -387,8 +390,14 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 		}
 		return nil, ""
 	}
+	if ef.resolved == nil || len(ef.resolved) >= maxResolvedPerFile {
+		ef.resolved = make(map[uint64]resolvedAddr)
+	}
+	ef.resolved[vaddr] = resolvedAddr{gfs: gfs, name: name}
 	if !built && ef.symsBuilt {
 		ef.releasePages()
+	}
+	if n := len(ef.resolved); !built && ef.symsBuilt || n&(n-1) == 0 {
 		s.files.setWeight(key, ef.heapCost())
 	}
 	return gfs, name
