@@ -4,11 +4,14 @@ import "encoding/binary"
 
 // frameAsm assembles .eh_frame (or .debug_frame) bytes for tests: CIEs with
 // augmentation "zR" and pcrel|sdata4 FDE addresses (debug: absolute 8-byte
-// addresses, no augmentation).
+// addresses, no augmentation), data alignment -8.
 type frameAsm struct {
 	buf   []byte
 	addr  uint64 // section address
 	debug bool
+	// The CIEs' code alignment and return address column (0: 1 and 16, as
+	// on x86-64; aarch64 has 4 and 30).
+	codeAlign, ra byte
 }
 
 // The usual x86-64 CIE instructions: CFA = rsp+8, return address at CFA-8.
@@ -25,7 +28,11 @@ func (a *frameAsm) cie(aug string, instr ...byte) int {
 		body = append(body, aug...)
 		body = append(body, 0)
 	}
-	body = append(body, 1, 0x78, 16) // code align 1, data align -8, ra 16
+	codeAlign, ra := max(a.codeAlign, 1), a.ra
+	if ra == 0 {
+		ra = 16
+	}
+	body = append(body, codeAlign, 0x78, ra) // data align -8
 	if !a.debug {
 		var augData []byte
 		for _, ch := range aug[1:] {

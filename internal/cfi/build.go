@@ -14,35 +14,46 @@ const (
 	maxRows        = 1 << 22  // rows of one table
 )
 
-// Build reads the CFI of an x86-64 ELF file (executable or shared library)
-// and returns its unwind table. Where .eh_frame and .debug_frame both cover a
-// PC, .eh_frame wins. In a file without section headers, .eh_frame is found
-// through the PT_GNU_EH_FRAME segment (.eh_frame_hdr). A file without CFI gets an empty table;
-// malformed entries are skipped and counted in the table's Stats.
+// Build reads the CFI of an x86-64 or aarch64 ELF file (executable or
+// shared library) and returns its unwind table. Where .eh_frame and
+// .debug_frame both cover a PC, .eh_frame wins. In a file without section
+// headers, .eh_frame is found through the PT_GNU_EH_FRAME segment
+// (.eh_frame_hdr). On aarch64, the PLT (which has no CFI) gets rows of its
+// own. A file without CFI gets an empty table; malformed entries are
+// skipped and counted in the table's Stats.
 func Build(f *elf.File) (*Table, error) {
-	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("cfi: %v %v: only x86-64 is supported", f.Class, f.Machine)
+	a := archOf(f.Machine)
+	if f.Class != elf.ELFCLASS64 || a == nil {
+		return nil, fmt.Errorf("cfi: %v %v: only x86-64 and aarch64 are supported", f.Class, f.Machine)
 	}
 	eh, err := ehFrame(f)
 	if err != nil {
 		return nil, fmt.Errorf("cfi: .eh_frame: %w", err)
 	}
-	var dbg *frameSection
+	src := sources{arch: a, eh: eh, exec: executableRanges(f), stubs: pltStubs(f, a.stubs)}
 	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
 		data, err := readSection(s)
 		if err != nil {
 			return nil, fmt.Errorf("cfi: .debug_frame: %w", err)
 		}
-		dbg = &frameSection{data: data, debug: true}
+		src.dbg = &frameSection{data: data, debug: true}
 	}
-	return buildSections(eh, dbg, executableRanges(f))
+	return buildSections(src)
 }
 
-// buildSections builds the table of .eh_frame (eh.sec may be nil) and
-// .debug_frame (dbg may be nil) for FDEs within exec (nil: anywhere).
-func buildSections(eh ehSource, dbg *frameSection, exec []addrRange) (*Table, error) {
-	b := &builder{sink: rowSink{max: maxRows}, exec: exec}
-	if eh.sec != nil {
+// sources are what a table is built from.
+type sources struct {
+	arch  *arch
+	eh    ehSource
+	dbg   *frameSection // nil: no .debug_frame
+	exec  []addrRange   // FDEs outside are skipped (nil: none is)
+	stubs []stub        // code without CFI, where no FDE covers it
+}
+
+// buildSections builds the table of src.
+func buildSections(src sources) (*Table, error) {
+	b := &builder{arch: src.arch, sink: rowSink{max: maxRows}, exec: src.exec}
+	if eh := src.eh; eh.sec != nil {
 		var err error
 		if eh.fdeOffsets != nil {
 			err = b.parseIndexed(eh.sec, eh.fdeOffsets)
@@ -54,23 +65,28 @@ func buildSections(eh ehSource, dbg *frameSection, exec []addrRange) (*Table, er
 		}
 	}
 	b.ehSpans, b.spans = b.spans, nil
-	if dbg != nil {
-		if err := b.parseAll(dbg, false); err != nil {
+	if src.dbg != nil {
+		if err := b.parseAll(src.dbg, false); err != nil {
 			return nil, fmt.Errorf("cfi: .debug_frame: %w", err)
 		}
+	}
+	if err := b.addStubs(src.stubs); err != nil {
+		return nil, fmt.Errorf("cfi: PLT: %w", err)
 	}
 	return b.finish(), nil
 }
 
 // builder turns the FDEs of one file into spans of rows.
 type builder struct {
-	sink    rowSink
-	spans   []span // of the section being parsed
-	ehSpans []span // of .eh_frame, once parsed
-	exec    []addrRange
-	stats   Stats
-	cies    map[int]cieResult
-	stack   []ruleSet // DW_CFA_remember_state's, reused from FDE to FDE
+	arch      *arch
+	sink      rowSink
+	spans     []span // of the section being parsed
+	ehSpans   []span // of .eh_frame, once parsed
+	stubSpans []span // of stubs
+	exec      []addrRange
+	stats     Stats
+	cies      map[int]cieResult
+	stack     []ruleSet // DW_CFA_remember_state's, reused from FDE to FDE
 	// cieBudget bounds the bytes of CIEs parsed per section, so that FDEs
 	// pointing at many overlapping CIEs cannot make the work quadratic.
 	cieBudget int
@@ -177,7 +193,7 @@ func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 		return nil
 	}
 	b.sink.startFDE()
-	p := program{c: c, rules: c.initial, loc: h.start, end: h.end, out: &b.sink, stack: b.stack[:0]}
+	p := program{a: b.arch, c: c, rules: c.initial, loc: h.start, end: h.end, out: &b.sink, stack: b.stack[:0]}
 	if c.initialErr != nil {
 		err = errors.Join(c.initialErr, p.add(Row{PC: h.start, Kind: KindUnsupported}))
 	} else {
@@ -196,6 +212,24 @@ func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 	return nil
 }
 
+// addStubs adds the rows of the stubs within the executable ranges.
+func (b *builder) addStubs(stubs []stub) error {
+	for _, st := range stubs {
+		if st.start >= st.end || !b.executable(st.start, st.end) {
+			continue
+		}
+		b.sink.startFDE()
+		for _, r := range st.rows {
+			if err := b.sink.add(r); err != nil {
+				return fmt.Errorf("%w: more than %d", err, b.sink.max)
+			}
+		}
+		chunk, lo, hi := b.sink.fdeRows()
+		b.stubSpans = append(b.stubSpans, span{start: st.start, end: st.end, chunk: chunk, lo: lo, hi: hi})
+	}
+	return nil
+}
+
 // cieAt parses (once) the CIE at section offset off.
 func (b *builder) cieAt(s *frameSection, off int) (*cie, error) {
 	if res, ok := b.cies[off]; ok {
@@ -211,7 +245,7 @@ func (b *builder) cieAt(s *frameSection, off int) (*cie, error) {
 		err = errors.New("CIE budget spent")
 	default:
 		b.cieBudget -= next - off
-		c, err = parseCIE(s, e)
+		c, err = parseCIE(b.arch, s, e)
 	}
 	if errors.Is(err, errTerminator) {
 		err = errCIEPointer
@@ -232,7 +266,8 @@ func (b *builder) executable(start, end uint64) bool {
 	return false
 }
 
-// finish lays the spans out: .eh_frame first, .debug_frame in its gaps.
+// finish lays the spans out: .eh_frame first, .debug_frame in its gaps,
+// stubs in what is left.
 func (b *builder) finish() *Table {
 	eh, dropped := resolveOverlaps(b.ehSpans)
 	dbg, dropped2 := resolveOverlaps(b.spans)
@@ -240,7 +275,14 @@ func (b *builder) finish() *Table {
 	b.stats.Skipped[SkipOverlap] += dropped + dropped2
 	b.stats.Skipped[SkipCovered] += covered
 	all := append(eh, dbg...)
-	slices.SortFunc(all, func(x, y span) int { return cmp.Compare(x.start, y.start) })
+	byStart := func(x, y span) int { return cmp.Compare(x.start, y.start) }
+	slices.SortFunc(all, byStart)
+	if len(b.stubSpans) > 0 {
+		stubs, _ := resolveOverlaps(b.stubSpans)
+		stubs, _ = uncovered(stubs, all)
+		all = append(all, stubs...)
+		slices.SortFunc(all, byStart)
+	}
 	t := &Table{Rows: layout(&b.sink, all), Stats: b.stats}
 	b.sink = rowSink{} // let the rows go
 	for _, r := range t.Rows {

@@ -90,8 +90,10 @@ func TestBuildHostileELF(t *testing.T) {
 
 	huge := bytes.Clone(data)
 	binary.LittleEndian.PutUint64(huge[shoff+uint64(ehIndex)*shdrSize+shdrSizeOff:], 1<<40)
-	arm := bytes.Clone(data)
+	arm := bytes.Clone(data) // x86-64 code and CFI read as aarch64's
 	binary.LittleEndian.PutUint16(arm[ehMachine:], uint16(elf.EM_AARCH64))
+	riscv := bytes.Clone(data)
+	binary.LittleEndian.PutUint16(riscv[ehMachine:], uint16(elf.EM_RISCV))
 	pastEnd := bytes.Clone(data)
 	binary.LittleEndian.PutUint64(pastEnd[shoff+uint64(ehIndex)*shdrSize+shdrOffsetOff:], uint64(len(data)-16))
 	var misplaced, garbled []byte
@@ -111,7 +113,8 @@ func TestBuildHostileELF(t *testing.T) {
 		data []byte
 	}{
 		{"huge .eh_frame", huge},
-		{"not x86-64", arm},
+		{"x86-64 read as aarch64", arm},
+		{"neither x86-64 nor aarch64", riscv},
 		{".eh_frame past the end of the file", pastEnd},
 		{".eh_frame_hdr pointing nowhere", misplaced},
 		{".eh_frame_hdr table garbled", garbled},
@@ -129,7 +132,7 @@ func TestBuildHostileELF(t *testing.T) {
 		})
 	}
 	t.Run("errors", func(t *testing.T) {
-		for _, bad := range [][]byte{huge, arm} {
+		for _, bad := range [][]byte{huge, riscv} {
 			f, err := elf.NewFile(bytes.NewReader(bad))
 			require.NoError(t, err)
 			_, err = Build(f)

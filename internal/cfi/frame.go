@@ -246,7 +246,7 @@ type cie struct {
 }
 
 // parseCIE reads the CIE e (of section s) and runs its initial instructions.
-func parseCIE(s *frameSection, e entry) (*cie, error) {
+func parseCIE(a *arch, s *frameSection, e entry) (*cie, error) {
 	r := &e.body
 	version := r.u8()
 	if version != 1 && version != 3 && (!s.debug || version != 4) {
@@ -296,7 +296,7 @@ func parseCIE(s *frameSection, e entry) (*cie, error) {
 	if r.bad {
 		return nil, errTruncated
 	}
-	p := program{c: c, inCIE: true}
+	p := program{a: a, c: c, inCIE: true}
 	c.initialErr = p.run(*r, s.addr)
 	c.initial = p.rules
 	return c, nil

@@ -7,12 +7,18 @@ import (
 
 // FuzzParseEHFrame feeds raw .eh_frame (or, mode&1, .debug_frame) bytes at a
 // section address to the table builder, walking the section or (mode&2)
-// looking FDEs up at every fourth offset as a search table would: it must
-// never panic nor run away, and the table must stay sorted and merged.
+// looking FDEs up at every fourth offset as a search table would, as
+// x86-64's CFI or (mode&4) as aarch64's, with a PLT at the section address
+// whose code is the same bytes: it must never panic nor run away, and the
+// table must stay sorted and merged.
 func FuzzParseEHFrame(f *testing.F) {
 	for _, seed := range fuzzSeeds() {
 		f.Add(seed, uint64(0x400), uint8(0))
 		f.Add(seed, uint64(0x400), uint8(2))
+	}
+	for _, seed := range fuzzSeedsARM64() {
+		f.Add(seed, uint64(0x400), uint8(4))
+		f.Add(seed, uint64(0x400), uint8(6))
 	}
 	debug := frameAsm{debug: true}
 	debug.fde(debug.cie("", stdCIE...), 0x2000, 0x40, cat(advance(1), defCFAOffset(16), offset(6, 2))...)
@@ -24,11 +30,15 @@ func FuzzParseEHFrame(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, addr uint64, mode uint8) {
 		sec := &frameSection{data: data, addr: addr, debug: mode&1 != 0}
+		src := sources{arch: archX86}
+		if mode&4 != 0 {
+			src.arch = archARM
+			src.stubs = []stub{pltStub(addr, uint64(len(data)), data)}
+		}
 		var eh ehSource
-		var dbg *frameSection
 		switch {
 		case sec.debug:
-			dbg = sec
+			src.dbg = sec
 		case mode&2 != 0:
 			eh.sec = sec
 			eh.fdeOffsets = []int{}
@@ -38,7 +48,8 @@ func FuzzParseEHFrame(f *testing.F) {
 		default:
 			eh.sec = sec
 		}
-		table, err := buildSections(eh, dbg, nil)
+		src.eh = eh
+		table, err := buildSections(src)
 		if err != nil {
 			return
 		}
@@ -71,6 +82,18 @@ func fuzzSeeds() [][]byte {
 	sig.fde(sig.cie("zRS"), 0x104f, 0xa, cat(cfaExpression(cat(bregRSP(160), []byte{0x06})...),
 		expression(6, bregRSP(120)...), expression(7, bregRSP(160)...), expression(16, bregRSP(168)...))...)
 	return [][]byte{fn.buf, plt.buf, sig.buf, {}}
+}
+
+// fuzzSeedsARM64 are aarch64 CIE/FDE byte strings: a gcc function with a
+// frame record and pac-ret, glibc's _start.
+func fuzzSeedsARM64() [][]byte {
+	fn := frameAsm{addr: 0x400, codeAlign: 4, ra: dwarfX30}
+	fn.fde(fn.cie("zR", armCIE...), 0x1000, 0x40, cat([]byte{0x2d}, advance(1), defCFAOffset(32), offset(dwarfX29, 4),
+		offset(dwarfX30, 3), advance(1), defCFARegister(dwarfX29), advance(4), []byte{0x0a}, defCFA(dwarfSP, 0),
+		[]byte{0xc0 | dwarfX30, 0xc0 | dwarfX29, 0x2d}, advance(1), []byte{0x0b})...)
+	start := frameAsm{addr: 0x400, codeAlign: 4, ra: dwarfX30}
+	start.fde(start.cie("zR", armCIE...), 0x1040, 0x34, 0x07, dwarfX30)
+	return [][]byte{fn.buf, start.buf}
 }
 
 // realEHFrame returns the first n bytes of a file's .eh_frame.

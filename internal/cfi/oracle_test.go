@@ -118,6 +118,11 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) map[string]int {
 	out, err := exec.Command(readelf, "--debug-dump=frames-interp", "--debug-dump=no-follow-links", path).Output()
 	require.NoError(t, err)
 	fdes := parseReadelf(t, out)
+	regs, ok := readelfArches[f.Machine]
+	require.True(t, ok, "%s: %v", path, f.Machine)
+	if regs.raLink {
+		markUndefinedRA(t, readelf, path, fdes)
+	}
 	b := builder{exec: executableRanges(f)}
 	checked, unsupported, excluded := 0, 0, 0
 	bySection := map[string]int{}
@@ -138,7 +143,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) map[string]int {
 				bySection[fde.section]++
 				continue
 			}
-			want, ok := row.expected()
+			want, ok := row.expected(regs)
 			if !ok {
 				continue
 			}
@@ -200,6 +205,22 @@ type readelfRow struct {
 	cfa  string
 	regs map[string]string
 	line string
+	// raUndefined: "u" in the ra column is DW_CFA_undefined (markUndefinedRA)
+	raUndefined bool
+}
+
+// readelfRegs are readelf's names of a machine's stack and frame pointers,
+// and whether a return address without a rule is in the link register:
+// then "u" (readelf's mark of a register no instruction mentioned, as well
+// as of an undefined one), "s" and no ra column say it is.
+type readelfRegs struct {
+	sp, fp string
+	raLink bool
+}
+
+var readelfArches = map[elf.Machine]readelfRegs{
+	elf.EM_X86_64:  {sp: "rsp", fp: "rbp"},
+	elf.EM_AARCH64: {sp: "sp", fp: "x29", raLink: true},
 }
 
 var (
@@ -207,7 +228,7 @@ var (
 	reEntry   = regexp.MustCompile(`^([0-9a-f]+) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)(?: cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?`)
 	reRow     = regexp.MustCompile(`^([0-9a-f]{16}) `)
 	reCell    = regexp.MustCompile(`r\d+ \(\w+\)|\S+`)
-	reCFA     = regexp.MustCompile(`^(r\w+)\+(\d+)$`)
+	reCFA     = regexp.MustCompile(`^(\w+)\+(\d+)$`)
 	reSlot    = regexp.MustCompile(`^c([+-]\d+)$`)
 )
 
@@ -314,21 +335,22 @@ func requireKnownExpression(t *testing.T, got Row, row readelfRow) {
 }
 
 // expected returns the Row (without PC) readelf's row stands for, when its
-// CFA is register+N: rsp and rbp give KindCFA, others KindUnsupported.
-func (r readelfRow) expected() (Row, bool) {
+// CFA is register+N: the stack and frame pointers give KindCFA, others
+// KindUnsupported.
+func (r readelfRow) expected(regs readelfRegs) (Row, bool) {
 	m := reCFA.FindStringSubmatch(r.cfa)
 	if m == nil {
 		return Row{}, false
 	}
 	ra := r.regs["ra"]
-	if ra == "u" {
+	if ra == "u" && (!regs.raLink || r.raUndefined) {
 		return Row{Kind: KindStop}, true
 	}
 	off, _ := strconv.ParseInt(m[2], 10, 32)
 	row := Row{Kind: KindCFA, CFAReg: RegSP, CFAOffset: int32(off)}
 	switch m[1] {
-	case "rsp":
-	case "rbp":
+	case regs.sp:
+	case regs.fp:
 		row.CFAReg = RegFP
 	default:
 		return Row{Kind: KindUnsupported}, true
@@ -336,10 +358,10 @@ func (r readelfRow) expected() (Row, bool) {
 	if s := reSlot.FindStringSubmatch(ra); s != nil {
 		v, _ := strconv.ParseInt(s[1], 10, 32)
 		row.RAOffset = int32(v)
-	} else {
+	} else if !regs.raLink || (ra != "" && ra != "u" && ra != "s") {
 		return Row{Kind: KindUnsupported}, true
 	}
-	switch fp := r.regs["rbp"]; fp {
+	switch fp := r.regs[regs.fp]; fp {
 	case "", "u", "s": // not saved, or same value
 	default:
 		s := reSlot.FindStringSubmatch(fp)

@@ -7,17 +7,6 @@ import (
 	"math/bits"
 )
 
-// x86-64 DWARF register numbers (System V psABI).
-const (
-	dwarfRBP = 6
-	dwarfRSP = 7
-	dwarfRIP = 16
-)
-
-// raSlot is where a call leaves the return address on x86-64: just below
-// the CFA. CFI saying otherwise is not followed.
-const raSlot = -8
-
 // cfaRule says how to compute the CFA: register + offset, or an expression.
 type cfaRule struct {
 	reg  uint64
@@ -113,6 +102,7 @@ func (s *rowSink) add(row Row) error {
 // program evaluates the CFA instructions of a CIE (inCIE) or of an FDE,
 // whose rows for [loc, end) it adds to out.
 type program struct {
+	a        *arch
 	c        *cie
 	inCIE    bool
 	rules    ruleSet
@@ -231,6 +221,10 @@ func (p *program) step(r *reader, secAddr uint64) (done bool, err error) {
 	case 0x16: // val_expression
 		reg := r.uleb()
 		p.setRule(reg, regRule{kind: ruleValExpression, expr: r.block()})
+	case 0x2c, 0x2d: // AARCH64_negate_ra_state(_with_pc): see arch.signedRA
+		if !p.a.signedRA {
+			return false, fmt.Errorf("unknown CFA instruction %#x", op)
+		}
 	case 0x2e: // GNU_args_size: only matters to exception handling
 		r.uleb()
 	case 0x2f: // GNU_negative_offset_extended
@@ -282,7 +276,7 @@ func (p *program) rule(rs *ruleSet, reg uint64) *regRule {
 	switch reg {
 	case p.c.raReg:
 		return &rs.ra
-	case dwarfRBP:
+	case p.a.fp:
 		return &rs.fp
 	}
 	return nil
@@ -302,30 +296,33 @@ func (p *program) restore(reg uint64) {
 
 // emit adds the row of the current rules at the current location.
 func (p *program) emit() error {
-	row := classify(&p.rules)
+	row := p.a.classify(&p.rules, p.c.raReg)
 	row.PC = p.loc
 	return p.add(row)
 }
 
 func (p *program) add(row Row) error { return p.out.add(row) }
 
-// classify turns rules into a Row (without PC).
-func classify(rs *ruleSet) Row {
+// classify turns rules into a Row (without PC); raReg is the CIE's return
+// address column.
+func (a *arch) classify(rs *ruleSet, raReg uint64) Row {
 	unsupported := Row{Kind: KindUnsupported}
 	if rs.ra.kind == ruleUndefined {
 		return Row{Kind: KindStop}
 	}
 	if rs.cfa.expr != nil {
-		if row, ok := classifyExpression(rs); ok {
-			return row
+		if a.expression != nil {
+			if row, ok := a.expression(rs); ok {
+				return row
+			}
 		}
 		return unsupported
 	}
 	var reg Reg
 	switch rs.cfa.reg {
-	case dwarfRSP:
+	case a.sp:
 		reg = RegSP
-	case dwarfRBP:
+	case a.fp:
 		reg = RegFP
 	default:
 		return unsupported
@@ -333,7 +330,10 @@ func classify(rs *ruleSet) Row {
 	cfaOff, ok1 := int32Of(rs.cfa.off)
 	raOff, ok2 := savedAt(rs.ra)
 	fpOff, ok3 := savedAt(rs.fp)
-	if !ok1 || !ok2 || !ok3 || raOff != raSlot {
+	switch {
+	case !ok1 || !ok2 || !ok3,
+		a.raSlot != 0 && raOff != a.raSlot,
+		raOff == 0 && (!a.raLink || raReg != a.link): // the return address is in no register the walker reads
 		return unsupported
 	}
 	return Row{Kind: KindCFA, CFAReg: reg, CFAOffset: cfaOff, FPOffset: fpOff, RAOffset: raOff}
@@ -377,7 +377,7 @@ func classifyExpression(rs *ruleSet) (Row, bool) {
 			tail[3] == opGe && tail[4] == opLit0+3 && tail[5] == opShl && tail[6] == opPlus {
 			cfaOff, ok1 := int32Of(k)
 			raOff, ok2 := savedAt(rs.ra)
-			if ok1 && ok2 && raOff == raSlot && rs.fp.kind == ruleSame {
+			if ok1 && ok2 && raOff == x86RASlot && rs.fp.kind == ruleSame {
 				return Row{Kind: KindPLT, CFAReg: RegSP, CFAOffset: cfaOff, RAOffset: raOff, PLTEdge: tail[2] - opLit0}, true
 			}
 			return Row{}, false

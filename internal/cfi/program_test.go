@@ -141,7 +141,7 @@ func TestProgram(t *testing.T) {
 			}
 			a := frameAsm{addr: 0x400}
 			a.fde(a.cie(aug, cieInstr...), 0x1000, end-0x1000, tt.fde...)
-			table, err := buildSections(ehSource{sec: a.section()}, nil, nil)
+			table, err := buildSections(sources{arch: archX86, eh: ehSource{sec: a.section()}})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, table.Rows)
 			require.Equal(t, 1, table.Stats.FDEs)
@@ -174,7 +174,7 @@ func TestDebugFrameProgram(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := frameAsm{debug: true}
 			a.fde(a.cie("", stdCIE...), 0x2000, 0x40, tt.fde...)
-			table, err := buildSections(ehSource{}, a.section(), nil)
+			table, err := buildSections(sources{arch: archX86, dbg: a.section()})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, table.Rows)
 		})

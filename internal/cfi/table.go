@@ -2,7 +2,8 @@
 // (.eh_frame, .debug_frame) of an ELF file: for each address range, how to
 // find the canonical frame address (CFA) and where the return address and the
 // caller's frame pointer are saved. A stack walker that has no frame pointers
-// to follow reads these tables instead. Only x86-64 is supported so far.
+// to follow reads these tables instead. x86-64 and aarch64 files are
+// supported; what a row's fields mean on each is said at Kind.
 package cfi
 
 import (
@@ -11,6 +12,21 @@ import (
 )
 
 // Kind says how a Row unwinds a frame.
+//
+// On aarch64 (DWARF registers x29, the frame pointer, 29; x30, the link
+// register, 30; sp 31; the return address column is the CIE's, 30), only
+// KindNoCFI, KindCFA, KindStop and KindUnsupported occur. KindCFA: CFA =
+// CFAReg + CFAOffset, CFAReg RegSP (sp) or RegFP (x29); x29 is saved at
+// CFA+FPOffset (0: not saved by this frame, it still holds the caller's);
+// the return address is saved at CFA+RAOffset, or, RAOffset 0, not saved:
+// it is still in x30 (a leaf function, or a pc before the prologue's store).
+// Return addresses signed with pointer authentication
+// (DW_CFA_AARCH64_negate_ra_state) change no row: the walker strips the
+// signature. KindStop: x30 is undefined (_start, thread_start). The PLT,
+// for which the linker writes no CFI, gets KindCFA rows of its own (CFA =
+// sp, or sp+16 after the lazy PLT header's push; the return address in
+// x30). A register saved in another register, an expression, a CFA on
+// another register: KindUnsupported.
 type Kind uint8
 
 const (
@@ -18,9 +34,9 @@ const (
 	// first); the walker may fall back to the frame pointer.
 	KindNoCFI Kind = iota
 	// KindCFA: CFA = CFAReg + CFAOffset; the return address is saved at
-	// CFA+RAOffset (always CFA-8 on x86-64), the caller's rbp at
-	// CFA+FPOffset (FPOffset 0: rbp is not saved by this frame, it still
-	// holds the caller's value).
+	// CFA+RAOffset (always CFA-8 on x86-64; aarch64: see above), the
+	// caller's rbp at CFA+FPOffset (FPOffset 0: rbp is not saved by this
+	// frame, it still holds the caller's value).
 	KindCFA
 	// KindPLT: a linker-generated lazy PLT entry (16 bytes each): CFA = rsp +
 	// CFAOffset, plus 8 when (PC&15) >= PLTEdge (after the entry's push).
@@ -54,8 +70,8 @@ type Reg uint8
 
 const (
 	RegNone Reg = iota
-	RegSP       // stack pointer (rsp)
-	RegFP       // frame pointer (rbp)
+	RegSP       // stack pointer (rsp, sp)
+	RegFP       // frame pointer (rbp, x29)
 )
 
 // Row says how to unwind a frame whose PC is in [PC, next row's PC). The

@@ -66,7 +66,7 @@ func TestLayout(t *testing.T) {
 			if tt.dbg != nil {
 				dbg = assemble(true, tt.dbg...)
 			}
-			table, err := buildSections(ehSource{sec: assemble(false, tt.eh...)}, dbg, tt.exec)
+			table, err := buildSections(sources{arch: archX86, eh: ehSource{sec: assemble(false, tt.eh...)}, dbg: dbg, exec: tt.exec})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, table.Rows)
 			checkInvariants(t, table)
@@ -156,7 +156,7 @@ func TestMalformed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			a := frameAsm{addr: 0x400}
 			tt.build(&a)
-			table, err := buildSections(ehSource{sec: a.section()}, nil, nil)
+			table, err := buildSections(sources{arch: archX86, eh: ehSource{sec: a.section()}})
 			require.NoError(t, err)
 			checkInvariants(t, table)
 			require.Equal(t, tt.fdes, table.Stats.FDEs)
@@ -175,7 +175,7 @@ func TestIndexedFDEs(t *testing.T) {
 	f2 := a.fde(c, 0x2000, 0x10)
 	// Duplicates, an offset inside f1 and the CIE's offset are all ignored.
 	offsets := []int{f2, f1, f1, f1 + 3, c}
-	table, err := buildSections(ehSource{sec: a.section(), fdeOffsets: offsets}, nil, nil)
+	table, err := buildSections(sources{arch: archX86, eh: ehSource{sec: a.section(), fdeOffsets: offsets}})
 	require.NoError(t, err)
 	require.Equal(t, []Row{cfaRow(0x1000, RegSP, 8, 0), cfaRow(0x1001, RegSP, 16, 0), kindRow(0x1010, KindNoCFI),
 		cfaRow(0x2000, RegSP, 8, 0), kindRow(0x2010, KindNoCFI)}, table.Rows)
@@ -188,7 +188,7 @@ func TestRowLimit(t *testing.T) {
 	for i := range 200 {
 		instr = append(instr, cat(advance(1), defCFAOffset(uint64(8+8*(i%2))))...)
 	}
-	b := &builder{sink: rowSink{max: 100}}
+	b := &builder{arch: archX86, sink: rowSink{max: 100}}
 	b.cies = map[int]cieResult{}
 	sec := assemble(false, fdeSpec{0x1000, 0x1000, instr})
 	require.ErrorIs(t, b.parseAll(sec, false), errTooManyRows)
@@ -216,7 +216,7 @@ func TestRowsAcrossChunks(t *testing.T) {
 		start += uint64(n) + 1
 	}
 	want = append(want, kindRow(start, KindNoCFI))
-	table, err := buildSections(ehSource{sec: a.section()}, nil, nil)
+	table, err := buildSections(sources{arch: archX86, eh: ehSource{sec: a.section()}})
 	require.NoError(t, err)
 	for i := range min(len(want), len(table.Rows)) {
 		require.Equal(t, want[i], table.Rows[i], "row %d", i)
