@@ -18,19 +18,34 @@ const (
 	maxTableLength = 1 << 32 // rows' pcs are 32-bit offsets from the table's base
 )
 
-// buildRows builds the table of f in the kernel's layout.
+// buildRows builds the table of f in the kernel's layout for its machine.
 func buildRows(f *elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
 	t, err := cfi.Build(f)
 	if err != nil {
 		return nil, 0, err
 	}
-	return kernelRows(t.Rows)
+	return kernelRows(f.Machine, t.Rows)
 }
 
-// kernelRows converts rows (sorted by PC) to the kernel's layout: pcs
-// relative to the first row's, which is returned as the base. A file whose
-// rows are all KindNoCFI has no table (nil).
-func kernelRows(rows []cfi.Row) ([]bpf.CpuUnwindRow, uint64, error) {
+// kernelRowOf returns the row conversion of machine's layout, or nil.
+func kernelRowOf(m elf.Machine) func(cfi.Row) bpf.CpuUnwindRow {
+	switch m {
+	case elf.EM_X86_64:
+		return kernelRow
+	case elf.EM_AARCH64:
+		return kernelRowARM64
+	}
+	return nil
+}
+
+// kernelRows converts rows (sorted by PC) of a file of machine m to the
+// kernel's layout: pcs relative to the first row's, which is returned as
+// the base. A file whose rows are all KindNoCFI has no table (nil).
+func kernelRows(m elf.Machine, rows []cfi.Row) ([]bpf.CpuUnwindRow, uint64, error) {
+	convert := kernelRowOf(m)
+	if convert == nil {
+		return nil, 0, fmt.Errorf("no unwind row layout for %v", m)
+	}
 	useful := false
 	for _, r := range rows {
 		if r.Kind != cfi.KindNoCFI {
@@ -47,7 +62,7 @@ func kernelRows(rows []cfi.Row) ([]bpf.CpuUnwindRow, uint64, error) {
 	}
 	out := make([]bpf.CpuUnwindRow, 0, len(rows))
 	for _, r := range rows {
-		kr := kernelRow(r)
+		kr := convert(r)
 		kr.Pc = uint32(r.PC - base)
 		// Rows that convert alike merge (the first one's pc stays).
 		if n := len(out); n > 0 && sameKernelRule(out[n-1], kr) {
@@ -83,7 +98,7 @@ func rule(kind uint32, cfaOnFP bool, field, cfaOffset int32) (uint32, bool) {
 	return r, true
 }
 
-// kernelRow converts one row, without its pc.
+// kernelRow converts one x86-64 row, without its pc.
 func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 	unsupported := bpf.CpuUnwindRow{Rule: kindUnsupported}
 	packed := func(kind uint32, cfaOnFP bool, field, cfaOffset int32) bpf.CpuUnwindRow {
@@ -117,4 +132,58 @@ func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 		return bpf.CpuUnwindRow{Rule: kindSignal}
 	}
 	return unsupported
+}
+
+// The arm64 packing of a row's rule (bpf/unwind.h): kind in bits 0-2, CFA
+// on x29 in bit 3, where x29 and where x30 are saved (in words from the
+// CFA, 0: not saved) in signed 8-bit fields at bits 4-11 and 12-19, the
+// signed 12-bit CFA offset in words in bits 20-31.
+const (
+	arm64FPShift      = 4
+	arm64RAShift      = 12
+	arm64CFAShift     = 20
+	arm64MaxSlot      = 1<<7 - 1  // words
+	arm64MaxCFAOffset = 1<<11 - 1 // words
+)
+
+// ruleARM64 packs an arm64 row's rule from byte offsets; false when one is
+// not a multiple of 8 or does not fit.
+func ruleARM64(kind uint32, cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) (uint32, bool) {
+	fp, ok1 := words(fpSlot, arm64MaxSlot)
+	ra, ok2 := words(raSlot, arm64MaxSlot)
+	cfa, ok3 := words(cfaOffset, arm64MaxCFAOffset)
+	if !ok1 || !ok2 || !ok3 {
+		return 0, false
+	}
+	r := kind | uint32(uint8(int8(fp)))<<arm64FPShift | uint32(uint8(int8(ra)))<<arm64RAShift | uint32(cfa)<<arm64CFAShift
+	if cfaOnFP {
+		r |= ruleCFAOnFP
+	}
+	return r, true
+}
+
+// words returns off, in bytes, in 8-byte words; false unless a multiple of
+// 8 within [-maxWords-1, maxWords] words.
+func words(off, maxWords int32) (int32, bool) {
+	w := off / 8
+	return w, off%8 == 0 && w >= -maxWords-1 && w <= maxWords
+}
+
+// kernelRowARM64 converts one aarch64 row, without its pc. There are no PLT
+// nor signal rows on arm64 (cfi gives the PLT CFA rows).
+func kernelRowARM64(r cfi.Row) bpf.CpuUnwindRow {
+	switch r.Kind {
+	case cfi.KindNoCFI:
+		return bpf.CpuUnwindRow{Rule: kindNoCFI}
+	case cfi.KindStop:
+		return bpf.CpuUnwindRow{Rule: kindStop}
+	case cfi.KindCFA:
+		if r.CFAReg != cfi.RegSP && r.CFAReg != cfi.RegFP {
+			break
+		}
+		if rl, ok := ruleARM64(kindCFA, r.CFAReg == cfi.RegFP, r.FPOffset, r.RAOffset, r.CFAOffset); ok {
+			return bpf.CpuUnwindRow{Rule: rl}
+		}
+	}
+	return bpf.CpuUnwindRow{Rule: kindUnsupported}
 }

@@ -1,6 +1,7 @@
 package unwinder
 
 import (
+	"debug/elf"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -83,7 +84,7 @@ func TestKernelRows(t *testing.T) {
 	cfa := func(pc uint64, off int32) cfi.Row {
 		return cfi.Row{PC: pc, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: off, RAOffset: -8}
 	}
-	rows, base, err := kernelRows([]cfi.Row{
+	rows, base, err := kernelRows(elf.EM_X86_64, []cfi.Row{
 		cfa(0x401000, 8), cfa(0x401004, 16),
 		{PC: 0x401010, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 16, RAOffset: -8, FPOffset: 1 << 20}, // unsupported
 		{PC: 0x401020, Kind: cfi.KindUnsupported},                                                            // merges with the one before
@@ -98,10 +99,111 @@ func TestKernelRows(t *testing.T) {
 		{Pc: 0x30, Rule: kindNoCFI},
 	}, rows)
 
-	rows, _, err = kernelRows([]cfi.Row{{PC: 0x1000}, {PC: 0x2000}})
+	rows, _, err = kernelRows(elf.EM_X86_64, []cfi.Row{{PC: 0x1000}, {PC: 0x2000}})
 	require.NoError(t, err)
 	assert.Nil(t, rows, "a file without CFI has no table")
 
-	_, _, err = kernelRows([]cfi.Row{cfa(0x1000, 8), cfa(0x1000+1<<32, 8)})
+	_, _, err = kernelRows(elf.EM_X86_64, []cfi.Row{cfa(0x1000, 8), cfa(0x1000+1<<32, 8)})
 	assert.Error(t, err, "rows 4 GiB apart do not fit 32-bit pcs")
+
+	_, _, err = kernelRows(elf.EM_RISCV, []cfi.Row{cfa(0x1000, 8), {PC: 0x1010}})
+	assert.Error(t, err, "a machine without a layout")
+}
+
+// rowARM64 builds the expected kernel row of an arm64 rule.
+func rowARM64(cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) bpf.CpuUnwindRow {
+	rl, ok := ruleARM64(kindCFA, cfaOnFP, fpSlot, raSlot, cfaOffset)
+	if !ok {
+		panic("rule out of range")
+	}
+	return bpf.CpuUnwindRow{Rule: rl}
+}
+
+func TestRulePackingARM64(t *testing.T) {
+	const maxCFA = arm64MaxCFAOffset * 8
+	for _, tt := range []struct {
+		fp                      bool
+		fpSlot, raSlot, cfaOffs int32
+		want                    uint32
+		ok                      bool
+	}{
+		{false, 0, 0, 0, 1, true},
+		{false, -32, -24, 32, 1 | 0xfc<<4 | 0xfd<<12 | 4<<20, true},
+		{true, -16, -8, 16, 1 | 1<<3 | 0xfe<<4 | 0xff<<12 | 2<<20, true},
+		{false, 0, 0, -16, 1 | 0xffe<<20, true},
+		{false, 0, 0, maxCFA, 1 | arm64MaxCFAOffset<<20, true},
+		{false, 0, 0, -maxCFA - 8, 1 | 0x800<<20, true},
+		{false, -1024, 1016, 8, 1 | 0x80<<4 | 0x7f<<12 | 1<<20, true},
+		{false, 0, 0, maxCFA + 8, 0, false},
+		{false, 0, 0, -maxCFA - 16, 0, false},
+		{false, 0, 0, 12, 0, false},
+		{false, -1032, 0, 8, 0, false},
+		{false, 0, 1024, 8, 0, false},
+		{false, -12, 0, 16, 0, false},
+		{false, 0, -4, 16, 0, false},
+	} {
+		got, ok := ruleARM64(kindCFA, tt.fp, tt.fpSlot, tt.raSlot, tt.cfaOffs)
+		assert.Equal(t, tt.ok, ok, "%+v", tt)
+		assert.Equal(t, tt.want, got, "%+v", tt)
+		if ok { // what bpf/unwind.h's ROW_* macros read back on arm64
+			assert.Equal(t, kindCFA, got&7)
+			assert.Equal(t, tt.fp, got&ruleCFAOnFP != 0)
+			assert.Equal(t, tt.fpSlot, int32(got<<20)>>24*8)
+			assert.Equal(t, tt.raSlot, int32(got<<12)>>24*8)
+			assert.Equal(t, tt.cfaOffs, int32(got)>>20*8)
+		}
+	}
+}
+
+func TestKernelRowARM64(t *testing.T) {
+	unsupported := bpf.CpuUnwindRow{Rule: kindUnsupported}
+	cfa := func(reg cfi.Reg, off, fp, ra int32) cfi.Row {
+		return cfi.Row{Kind: cfi.KindCFA, CFAReg: reg, CFAOffset: off, FPOffset: fp, RAOffset: ra}
+	}
+	for _, tt := range []struct {
+		name string
+		in   cfi.Row
+		want bpf.CpuUnwindRow
+	}{
+		{"no CFI", cfi.Row{Kind: cfi.KindNoCFI}, bpf.CpuUnwindRow{Rule: kindNoCFI}},
+		{"stop", cfi.Row{Kind: cfi.KindStop}, bpf.CpuUnwindRow{Rule: kindStop}},
+		{"leaf: sp+0, return address in x30", cfa(cfi.RegSP, 0, 0, 0), rowARM64(false, 0, 0, 0)},
+		{"stp x29, x30, [sp, #-32]!", cfa(cfi.RegSP, 32, -32, -24), rowARM64(false, -32, -24, 32)},
+		{"CFA on x29", cfa(cfi.RegFP, 16, -16, -8), rowARM64(true, -16, -8, 16)},
+		{"lazy PLT header after its push", cfa(cfi.RegSP, 16, 0, 0), rowARM64(false, 0, 0, 16)},
+		{"largest frame", cfa(cfi.RegSP, 16376, -16, -8), rowARM64(false, -16, -8, 16376)},
+		{"frame out of reach", cfa(cfi.RegSP, 16384, -16, -8), unsupported},
+		{"CFA offset not in words", cfa(cfi.RegSP, 20, 0, 0), unsupported},
+		{"x29 saved out of reach", cfa(cfi.RegSP, 2048, -1040, -8), unsupported},
+		{"x30 saved out of reach", cfa(cfi.RegSP, 2048, -16, -1032), unsupported},
+		{"x30 saved unaligned", cfa(cfi.RegSP, 32, -32, -20), unsupported},
+		{"CFA on another register", cfa(cfi.RegNone, 0, 0, 0), unsupported},
+		{"a PLT row has no arm64 layout", cfi.Row{Kind: cfi.KindPLT, CFAReg: cfi.RegSP, CFAOffset: 8, PLTEdge: 11, RAOffset: -8}, unsupported},
+		{"a signal row neither", cfi.Row{Kind: cfi.KindSignal, CFAOffset: 160, RAOffset: 168, FPOffset: 120}, unsupported},
+		{"unsupported", cfi.Row{Kind: cfi.KindUnsupported}, unsupported},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, kernelRowARM64(tt.in))
+		})
+	}
+}
+
+func TestKernelRowsARM64(t *testing.T) {
+	rows, base, err := kernelRows(elf.EM_AARCH64, []cfi.Row{
+		{PC: 0x10000, Kind: cfi.KindCFA, CFAReg: cfi.RegSP},
+		{PC: 0x10004, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 32, FPOffset: -32, RAOffset: -24},
+		{PC: 0x10010, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 1 << 16, FPOffset: -32, RAOffset: -24}, // unsupported
+		{PC: 0x10014, Kind: cfi.KindUnsupported},                                                              // merges with the one before
+		{PC: 0x10020, Kind: cfi.KindStop},
+		{PC: 0x10030},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(0x10000), base)
+	assert.Equal(t, []bpf.CpuUnwindRow{
+		{Pc: 0, Rule: rowARM64(false, 0, 0, 0).Rule},
+		{Pc: 4, Rule: rowARM64(false, -32, -24, 32).Rule},
+		{Pc: 0x10, Rule: kindUnsupported},
+		{Pc: 0x20, Rule: kindStop},
+		{Pc: 0x30, Rule: kindNoCFI},
+	}, rows)
 }
