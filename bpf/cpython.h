@@ -9,7 +9,8 @@
  * python_procs[pid] with the address of its _PyRuntime and the struct
  * offsets of its version. The walk then:
  * 1. finds the thread's PyThreadState in the main interpreter's thread list
- *    by its thread_id, which is pthread_self(), the thread's fs base;
+ *    by its thread_id, which is pthread_self(), found from the thread
+ *    pointer (arch.h: the fs base on x86-64, tpidr_el0 on arm64);
  * 2. follows the frame chain from the thread's current frame, writing one
  *    word per Python frame, leaf first: the code object's address, the
  *    instruction the frame is at (code units, clamped), and a flag on the
@@ -24,6 +25,7 @@
 
 #include "common.h"
 #include "stackstore.h"
+#include "arch.h"
 
 /* cpython.InstructionKind: how the frame gives its instruction. */
 enum python_instruction {
@@ -81,14 +83,6 @@ struct {
 	__type(value, struct python_proc);
 } python_procs SEC(".maps");
 
-struct thread_struct {
-	unsigned long fsbase;
-} __attribute__((preserve_access_index));
-
-struct task_struct___fs {
-	struct thread_struct thread;
-} __attribute__((preserve_access_index));
-
 static __always_inline int py_read(void *dst, u32 size, u64 addr)
 {
 	return bpf_probe_read_user(dst, size, (const void *)addr);
@@ -106,14 +100,14 @@ struct {
 	__type(value, u64);
 } python_threads SEC(".maps");
 
-/* The PyThreadState of the current thread (fs base fsbase), or 0. */
-static __always_inline u64 python_thread_state(const struct python_proc *p, u64 fsbase)
+/* The PyThreadState of the current thread (thread pointer tp), or 0. */
+static __always_inline u64 python_thread_state(const struct python_proc *p, u64 tp)
 {
 	u32 tid = (u32)bpf_get_current_pid_tgid();
 	u64 interp = 0, ts = 0, id = 0, *cached;
 
 	cached = bpf_map_lookup_elem(&python_threads, &tid);
-	if (cached && !py_read(&id, sizeof(id), *cached + p->thread_id) && id == fsbase)
+	if (cached && !py_read(&id, sizeof(id), *cached + p->thread_id) && pthread_of(id, tp))
 		return *cached;
 	if (py_read(&interp, sizeof(interp), p->runtime + p->interpreters_head) || !interp ||
 	    py_read(&ts, sizeof(ts), interp + p->threads_head))
@@ -122,7 +116,7 @@ static __always_inline u64 python_thread_state(const struct python_proc *p, u64 
 	for (int i = 0; i < PY_MAX_THREADS && ts; i++) {
 		if (py_read(&id, sizeof(id), ts + p->thread_id))
 			return 0;
-		if (id == fsbase) {
+		if (pthread_of(id, tp)) {
 			bpf_map_update_elem(&python_threads, &tid, &ts, BPF_ANY);
 			return ts;
 		}
@@ -222,7 +216,6 @@ fault:
  */
 static __always_inline int python_walk(const struct python_proc *p, u64 *frames, u32 *n)
 {
-	struct task_struct___fs *task = (void *)bpf_get_current_task();
 	struct python_walk_state *w;
 	u32 zero = 0, count;
 	u64 f = 0, ts;
@@ -233,7 +226,7 @@ static __always_inline int python_walk(const struct python_proc *p, u64 *frames,
 		return PY_END_READ_FAULT;
 	w->count = 0;
 	w->end = PY_END_DEPTH;
-	ts = python_thread_state(p, BPF_CORE_READ(task, thread.fsbase));
+	ts = python_thread_state(p, user_thread_pointer());
 	if (!ts)
 		return PY_END_NO_THREAD;
 	if (py_read(&f, sizeof(f), ts + p->thread_frame))

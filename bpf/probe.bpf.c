@@ -20,6 +20,7 @@
  */
 #include "common.h"
 #include "scopes.h"
+#include "arch.h"
 
 #define RECORDS_BYTES (256 * 1024)
 /* Wake the reader once a quarter of the records buffer is in use. */
@@ -78,9 +79,6 @@ struct entry_stack {
 	u32 first;  /* 0 or 1 */
 	u64 ips[MAX_STACK_DEPTH];
 };
-
-/* struct pt_regs (x86-64): the user stack pointer, in words. */
-#define PT_REGS_SP_WORD (152 / 8)
 
 /* Per-CPU counters; user space sums them. */
 struct probe_stats {
@@ -227,7 +225,7 @@ static __always_inline int rate_allows(const struct probe_config *cfg, u32 index
 /* Keeps the user stack of the scope key opens (entry_stacks). */
 static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scope_key *key)
 {
-	u64 ret, sp = ((const u64 *)ctx)[PT_REGS_SP_WORD];
+	u64 ret = entry_return_address((const u64 *)ctx);
 	struct entry_stack *es;
 	u32 zero = 0, k;
 	int n; /* int on every kernel: see common.h */
@@ -243,13 +241,13 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 		k = (u32)n / sizeof(u64);
 		es->frames = k;
 		/*
-		 * At a function's first instruction its return address is on top
-		 * of the stack, not yet in the frame pointer chain, so the walk
-		 * from rbp skips the caller: add it. Newer kernels add it to a
-		 * uprobe's stack themselves (5.10 does not); then it is there
-		 * already and not added twice.
+		 * At a function's first instruction its return address is not yet
+		 * in the frame pointer chain, so the walk from the frame pointer
+		 * skips the caller: add it. Newer kernels add it to a uprobe's
+		 * stack themselves (5.10 does not); then it is there already and
+		 * not added twice.
 		 */
-		if (!bpf_probe_read_user(&ret, sizeof(ret), (const void *)sp) && ret && (k < 2 || es->ips[2] != ret)) {
+		if (ret && (k < 2 || es->ips[2] != ret)) {
 			es->ips[0] = es->ips[1];
 			es->ips[1] = ret;
 			es->first = 0;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * User stacks walked with unwind tables built from the files' DWARF CFI
- * (internal/cfi), for code without frame pointers; x86-64.
+ * (internal/cfi), for code without frame pointers; x86-64 and arm64.
  *
  * Layout (filled by user space, internal/unwinder):
  * - unwind_files: an array of maps, one inner array per loaded file holding
@@ -37,6 +37,7 @@
 #define BPFPROFILER_UNWIND_H
 
 #include "common.h"
+#include "arch.h"
 
 /* Row kinds (internal/cfi.Kind). */
 enum unwind_kind {
@@ -58,10 +59,16 @@ enum unwind_kind {
 /*
  * One row of an unwind table (internal/unwinder writes these): 8 bytes, the
  * least an array element takes. Its rule packs, from bit 0: the kind (3
- * bits, enum unwind_kind), the CFA register (1 bit: set for rbp, clear for
- * rsp), a signed 8-bit field (CFA rows: where the caller's rbp is saved, in
- * words from the CFA, 0: not saved; PLT rows: the push's offset in the
- * entry) and the signed 20-bit CFA offset (CFA = register + offset).
+ * bits, enum unwind_kind), the CFA register (1 bit: set for the frame
+ * pointer, clear for the stack pointer), then
+ * - x86-64: a signed 8-bit field (CFA rows: where the caller's rbp is
+ *   saved, in words from the CFA, 0: not saved; PLT rows: the push's offset
+ *   in the entry) and the signed 20-bit CFA offset in bytes;
+ * - arm64: where x29 is saved and where x30 (the return address) is saved,
+ *   signed 8-bit each, in words from the CFA (0: not saved; x30's return
+ *   address is then still in the link register), and the signed 12-bit CFA
+ *   offset in words.
+ * CFA = register + CFA offset.
  */
 struct unwind_row {
 	u32 pc; /* first pc of the row, from the table's base */
@@ -71,7 +78,13 @@ struct unwind_row {
 #define ROW_KIND(rule) ((rule)&7)
 #define ROW_CFA_FP(rule) (((rule) >> 3) & 1)
 #define ROW_FIELD(rule) ((s32)((rule) << 20) >> 24)
+#if defined(__TARGET_ARCH_arm64)
+#define ROW_RA_SLOT(rule) ((s32)((rule) << 12) >> 24)
+#define ROW_CFA_OFFSET(rule) (((s32)(rule) >> 20) * 8)
+#else
+#define ROW_RA_SLOT(rule) (-1) /* the return address is at CFA-8 */
 #define ROW_CFA_OFFSET(rule) ((s32)(rule) >> 12)
+#endif
 
 /* Key of unwind_mappings: prefixlen bits of (pid, big-endian address) match. */
 struct unwind_mapping_key {
@@ -144,17 +157,9 @@ struct {
 struct user_regs {
 	u64 ip;
 	u64 sp;
-	u64 bp;
+	u64 bp; /* the frame pointer: rbp, x29 */
+	u64 lr; /* arm64: x30, the link register, while the registers are interrupted ones */
 };
-
-/* struct pt_regs (x86-64, the ptrace ABI): offsets of what the walk needs. */
-#define UREGS_BP 32
-#define UREGS_IP 128
-#define UREGS_CS 136
-#define UREGS_SP 152
-#define UREGS_SIZE 168
-/* x86-64 kernel stacks (without KASAN); pt_regs are at their top. */
-#define THREAD_SIZE 16384
 
 /*
  * Set by user space: the kernel has bpf_task_pt_regs (Linux 5.15), which
@@ -186,6 +191,11 @@ static __always_inline int saved_user_regs(struct task_struct *task, struct user
 	    bpf_probe_read_kernel(&regs->sp, sizeof(u64), (void *)(base + UREGS_SP)) ||
 	    bpf_probe_read_kernel(&regs->bp, sizeof(u64), (void *)(base + UREGS_BP)))
 		return -1;
+	regs->lr = 0;
+#if defined(__TARGET_ARCH_arm64)
+	if (bpf_probe_read_kernel(&regs->lr, sizeof(u64), (void *)(base + UREGS_LR)))
+		return -1;
+#endif
 	return 0;
 }
 
@@ -198,10 +208,14 @@ static __always_inline int sample_user_regs(struct bpf_perf_event_data *ctx, str
 {
 	const u64 *r = (const u64 *)ctx; /* bpf_perf_event_data starts with pt_regs */
 
-	if (r[UREGS_CS / 8] & 3) {
+	if (user_mode_regs(r)) {
 		regs->ip = r[UREGS_IP / 8];
 		regs->sp = r[UREGS_SP / 8];
 		regs->bp = r[UREGS_BP / 8];
+		regs->lr = 0;
+#if defined(__TARGET_ARCH_arm64)
+		regs->lr = r[UREGS_LR / 8];
+#endif
 		return 0;
 	}
 	return saved_user_regs(task, regs);
@@ -265,6 +279,12 @@ static __always_inline int read_user_u64(u64 *dst, u64 addr)
 #include "hotspot.h" /* JIT code's runtimes: after what they use */
 #include "v8.h"
 
+#if !defined(__TARGET_ARCH_x86)
+/* The HotSpot and V8 walkers know x86-64 frames only: elsewhere, frame pointers. */
+#define hotspot_step(regs, pid, first, lookup, word) HOTSPOT_FRAME_POINTER
+#define v8_frame_word(pid, fp) 0
+#endif
+
 /*
  * One frame up from regs (the frame of a function at regs->ip): sets regs
  * to the caller's. Returns an enum unwind_end reason to stop, or -1 to go
@@ -278,7 +298,9 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	struct unwind_row *row;
 	u32 rule;
 	u64 cfa, ra, fp = regs->bp;
-	s64 fp_slot = 0; /* the caller's rbp is saved at CFA + fp_slot; 0: not saved */
+	s64 fp_slot = 0;  /* the caller's frame pointer is saved at CFA + fp_slot; 0: not saved */
+	s64 ra_slot = -8; /* the return address is saved at CFA + ra_slot; 0: in the link register */
+	int leaf = 0;	  /* the return address came from the link register */
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
 	u64 pc;
@@ -309,7 +331,9 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	case UNWIND_CFA:
 		cfa = (ROW_CFA_FP(rule) ? regs->bp : regs->sp) + ROW_CFA_OFFSET(rule);
 		fp_slot = ROW_FIELD(rule) * 8;
+		ra_slot = ROW_RA_SLOT(rule) * 8;
 		break;
+#if defined(__TARGET_ARCH_x86)
 	case UNWIND_PLT:
 		/* The entry pushes a word at a fixed offset within its 16 bytes. */
 		cfa = regs->sp + ROW_CFA_OFFSET(rule) + ((s64)(lookup & 15) >= ROW_FIELD(rule) ? 8 : 0);
@@ -322,6 +346,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		regs->sp = cfa;
 		/* The interrupted ip is not a return address: see walk_some. */
 		return -2;
+#endif
 	case UNWIND_NO_CFI:
 		goto frame_pointer;
 	case UNWIND_STOP:
@@ -329,8 +354,16 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	default:
 		return UNWIND_END_UNSUPPORTED;
 	}
-	if (read_user_u64(&ra, cfa - 8))
-		return UNWIND_END_READ_FAULT;
+	if (ra_slot) {
+		if (read_user_u64(&ra, cfa + ra_slot))
+			return UNWIND_END_READ_FAULT;
+	} else {
+		/* arm64: still in the link register, known in the interrupted frame only. */
+		if (!first || !regs->lr)
+			return UNWIND_END_BAD_FRAME;
+		ra = regs->lr;
+		leaf = 1;
+	}
 	if (fp_slot && read_user_u64(&fp, cfa + fp_slot))
 		return UNWIND_END_READ_FAULT;
 	goto done;
@@ -345,13 +378,16 @@ frame_pointer:
 		return UNWIND_END_READ_FAULT;
 	cfa = regs->bp + 16;
 done:
+	ra = RETURN_ADDRESS(ra);
 	if (!ra)
 		return UNWIND_END_ROOT;
-	if (cfa <= regs->sp)
+	/* A frame is above its callee's; a leaf's CFA may be its sp itself. */
+	if (cfa < regs->sp || (cfa == regs->sp && !leaf))
 		return UNWIND_END_BAD_FRAME;
 	regs->ip = ra;
 	regs->sp = cfa;
 	regs->bp = fp;
+	regs->lr = 0;
 	return -1;
 }
 

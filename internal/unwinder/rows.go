@@ -3,6 +3,7 @@ package unwinder
 import (
 	"debug/elf"
 	"fmt"
+	"runtime"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
@@ -18,8 +19,16 @@ const (
 	maxTableLength = 1 << 32 // rows' pcs are 32-bit offsets from the table's base
 )
 
-// buildRows builds the table of f in the kernel's layout for its machine.
+// hostMachine is the machine of the programs the BPF walk reads: tables
+// are built for files of that machine only (the layouts differ).
+var hostMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
+
+// buildRows builds the table of f in the kernel's layout for its machine,
+// which must be the host's.
 func buildRows(f *elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
+	if f.Machine != hostMachine {
+		return nil, 0, fmt.Errorf("a %v file on a %v host: no table", f.Machine, hostMachine)
+	}
 	t, err := cfi.Build(f)
 	if err != nil {
 		return nil, 0, err

@@ -31,8 +31,10 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("%w %s on %s: only x86-64 is supported", ErrUnsupported, v, f.Machine)
+	// The structures read have one layout on both 64-bit machines: what
+	// differs between them (pthread mutexes) lies past the fields read.
+	if f.Class != elf.ELFCLASS64 || (f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64) {
+		return nil, fmt.Errorf("%w %s on %s: only x86-64 and arm64 are supported", ErrUnsupported, v, f.Machine)
 	}
 	if _, debug := syms[symRefDebugBuild]; debug {
 		return nil, fmt.Errorf("%w %s: a debug build (only release builds are supported)", ErrUnsupported, v)

@@ -270,3 +270,20 @@ func TestLooksLikePython(t *testing.T) {
 func TestVersionString(t *testing.T) {
 	require.Equal(t, "3.12.1", Version{3, 12, 1}.String())
 }
+
+// Debian's arm64 CPython is detected with the offsets of its version (the
+// kernel matrix's arm64 guests walk it).
+func TestDetectARM64(t *testing.T) {
+	root := testutil.DebianPackage(t, "arm64", "libpython3.11")
+	f, err := elf.Open(root + "/usr/lib/aarch64-linux-gnu/libpython3.11.so.1.0")
+	require.NoError(t, err)
+	defer f.Close()
+	py, err := Detect(f)
+	require.NoError(t, err)
+	require.Equal(t, 3, py.Version.Major)
+	require.Equal(t, 11, py.Version.Minor)
+	want, ok := offsetsFor(py.Version)
+	require.True(t, ok)
+	require.Equal(t, want, py.Offsets)
+	require.NotZero(t, py.RuntimeAddr)
+}

@@ -18,6 +18,9 @@ var Runtime = &runtimes.Runtime{
 	NamesCode: true,
 	LooksLike: IsJVM,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
+		if err := runtimes.RequireX86(f, "the HotSpot walker"); err != nil {
+			return nil, err
+		}
 		syms, err := ExportedSymbols(f)
 		if err != nil {
 			return nil, nil // not a serviceable HotSpot

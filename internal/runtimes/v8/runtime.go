@@ -20,6 +20,9 @@ var Runtime = &runtimes.Runtime{
 	ProcMap:   "v8_procs",
 	LooksLike: IsNode,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
+		if err := runtimes.RequireX86(f, "the V8 walker"); err != nil {
+			return nil, err
+		}
 		l, err := ReadLayout(f)
 		if errors.Is(err, ErrNoV8) {
 			return nil, nil

@@ -1,0 +1,26 @@
+package runtimes
+
+import (
+	"debug/elf"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestRequireX86(t *testing.T) {
+	for _, tc := range []struct {
+		machine elf.Machine
+		ok      bool
+	}{
+		{elf.EM_X86_64, true},
+		{elf.EM_AARCH64, false},
+		{elf.EM_386, false},
+	} {
+		err := RequireX86(&elf.File{FileHeader: elf.FileHeader{Machine: tc.machine}}, "the walker")
+		if tc.ok {
+			assert.NoError(t, err, "%v", tc.machine)
+		} else {
+			assert.ErrorContains(t, err, "the walker reads x86-64 frames only, not "+tc.machine.String(), "%v", tc.machine)
+		}
+	}
+}
