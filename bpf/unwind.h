@@ -67,7 +67,9 @@ enum unwind_kind {
  * - arm64: where x29 is saved and where x30 (the return address) is saved,
  *   signed 8-bit each, in words from the CFA (0: not saved; x30's return
  *   address is then still in the link register), and the signed 12-bit CFA
- *   offset in words.
+ *   offset in 16-byte units; or, when x29's field is ROW_RECORD_AT_BASE,
+ *   the frame record (x29, x30) is at the CFA register itself (the bottom
+ *   of a large frame) and bits 12-31 hold a signed 20-bit CFA offset.
  * CFA = register + CFA offset.
  */
 struct unwind_row {
@@ -79,9 +81,12 @@ struct unwind_row {
 #define ROW_CFA_FP(rule) (((rule) >> 3) & 1)
 #define ROW_FIELD(rule) ((s32)((rule) << 20) >> 24)
 #if defined(__TARGET_ARCH_arm64)
+#define ROW_RECORD_AT_BASE (-128)
+#define ROW_RECORD(rule) (ROW_FIELD(rule) == ROW_RECORD_AT_BASE)
 #define ROW_RA_SLOT(rule) ((s32)((rule) << 12) >> 24)
-#define ROW_CFA_OFFSET(rule) (((s32)(rule) >> 20) * 8)
+#define ROW_CFA_OFFSET(rule) ((ROW_RECORD(rule) ? (s32)(rule) >> 12 : (s32)(rule) >> 20) * 16)
 #else
+#define ROW_RECORD(rule) 0
 #define ROW_RA_SLOT(rule) (-1) /* the return address is at CFA-8 */
 #define ROW_CFA_OFFSET(rule) ((s32)(rule) >> 12)
 #endif
@@ -332,6 +337,10 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		cfa = (ROW_CFA_FP(rule) ? regs->bp : regs->sp) + ROW_CFA_OFFSET(rule);
 		fp_slot = ROW_FIELD(rule) * 8;
 		ra_slot = ROW_RA_SLOT(rule) * 8;
+		if (ROW_RECORD(rule)) {
+			fp_slot = -(s64)ROW_CFA_OFFSET(rule);
+			ra_slot = fp_slot + 8;
+		}
 		break;
 #if defined(__TARGET_ARCH_x86)
 	case UNWIND_PLT:

@@ -146,36 +146,53 @@ func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 // The arm64 packing of a row's rule (bpf/unwind.h): kind in bits 0-2, CFA
 // on x29 in bit 3, where x29 and where x30 are saved (in words from the
 // CFA, 0: not saved) in signed 8-bit fields at bits 4-11 and 12-19, the
-// signed 12-bit CFA offset in words in bits 20-31.
+// signed 12-bit CFA offset in 16-byte units (sp stays 16-byte aligned) in
+// bits 20-31. A row whose frame record (x29, then x30) is at the CFA
+// register itself, as at the bottom of a large frame, marks its x29 field
+// arm64RecordAtBase and holds a signed 20-bit CFA offset in bits 12-31.
 const (
 	arm64FPShift      = 4
 	arm64RAShift      = 12
 	arm64CFAShift     = 20
-	arm64MaxSlot      = 1<<7 - 1  // words
-	arm64MaxCFAOffset = 1<<11 - 1 // words
+	arm64MaxSlot      = 1<<7 - 1  // words; -1<<7 is arm64RecordAtBase
+	arm64MaxCFAOffset = 1<<11 - 1 // 16-byte units
+	arm64CFAUnit      = 16
+
+	arm64RecordAtBase       = -1 << 7
+	arm64RecordCFAShift     = 12
+	arm64MaxRecordCFAOffset = 1<<19 - 1 // 16-byte units
 )
 
 // ruleARM64 packs an arm64 row's rule from byte offsets; false when one is
-// not a multiple of 8 or does not fit.
+// not a multiple of its unit or does not fit.
 func ruleARM64(kind uint32, cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) (uint32, bool) {
-	fp, ok1 := words(fpSlot, arm64MaxSlot)
-	ra, ok2 := words(raSlot, arm64MaxSlot)
-	cfa, ok3 := words(cfaOffset, arm64MaxCFAOffset)
-	if !ok1 || !ok2 || !ok3 {
-		return 0, false
+	var r uint32
+	if fpSlot != 0 && fpSlot == -cfaOffset && raSlot == fpSlot+8 {
+		cfa, ok := units(cfaOffset, arm64CFAUnit, -arm64MaxRecordCFAOffset-1, arm64MaxRecordCFAOffset)
+		if !ok {
+			return 0, false
+		}
+		r = kind | uint32(arm64RecordAtBase&0xff)<<arm64FPShift | uint32(cfa)<<arm64RecordCFAShift
+	} else {
+		fp, ok1 := units(fpSlot, 8, -arm64MaxSlot, arm64MaxSlot)
+		ra, ok2 := units(raSlot, 8, -arm64MaxSlot, arm64MaxSlot)
+		cfa, ok3 := units(cfaOffset, arm64CFAUnit, -arm64MaxCFAOffset-1, arm64MaxCFAOffset)
+		if !ok1 || !ok2 || !ok3 {
+			return 0, false
+		}
+		r = kind | uint32(uint8(int8(fp)))<<arm64FPShift | uint32(uint8(int8(ra)))<<arm64RAShift | uint32(cfa)<<arm64CFAShift
 	}
-	r := kind | uint32(uint8(int8(fp)))<<arm64FPShift | uint32(uint8(int8(ra)))<<arm64RAShift | uint32(cfa)<<arm64CFAShift
 	if cfaOnFP {
 		r |= ruleCFAOnFP
 	}
 	return r, true
 }
 
-// words returns off, in bytes, in 8-byte words; false unless a multiple of
-// 8 within [-maxWords-1, maxWords] words.
-func words(off, maxWords int32) (int32, bool) {
-	w := off / 8
-	return w, off%8 == 0 && w >= -maxWords-1 && w <= maxWords
+// units returns off, in bytes, in units of unit; false unless a multiple
+// of unit within [lo, hi] units.
+func units(off, unit, lo, hi int32) (int32, bool) {
+	u := off / unit
+	return u, off%unit == 0 && u >= lo && u <= hi
 }
 
 // kernelRowARM64 converts one aarch64 row, without its pc. There are no PLT

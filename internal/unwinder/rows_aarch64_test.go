@@ -64,9 +64,15 @@ func unpackARM64(rule uint32) cfi.Row {
 	if rule&ruleCFAOnFP != 0 {
 		r.CFAReg = cfi.RegFP
 	}
+	if int32(rule<<20)>>24 == arm64RecordAtBase {
+		r.CFAOffset = int32(rule) >> 12 * arm64CFAUnit
+		r.FPOffset = -r.CFAOffset
+		r.RAOffset = r.FPOffset + 8
+		return r
+	}
 	r.FPOffset = int32(rule<<20) >> 24 * 8
 	r.RAOffset = int32(rule<<12) >> 24 * 8
-	r.CFAOffset = int32(rule) >> 20 * 8
+	r.CFAOffset = int32(rule) >> 20 * arm64CFAUnit
 	return r
 }
 
@@ -88,14 +94,20 @@ func (p *packingStats) add(r cfi.Row) {
 	if r.RAOffset == 0 {
 		p.raInLR++
 	}
-	if _, ok := words(r.CFAOffset, arm64MaxCFAOffset); !ok {
-		p.badCFA++
-	}
-	if _, ok := words(r.FPOffset, arm64MaxSlot); !ok {
-		p.badFP++
-	}
-	if _, ok := words(r.RAOffset, arm64MaxSlot); !ok {
-		p.badRA++
+	if r.FPOffset != 0 && r.FPOffset == -r.CFAOffset && r.RAOffset == r.FPOffset+8 {
+		if _, ok := units(r.CFAOffset, arm64CFAUnit, -arm64MaxRecordCFAOffset-1, arm64MaxRecordCFAOffset); !ok {
+			p.badCFA++
+		}
+	} else {
+		if _, ok := units(r.CFAOffset, arm64CFAUnit, -arm64MaxCFAOffset-1, arm64MaxCFAOffset); !ok {
+			p.badCFA++
+		}
+		if _, ok := units(r.FPOffset, 8, -arm64MaxSlot, arm64MaxSlot); !ok {
+			p.badFP++
+		}
+		if _, ok := units(r.RAOffset, 8, -arm64MaxSlot, arm64MaxSlot); !ok {
+			p.badRA++
+		}
 	}
 	p.maxCFA = max(p.maxCFA, r.CFAOffset, -r.CFAOffset)
 	p.maxFP = max(p.maxFP, r.FPOffset, -r.FPOffset)

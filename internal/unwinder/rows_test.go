@@ -120,7 +120,8 @@ func rowARM64(cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) bpf.CpuUnwindRow {
 }
 
 func TestRulePackingARM64(t *testing.T) {
-	const maxCFA = arm64MaxCFAOffset * 8
+	const maxCFA = arm64MaxCFAOffset * arm64CFAUnit
+	const maxRecordCFA = arm64MaxRecordCFAOffset * arm64CFAUnit
 	for _, tt := range []struct {
 		fp                      bool
 		fpSlot, raSlot, cfaOffs int32
@@ -128,17 +129,22 @@ func TestRulePackingARM64(t *testing.T) {
 		ok                      bool
 	}{
 		{false, 0, 0, 0, 1, true},
-		{false, -32, -24, 32, 1 | 0xfc<<4 | 0xfd<<12 | 4<<20, true},
-		{true, -16, -8, 16, 1 | 1<<3 | 0xfe<<4 | 0xff<<12 | 2<<20, true},
-		{false, 0, 0, -16, 1 | 0xffe<<20, true},
+		{false, -16, -24, 32, 1 | 0xfe<<4 | 0xfd<<12 | 2<<20, true},
+		{true, -16, -8, 16, 1 | 1<<3 | 0x80<<4 | 1<<12, true},
+		{false, 0, 0, -16, 1 | 0xfff<<20, true},
 		{false, 0, 0, maxCFA, 1 | arm64MaxCFAOffset<<20, true},
-		{false, 0, 0, -maxCFA - 8, 1 | 0x800<<20, true},
-		{false, -1024, 1016, 8, 1 | 0x80<<4 | 0x7f<<12 | 1<<20, true},
-		{false, 0, 0, maxCFA + 8, 0, false},
-		{false, 0, 0, -maxCFA - 16, 0, false},
-		{false, 0, 0, 12, 0, false},
-		{false, -1032, 0, 8, 0, false},
-		{false, 0, 1024, 8, 0, false},
+		{false, 0, 0, -maxCFA - 16, 1 | 0x800<<20, true},
+		{false, -1016, 1016, 16, 1 | 0x81<<4 | 0x7f<<12 | 1<<20, true},
+		// The frame record at the CFA register: the CFA offset in bits 12-31.
+		{false, -32, -24, 32, 1 | 0x80<<4 | 2<<12, true},
+		{true, -2976, -2968, 2976, 1 | 1<<3 | 0x80<<4 | 186<<12, true},
+		{false, -maxRecordCFA, -maxRecordCFA + 8, maxRecordCFA, 1 | 0x80<<4 | arm64MaxRecordCFAOffset<<12, true},
+		{false, -maxRecordCFA - 16, -maxRecordCFA - 8, maxRecordCFA + 16, 0, false},
+		{false, 0, 0, maxCFA + 16, 0, false},
+		{false, 0, 0, -maxCFA - 32, 0, false},
+		{false, 0, 0, 8, 0, false},
+		{false, -1024, 0, 16, 0, false},
+		{false, 0, 1024, 16, 0, false},
 		{false, -12, 0, 16, 0, false},
 		{false, 0, -4, 16, 0, false},
 	} {
@@ -146,11 +152,12 @@ func TestRulePackingARM64(t *testing.T) {
 		assert.Equal(t, tt.ok, ok, "%+v", tt)
 		assert.Equal(t, tt.want, got, "%+v", tt)
 		if ok { // what bpf/unwind.h's ROW_* macros read back on arm64
-			assert.Equal(t, kindCFA, got&7)
-			assert.Equal(t, tt.fp, got&ruleCFAOnFP != 0)
-			assert.Equal(t, tt.fpSlot, int32(got<<20)>>24*8)
-			assert.Equal(t, tt.raSlot, int32(got<<12)>>24*8)
-			assert.Equal(t, tt.cfaOffs, int32(got)>>20*8)
+			reg := cfi.RegSP
+			if tt.fp {
+				reg = cfi.RegFP
+			}
+			want := cfi.Row{Kind: cfi.KindCFA, CFAReg: reg, CFAOffset: tt.cfaOffs, FPOffset: tt.fpSlot, RAOffset: tt.raSlot}
+			assert.Equal(t, want, unpackARM64(got), "%+v", tt)
 		}
 	}
 }
@@ -171,9 +178,10 @@ func TestKernelRowARM64(t *testing.T) {
 		{"stp x29, x30, [sp, #-32]!", cfa(cfi.RegSP, 32, -32, -24), rowARM64(false, -32, -24, 32)},
 		{"CFA on x29", cfa(cfi.RegFP, 16, -16, -8), rowARM64(true, -16, -8, 16)},
 		{"lazy PLT header after its push", cfa(cfi.RegSP, 16, 0, 0), rowARM64(false, 0, 0, 16)},
-		{"largest frame", cfa(cfi.RegSP, 16376, -16, -8), rowARM64(false, -16, -8, 16376)},
-		{"frame out of reach", cfa(cfi.RegSP, 16384, -16, -8), unsupported},
-		{"CFA offset not in words", cfa(cfi.RegSP, 20, 0, 0), unsupported},
+		{"largest frame", cfa(cfi.RegSP, 32752, -16, -8), rowARM64(false, -16, -8, 32752)},
+		{"frame out of reach", cfa(cfi.RegSP, 32768, -16, -8), unsupported},
+		{"large frame, its record at its bottom", cfa(cfi.RegSP, 33392, -33392, -33384), rowARM64(false, -33392, -33384, 33392)},
+		{"CFA offset not in 16-byte units", cfa(cfi.RegSP, 24, 0, 0), unsupported},
 		{"x29 saved out of reach", cfa(cfi.RegSP, 2048, -1040, -8), unsupported},
 		{"x30 saved out of reach", cfa(cfi.RegSP, 2048, -16, -1032), unsupported},
 		{"x30 saved unaligned", cfa(cfi.RegSP, 32, -32, -20), unsupported},

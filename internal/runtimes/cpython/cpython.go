@@ -5,7 +5,7 @@
 // frame is at) into a function name, file name and line by reading the code
 // object from the process's memory.
 //
-// Supported: CPython 3.9 to 3.13, x86-64 release builds (not free-threaded).
+// Supported: CPython 3.9 to 3.13, x86-64 and arm64 release builds (not free-threaded).
 package cpython
 
 import (
@@ -47,8 +47,8 @@ const (
 // frame (FRAME_OWNED_BY_CSTACK in enum _frameowner, 3 in 3.12 and 3.13).
 const FrameOwnedByCStack = 3
 
-// Offsets are byte offsets into CPython's structs for one version (x86-64
-// release build). The table is in offsets.go.
+// Offsets are byte offsets into CPython's structs for one version (64-bit
+// release builds, one layout on x86-64 and arm64). The table is in offsets.go.
 type Offsets struct {
 	// Version is the interpreter's version; Line picks the line table
 	// format by it.
