@@ -1,7 +1,7 @@
 // jitburn: burns CPU in "JIT-compiled" code, for perf-map symbolization tests.
 //
-// It copies a small hand-assembled loop (which keeps the frame-pointer
-// convention) into an anonymous executable mapping, announces it in
+// It copies a small hand-assembled loop (x86-64 or aarch64, which keeps the
+// frame-pointer convention) into an anonymous executable mapping, announces it in
 // /tmp/perf-<pid>.map the way JIT runtimes do (pid as the process sees
 // itself, so inside a pid namespace it is the namespace-local pid), and calls
 // it until argv[1] seconds (default 5) have passed. Prints its pid first.
@@ -14,13 +14,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#if defined(__x86_64__)
 /*
  * push %rbp; mov %rsp,%rbp; 1: dec %rdi; jnz 1b; pop %rbp; ret
- * (x86-64; rdi is the iteration count)
+ * (rdi is the iteration count)
  */
 static const uint8_t loop_code[] = {
 	0x55, 0x48, 0x89, 0xe5, 0x48, 0xff, 0xcf, 0x75, 0xfb, 0x5d, 0xc3,
 };
+#elif defined(__aarch64__)
+/*
+ * stp x29, x30, [sp, #-16]!; mov x29, sp; 1: subs x0, x0, #1; b.ne 1b;
+ * ldp x29, x30, [sp], #16; ret (x0 is the iteration count)
+ */
+static const uint32_t loop_code[] = {
+	0xa9bf7bfd, 0x910003fd, 0xf1000400, 0x54ffffe1, 0xa8c17bfd, 0xd65f03c0,
+};
+#else
+#error "jitburn has its loop for x86-64 and aarch64"
+#endif
 
 static double now(void)
 {
@@ -49,6 +61,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memcpy(code, loop_code, sizeof(loop_code));
+	__builtin___clear_cache((char *)code, (char *)code + sizeof(loop_code));
 	snprintf(path, sizeof(path), "/tmp/perf-%d.map", getpid());
 	f = fopen(path, "w");
 	if (!f) {
