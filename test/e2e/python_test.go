@@ -103,6 +103,7 @@ func TestCollectorPythonFrames(t *testing.T) {
 	lines := testutil.PythonLines(t)
 	otlp, addr := startOTLPServer(t)
 	dir := t.TempDir()
+	metricsPort := freePort(t)
 	out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
   bpfprofiler:
@@ -116,12 +117,25 @@ exporters:
     tls: {insecure: true}
 service:
   telemetry:
-    metrics: {level: none}
+    metrics:
+      level: normal
+      readers:
+        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, dir, addr))
+`, dir, addr, metricsPort))
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
 		60*time.Second, 100*time.Millisecond, "the collector did not start")
+	t.Cleanup(func() {
+		if t.Failed() { // how the walks of the CPython frames ended
+			text := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+			for _, line := range strings.Split(text, "\n") {
+				if strings.Contains(line, "python") && !strings.HasPrefix(line, "#") {
+					t.Log(line)
+				}
+			}
+		}
+	})
 
 	// The newest pyenv interpreter on its own, Debian's static one in a
 	// child pid namespace (with one interpreter, it runs both).
