@@ -58,6 +58,7 @@ run: $(COLLECTOR)
 test: $(COLLECTOR) test-tools
 	$(GO) vet ./...
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_OCB=$(OCB) $(GO) test -race -count=1 -p 1 -timeout 60m ./...
+	cd tools/image && $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 
 # Every fuzz target of the repository (found by name, so a new one is
@@ -76,6 +77,7 @@ fuzz:
 
 unit: test-tools
 	$(GO) test -race -count=1 ./...
+	cd tools/image && $(GO) test -race -count=1 ./...
 
 # The kernel matrix: boots Debian's kernels under qemu (software emulation)
 # and runs the end-to-end checks in each, plus on the machine's own kernel.
@@ -114,6 +116,22 @@ $(GATEWAY): $(OCB) bench/gateway-builder.yaml
 bench: $(COLLECTOR) $(GATEWAY)
 	BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_GATEWAY=$(GATEWAY) $(GO) run ./bench $(BENCHFLAGS)
 
+# The DaemonSet's image as an OCI image layout in _build/image (crane push
+# _build/image REF): an index of one image per platform of IMAGE_ARCHS, each
+# that platform's collector and deploy/collector.yaml on an empty base
+# (tools/image, its own module). Its version is the DaemonSet's image tag (the
+# release of collector-release.mk: check-release); PUSH=REF also pushes it
+# with docker login's credentials.
+IMAGE_ARCHS     := amd64 arm64
+IMAGE_VERSION    = $(lastword $(subst :, ,$(shell sed -n 's/^ *image: *//p' deploy/kubernetes/daemonset.yaml)))
+IMAGE_HOSTARCH  := $(shell $(GO) env GOHOSTARCH)
+image_collector  = $(BUILD)/otelcol-bpfprofiler$(if $(filter-out $(IMAGE_HOSTARCH),$(1)),-$(1))
+.PHONY: image
+image: $(foreach a,$(IMAGE_ARCHS),$(call image_collector,$(a)))
+	cd tools/image && $(GOHOST) run . -out $(BUILD)/image -config $(CURDIR)/deploy/collector.yaml \
+		-version $(IMAGE_VERSION) $(if $(PUSH),-push $(PUSH)) \
+		$(foreach a,$(IMAGE_ARCHS),linux/$(a)=$(call image_collector,$(a)))
+
 generate: generate-bpf generate-metadata
 
 generate-bpf:
@@ -148,6 +166,7 @@ lint: $(GOLANGCI)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GOLANGCI) run ./...
+	cd tools/image && $(GOLANGCI) run ./...
 	clang-format --dry-run --Werror --style=file:bpf/.clang-format bpf/*.c bpf/*.h
 
 clean:
