@@ -5,7 +5,12 @@ TOOLS     := $(BUILD)/tools
 OCB       := $(TOOLS)/builder
 MDATAGEN  := $(TOOLS)/mdatagen
 GOLANGCI  := $(TOOLS)/golangci-lint
-COLLECTOR := $(BUILD)/otelcol-bpfprofiler
+HOST      := $(shell $(GO) env GOHOSTOS GOHOSTARCH)
+# Tools run here: built for this machine whatever GOOS/GOARCH say.
+GOHOST    := GOOS=$(word 1,$(HOST)) GOARCH=$(word 2,$(HOST)) $(GO)
+# GOARCH=arm64 make collector cross-builds otelcol-bpfprofiler-arm64.
+COLLECTOR_ARCH := $(filter-out $(word 2,$(HOST)),$(GOARCH))
+COLLECTOR := $(BUILD)/otelcol-bpfprofiler$(if $(COLLECTOR_ARCH),-$(COLLECTOR_ARCH))
 GATEWAY   := $(BUILD)/gateway/otelcol-gateway
 CONFIG    ?= deploy/collector.yaml
 GOSRC     := $(shell find bpf internal receiver -name '*.go' -not -name '*_test.go') go.mod go.sum $(wildcard bpf/*.o)
@@ -30,21 +35,28 @@ build:
 # ocb at the release of collector-release.mk; a builder of another release
 # (an older _build) is replaced.
 $(OCB): collector-release.mk
-	GOBIN=$(TOOLS) $(GO) install go.opentelemetry.io/collector/cmd/builder@$(COLLECTOR_CORE)
+	GOBIN=$(TOOLS) $(GOHOST) install go.opentelemetry.io/collector/cmd/builder@$(COLLECTOR_CORE)
 	@touch $@
 
 $(GOLANGCI):
-	GOBIN=$(TOOLS) GOFLAGS= $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+	GOBIN=$(TOOLS) GOFLAGS= $(GOHOST) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
 
 $(MDATAGEN): tools/mdatagen/go.mod
-	cd tools/mdatagen && $(GO) build -o $(MDATAGEN) go.opentelemetry.io/collector/cmd/mdatagen
+	cd tools/mdatagen && $(GOHOST) build -o $(MDATAGEN) go.opentelemetry.io/collector/cmd/mdatagen
 
 tools: $(OCB) $(MDATAGEN)
 
 # The collector binary, built by ocb from builder-config.yaml.
 collector: $(COLLECTOR)
-$(COLLECTOR): $(OCB) builder-config.yaml $(GOSRC)
+$(BUILD)/otelcol-bpfprofiler: $(OCB) builder-config.yaml $(GOSRC)
 	$(OCB) --config builder-config.yaml
+	@touch $@
+
+# The collector for another architecture (otelcol-bpfprofiler-arm64): ocb's
+# sources, compiled as ocb does (CGO_ENABLED=0, -trimpath, -s -w).
+$(BUILD)/otelcol-bpfprofiler-%: $(OCB) builder-config.yaml $(GOSRC)
+	$(OCB) --config builder-config.yaml --skip-compilation
+	cd $(BUILD) && GOARCH=$* CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w" -o $@ .
 	@touch $@
 
 # Build (if needed) and run the collector on the default configuration.
@@ -81,15 +93,20 @@ unit: test-tools
 
 # The kernel matrix: boots Debian's kernels under qemu (software emulation)
 # and runs the end-to-end checks in each, plus on the machine's own kernel.
-# KERNELS chooses (series of Debian kernel packages, or host); README=1 also
-# rewrites the README's kernel table from the result.
+# KERNELS chooses (series of Debian kernel packages, arm64/<series> for
+# arm64's, or host), CHECKS runs only some checks ("programs load,probe");
+# README=1 also rewrites the README's kernel table from the result.
 KERNELS ?= 5.10,6.1,6.12,host
-test-kernels: $(COLLECTOR) test-tools kernel-tools
-	$(GO) run ./test/kernels -kernels "$(KERNELS)" -collector $(COLLECTOR) $(if $(README),-readme README.md)
+COLLECTOR_ARM64 := $(BUILD)/otelcol-bpfprofiler-arm64
+test-kernels: $(COLLECTOR) test-tools kernel-tools $(if $(findstring arm64/,$(KERNELS)),$(COLLECTOR_ARM64))
+	$(GO) run ./test/kernels -kernels "$(KERNELS)" -collector $(COLLECTOR) -collector-arm64 $(COLLECTOR_ARM64) \
+		$(if $(CHECKS),-checks "$(CHECKS)") $(if $(README),-readme README.md)
 
-# What the kernel matrix needs besides Go: qemu and a static busybox.
+# What the kernel matrix needs besides Go: qemu and a static busybox; for
+# arm64 guests qemu-system-arm and the cross compiler of the C workloads
+# (their busybox, glibc and CPython come from Debian's arm64 packages).
 kernel-tools:
-	$(call apt_install,qemu-system-x86 busybox-static)
+	$(call apt_install,qemu-system-x86 busybox-static qemu-system-arm gcc-aarch64-linux-gnu)
 
 # What the tests run besides Go, installed with apt when missing: gcc and g++
 # build the workloads and symbolizer fixtures, binutils' objcopy splits their

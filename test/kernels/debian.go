@@ -33,16 +33,24 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 // run refreshes them.
 const listsMaxAge = 24 * time.Hour
 
-// apt runs apt-get/apt-cache on the matrix's own sources and lists (under
-// the cache directory), leaving the system's apt configuration alone.
-type apt struct{ dir string }
+// apt runs apt-get/apt-cache on the matrix's own sources, lists and (empty)
+// dpkg status, for one architecture (under the cache directory), leaving the
+// system's apt and dpkg alone.
+type apt struct{ dir, arch string }
+
+func newApt(cacheDir string, a *arch) apt {
+	return apt{dir: filepath.Join(cacheDir, "apt-"+a.name), arch: a.name}
+}
 
 func (a apt) args(cmd ...string) []string {
 	return append([]string{
 		"-o", "Dir::Etc::sourcelist=" + filepath.Join(a.dir, "sources.sources"),
 		"-o", "Dir::Etc::sourceparts=-",
 		"-o", "Dir::State::Lists=" + filepath.Join(a.dir, "lists"),
+		"-o", "Dir::State::status=" + filepath.Join(a.dir, "status"),
 		"-o", "Dir::Cache=" + filepath.Join(a.dir, "cache"),
+		"-o", "APT::Architecture=" + a.arch,
+		"-o", "APT::Architectures=" + a.arch,
 		"-o", "APT::Sandbox::User=root",
 	}, cmd...)
 }
@@ -69,6 +77,9 @@ func (a apt) update(ctx context.Context) error {
 	if err := os.WriteFile(filepath.Join(a.dir, "sources.sources"), []byte(debianSources), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(a.dir, "status"), nil, 0o644); err != nil {
+		return err
+	}
 	stamp := filepath.Join(a.dir, "lists", ".updated")
 	if st, err := os.Stat(stamp); err == nil && time.Since(st.ModTime()) < listsMaxAge {
 		return nil
@@ -79,25 +90,28 @@ func (a apt) update(ctx context.Context) error {
 	return os.WriteFile(stamp, nil, 0o644)
 }
 
-// kernelPackagePattern matches Debian's generic amd64 kernel images (not the
-// cloud, rt, debug or unsigned flavours).
-var kernelPackagePattern = regexp.MustCompile(`^linux-image-(\d+\.\d+)[.\d]*[-+][\w.+~-]*?-amd64$`)
+// kernelPackagePattern matches Debian's generic kernel images of arch (not
+// the cloud, rt, debug, unsigned or arm64-16k flavours).
+func kernelPackagePattern(arch string) *regexp.Regexp {
+	return regexp.MustCompile(`^linux-image-(\d+\.\d+)[.\d]*[-+][\w.+~-]*?-` + arch + `$`)
+}
 
-// newestKernelPackage picks the newest generic image of series (e.g. "6.1")
-// among package names.
-func newestKernelPackage(series string, names []string) (string, error) {
+// kernelPackages picks the generic images of arch and series (e.g. "6.1")
+// among package names, newest first.
+func kernelPackages(arch, series string, names []string) ([]string, error) {
+	pattern := kernelPackagePattern(arch)
 	var found []string
 	for _, n := range names {
-		if m := kernelPackagePattern.FindStringSubmatch(n); m != nil && m[1] == series &&
+		if m := pattern.FindStringSubmatch(n); m != nil && m[1] == series &&
 			!strings.Contains(n, "-cloud-") && !strings.Contains(n, "-rt-") {
 			found = append(found, n)
 		}
 	}
 	if len(found) == 0 {
-		return "", fmt.Errorf("no Debian kernel package of series %s (known: linux-image-<series>...-amd64)", series)
+		return nil, fmt.Errorf("no Debian kernel package of series %s (known: linux-image-<series>...-%s)", series, arch)
 	}
-	slices.SortFunc(found, naturalCompare)
-	return found[len(found)-1], nil
+	slices.SortFunc(found, func(a, b string) int { return naturalCompare(b, a) })
+	return found, nil
 }
 
 // naturalCompare orders strings with runs of digits compared as numbers.
@@ -131,10 +145,13 @@ func leadingDigits(s string) string {
 	return s[:i]
 }
 
-// fetchKernel returns the path of the vmlinuz of the newest package of
-// series, downloading and unpacking it into the cache when needed.
-func fetchKernel(ctx context.Context, cacheDir, series string) (pkg, vmlinuz string, err error) {
-	a := apt{dir: filepath.Join(cacheDir, "apt")}
+// fetchKernel returns the path of the vmlinuz of the newest package of k
+// that can be downloaded, unpacking it into the cache when needed. A
+// package the archive lists but does not serve (404: here arm64's 5.10
+// security updates) is passed over for the next older one, said on stdout.
+func fetchKernel(ctx context.Context, cacheDir string, k kernelSpec) (pkg, vmlinuz string, err error) {
+	series := k.series
+	a := newApt(cacheDir, k.arch)
 	if err := a.update(ctx); err != nil {
 		return "", "", err
 	}
@@ -148,42 +165,61 @@ func fetchKernel(ctx context.Context, cacheDir, series string) (pkg, vmlinuz str
 			names = append(names, name)
 		}
 	}
-	if pkg, err = newestKernelPackage(series, names); err != nil {
+	pkgs, err := kernelPackages(k.arch.name, series, names)
+	if err != nil {
 		return "", "", err
 	}
+	for _, pkg := range pkgs {
+		if vmlinuz, err = unpackKernel(ctx, a, cacheDir, pkg); err == nil || ctx.Err() != nil {
+			return pkg, vmlinuz, err
+		}
+		fmt.Printf("%s: %s passed over: %v\n", k, pkg, strings.TrimSpace(lastLine(err.Error())))
+	}
+	return "", "", fmt.Errorf("no kernel package of %s could be fetched (%s)", k, strings.Join(pkgs, ", "))
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndex(s, "\n")+1:]
+}
+
+// unpackKernel returns the vmlinuz of pkg, downloading and unpacking the
+// package into the cache when needed. arm64's (signed) vmlinuz is an
+// uncompressed Image with an EFI header, which qemu boots as it is.
+func unpackKernel(ctx context.Context, a apt, cacheDir, pkg string) (string, error) {
 	unpacked := filepath.Join(cacheDir, pkg)
 	if found, _ := filepath.Glob(filepath.Join(unpacked, "boot", "vmlinuz-*")); len(found) == 1 {
-		return pkg, found[0], nil
+		return found[0], nil
 	}
 	debs := filepath.Join(cacheDir, "debs")
 	if err := os.MkdirAll(debs, 0o755); err != nil {
-		return "", "", err
+		return "", err
 	}
 	deb, _ := filepath.Glob(filepath.Join(debs, pkg+"_*.deb"))
 	if len(deb) == 0 {
 		if _, err := a.run(ctx, debs, "apt-get", "download", pkg); err != nil {
-			return "", "", err
+			return "", err
 		}
 		if deb, _ = filepath.Glob(filepath.Join(debs, pkg+"_*.deb")); len(deb) == 0 {
-			return "", "", fmt.Errorf("apt-get download %s left no .deb in %s", pkg, debs)
+			return "", fmt.Errorf("apt-get download %s left no .deb in %s", pkg, debs)
 		}
 	}
 	tmp := unpacked + ".tmp"
 	_ = os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return "", "", err
+		return "", err
 	}
 	sh := fmt.Sprintf("dpkg-deb --fsys-tarfile %q | tar -x -C %q --wildcards './boot/vmlinuz-*'", deb[0], tmp)
 	if out, err := exec.CommandContext(ctx, "sh", "-c", sh).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("unpack %s: %w\n%s", deb[0], err, out)
+		return "", fmt.Errorf("unpack %s: %w\n%s", deb[0], err, out)
 	}
 	_ = os.RemoveAll(unpacked)
 	if err := os.Rename(tmp, unpacked); err != nil {
-		return "", "", err
+		return "", err
 	}
 	found, _ := filepath.Glob(filepath.Join(unpacked, "boot", "vmlinuz-*"))
 	if len(found) != 1 {
-		return "", "", fmt.Errorf("%s holds %d vmlinuz files", pkg, len(found))
+		return "", fmt.Errorf("%s holds %d vmlinuz files", pkg, len(found))
 	}
-	return pkg, found[0], nil
+	return found[0], nil
 }

@@ -12,7 +12,7 @@ func TestDebugFileOfLibc(t *testing.T) {
 	if _, err := os.Stat(libc); err != nil {
 		t.Skip("no glibc here")
 	}
-	debug, err := debugFile(libc)
+	debug, err := debugFile(userland{sysroot: "/"}, libc)
 	if err != nil {
 		t.Fatal(err)
 	}

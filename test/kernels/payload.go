@@ -19,23 +19,39 @@ import (
 
 // check is one column of the table: a test of one of the test binaries.
 type check struct {
-	name   string // column title
-	binary string // test binary in the payload's /bin
-	test   string // test function
+	name   string   // column title
+	binary string   // test binary in the payload's /bin
+	test   string   // test function
+	arches []string // the architectures it runs on (n/a on others); nil: all
+}
+
+// runsOn reports whether c is checked on architecture arch.
+func (c check) runsOn(arch string) bool { return c.arches == nil || slices.Contains(c.arches, arch) }
+
+// checksOn returns the checks run on architecture arch.
+func checksOn(arch string) []check {
+	var out []check
+	for _, c := range checks {
+		if c.runsOn(arch) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // checks are the end-to-end checks run on every kernel, in table order.
 var checks = []check{
-	{"programs load", "bpf.test", "TestProgramsLoad"},
-	{"stack store", "bpf.test", "TestStackStoreHelpers"},
-	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd"},
-	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers"},
-	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile"},
-	{"probe", "e2e.test", "TestCollectorProbeLogs"},
-	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace"},
-	{"python", "e2e.test", "TestCollectorPythonFrames"},
-	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes"},
-	{"java", "e2e.test", "TestCollectorJavaFrames"},
+	{"programs load", "bpf.test", "TestProgramsLoad", nil},
+	{"stack store", "bpf.test", "TestStackStoreHelpers", nil},
+	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd", nil},
+	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers", nil},
+	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile", nil},
+	{"probe", "e2e.test", "TestCollectorProbeLogs", nil},
+	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace", nil},
+	{"python", "e2e.test", "TestCollectorPythonFrames", nil},
+	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes", nil},
+	// The HotSpot walker reads x86-64 frames only.
+	{"java", "e2e.test", "TestCollectorJavaFrames", []string{"amd64"}},
 }
 
 // stressChecks run only when -checks names them: they repeat one
@@ -44,7 +60,7 @@ var checks = []check{
 var stressChecks = []check{
 	// Attach and detach sched_switch programs under heavy switching
 	// (rounds from BPFPROFILER_DETACH_ROUNDS, see -env).
-	{"detach stress", "offcpu.test", "TestDetachUnderSwitches"},
+	{"detach stress", "offcpu.test", "TestDetachUnderSwitches", nil},
 }
 
 // selectChecks makes checks the ones named (by column or test name) in
@@ -79,8 +95,9 @@ var busyboxApplets = []string{
 	"sh", "mount", "mkdir", "ip", "hostname", "uname", "echo", "cat", "poweroff", "sleep", "unshare", "sysctl", "ls",
 }
 
-// payload is what every run of the checks needs.
+// payload is what every run of the checks on one architecture needs.
 type payload struct {
+	arch      *arch
 	root      string // the guest's root file system
 	initramfs string // root packed for qemu
 }
@@ -90,19 +107,28 @@ const (
 	guestWorkloads = "/workloads"
 )
 
-// buildPayload assembles the guest root under dir: busybox, the collector,
-// the test binaries (static, CGO_ENABLED=0), the C workloads compiled with
-// the tests' flags and the shared libraries they load, and /init.
-func buildPayload(ctx context.Context, dir, collector string) (*payload, error) {
+// buildPayload assembles the guest root of architecture a under dir:
+// busybox, the collector, the test binaries (static, CGO_ENABLED=0), the C
+// workloads compiled with the tests' flags and the shared libraries they
+// load, and /init. The userland (busybox, glibc, CPython) is the host's for
+// its own architecture, Debian bookworm's packages for another.
+func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch) (*payload, error) {
 	root := filepath.Join(dir, "root")
 	for _, d := range []string{"bin", "proc", "sys", "dev", "tmp", "run", guestWorkloads[1:]} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return nil, err
 		}
 	}
+	u := userland{arch: a, sysroot: "/"}
 	busybox, err := exec.LookPath("busybox")
-	if err != nil {
+	if err != nil && a.host() {
 		return nil, fmt.Errorf("busybox (Debian's busybox-static) is needed for the guest: %w", err)
+	}
+	if !a.host() {
+		if u, err = unpackUserland(ctx, cacheDir, a, filepath.Join(dir, "userland")); err != nil {
+			return nil, fmt.Errorf("the %s userland (Debian packages): %w", a.name, err)
+		}
+		busybox = u.path("/bin/busybox")
 	}
 	if err := copyFile(busybox, filepath.Join(root, "bin", "busybox"), 0o755); err != nil {
 		return nil, err
@@ -113,7 +139,7 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 		}
 	}
 	if err := copyFile(collector, filepath.Join(root, guestCollector), 0o755); err != nil {
-		return nil, fmt.Errorf("the collector (make collector): %w", err)
+		return nil, fmt.Errorf("the %s collector (GOARCH=%[1]s make collector): %w", a.name, err)
 	}
 	built := map[string]bool{}
 	for _, c := range checks {
@@ -123,7 +149,7 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 		}
 		built[bin] = true
 		cmd := exec.CommandContext(ctx, "go", "test", "-c", "-o", filepath.Join(root, "bin", bin), pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOARCH="+a.name)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("go test -c %s: %w\n%s", pkg, err, out)
 		}
@@ -135,26 +161,28 @@ func buildPayload(ctx context.Context, dir, collector string) (*payload, error) 
 	var bins []string
 	for _, src := range sources {
 		out := filepath.Join(root, guestWorkloads[1:], strings.TrimSuffix(filepath.Base(src), ".c"))
-		if err := testutil.CompileC(src, out); err != nil {
+		if err := testutil.CrossCompileC(a.name, src, out); err != nil {
 			return nil, err
 		}
 		bins = append(bins, out)
 	}
-	python, err := copyPython(root)
+	python, err := copyPython(root, u)
 	if err != nil {
 		return nil, fmt.Errorf("copy Debian's CPython: %w", err)
 	}
-	java, err := copyJava(root)
-	if err != nil {
-		return nil, fmt.Errorf("copy Debian's OpenJDK 17: %w", err)
+	var java []string
+	if a.host() { // the host's OpenJDK; the java check runs on amd64 alone
+		if java, err = copyJava(root); err != nil {
+			return nil, fmt.Errorf("copy Debian's OpenJDK 17: %w", err)
+		}
 	}
-	if err := copyLibraries(ctx, root, append(append(bins, python...), java...)); err != nil {
+	if err := copyLibraries(ctx, root, u, append(append(bins, python...), java...)); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript()), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(checksOn(a.name))), 0o755); err != nil {
 		return nil, err
 	}
-	p := &payload{root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
+	p := &payload{arch: a, root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
 	if err := writeInitramfs(root, p.initramfs); err != nil {
 		return nil, fmt.Errorf("initramfs: %w", err)
 	}
@@ -172,34 +200,37 @@ const pythonStdlib = "/usr/lib/python3.11"
 var pythonStdlibLeftOut = map[string]bool{
 	"test": true, "__pycache__": true, "idlelib": true, "tkinter": true, "ensurepip": true, "lib2to3": true,
 	"pydoc_data": true, "unittest": true, "distutils": true, "asyncio": true, "xml": true, "email": true,
-	"config-3.11-x86_64-linux-gnu": true, "lib-dynload": true, "multiprocessing": true, "concurrent": true,
+	"lib-dynload": true, "multiprocessing": true, "concurrent": true,
 	"sqlite3": true, "http": true, "urllib": true, "xmlrpc": true, "wsgiref": true, "json": true, "html": true,
 	"curses": true, "dbm": true, "venv": true, "turtledemo": true, "ctypes": true, "tomllib": true,
 	"zoneinfo": true, "site-packages": true, "dist-packages": true,
 }
 
-// copyPython copies Debian's CPython, the part of its standard library the
-// Python workload needs (7 MB) and the workload into root, and returns the
-// interpreter's host path for copyLibraries; nothing when the host has no
-// Debian CPython (make test-tools installs it).
-func copyPython(root string) ([]string, error) {
-	if _, err := os.Stat(guestPython); err != nil {
+// copyPython copies Debian's CPython of u, the part of its standard library
+// the Python workload needs (7 MB) and the workload into root, and returns
+// the interpreter's path here for copyLibraries; nothing when the host has
+// no Debian CPython (make test-tools installs it).
+func copyPython(root string, u userland) ([]string, error) {
+	python := u.path(guestPython)
+	if _, err := os.Stat(python); err != nil {
 		return nil, nil
 	}
 	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(guestPython)), 0o755); err != nil {
 		return nil, err
 	}
-	if err := copyFile(guestPython, filepath.Join(root, guestPython), 0o755); err != nil {
+	if err := copyFile(python, filepath.Join(root, guestPython), 0o755); err != nil {
 		return nil, err
 	}
-	err := filepath.WalkDir(pythonStdlib, func(path string, d os.DirEntry, err error) error {
+	stdlib := u.path(pythonStdlib)
+	err := filepath.WalkDir(stdlib, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && pythonStdlibLeftOut[d.Name()] {
+		if d.IsDir() && (pythonStdlibLeftOut[d.Name()] || strings.HasPrefix(d.Name(), "config-")) {
 			return filepath.SkipDir
 		}
-		dst := filepath.Join(root, path)
+		rel, _ := filepath.Rel(stdlib, path)
+		dst := filepath.Join(root, pythonStdlib, rel)
 		switch {
 		case d.IsDir():
 			return os.MkdirAll(dst, 0o755)
@@ -214,21 +245,32 @@ func copyPython(root string) ([]string, error) {
 	if err := copyFile("testdata/workloads/pywork.py", filepath.Join(root, guestWorkloads[1:], "pywork.py"), 0o644); err != nil {
 		return nil, err
 	}
-	return []string{guestPython}, nil
+	return []string{python}, nil
 }
 
 // copyLibraries copies the shared libraries (and the dynamic loader) that
-// ldd lists for bins into root, at the same paths, with their separate
-// debug files where the host has them (libc6-dbg: glibc's internal
-// functions, qsort's and start_thread's callers, are named from it).
-func copyLibraries(ctx context.Context, root string, bins []string) error {
+// bins load into root, at the same paths, with their separate debug files
+// where u has them (libc6-dbg: glibc's internal functions, qsort's and
+// start_thread's callers, are named from it). The host's are those ldd
+// lists, another architecture's those u.elfLibraries finds.
+func copyLibraries(ctx context.Context, root string, u userland, bins []string) error {
 	libs := map[string]bool{}
-	for _, b := range bins {
-		out, err := exec.CommandContext(ctx, "ldd", b).Output()
-		if err != nil {
-			return fmt.Errorf("ldd %s: %w", b, err)
+	if u.arch.host() {
+		for _, b := range bins {
+			out, err := exec.CommandContext(ctx, "ldd", b).Output()
+			if err != nil {
+				return fmt.Errorf("ldd %s: %w", b, err)
+			}
+			for _, l := range parseLDD(out) {
+				libs[l] = true
+			}
 		}
-		for _, l := range parseLDD(out) {
+	} else {
+		found, err := u.elfLibraries(bins)
+		if err != nil {
+			return err
+		}
+		for _, l := range found {
 			libs[l] = true
 		}
 	}
@@ -236,26 +278,26 @@ func copyLibraries(ctx context.Context, root string, bins []string) error {
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(l)), 0o755); err != nil {
 			return err
 		}
-		if err := copyFile(l, filepath.Join(root, l), 0o755); err != nil {
+		if err := copyFile(u.resolve(l), filepath.Join(root, l), 0o755); err != nil {
 			return err
 		}
-		debug, err := debugFile(l)
+		debug, err := debugFile(u, u.resolve(l))
 		if err != nil || debug == "" {
 			continue // a library without a build id or debug file: nothing more to name
 		}
 		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(debug)), 0o755); err != nil {
 			return err
 		}
-		if err := copyFile(debug, filepath.Join(root, debug), 0o644); err != nil {
+		if err := copyFile(u.path(debug), filepath.Join(root, debug), 0o644); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// debugFile returns the host's separate debug file of the ELF file at
-// path, by build id, or "" when it has none.
-func debugFile(path string) (string, error) {
+// debugFile returns the guest path of the separate debug file u has for
+// the ELF file at path, by build id, or "" when it has none.
+func debugFile(u userland, path string) (string, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return "", err
@@ -271,7 +313,7 @@ func debugFile(path string) (string, error) {
 	}
 	id := hex.EncodeToString(note[16:]) // namesz 4, descsz 4, type 4, "GNU\0"
 	debug := filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug")
-	if _, err := os.Stat(debug); err != nil {
+	if _, err := os.Stat(u.path(debug)); err != nil {
 		return "", nil
 	}
 	return debug, nil
@@ -331,8 +373,8 @@ func testEnv(root string) []string {
 }
 
 // initScript is the guest's /init: mount what the collector reads, run each
-// check's test, print the markers, power off.
-func initScript() string {
+// of checks' tests, print the markers, power off.
+func initScript(checks []check) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
 export PATH=/bin HOME=/tmp TMPDIR=/tmp

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"regexp"
@@ -25,9 +24,12 @@ type kernelResult struct {
 	uname  string
 	checks map[string]checkResult // by test name
 	done   bool
+	arch   string // GOARCH of the kernel
 	log    string
 	err    error
 	took   time.Duration
+	boot   time.Duration            // until the guest's first marker
+	times  map[string]time.Duration // each check's, by test name
 }
 
 // label names the kernel as it ran: its release, or the package's name.
@@ -39,7 +41,7 @@ func (r kernelResult) label() string {
 }
 
 func (r kernelResult) failed() bool {
-	for _, c := range checks {
+	for _, c := range checksOn(r.arch) {
 		if res := r.checks[c.test]; !res.ran || !res.passed {
 			return true
 		}
@@ -51,13 +53,45 @@ func (r kernelResult) summary() string {
 	if r.err != nil {
 		return "error: " + r.err.Error()
 	}
-	passed := 0
-	for _, c := range checks {
+	passed, run := 0, checksOn(r.arch)
+	for _, c := range run {
 		if r.checks[c.test].passed {
 			passed++
 		}
 	}
-	return fmt.Sprintf("%d of %d checks passed", passed, len(checks))
+	return fmt.Sprintf("%d of %d checks passed", passed, len(run))
+}
+
+// setTimes reads the boot's and each check's time from the marker lines'.
+func (r *kernelResult) setTimes(marks []mark) {
+	r.times = map[string]time.Duration{}
+	var start time.Duration
+	for _, m := range marks {
+		switch {
+		case strings.HasPrefix(m.line, markKernel):
+			r.boot = m.at
+		case strings.HasPrefix(m.line, markCheck):
+			start = m.at
+		case strings.HasPrefix(m.line, markExit):
+			if f := strings.Fields(strings.TrimPrefix(m.line, markExit)); len(f) > 0 {
+				r.times[f[0]] = m.at - start
+			}
+		}
+	}
+}
+
+// timing says how long the boot and each check took.
+func (r kernelResult) timing() string {
+	var parts []string
+	if r.kernel != "host" {
+		parts = append(parts, fmt.Sprintf("boot %v", r.boot.Round(100*time.Millisecond)))
+	}
+	for _, c := range checks {
+		if d, ok := r.times[c.test]; ok {
+			parts = append(parts, fmt.Sprintf("%s %v", c.name, d.Round(100*time.Millisecond)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 var (
@@ -77,10 +111,9 @@ func parseRun(r *kernelResult, log string) {
 	r.checks = map[string]checkResult{}
 	current := ""
 	var cur checkResult
-	sc := bufio.NewScanner(strings.NewReader(log))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimRight(sc.Text(), "\r")
+	// Lines of any length: a verifier's log can be one line of megabytes.
+	for line := range strings.Lines(log) {
+		line = strings.TrimRight(line, "\r\n")
 		// The serial console may prefix a line with terminal escapes.
 		if i := strings.Index(line, "@@matrix"); i > 0 {
 			line = line[i:]
@@ -135,6 +168,8 @@ func renderTable(results []kernelResult) string {
 		for _, c := range checks {
 			cell := r.checks[c.test]
 			switch {
+			case !c.runsOn(r.arch):
+				b.WriteString(" n/a |")
 			case !cell.ran:
 				b.WriteString(" ✗ not run |")
 			case cell.passed:
