@@ -44,10 +44,13 @@ enum python_entry {
 /* _PyInterpreterFrame.owner of a shim frame (FRAME_OWNED_BY_CSTACK). */
 #define PY_OWNED_BY_CSTACK 3
 
-/* A Python frame word (capture.RuntimeFrames): code address | instruction << 47 | eval entry. */
-#define PY_FRAME_ADDR_BITS 47
+/*
+ * A Python frame word (capture.RuntimeFrames): code address | instruction
+ * << 48 | eval entry. 48 address bits: arm64's user addresses have them.
+ */
+#define PY_FRAME_ADDR_BITS 48
 #define PY_FRAME_ADDR_MASK ((1ULL << PY_FRAME_ADDR_BITS) - 1)
-#define PY_FRAME_INSTR_MAX 0xffffULL
+#define PY_FRAME_INSTR_MAX 0x7fffULL
 #define PY_FRAME_EVAL_ENTRY (1ULL << 63)
 
 /* Threads searched for the current one (once per thread, see

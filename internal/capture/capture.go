@@ -66,24 +66,31 @@ type Frame struct {
 	Native uint64
 }
 
-// Runtime frame words as the BPF walkers write them (bpf/cpython.h): the
-// object's address in the low 47 bits, the position in the 16 above, the
-// Entry flag in the top bit.
+// Runtime frame words as the BPF walkers write them: the object's address
+// in the low bits, the position above it, the Entry flag in the top bit.
+// CPython's words (bpf/cpython.h) keep 48 address bits, arm64's user
+// addresses, and 15 of position; the in-place words of the x86-64-only
+// walkers (bpf/hotspot.h, bpf/v8.h) keep 47 and 16.
 const (
-	runtimeAddrBits = 47
+	pythonAddrBits  = 48
+	inPlaceAddrBits = 47
 	runtimeEntry    = 1 << 63
 )
 
 // RuntimeFrames decodes the frame words of a stack of runtime rt (leaf
 // first).
 func RuntimeFrames(rt Runtime, words []uint64) []Frame {
+	bits := uint(inPlaceAddrBits)
+	if rt == CPython {
+		bits = pythonAddrBits
+	}
 	out := make([]Frame, 0, len(words))
 	for _, w := range words {
 		out = append(out, Frame{
 			Kind:     RuntimeFrame,
 			Runtime:  rt,
-			Address:  w & (1<<runtimeAddrBits - 1),
-			Position: uint32(w>>runtimeAddrBits) & 0xffff,
+			Address:  w & (1<<bits - 1),
+			Position: uint32((w &^ runtimeEntry) >> bits),
 			Entry:    w&runtimeEntry != 0,
 		})
 	}
