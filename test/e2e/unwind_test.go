@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,7 +97,7 @@ func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	bin := collectorBinary(t)
 	nofp := testutil.BuildC(t, "nofp.c")
 	otlp, addr := startOTLPServer(t)
-	work := exec.Command(nofp, "60")
+	work := exec.Command(nofp, strconv.Itoa(int(testutil.Patient(60*time.Second).Seconds())))
 	require.NoError(t, work.Start())
 	t.Cleanup(func() { _ = work.Process.Kill(); _ = work.Wait() })
 
@@ -129,7 +130,7 @@ service:
 	require.Eventually(t, func() bool {
 		_, a, _ := chain.share(otlp.all())
 		return a > 0
-	}, 60*time.Second, 100*time.Millisecond, "no samples of the workload")
+	}, testutil.Patient(60*time.Second), 100*time.Millisecond, "no samples of the workload")
 	time.Sleep(4 * time.Second)
 	skip = len(otlp.all())
 	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
@@ -139,7 +140,7 @@ service:
 		_, b, _ = sorter.share(later())
 		_, c, _ = napperShare(later())
 		return a >= 300 && b >= 300 && c >= int64(2*time.Second)
-	}, 180*time.Second, 500*time.Millisecond) {
+	}, testutil.Patient(180*time.Second), 500*time.Millisecond) {
 		t.Fatalf("the OTLP endpoint received too few samples of the workload: chain %d, sorter %d (want 300 each), napper %v off CPU (want 2s), in %d requests after the first %d",
 			a, b, time.Duration(c), len(later()), skip)
 	}
