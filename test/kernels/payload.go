@@ -73,7 +73,7 @@ func selectChecks(names []string) error {
 	var chosen []check
 	for _, n := range names {
 		i := slices.IndexFunc(all, func(c check) bool {
-			return c.name == n || c.test == n || strings.HasPrefix(c.name, n+" ")
+			return c.name == n || c.test == n || strings.HasPrefix(c.name, n+" ") || strings.HasPrefix(c.name, n+",")
 		})
 		if i < 0 {
 			return fmt.Errorf("-checks: no check named %q", n)
@@ -179,7 +179,7 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err := copyLibraries(ctx, root, u, append(append(bins, python...), java...)); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(checksOn(a.name))), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name))), 0o755); err != nil {
 		return nil, err
 	}
 	p := &payload{arch: a, root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
@@ -374,7 +374,7 @@ func testEnv(root string) []string {
 
 // initScript is the guest's /init: mount what the collector reads, run each
 // of checks' tests, print the markers, power off.
-func initScript(checks []check) string {
+func initScript(a *arch, checks []check) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
 export PATH=/bin HOME=/tmp TMPDIR=/tmp
@@ -394,10 +394,12 @@ hostname kernel-matrix
 	}
 	// No pyenv in the guest: Debian's CPython only.
 	fmt.Fprintf(&b, "export %s=%s\n", testutil.PythonsEnv, guestPython)
+	patience := max(a.patience, 1)
+	fmt.Fprintf(&b, "export %s=%d\n", testutil.PatienceEnv, patience)
 	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)
 	for _, c := range checks {
 		fmt.Fprintf(&b, "echo '%s%s'\n", markCheck, c.test)
-		fmt.Fprintf(&b, "/bin/%s -test.v -test.count=1 -test.timeout=5m -test.run '^%s$' 2>&1\n", c.binary, c.test)
+		fmt.Fprintf(&b, "/bin/%s -test.v -test.count=1 -test.timeout=%dm -test.run '^%s$' 2>&1\n", c.binary, 5*patience, c.test)
 		fmt.Fprintf(&b, "echo \"%s%s $?\"\n", markExit, c.test)
 	}
 	fmt.Fprintf(&b, "echo '%s'\npoweroff -f\n", markDone)
