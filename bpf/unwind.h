@@ -69,7 +69,8 @@ enum unwind_kind {
  *   address is then still in the link register), and the signed 12-bit CFA
  *   offset in 16-byte units; or, when x29's field is ROW_RECORD_AT_BASE,
  *   the frame record (x29, x30) is at the CFA register itself (the bottom
- *   of a large frame) and bits 12-31 hold a signed 20-bit CFA offset.
+ *   of a large frame), or when it is ROW_LR_AT_BASE x30 alone is, and bits
+ *   12-31 hold a signed 20-bit CFA offset.
  * CFA = register + CFA offset.
  */
 struct unwind_row {
@@ -82,10 +83,12 @@ struct unwind_row {
 #define ROW_FIELD(rule) ((s32)((rule) << 20) >> 24)
 #if defined(__TARGET_ARCH_arm64)
 #define ROW_RECORD_AT_BASE (-128)
-#define ROW_RECORD(rule) (ROW_FIELD(rule) == ROW_RECORD_AT_BASE)
+#define ROW_LR_AT_BASE (-127)
+#define ROW_RECORD(rule) (ROW_FIELD(rule) == ROW_RECORD_AT_BASE || ROW_FIELD(rule) == ROW_LR_AT_BASE)
 #define ROW_RA_SLOT(rule) ((s32)((rule) << 12) >> 24)
 #define ROW_CFA_OFFSET(rule) ((ROW_RECORD(rule) ? (s32)(rule) >> 12 : (s32)(rule) >> 20) * 16)
 #else
+#define ROW_RECORD_AT_BASE (-128) /* arm64 only */
 #define ROW_RECORD(rule) 0
 #define ROW_RA_SLOT(rule) (-1) /* the return address is at CFA-8 */
 #define ROW_CFA_OFFSET(rule) ((s32)(rule) >> 12)
@@ -338,8 +341,13 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		fp_slot = ROW_FIELD(rule) * 8;
 		ra_slot = ROW_RA_SLOT(rule) * 8;
 		if (ROW_RECORD(rule)) {
-			fp_slot = -(s64)ROW_CFA_OFFSET(rule);
-			ra_slot = fp_slot + 8;
+			/* Saved at the CFA register itself: x29 then x30, or x30 alone. */
+			ra_slot = -(s64)ROW_CFA_OFFSET(rule);
+			fp_slot = 0;
+			if (ROW_FIELD(rule) == ROW_RECORD_AT_BASE) {
+				fp_slot = ra_slot;
+				ra_slot += 8;
+			}
 		}
 		break;
 #if defined(__TARGET_ARCH_x86)

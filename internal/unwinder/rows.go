@@ -149,16 +149,19 @@ func kernelRow(r cfi.Row) bpf.CpuUnwindRow {
 // signed 12-bit CFA offset in 16-byte units (sp stays 16-byte aligned) in
 // bits 20-31. A row whose frame record (x29, then x30) is at the CFA
 // register itself, as at the bottom of a large frame, marks its x29 field
-// arm64RecordAtBase and holds a signed 20-bit CFA offset in bits 12-31.
+// arm64RecordAtBase and holds a signed 20-bit CFA offset in bits 12-31;
+// one that saves x30 alone there (a large frame without a frame pointer)
+// marks it arm64LRAtBase, alike.
 const (
 	arm64FPShift      = 4
 	arm64RAShift      = 12
 	arm64CFAShift     = 20
-	arm64MaxSlot      = 1<<7 - 1  // words; -1<<7 is arm64RecordAtBase
+	arm64MaxSlot      = 1<<7 - 1  // words; -128 and -127 mark the rows at the CFA register
 	arm64MaxCFAOffset = 1<<11 - 1 // 16-byte units
 	arm64CFAUnit      = 16
 
-	arm64RecordAtBase       = -1 << 7
+	arm64RecordAtBase       = -128
+	arm64LRAtBase           = -127
 	arm64RecordCFAShift     = 12
 	arm64MaxRecordCFAOffset = 1<<19 - 1 // 16-byte units
 )
@@ -167,14 +170,14 @@ const (
 // not a multiple of its unit or does not fit.
 func ruleARM64(kind uint32, cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) (uint32, bool) {
 	var r uint32
-	if fpSlot != 0 && fpSlot == -cfaOffset && raSlot == fpSlot+8 {
+	if atBase := atBaseMark(fpSlot, raSlot, cfaOffset); atBase != 0 {
 		cfa, ok := units(cfaOffset, arm64CFAUnit, -arm64MaxRecordCFAOffset-1, arm64MaxRecordCFAOffset)
 		if !ok {
 			return 0, false
 		}
-		r = kind | uint32(arm64RecordAtBase&0xff)<<arm64FPShift | uint32(cfa)<<arm64RecordCFAShift
+		r = kind | uint32(atBase&0xff)<<arm64FPShift | uint32(cfa)<<arm64RecordCFAShift
 	} else {
-		fp, ok1 := units(fpSlot, 8, -arm64MaxSlot, arm64MaxSlot)
+		fp, ok1 := units(fpSlot, 8, -arm64MaxSlot+1, arm64MaxSlot)
 		ra, ok2 := units(raSlot, 8, -arm64MaxSlot, arm64MaxSlot)
 		cfa, ok3 := units(cfaOffset, arm64CFAUnit, -arm64MaxCFAOffset-1, arm64MaxCFAOffset)
 		if !ok1 || !ok2 || !ok3 {
@@ -186,6 +189,20 @@ func ruleARM64(kind uint32, cfaOnFP bool, fpSlot, raSlot, cfaOffset int32) (uint
 		r |= ruleCFAOnFP
 	}
 	return r, true
+}
+
+// atBaseMark returns the x29 field's mark of a row whose saved registers
+// are at the CFA register itself (the bottom of its frame), or 0.
+func atBaseMark(fpSlot, raSlot, cfaOffset int32) int32 {
+	switch {
+	case cfaOffset == 0 || raSlot == 0:
+		return 0
+	case fpSlot == -cfaOffset && raSlot == fpSlot+8:
+		return arm64RecordAtBase
+	case fpSlot == 0 && raSlot == -cfaOffset:
+		return arm64LRAtBase
+	}
+	return 0
 }
 
 // units returns off, in bytes, in units of unit; false unless a multiple

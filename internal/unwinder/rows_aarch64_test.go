@@ -64,10 +64,15 @@ func unpackARM64(rule uint32) cfi.Row {
 	if rule&ruleCFAOnFP != 0 {
 		r.CFAReg = cfi.RegFP
 	}
-	if int32(rule<<20)>>24 == arm64RecordAtBase {
+	switch int32(rule<<20) >> 24 {
+	case arm64RecordAtBase:
 		r.CFAOffset = int32(rule) >> 12 * arm64CFAUnit
 		r.FPOffset = -r.CFAOffset
 		r.RAOffset = r.FPOffset + 8
+		return r
+	case arm64LRAtBase:
+		r.CFAOffset = int32(rule) >> 12 * arm64CFAUnit
+		r.RAOffset = -r.CFAOffset
 		return r
 	}
 	r.FPOffset = int32(rule<<20) >> 24 * 8
@@ -94,7 +99,7 @@ func (p *packingStats) add(r cfi.Row) {
 	if r.RAOffset == 0 {
 		p.raInLR++
 	}
-	if r.FPOffset != 0 && r.FPOffset == -r.CFAOffset && r.RAOffset == r.FPOffset+8 {
+	if atBaseMark(r.FPOffset, r.RAOffset, r.CFAOffset) != 0 {
 		if _, ok := units(r.CFAOffset, arm64CFAUnit, -arm64MaxRecordCFAOffset-1, arm64MaxRecordCFAOffset); !ok {
 			p.badCFA++
 		}
@@ -102,7 +107,7 @@ func (p *packingStats) add(r cfi.Row) {
 		if _, ok := units(r.CFAOffset, arm64CFAUnit, -arm64MaxCFAOffset-1, arm64MaxCFAOffset); !ok {
 			p.badCFA++
 		}
-		if _, ok := units(r.FPOffset, 8, -arm64MaxSlot, arm64MaxSlot); !ok {
+		if _, ok := units(r.FPOffset, 8, -arm64MaxSlot+1, arm64MaxSlot); !ok {
 			p.badFP++
 		}
 		if _, ok := units(r.RAOffset, 8, -arm64MaxSlot, arm64MaxSlot); !ok {

@@ -134,12 +134,15 @@ func TestRulePackingARM64(t *testing.T) {
 		{false, 0, 0, -16, 1 | 0xfff<<20, true},
 		{false, 0, 0, maxCFA, 1 | arm64MaxCFAOffset<<20, true},
 		{false, 0, 0, -maxCFA - 16, 1 | 0x800<<20, true},
-		{false, -1016, 1016, 16, 1 | 0x81<<4 | 0x7f<<12 | 1<<20, true},
+		{false, -1008, 1016, 16, 1 | 0x82<<4 | 0x7f<<12 | 1<<20, true},
 		// The frame record at the CFA register: the CFA offset in bits 12-31.
 		{false, -32, -24, 32, 1 | 0x80<<4 | 2<<12, true},
 		{true, -2976, -2968, 2976, 1 | 1<<3 | 0x80<<4 | 186<<12, true},
 		{false, -maxRecordCFA, -maxRecordCFA + 8, maxRecordCFA, 1 | 0x80<<4 | arm64MaxRecordCFAOffset<<12, true},
 		{false, -maxRecordCFA - 16, -maxRecordCFA - 8, maxRecordCFA + 16, 0, false},
+		// x30 alone at the CFA register (-O2 -fomit-frame-pointer, a 4 KiB array).
+		{false, 0, -4112, 4112, 1 | 0x81<<4 | 257<<12, true},
+		{false, -1016, 0, 16, 0, false},
 		{false, 0, 0, maxCFA + 16, 0, false},
 		{false, 0, 0, -maxCFA - 32, 0, false},
 		{false, 0, 0, 8, 0, false},
