@@ -165,3 +165,21 @@ func TestTimedLogMarks(t *testing.T) {
 		t.Error("the log is not what was written")
 	}
 }
+
+func TestSelectChecks(t *testing.T) {
+	saved := checks
+	defer func() { checks = saved }()
+	if err := selectChecks([]string{"programs load", "cpu 75/25", "TestCollectorJavaFrames", "detach"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range checks {
+		got = append(got, c.name)
+	}
+	if want := []string{"programs load", "cpu 75/25, chains", "java", "detach stress"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if err := selectChecks([]string{"load"}); err == nil {
+		t.Error("no error for a name that is no check's")
+	}
+}
