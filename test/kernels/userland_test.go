@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // elfLibraries, on the host's own files, finds what ldd lists.
@@ -15,11 +17,11 @@ func TestELFLibrariesAsLDD(t *testing.T) {
 	const bin = "/usr/bin/python3.11"
 	a := arches[runtime.GOARCH]
 	if a == nil || !exists(bin) {
-		t.Skip("no Debian CPython of a known architecture here")
+		testutil.SkipOrFail(t, "no Debian CPython of a known architecture here (make test-tools installs it)")
 	}
 	out, err := exec.Command("ldd", bin).Output()
 	if err != nil {
-		t.Skip("ldd:", err)
+		testutil.SkipOrFail(t, "ldd: %v", err)
 	}
 	want := parseLDD(out)
 	got, err := userland{arch: a, sysroot: "/"}.elfLibraries([]string{bin})
