@@ -53,6 +53,15 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 	return id == tp;
 }
 
+/*
+ * A signal frame's registers, from rsp in the trampoline (glibc's
+ * __restore_rt, whose CFI says so): struct rt_sigframe starts with the
+ * return address; its ucontext's sigcontext holds rbp, rsp and rip here.
+ */
+#define SIGFRAME_FP 120
+#define SIGFRAME_SP 160
+#define SIGFRAME_IP 168
+
 /* Return addresses carry nothing but the address. */
 #define RETURN_ADDRESS(ra) (ra)
 
@@ -118,6 +127,20 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 {
 	return id < tp && tp - id <= 4096;
 }
+
+/*
+ * The signal trampoline, the vdso's __kernel_rt_sigreturn, has no CFI: it
+ * is known by its two instructions (mov x8, #__NR_rt_sigreturn; svc #0),
+ * as libgcc and gdb know it. At it, sp is the kernel's struct rt_sigframe:
+ * siginfo (128 bytes), then the ucontext, whose sigcontext (at 176) holds
+ * regs[31], sp and pc after the fault address. gdb reads the same offsets.
+ */
+#define SIGRETURN_CODE 0xd4000001d2801168ULL
+#define SIGFRAME_CONTEXT (128 + 176)
+#define SIGFRAME_FP (SIGFRAME_CONTEXT + 8 + 29 * 8)
+#define SIGFRAME_LR (SIGFRAME_CONTEXT + 8 + 30 * 8)
+#define SIGFRAME_SP (SIGFRAME_CONTEXT + 8 + 31 * 8)
+#define SIGFRAME_IP (SIGFRAME_CONTEXT + 8 + 32 * 8)
 
 /* Pointer authentication signs return addresses in their top bits (48-bit user addresses). */
 #define RETURN_ADDRESS(ra) ((ra) & ((1ULL << 48) - 1))

@@ -110,7 +110,7 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
 	if (key->kernel_stack_id == -EFAULT)
 		key->kernel_stack_id = -1;
-	python_capture(key->pid, &py);
+	python_last_walk(&py); /* walked by sample_cpu */
 	key->python_stack_id = python_store(stacks, &py, st);
 	scope_of((u32)bpf_get_current_pid_tgid(), key);
 
@@ -157,23 +157,17 @@ static __always_inline void walk_with_tables(struct bpf_perf_event_data *ctx, st
 	bpf_tail_call(ctx, &walk_progs, 0);
 }
 
+/* Records the sample of the current thread, key->pid and key->tid set, in generation gen's maps. */
 static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, void *counts, void *stacks,
-				   const struct sampler_config *cfg)
+				   struct stack_key *key)
 {
-	u64 id = bpf_get_current_pid_tgid();
-	struct stack_key key = {};
+	u32 host_tgid = bpf_get_current_pid_tgid() >> 32;
 	struct sampler_stats *st;
 	struct task_struct *task;
 	unsigned int flags;
 	u32 zero = 0;
 	u64 *frames;
 
-	if ((id >> 32) == 0) /* idle */
-		return;
-	if (current_ids(cfg, &key.pid, &key.tid))
-		return;
-	if (cfg->filter_enabled && !bpf_map_lookup_elem(&target_pids, &key.pid))
-		return;
 	st = bpf_map_lookup_elem(&stats, &gen);
 	frames = bpf_map_lookup_elem(&scratch, &zero);
 	if (!st || !frames)
@@ -185,12 +179,25 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	 */
 	task = (struct task_struct *)bpf_get_current_task();
 	flags = BPF_CORE_READ(task, flags);
-	key.user_stack_id = -1;
+	key->user_stack_id = -1;
 	if (!(flags & PF_KTHREAD)) {
-		walk_with_tables(ctx, task, &key, gen, id >> 32, flags, st);
-		key.user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
+		walk_with_tables(ctx, task, key, gen, host_tgid, flags, st);
+		key->user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
 	}
-	finish(ctx, counts, stacks, &key, st, frames, id >> 32, flags);
+	finish(ctx, counts, stacks, key, st, frames, host_tgid, flags);
+}
+
+/*
+ * Whether the current thread is sampled (not idle, passes the filter); sets
+ * key->pid and key->tid as the collector sees them.
+ */
+static __always_inline int sampled(const struct sampler_config *cfg, struct stack_key *key)
+{
+	if ((bpf_get_current_pid_tgid() >> 32) == 0) /* idle */
+		return 0;
+	if (current_ids(cfg, &key->pid, &key->tid))
+		return 0;
+	return !cfg->filter_enabled || bpf_map_lookup_elem(&target_pids, &key->pid);
 }
 
 SEC("perf_event")
@@ -198,6 +205,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 {
 	struct sampler_config *cfg;
 	struct inflight_seq *in;
+	struct stack_key key = {};
 	u32 zero = 0;
 
 	in = bpf_map_lookup_elem(&inflight, &zero);
@@ -207,10 +215,14 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 
 	/* Atomic add: a full barrier before config is read (x86 lock add). */
 	__sync_fetch_and_add(&in->enter, 1);
-	if (cfg->generation & 1)
-		record(ctx, 1, &counts_1, &stacks_1, cfg);
-	else
-		record(ctx, 0, &counts_0, &stacks_0, cfg);
+	if (sampled(cfg, &key)) {
+		/* Once, before either generation's path: finish reads it. */
+		python_walk_current(key.pid);
+		if (cfg->generation & 1)
+			record(ctx, 1, &counts_1, &stacks_1, &key);
+		else
+			record(ctx, 0, &counts_0, &stacks_0, &key);
+	}
 	/* Not reached when walk_user_stack took over the sample: it exits. */
 	__sync_fetch_and_add(&in->exit, 1);
 	return 0;

@@ -282,11 +282,11 @@ struct {
 
 /*
  * Walks and hashes the Python frames of the current thread of process pid
- * into this CPU's python_scratch and python_results; returns 0 when pid
- * runs CPython. A global function: the verifier checks it once, apart from
- * its callers, whatever state they reach it in.
+ * into this CPU's python_scratch and python_results (end -1: pid runs no
+ * CPython). Inlined, and called once per program: arm64 JITs before 6.0
+ * refuse programs that mix tail calls with BPF-to-BPF calls.
  */
-__attribute__((noinline)) int python_walk_current(u32 pid)
+static __always_inline void python_walk_current(u32 pid)
 {
 	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &pid);
 	struct python_result *r;
@@ -295,20 +295,22 @@ __attribute__((noinline)) int python_walk_current(u32 pid)
 
 	r = bpf_map_lookup_elem(&python_results, &zero);
 	frames = bpf_map_lookup_elem(&python_scratch, &zero);
-	if (!p || !r || !frames)
-		return -1;
+	if (!r)
+		return;
+	r->end = -1;
+	r->count = 0;
+	if (!p || !frames)
+		return;
 	r->end = python_walk(p, frames, &n);
 	r->count = n;
 	r->hash = n ? hash_frames(frames, n * sizeof(u64)) : -1;
-	return 0;
 }
 
 /*
- * Captures the Python frames of the current thread into py when process
- * pid (as the collector sees it) runs CPython; py->end is -1 when it does
- * not. The frames stay valid until the next capture on this CPU.
+ * Describes in py what the last python_walk_current on this CPU found
+ * (py->end -1: no CPython). The frames stay valid until the next walk.
  */
-static __always_inline void python_capture(u32 pid, struct python_stack *py)
+static __always_inline void python_last_walk(struct python_stack *py)
 {
 	struct python_result *r;
 	u32 zero = 0;
@@ -316,8 +318,6 @@ static __always_inline void python_capture(u32 pid, struct python_stack *py)
 	py->frames = NULL;
 	py->end = -1;
 	py->count = 0;
-	if (python_walk_current(pid))
-		return;
 	r = bpf_map_lookup_elem(&python_results, &zero);
 	if (!r)
 		return;
@@ -326,6 +326,13 @@ static __always_inline void python_capture(u32 pid, struct python_stack *py)
 	py->hash = r->hash;
 	if (r->count)
 		py->frames = bpf_map_lookup_elem(&python_scratch, &zero);
+}
+
+/* Captures the Python frames of the current thread of process pid into py. */
+static __always_inline void python_capture(u32 pid, struct python_stack *py)
+{
+	python_walk_current(pid);
+	python_last_walk(py);
 }
 
 /*

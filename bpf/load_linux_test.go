@@ -48,7 +48,9 @@ func TestProgramsLoad(t *testing.T) {
 		most, which := 0, ""
 		for prog, p := range coll.Programs {
 			if m := processedInsns.FindStringSubmatch(p.VerifierLog); m != nil {
-				if n, _ := strconv.Atoi(m[1]); n > most {
+				n, _ := strconv.Atoi(m[1])
+				t.Logf("%s: %s %d instructions", name, prog, n)
+				if n > most {
 					most, which = n, prog
 				}
 			}

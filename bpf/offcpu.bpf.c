@@ -191,6 +191,17 @@ static __always_inline u64 *walk_user_stack(struct task_struct *task, u32 pid, s
 }
 
 /*
+ * python_walk_current as a global function, which the verifier checks once
+ * apart from its caller (and whose stack is not the caller's): this object
+ * makes no tail calls, and needs a kernel (6.18) whose JITs all mix them.
+ */
+__attribute__((noinline)) int python_walk_global(u32 pid)
+{
+	python_walk_current(pid);
+	return 0;
+}
+
+/*
  * Task work of a thread with a pending wait, in its own context on its way
  * back to user space: its user stack is still the one it blocked with. The
  * entry is deleted once counted, so pending only holds waits in flight.
@@ -219,7 +230,8 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 			user = p->user;
 			user_hash = hash_frames(p->user, n);
 		}
-		python_capture(p->pid, &py);
+		python_walk_global(p->pid);
+		python_last_walk(&py);
 		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py);
 	}
 	bpf_preempt_enable();

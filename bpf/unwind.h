@@ -44,17 +44,10 @@ enum unwind_kind {
 	UNWIND_NO_CFI = 0,	/* no CFI for this pc: use the frame pointer */
 	UNWIND_CFA = 1,		/* CFA = reg + cfa_offset, return address at CFA-8 */
 	UNWIND_PLT = 2,		/* a PLT entry: CFA = rsp + cfa_offset, +8 when (pc & 15) >= fp_offset */
-	UNWIND_SIGNAL = 3,	/* a signal trampoline: registers saved in the ucontext at rsp */
+	UNWIND_SIGNAL = 3,	/* a signal trampoline: registers saved in the ucontext at sp (arch.h) */
 	UNWIND_STOP = 4,	/* the thread's root: the return address is undefined */
 	UNWIND_UNSUPPORTED = 5, /* CFI the table cannot express: the walk stops */
 };
-
-/* Where the x86-64 kernel saves a signal frame's registers: struct
- * rt_sigframe at rsp starts with the return address; its ucontext's
- * sigcontext holds rbp, rsp and rip at these offsets from rsp. */
-#define SIGFRAME_RBP 120
-#define SIGFRAME_RSP 160
-#define SIGFRAME_RIP 168
 
 /*
  * One row of an unwind table (internal/unwinder writes these): 8 bytes, the
@@ -294,6 +287,43 @@ static __always_inline int read_user_u64(u64 *dst, u64 addr)
 #endif
 
 /*
+ * Out of a signal trampoline at regs: the interrupted registers, from the
+ * kernel's signal frame at sp. Returns -2 (the ip is an interrupted one, not
+ * a return address) or UNWIND_END_READ_FAULT.
+ */
+static __always_inline int signal_frame(struct user_regs *regs)
+{
+	u64 ip, sp;
+
+	if (read_user_u64(&regs->bp, regs->sp + SIGFRAME_FP) || read_user_u64(&ip, regs->sp + SIGFRAME_IP) ||
+	    read_user_u64(&sp, regs->sp + SIGFRAME_SP))
+		return UNWIND_END_READ_FAULT;
+#ifdef SIGFRAME_LR
+	/* The interrupted function may not have saved its return address yet. */
+	if (read_user_u64(&regs->lr, regs->sp + SIGFRAME_LR))
+		return UNWIND_END_READ_FAULT;
+#endif
+	regs->ip = ip;
+	regs->sp = sp;
+	return -2;
+}
+
+/*
+ * A pc no table maps: the walk ends, unless it is a return into arm64's
+ * signal trampoline (the vdso's, which no table maps).
+ */
+static __always_inline int unmapped_step(struct user_regs *regs, int first)
+{
+#ifdef SIGRETURN_CODE
+	u64 code;
+
+	if (!first && !read_user_u64(&code, regs->ip) && code == SIGRETURN_CODE)
+		return signal_frame(regs);
+#endif
+	return UNWIND_END_NO_MAPPING;
+}
+
+/*
  * One frame up from regs (the frame of a function at regs->ip): sets regs
  * to the caller's. Returns an enum unwind_end reason to stop, or -1 to go
  * on. first says regs are the interrupted ones (ip is the faulting or
@@ -315,7 +345,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 
 	m = find_mapping(pid, lookup);
 	if (!m)
-		return UNWIND_END_NO_MAPPING;
+		return unmapped_step(regs, first);
 	if (!m->rows) {
 		/* Its table was evicted: a rescan loads it again. */
 		if (m->table == UNWIND_TABLE_EVICTED)
@@ -356,13 +386,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 		cfa = regs->sp + ROW_CFA_OFFSET(rule) + ((s64)(lookup & 15) >= ROW_FIELD(rule) ? 8 : 0);
 		break;
 	case UNWIND_SIGNAL:
-		if (read_user_u64(&regs->bp, regs->sp + SIGFRAME_RBP) || read_user_u64(&ra, regs->sp + SIGFRAME_RIP) ||
-		    read_user_u64(&cfa, regs->sp + SIGFRAME_RSP))
-			return UNWIND_END_READ_FAULT;
-		regs->ip = ra;
-		regs->sp = cfa;
-		/* The interrupted ip is not a return address: see walk_some. */
-		return -2;
+		return signal_frame(regs);
 #endif
 	case UNWIND_NO_CFI:
 		goto frame_pointer;

@@ -13,7 +13,7 @@ import (
 // says otherwise becomes an unsupported one.
 const (
 	raOffset       = -8  // the return address is at CFA-8
-	sigframeRSP    = 160 // a signal frame's saved rsp, rip and rbp, from rsp
+	sigframeRSP    = 160 // a signal frame's saved rsp, rip and rbp, from rsp (bpf/arch.h SIGFRAME_*)
 	sigframeRIP    = 168
 	sigframeRBP    = 120
 	maxTableLength = 1 << 32 // rows' pcs are 32-bit offsets from the table's base

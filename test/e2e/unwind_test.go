@@ -91,8 +91,9 @@ func napperShare(received []pprofile.Profiles) (float64, int64, string) {
 
 // Code built without frame pointers (nofp.c, -O2 -fomit-frame-pointer)
 // comes out of the collector with whole stacks: on CPU through the
-// program's own frames and through glibc's qsort, off CPU from glibc's
-// nanosleep, down to the threads' roots.
+// program's own frames, through glibc's qsort and out of a signal handler
+// into the frameless leaf it interrupted, off CPU from glibc's nanosleep,
+// down to the threads' roots.
 func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	bin := collectorBinary(t)
 	nofp := testutil.BuildC(t, "nofp.c")
@@ -121,6 +122,7 @@ service:
 
 	chain := chainCheck{"chain_leaf", []string{"chain_c", "chain_b", "chain_a", "main"}, []string{"__libc_start_call_main", "__libc_start_main", "_start"}}
 	sorter := chainCheck{"compare_slow", []string{"qsort", "sort_round", "sorter"}, []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}}
+	handler := chainCheck{"handler_burn", []string{"on_signal", "sig_leaf", "sig_loop", "handled"}, sorter.roots}
 	// The first samples come before the process's tables are loaded (on
 	// an emulated kernel that takes a while): the reports of the first 4 s
 	// are left out. On an emulated single CPU shared with the workload's
@@ -134,23 +136,27 @@ service:
 	time.Sleep(4 * time.Second)
 	skip = len(otlp.all())
 	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
-	var a, b, c int64
+	var a, b, c, d int64
 	if !assert.Eventually(t, func() bool {
 		_, a, _ = chain.share(later())
 		_, b, _ = sorter.share(later())
 		_, c, _ = napperShare(later())
-		return a >= 300 && b >= 300 && c >= int64(2*time.Second)
+		_, d, _ = handler.share(later())
+		return a >= 300 && b >= 300 && d >= 300 && c >= int64(2*time.Second)
 	}, testutil.Patient(180*time.Second), 500*time.Millisecond) {
-		t.Fatalf("the OTLP endpoint received too few samples of the workload: chain %d, sorter %d (want 300 each), napper %v off CPU (want 2s), in %d requests after the first %d",
-			a, b, time.Duration(c), len(later()), skip)
+		t.Fatalf("the OTLP endpoint received too few samples of the workload: chain %d, sorter %d, signal handler %d (want 300 each), napper %v off CPU (want 2s), in %d requests after the first %d",
+			a, b, d, time.Duration(c), len(later()), skip)
 	}
 
 	chainShare, chainN, chainEx := chain.share(later())
 	sortShare, sortN, sortEx := sorter.share(later())
+	handlerShare, handlerN, handlerEx := handler.share(later())
 	napShare, napNs, napEx := napperShare(later())
-	matrixFigure(t, "own frames %.1f%% whole, through qsort %.1f%%, off-CPU %.1f%%", 100*chainShare, 100*sortShare, 100*napShare)
-	t.Logf("chain: %d samples, sorter: %d, napper: %v off CPU (after %d requests)", chainN, sortN, time.Duration(napNs), skip)
+	matrixFigure(t, "own frames %.1f%% whole, through qsort %.1f%%, out of a signal handler %.1f%%, off-CPU %.1f%%",
+		100*chainShare, 100*sortShare, 100*handlerShare, 100*napShare)
+	t.Logf("chain: %d samples, sorter: %d, signal handler: %d, napper: %v off CPU (after %d requests)", chainN, sortN, handlerN, time.Duration(napNs), skip)
 	assert.GreaterOrEqual(t, chainShare, 0.95, "e.g. %s", chainEx)
 	assert.GreaterOrEqual(t, sortShare, 0.95, "e.g. %s", sortEx)
+	assert.GreaterOrEqual(t, handlerShare, 0.95, "out of a signal handler, e.g. %s", handlerEx)
 	assert.GreaterOrEqual(t, napShare, 0.95, "off-CPU, e.g. %s", napEx)
 }

@@ -6,10 +6,15 @@
 // leaf burning CPU. Thread "sorter": sorter -> sort_round -> qsort (glibc)
 // -> compare_slow, the comparator burning CPU, so the walk goes through
 // libc's own frames. Thread "napper": napper -> nap_round -> nap_leaf ->
-// nanosleep (glibc), sleeping 2 ms at a time, for off-CPU walks.
+// nanosleep (glibc), sleeping 2 ms at a time, for off-CPU walks. Thread
+// "handled": handled -> sig_loop -> sig_leaf, a leaf spinning without a
+// frame, interrupted every 4 ms of its CPU time by SIGUSR1, whose handler
+// on_signal -> handler_burn burns CPU: the walk goes through the signal
+// trampoline (glibc's __restore_rt, arm64's vdso) into the interrupted leaf.
 // Usage: nofp [seconds]  (default 5).
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,9 +124,70 @@ __attribute__((noinline)) static void *napper(void *arg)
 	return NULL;
 }
 
+__attribute__((noinline)) uint64_t handler_burn(uint64_t seed)
+{
+	for (int i = 0; i < 2000000; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+	}
+	return seed;
+}
+
+__attribute__((noinline)) static void on_signal(int sig)
+{
+	sink = handler_burn(sink + sig) + 1;
+}
+
+/* A leaf without a frame: on arm64 its return address stays in x30. */
+__attribute__((noinline)) uint64_t sig_leaf(uint64_t seed)
+{
+	for (int i = 0; i < 1000000; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+	}
+	return seed;
+}
+
+__attribute__((noinline)) uint64_t sig_loop(uint64_t seed)
+{
+	uint64_t buf[8]; /* a frame of its own on the stack */
+	for (int i = 0; i < 8; i++)
+		buf[i] = seed + i;
+	return sig_leaf(buf[seed & 7]) + buf[5];
+}
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+__attribute__((noinline)) static void *handled(void *arg)
+{
+	struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
+	struct itimerspec every = { { 0, 4000000 }, { 0, 4000000 } }; /* 4 ms of this thread's CPU */
+	struct sigaction sa = { .sa_handler = on_signal };
+	uint64_t seed = 7, acc = 0;
+	double end = now() + seconds;
+	timer_t timer;
+	(void)arg;
+	pthread_setname_np(pthread_self(), "handled");
+	sigaction(SIGUSR1, &sa, NULL);
+	ev.sigev_notify_thread_id = gettid();
+	if (timer_create(CLOCK_THREAD_CPUTIME_ID, &ev, &timer) || timer_settime(timer, 0, &every, NULL)) {
+		perror("nofp: timer");
+		exit(1);
+	}
+	while (now() < end)
+		acc += sig_loop(seed++);
+	timer_delete(timer);
+	sink = acc;
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
-	pthread_t t, nap;
+	pthread_t t, nap, sig;
 	uint64_t acc = 0, seed = 1;
 	double end;
 
@@ -132,11 +198,13 @@ int main(int argc, char **argv)
 	pthread_setname_np(pthread_self(), "chain");
 	pthread_create(&t, NULL, sorter, NULL);
 	pthread_create(&nap, NULL, napper, NULL);
+	pthread_create(&sig, NULL, handled, NULL);
 	end = now() + seconds;
 	while (now() < end)
 		acc += chain_a(seed++);
 	pthread_join(t, NULL);
 	pthread_join(nap, NULL);
+	pthread_join(sig, NULL);
 	sink = acc;
 	return 0;
 }
