@@ -213,7 +213,11 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (!in || !cfg)
 		return 0;
 
-	/* Atomic add: a full barrier before config is read (x86 lock add). */
+	/*
+	 * Atomic add: a full barrier before config is read on x86 (lock add);
+	 * relaxed on arm64, where the drain's grace after the flip (1 ms,
+	 * internal/stackdrain) lets the increment become visible first.
+	 */
 	__sync_fetch_and_add(&in->enter, 1);
 	if (sampled(cfg, &key)) {
 		/* Once, before either generation's path: finish reads it. */

@@ -107,7 +107,11 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 	in = bpf_map_lookup_elem(&inflight, &zero);
 	if (!in)
 		return;
-	/* Atomic add: a full barrier before config is read (x86 lock add). */
+	/*
+	 * Atomic add: a full barrier before config is read on x86 (lock add);
+	 * relaxed on arm64, where the drain's grace after the flip (1 ms,
+	 * internal/stackdrain) lets the increment become visible first.
+	 */
 	__sync_fetch_and_add(&in->enter, 1);
 	cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)

@@ -15,7 +15,8 @@ import (
 
 const (
 	// flipGrace lets the generation flip become visible on every CPU before
-	// the in-flight counters are read (see Drain).
+	// the in-flight counters are read (see Drain), and a program's entry
+	// count before that: on arm64 its atomic add orders nothing.
 	flipGrace = time.Millisecond
 	// quiesceTimeout bounds the wait for running invocations; they take
 	// microseconds with preemption disabled, so this is never reached in practice.
