@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -40,7 +41,11 @@ type Options struct {
 	Env func(string) string
 	// SelfPID is the collector's pid as Proc sees it; os.Getpid() when 0.
 	SelfPID uint32
-	Logger  *zap.Logger // zap.NewNop() when nil
+	// ProcessContexts reads the contexts SDKs publish (OTEP 4719): their
+	// resource attributes are applied to their processes' identities.
+	ProcessContexts bool
+	Now             func() time.Time // time.Now when nil
+	Logger          *zap.Logger      // zap.NewNop() when nil
 }
 
 // Resolver resolves and caches process identities.
@@ -49,6 +54,7 @@ type Resolver struct {
 	hostName string
 	names    *RuntimeNames
 	self     self
+	contexts *contextReader // nil: not read
 	logger   *zap.Logger
 
 	mu        sync.Mutex
@@ -83,6 +89,9 @@ func New(o Options) *Resolver {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	downward := DownwardFromEnv(o.Env)
 	if o.HostName == "" {
 		o.HostName = downward.NodeName
@@ -98,6 +107,9 @@ func New(o Options) *Resolver {
 		cache:    map[uint32]cached{},
 	}
 	r.self = r.readSelf(o.SelfPID, downward)
+	if o.ProcessContexts {
+		r.contexts = newContextReader(o.Proc, o.Now)
+	}
 	return r
 }
 
@@ -128,7 +140,7 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 	trusted := ok && r.announced && !c.check
 	r.mu.Unlock()
 	if trusted {
-		return c.identity, nil
+		return r.withContext(pid, c.identity), nil
 	}
 	start, err := r.proc.StartTime(pid)
 	if err != nil {
@@ -136,7 +148,7 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 		c, ok := r.cache[pid]
 		r.mu.Unlock()
 		if ok {
-			return c.identity, nil
+			return r.withContext(pid, c.identity), nil
 		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return r.minimal(pid), fmt.Errorf("identity of pid %d: %w", pid, ErrGone)
@@ -151,13 +163,33 @@ func (r *Resolver) Resolve(pid uint32) (report.Identity, error) {
 	}
 	r.mu.Unlock()
 	if ok && c.startTime == start {
-		return c.identity, nil
+		return r.withContext(pid, c.identity), nil
+	}
+	if ok && r.contexts != nil {
+		r.contexts.forget(pid) // another process now
 	}
 	id := r.read(pid)
 	r.mu.Lock()
 	r.cache[pid] = cached{startTime: start, identity: id}
 	r.mu.Unlock()
-	return id, nil
+	return r.withContext(pid, id), nil
+}
+
+// withContext applies pid's published context to id, when contexts are read.
+func (r *Resolver) withContext(pid uint32, id report.Identity) report.Identity {
+	if r.contexts == nil {
+		return id
+	}
+	return r.contexts.apply(pid, id)
+}
+
+// ContextStats returns the counts of process contexts read (zero when they
+// are not read).
+func (r *Resolver) ContextStats() ContextStats {
+	if r.contexts == nil {
+		return ContextStats{}
+	}
+	return r.contexts.Stats()
 }
 
 // TrustAnnouncements says the caller calls Announce for every process that
@@ -193,8 +225,11 @@ func (r *Resolver) Known(pid uint32) bool {
 // pid and start time, another executable).
 func (r *Resolver) Forget(pid uint32) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.cache, pid)
+	r.mu.Unlock()
+	if r.contexts != nil {
+		r.contexts.forget(pid)
+	}
 }
 
 // ForgetExited drops what is cached about those of pids that no longer exist
@@ -239,6 +274,11 @@ func (r *Resolver) forgetGone(pids []uint32) []uint32 {
 			gone = append(gone, pid)
 		}
 		r.mu.Unlock()
+	}
+	if r.contexts != nil {
+		for _, pid := range gone {
+			r.contexts.forget(pid)
+		}
 	}
 	return gone
 }

@@ -28,6 +28,8 @@ type Config struct {
 	Kubernetes     K8sConfig       `mapstructure:"kubernetes"`
 	PerfMaps       PerfMapsConfig  `mapstructure:"perf_maps"`
 	Unwinding      UnwindingConfig `mapstructure:"unwinding"`
+	// TraceContext reads what OpenTelemetry SDKs publish for profilers.
+	TraceContext TraceContextConfig `mapstructure:"trace_context"`
 	// ThreadAttributes are the attributes of its thread each sample of an
 	// OTLP profile carries: thread.id, thread.name, both or none.
 	ThreadAttributes []string `mapstructure:"thread_attributes"`
@@ -116,6 +118,13 @@ type PerfMapsConfig struct {
 	MaxSizeMiB int64 `mapstructure:"max_size_mib"`
 }
 
+// TraceContextConfig turns the readers of OpenTelemetry SDKs' published
+// context on or off: the process context (OTEP 4719), whose resource
+// attributes name a process.
+type TraceContextConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+}
+
 // UnwindingConfig chooses how user stacks are walked.
 type UnwindingConfig struct {
 	// Method: auto walks CPU and off-CPU stacks with unwind tables built
@@ -160,6 +169,7 @@ func createDefaultConfig() component.Config {
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 		Unwinding:        UnwindingConfig{Method: unwindAuto, TableMemoryMiB: 64},
+		TraceContext:     TraceContextConfig{Enabled: true},
 		ThreadAttributes: []string{attrkey.ThreadID, attrkey.ThreadName},
 	}
 }

@@ -40,6 +40,7 @@ func TestLoadConfig(t *testing.T) {
 				ThreadAttributes: []string{"thread.id", "thread.name"},
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 32},
 				Unwinding:        UnwindingConfig{Method: "frame_pointer", TableMemoryMiB: 256},
+				TraceContext:     TraceContextConfig{Enabled: false},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
@@ -58,6 +59,7 @@ func TestLoadConfig(t *testing.T) {
 				ThreadAttributes: []string{"thread.id", "thread.name"},
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 				Unwinding:        UnwindingConfig{Method: "auto", TableMemoryMiB: 64},
+				TraceContext:     TraceContextConfig{Enabled: true},
 			},
 		},
 		{
@@ -80,6 +82,7 @@ func TestLoadConfig(t *testing.T) {
 				ThreadAttributes: []string{"thread.id", "thread.name"},
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 				Unwinding:        UnwindingConfig{Method: "auto", TableMemoryMiB: 64},
+				TraceContext:     TraceContextConfig{Enabled: true},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/procread"
 )
 
@@ -33,6 +34,8 @@ type processReads struct {
 	mu       sync.Mutex
 	sched    *procread.Schedule
 	recorded procread.Stats // the counts already added to the telemetry
+	// contexts are the process context counts already added.
+	contexts identity.ContextStats
 }
 
 func newProcessReads() *processReads {
@@ -153,5 +156,25 @@ func (r *profilerReceiver) recordProcessReads(ctx context.Context) {
 		if n > 0 {
 			r.telemetry.BpfprofilerProcessReads.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrOutcome, outcome)))
 		}
+	}
+}
+
+// recordProcessContexts adds the process context reads counted since the
+// previous call to the telemetry, by outcome.
+func (r *profilerReceiver) recordProcessContexts(ctx context.Context) {
+	st := r.ids.ContextStats()
+	p := r.reads
+	p.mu.Lock()
+	prev := p.contexts
+	p.contexts = st
+	p.mu.Unlock()
+	add := func(outcome string, n uint64) {
+		if n > 0 {
+			r.telemetry.BpfprofilerProcessContexts.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrOutcome, outcome)))
+		}
+	}
+	add(contextRead, st.Read-prev.Read)
+	for reason, n := range st.Failed {
+		add(reason, n-prev.Failed[reason])
 	}
 }

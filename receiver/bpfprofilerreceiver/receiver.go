@@ -153,9 +153,10 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		Logger:          logger,
 	})
 	r.ids = identity.New(identity.Options{
-		Proc:     r.proc,
-		HostRoot: r.cfg.Kubernetes.HostRoot,
-		Logger:   logger,
+		Proc:            r.proc,
+		HostRoot:        r.cfg.Kubernetes.HostRoot,
+		ProcessContexts: r.cfg.TraceContext.Enabled,
+		Logger:          logger,
 	})
 	r.assembler = &assemble.Assembler{
 		Symbols:    r.symbols,
@@ -323,6 +324,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	r.recordJVMSymbolization(ctx, symStats)
 	r.recordV8Symbolization(ctx, symStats)
 	r.recordProcessReads(ctx)
+	r.recordProcessContexts(ctx)
 	r.forgetExited(exited, lost)
 	if len(profiles) == 0 {
 		return

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/identity"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
@@ -54,6 +55,9 @@ const (
 	readDone    = "read"
 	readExited  = "exited"
 	readDropped = "dropped"
+
+	// process_contexts outcomes besides the identity package's reasons
+	contextRead = "read"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
@@ -76,18 +80,19 @@ func emittedAttributeValues() map[string][]string {
 		pythonEnds = append(pythonEnds, e.Reason())
 	}
 	return map[string][]string{
-		"kind":                 {kindCPU, kindOffCPU},
-		"mechanism":            {mechPerfEvent, mechTaskWork, mechSwitchOut},
-		"signal":               {signalProfiles, signalLogs, signalPprof},
-		"stack":                {stackUser, stackKernel},
-		"sample_loss_reason":   {lostMapFull},
-		"stack_loss_reason":    stackReasons,
-		"probe_drop_reason":    {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
-		"unwind_end":           unwindEnds,
-		"table_failure":        tableFailures,
-		"python_end":           pythonEnds,
-		"probe_sample_outcome": sampleOutcomes,
-		"process_read_outcome": {readDone, readExited, readDropped},
+		"kind":                    {kindCPU, kindOffCPU},
+		"mechanism":               {mechPerfEvent, mechTaskWork, mechSwitchOut},
+		"signal":                  {signalProfiles, signalLogs, signalPprof},
+		"stack":                   {stackUser, stackKernel},
+		"sample_loss_reason":      {lostMapFull},
+		"stack_loss_reason":       stackReasons,
+		"probe_drop_reason":       {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+		"unwind_end":              unwindEnds,
+		"table_failure":           tableFailures,
+		"python_end":              pythonEnds,
+		"probe_sample_outcome":    sampleOutcomes,
+		"process_read_outcome":    {readDone, readExited, readDropped},
+		"process_context_outcome": append([]string{contextRead}, identity.ContextReasons...),
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},

@@ -35,6 +35,7 @@ type TelemetryBuilder struct {
 	BpfprofilerProbeRecordsDropped      metric.Int64Counter
 	BpfprofilerProbeSamples             metric.Int64Counter
 	BpfprofilerProbeStacksDropped       metric.Int64Counter
+	BpfprofilerProcessContexts          metric.Int64Counter
 	BpfprofilerProcessReads             metric.Int64Counter
 	BpfprofilerProcessesSeen            metric.Int64Counter
 	BpfprofilerPythonFrames             metric.Int64Counter
@@ -137,6 +138,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_probe_stacks_dropped",
 		metric.WithDescription("Completed scopes of a probe with stacks left out of its probe_duration profile: more distinct (thread, entry stack) sums in one report than the receiver holds. [Development]"),
 		metric.WithUnit("{record}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerProcessContexts, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_process_contexts",
+		metric.WithDescription("Reads of the process contexts OpenTelemetry SDKs publish (OTEP 4719, trace_context::enabled), by outcome. read: a publication read and its resource attributes applied to the process's samples; the others are why one was not (the last one read stays applied): unreadable (its maps or memory could not be read, or not within 1 s), malformed (no signature, a payload over 64 KiB or not a ProcessContext), version (not version 2), updating (it changed under three reads in a row), process_gone. A process with a context has its header polled every 10 s while it has samples; one without has its maps scanned at its first report, then after 10 s, 20 s, 40 s ... up to every 10 minutes. [Development]"),
+		metric.WithUnit("{read}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerProcessReads, err = builder.meter.Int64Counter(

@@ -165,6 +165,22 @@ func AssertEqualBpfprofilerProbeStacksDropped(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualBpfprofilerProcessContexts(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_process_contexts",
+		Description: "Reads of the process contexts OpenTelemetry SDKs publish (OTEP 4719, trace_context::enabled), by outcome. read: a publication read and its resource attributes applied to the process's samples; the others are why one was not (the last one read stays applied): unreadable (its maps or memory could not be read, or not within 1 s), malformed (no signature, a payload over 64 KiB or not a ProcessContext), version (not version 2), updating (it changed under three reads in a row), process_gone. A process with a context has its header polled every 10 s while it has samples; one without has its maps scanned at its first report, then after 10 s, 20 s, 40 s ... up to every 10 minutes. [Development]",
+		Unit:        "{read}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_process_contexts")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualBpfprofilerProcessReads(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_process_reads",

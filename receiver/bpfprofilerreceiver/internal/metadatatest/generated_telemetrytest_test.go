@@ -28,6 +28,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeSamples.Add(context.Background(), 1)
 	tb.BpfprofilerProbeStacksDropped.Add(context.Background(), 1)
+	tb.BpfprofilerProcessContexts.Add(context.Background(), 1)
 	tb.BpfprofilerProcessReads.Add(context.Background(), 1)
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFrames.Add(context.Background(), 1)
@@ -72,6 +73,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProbeStacksDropped(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerProcessContexts(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProcessReads(t, testTel,
