@@ -30,6 +30,9 @@ var forbidden = map[string][]string{
 	"internal/pproffile": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/symbolize", "internal/identity"},
 	"internal/symbolize": {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
 	"internal/identity":  {"kernel", "internal/capture", "internal/assemble", "internal/pdata", "internal/pproffile"},
+	// What processes publish about themselves is read for identity, from /proc alone.
+	"internal/processctx": {"kernel", "internal/capture", "internal/assemble", "internal/report", "internal/pdata",
+		"internal/pproffile", "internal/symbolize", "internal/identity"},
 	// The runtimes serve both sides (the unwinder loads what their walkers
 	// need, the symbolizer names their frames) and see neither.
 	"internal/runtimes":         runtimeForbidden,
