@@ -63,16 +63,32 @@ struct {
 } walks SEC(".maps");
 
 int walk_switch_out(void *ctx);
+int capture_switch_out(unsigned long long *ctx);
 
-/* Slot 0: walk_switch_out, which tail-calls itself until the walk ends. */
+#define PROG_WALK 0
+#define PROG_CAPTURE 1
+
+/*
+ * Slot PROG_WALK: walk_switch_out, which tail-calls itself until the walk
+ * ends; slot PROG_CAPTURE: capture_switch_out, which offcpu_switch hands a
+ * switch-out to, so the verifier checks the captures from one state.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
 	__array(values, int(void *));
 } walk_progs SEC(".maps") = {
-	.values = { [0] = (void *)&walk_switch_out },
+	.values = { [PROG_WALK] = (void *)&walk_switch_out, [PROG_CAPTURE] = (void *)&capture_switch_out },
 };
+
+/* The switch's timestamp, per CPU, for capture_switch_out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} switch_now SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -152,7 +168,7 @@ static __always_inline void walk_with_tables(void *ctx, struct task_struct *prev
 	if (!w || saved_user_regs(prev, &w->walk.regs) || unwind_walk_start(&w->walk, pid))
 		return;
 	w->host_tid = host_tid;
-	bpf_tail_call(ctx, &walk_progs, 0);
+	bpf_tail_call(ctx, &walk_progs, PROG_WALK);
 }
 
 /* Takes the Python frames of the current thread (of process pid) for s. */
@@ -256,18 +272,35 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 SEC("tp_btf/sched_switch")
 int BPF_PROG(offcpu_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next)
 {
-	struct sampler_config *cfg;
-	u32 zero = 0;
 	/* One timestamp for both ends, so the program's cost is charged to neither thread. */
 	u64 now = bpf_ktime_get_ns();
+	u32 zero = 0;
+	u64 *at;
 
-	/* Switch-in first: switch_out may end in a tail call. */
+	/* Switch-in first: the switch-out ends in a tail call. */
 	switch_in(now, next);
-	if (!preempt && task_state(prev) != TASK_RUNNING) {
-		cfg = bpf_map_lookup_elem(&config, &zero);
-		if (cfg)
-			switch_out(ctx, now, prev, cfg);
-	}
+	if (preempt || task_state(prev) == TASK_RUNNING)
+		return 0;
+	at = bpf_map_lookup_elem(&switch_now, &zero);
+	if (!at)
+		return 0;
+	*at = now;
+	bpf_tail_call(ctx, &walk_progs, PROG_CAPTURE);
+	return 0;
+}
+
+/* prev goes to sleep (offcpu_switch found): takes its stacks. */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(capture_switch_out, _Bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	struct sampler_config *cfg;
+	u32 zero = 0;
+	u64 *now;
+
+	now = bpf_map_lookup_elem(&switch_now, &zero);
+	cfg = bpf_map_lookup_elem(&config, &zero);
+	if (now && cfg)
+		switch_out(ctx, *now, prev, cfg);
 	return 0;
 }
 
@@ -289,7 +322,7 @@ int walk_switch_out(void *ctx)
 	end = unwind_walk_some(&w->walk, frames);
 	if (end < 0 && w->walk.calls < UNWIND_WALK_CALLS) {
 		w->walk.calls++;
-		bpf_tail_call(ctx, &walk_progs, 0);
+		bpf_tail_call(ctx, &walk_progs, PROG_WALK);
 	}
 	if (end < 0)
 		end = UNWIND_END_DEPTH;

@@ -201,45 +201,47 @@ type OffcpuSwitchoutV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuSwitchoutMapComms           = "comms"
-	OffcpuSwitchoutMapConfig          = "config"
-	OffcpuSwitchoutMapCounts0         = "counts_0"
-	OffcpuSwitchoutMapCounts1         = "counts_1"
-	OffcpuSwitchoutMapExcludedPids    = "excluded_pids"
-	OffcpuSwitchoutMapHotspotProcs    = "hotspot_procs"
-	OffcpuSwitchoutMapInflight        = "inflight"
-	OffcpuSwitchoutMapNewPids         = "new_pids"
-	OffcpuSwitchoutMapOpenScopes      = "open_scopes"
-	OffcpuSwitchoutMapPythonProcs     = "python_procs"
-	OffcpuSwitchoutMapPythonResults   = "python_results"
-	OffcpuSwitchoutMapPythonScratch   = "python_scratch"
-	OffcpuSwitchoutMapPythonThreads   = "python_threads"
-	OffcpuSwitchoutMapPythonWalks     = "python_walks"
-	OffcpuSwitchoutMapRescanAfter     = "rescan_after"
-	OffcpuSwitchoutMapScratch         = "scratch"
-	OffcpuSwitchoutMapSeenPids        = "seen_pids"
-	OffcpuSwitchoutMapSleeps          = "sleeps"
-	OffcpuSwitchoutMapStacks0         = "stacks_0"
-	OffcpuSwitchoutMapStacks1         = "stacks_1"
-	OffcpuSwitchoutMapStats           = "stats"
-	OffcpuSwitchoutMapTargetPids      = "target_pids"
-	OffcpuSwitchoutMapUnwindFiles     = "unwind_files"
-	OffcpuSwitchoutMapUnwindMappings  = "unwind_mappings"
-	OffcpuSwitchoutMapUnwindTableUsed = "unwind_table_used"
-	OffcpuSwitchoutMapUserStacks      = "user_stacks"
-	OffcpuSwitchoutMapV8Procs         = "v8_procs"
-	OffcpuSwitchoutMapWalkProgs       = "walk_progs"
-	OffcpuSwitchoutMapWalks           = "walks"
-	OffcpuSwitchoutProgForgetExec     = "forget_exec"
-	OffcpuSwitchoutProgForgetProcess  = "forget_process"
-	OffcpuSwitchoutProgOffcpuFree     = "offcpu_free"
-	OffcpuSwitchoutProgOffcpuSwitch   = "offcpu_switch"
-	OffcpuSwitchoutProgWalkSwitchOut  = "walk_switch_out"
-	OffcpuSwitchoutVarHaveTaskPtRegs  = "have_task_pt_regs"
-	OffcpuSwitchoutVarLinkScopes      = "link_scopes"
-	OffcpuSwitchoutVarMinBlockNs      = "min_block_ns"
-	OffcpuSwitchoutVarUnwindRowLayout = "unwind_row_layout"
-	OffcpuSwitchoutVarUnwindTables    = "unwind_tables"
+	OffcpuSwitchoutMapComms             = "comms"
+	OffcpuSwitchoutMapConfig            = "config"
+	OffcpuSwitchoutMapCounts0           = "counts_0"
+	OffcpuSwitchoutMapCounts1           = "counts_1"
+	OffcpuSwitchoutMapExcludedPids      = "excluded_pids"
+	OffcpuSwitchoutMapHotspotProcs      = "hotspot_procs"
+	OffcpuSwitchoutMapInflight          = "inflight"
+	OffcpuSwitchoutMapNewPids           = "new_pids"
+	OffcpuSwitchoutMapOpenScopes        = "open_scopes"
+	OffcpuSwitchoutMapPythonProcs       = "python_procs"
+	OffcpuSwitchoutMapPythonResults     = "python_results"
+	OffcpuSwitchoutMapPythonScratch     = "python_scratch"
+	OffcpuSwitchoutMapPythonThreads     = "python_threads"
+	OffcpuSwitchoutMapPythonWalks       = "python_walks"
+	OffcpuSwitchoutMapRescanAfter       = "rescan_after"
+	OffcpuSwitchoutMapScratch           = "scratch"
+	OffcpuSwitchoutMapSeenPids          = "seen_pids"
+	OffcpuSwitchoutMapSleeps            = "sleeps"
+	OffcpuSwitchoutMapStacks0           = "stacks_0"
+	OffcpuSwitchoutMapStacks1           = "stacks_1"
+	OffcpuSwitchoutMapStats             = "stats"
+	OffcpuSwitchoutMapSwitchNow         = "switch_now"
+	OffcpuSwitchoutMapTargetPids        = "target_pids"
+	OffcpuSwitchoutMapUnwindFiles       = "unwind_files"
+	OffcpuSwitchoutMapUnwindMappings    = "unwind_mappings"
+	OffcpuSwitchoutMapUnwindTableUsed   = "unwind_table_used"
+	OffcpuSwitchoutMapUserStacks        = "user_stacks"
+	OffcpuSwitchoutMapV8Procs           = "v8_procs"
+	OffcpuSwitchoutMapWalkProgs         = "walk_progs"
+	OffcpuSwitchoutMapWalks             = "walks"
+	OffcpuSwitchoutProgCaptureSwitchOut = "capture_switch_out"
+	OffcpuSwitchoutProgForgetExec       = "forget_exec"
+	OffcpuSwitchoutProgForgetProcess    = "forget_process"
+	OffcpuSwitchoutProgOffcpuFree       = "offcpu_free"
+	OffcpuSwitchoutProgOffcpuSwitch     = "offcpu_switch"
+	OffcpuSwitchoutProgWalkSwitchOut    = "walk_switch_out"
+	OffcpuSwitchoutVarHaveTaskPtRegs    = "have_task_pt_regs"
+	OffcpuSwitchoutVarLinkScopes        = "link_scopes"
+	OffcpuSwitchoutVarMinBlockNs        = "min_block_ns"
+	OffcpuSwitchoutVarUnwindRowLayout   = "unwind_row_layout"
+	OffcpuSwitchoutVarUnwindTables      = "unwind_tables"
 )
 
 // LoadOffcpuSwitchout returns the embedded CollectionSpec for OffcpuSwitchout.
@@ -284,11 +286,12 @@ type OffcpuSwitchoutSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutProgramSpecs struct {
-	ForgetExec    *ebpf.ProgramSpec `ebpf:"forget_exec"`
-	ForgetProcess *ebpf.ProgramSpec `ebpf:"forget_process"`
-	OffcpuFree    *ebpf.ProgramSpec `ebpf:"offcpu_free"`
-	OffcpuSwitch  *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
-	WalkSwitchOut *ebpf.ProgramSpec `ebpf:"walk_switch_out"`
+	CaptureSwitchOut *ebpf.ProgramSpec `ebpf:"capture_switch_out"`
+	ForgetExec       *ebpf.ProgramSpec `ebpf:"forget_exec"`
+	ForgetProcess    *ebpf.ProgramSpec `ebpf:"forget_process"`
+	OffcpuFree       *ebpf.ProgramSpec `ebpf:"offcpu_free"`
+	OffcpuSwitch     *ebpf.ProgramSpec `ebpf:"offcpu_switch"`
+	WalkSwitchOut    *ebpf.ProgramSpec `ebpf:"walk_switch_out"`
 }
 
 // OffcpuSwitchoutMapSpecs contains maps before they are loaded into the kernel.
@@ -316,6 +319,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats           *ebpf.MapSpec `ebpf:"stats"`
+	SwitchNow       *ebpf.MapSpec `ebpf:"switch_now"`
 	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
 	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
@@ -378,6 +382,7 @@ type OffcpuSwitchoutMaps struct {
 	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
 	Stats           *ebpf.Map `ebpf:"stats"`
+	SwitchNow       *ebpf.Map `ebpf:"switch_now"`
 	TargetPids      *ebpf.Map `ebpf:"target_pids"`
 	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
@@ -411,6 +416,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats,
+		m.SwitchNow,
 		m.TargetPids,
 		m.UnwindFiles,
 		m.UnwindMappings,
@@ -437,15 +443,17 @@ type OffcpuSwitchoutVariables struct {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutPrograms struct {
-	ForgetExec    *ebpf.Program `ebpf:"forget_exec"`
-	ForgetProcess *ebpf.Program `ebpf:"forget_process"`
-	OffcpuFree    *ebpf.Program `ebpf:"offcpu_free"`
-	OffcpuSwitch  *ebpf.Program `ebpf:"offcpu_switch"`
-	WalkSwitchOut *ebpf.Program `ebpf:"walk_switch_out"`
+	CaptureSwitchOut *ebpf.Program `ebpf:"capture_switch_out"`
+	ForgetExec       *ebpf.Program `ebpf:"forget_exec"`
+	ForgetProcess    *ebpf.Program `ebpf:"forget_process"`
+	OffcpuFree       *ebpf.Program `ebpf:"offcpu_free"`
+	OffcpuSwitch     *ebpf.Program `ebpf:"offcpu_switch"`
+	WalkSwitchOut    *ebpf.Program `ebpf:"walk_switch_out"`
 }
 
 func (p *OffcpuSwitchoutPrograms) Close() error {
 	return _OffcpuSwitchoutClose(
+		p.CaptureSwitchOut,
 		p.ForgetExec,
 		p.ForgetProcess,
 		p.OffcpuFree,

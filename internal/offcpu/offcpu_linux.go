@@ -63,12 +63,14 @@ type taskWorkObjects struct {
 	Pending *ebpf.Map `ebpf:"pending"`
 }
 
-// switchOutObjects are the switch_out program's objects: the program that
-// walks user stacks with unwind tables tail-calls itself through WalkProgs.
+// switchOutObjects are the switch_out program's objects: the switch
+// tail-calls Capture through WalkProgs for a switch-out, and the program
+// that walks user stacks with unwind tables tail-calls itself.
 type switchOutObjects struct {
 	kernelObjects
 	WalkProgs *ebpf.Map     `ebpf:"walk_progs"`
 	Walk      *ebpf.Program `ebpf:"walk_switch_out"`
+	Capture   *ebpf.Program `ebpf:"capture_switch_out"`
 }
 
 // drainMaps are the maps stackdrain reads.
@@ -183,7 +185,7 @@ func load(mech Mechanism, opts Options) (o kernelObjects, pending *ebpf.Map, wal
 	} else {
 		var so switchOutObjects
 		err = spec.LoadAndAssign(&so, loadOpts)
-		o, walk = so.kernelObjects, []io.Closer{so.Walk, so.WalkProgs}
+		o, walk = so.kernelObjects, []io.Closer{so.Walk, so.Capture, so.WalkProgs}
 	}
 	if err != nil {
 		var verr *ebpf.VerifierError
