@@ -191,14 +191,13 @@ static __always_inline u64 *walk_user_stack(struct task_struct *task, u32 pid, s
 }
 
 /*
- * python_walk_current as a global function, which the verifier checks once
- * apart from its caller (and whose stack is not the caller's): this object
- * makes no tail calls, and needs a kernel (6.18) whose JITs all mix them.
+ * python_capture's walk as a global function on every architecture: this
+ * object makes no tail calls, and the walk inlined in the task work takes
+ * more stack than the verifier allows with it.
  */
 __attribute__((noinline)) int python_walk_global(u32 pid)
 {
-	python_walk_current(pid);
-	return 0;
+	return python_walk_current(pid);
 }
 
 /*

@@ -309,18 +309,21 @@ static __always_inline int signal_frame(struct user_regs *regs)
 }
 
 /*
- * A pc no table maps: the walk ends, unless it is a return into arm64's
- * signal trampoline (the vdso's, which no table maps).
+ * Whether regs->ip, a return address, is arm64's signal trampoline (the
+ * vdso's, which no table describes: the loader maps the vdso as anonymous
+ * code): then its frame is stepped out of into *r.
  */
-static __always_inline int unmapped_step(struct user_regs *regs, int first)
+static __always_inline int signal_trampoline(struct user_regs *regs, int first, int *r)
 {
 #ifdef SIGRETURN_CODE
 	u64 code;
 
-	if (!first && !read_user_u64(&code, regs->ip) && code == SIGRETURN_CODE)
-		return signal_frame(regs);
+	if (!first && !read_user_u64(&code, regs->ip) && code == SIGRETURN_CODE) {
+		*r = signal_frame(regs);
+		return 1;
+	}
 #endif
-	return UNWIND_END_NO_MAPPING;
+	return 0;
 }
 
 /*
@@ -342,17 +345,19 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	/* A return address is after its call: look up the call itself. */
 	u64 lookup = first ? regs->ip : regs->ip - 1;
 	u64 pc;
+	int r;
 
 	m = find_mapping(pid, lookup);
 	if (!m)
-		return unmapped_step(regs, first);
+		return signal_trampoline(regs, first, &r) ? r : UNWIND_END_NO_MAPPING;
 	if (!m->rows) {
 		/* Its table was evicted: a rescan loads it again. */
 		if (m->table == UNWIND_TABLE_EVICTED)
 			return UNWIND_END_NO_MAPPING;
 		if (m->table == UNWIND_TABLE_ANON) {
-			int r = hotspot_step(regs, pid, first, lookup, word);
-
+			if (signal_trampoline(regs, first, &r))
+				return r;
+			r = hotspot_step(regs, pid, first, lookup, word);
 			if (r != HOTSPOT_FRAME_POINTER)
 				return r;
 		}
