@@ -138,13 +138,14 @@ service:
 	// The first samples come before the process's tables are loaded (on
 	// an emulated kernel that takes a while): the reports of the first 4 s
 	// are left out. On an emulated single CPU shared with the workload's
-	// two busy threads a report has taken 10 s (once in 6.1's matrix run:
-	// 5 reports in 90 s), hence the long wait for the counts.
+	// busy threads a report has taken 10 s (once in 6.1's matrix run: 5
+	// reports in 90 s), and the collector 52 s to start (5.10, its
+	// verifier's work), hence the long waits.
 	var skip int
 	require.Eventually(t, func() bool {
 		_, a, _ := chain.share(otlp.all())
 		return a > 0
-	}, testutil.Patient(60*time.Second), 100*time.Millisecond, "no samples of the workload")
+	}, testutil.Patient(120*time.Second), 100*time.Millisecond, "no samples of the workload")
 	time.Sleep(4 * time.Second)
 	skip = len(otlp.all())
 	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
