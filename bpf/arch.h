@@ -62,6 +62,9 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 #define SIGFRAME_SP 160
 #define SIGFRAME_IP 168
 
+/* Where the thread control block (at the thread pointer) holds the dynamic thread vector (glibc's tcbhead_t). */
+#define TCB_DTV 8
+
 /* Return addresses carry nothing but the address. */
 #define RETURN_ADDRESS(ra) (ra)
 
@@ -141,6 +144,9 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 #define SIGFRAME_LR (SIGFRAME_CONTEXT + 8 + 30 * 8)
 #define SIGFRAME_SP (SIGFRAME_CONTEXT + 8 + 31 * 8)
 #define SIGFRAME_IP (SIGFRAME_CONTEXT + 8 + 32 * 8)
+
+/* Where the thread control block (at the thread pointer) holds the dynamic thread vector (glibc's tcbhead_t). */
+#define TCB_DTV 0
 
 /* Pointer authentication signs return addresses in their top bits (48-bit user addresses). */
 #define RETURN_ADDRESS(ra) ((ra) & ((1ULL << 48) - 1))

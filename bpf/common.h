@@ -98,6 +98,11 @@ struct stack_key {
 	s32 python_stack_id; /* the thread's CPython frames (cpython.h); -1: none */
 	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1; 0: none */
 	u64 scope_start_ns;  /* that scope's start */
+	/* The OpenTelemetry thread context (threadctx.h); zero ids: none. */
+	u8 trace_id[16];
+	u8 span_id[8];
+	s32 trace_attrs_id; /* its attributes, packed, in the stacks map; -1: none */
+	u32 reserved;	    /* explicit padding, always 0 */
 };
 
 /* One thread name, stored by tid in an LRU map so exited threads keep a name. */
@@ -169,6 +174,15 @@ enum python_end {
 	NR_PYTHON_ENDS = 4,
 };
 
+/* What a sample's thread context read found (threadctx.h; indexes sampler_stats.thread_ctx). */
+enum thread_ctx_outcome {
+	THREAD_CTX_LINKED = 0,	   /* a valid record: its ids are in the key */
+	THREAD_CTX_NONE = 1,	   /* the pointer is NULL: no span */
+	THREAD_CTX_INVALID = 2,	   /* valid is not 1, or the trace id is zero */
+	THREAD_CTX_READ_FAULT = 3, /* the pointer or the record could not be read */
+	NR_THREAD_CTX = 4,
+};
+
 /*
  * Per-CPU counters of one generation; user space reads and zeroes them when
  * it drains. recorded counts records added to counts_N, including those kept
@@ -187,6 +201,10 @@ struct sampler_stats {
 	u64 python_ends[NR_PYTHON_ENDS]; /* walks, by why they ended */
 	u64 python_frames;		 /* Python frames they found */
 	u64 python_stack_lost;		 /* walks whose frames could not be stored */
+	/* Threads of processes that publish an OpenTelemetry thread context (threadctx.h). */
+	u64 thread_ctx[NR_THREAD_CTX];	/* samples, by what the read found */
+	u64 thread_ctx_attrs_truncated; /* records whose attributes were cut to THREAD_CTX_ATTRS_MAX */
+	u64 thread_ctx_attrs_lost;	/* records whose attributes could not be read or stored */
 };
 
 /*

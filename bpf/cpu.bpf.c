@@ -34,6 +34,7 @@
 #include "unwind.h"
 #include "cpython.h"
 #include "scopes.h"
+#include "threadctx.h"
 
 /* Per-CPU capture buffer of the stack being stored (too large for the BPF stack). */
 struct {
@@ -113,6 +114,7 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
 	python_last_walk(&py); /* walked by sample_cpu */
 	key->python_stack_id = python_store(stacks, &py, st);
 	scope_of((u32)bpf_get_current_pid_tgid(), key);
+	thread_ctx_store(key, st); /* read by sample_cpu */
 
 	if (add_delta(counts, key, 1)) {
 		st->lost_map_full++;
@@ -220,8 +222,9 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	 */
 	__sync_fetch_and_add(&in->enter, 1);
 	if (sampled(cfg, &key)) {
-		/* Once, before either generation's path: finish reads it. */
+		/* Once, before either generation's path: finish reads them. */
 		python_walk_current(key.pid);
+		thread_ctx_read(key.pid);
 		if (cfg->generation & 1)
 			record(ctx, 1, &counts_1, &stacks_1, &key);
 		else

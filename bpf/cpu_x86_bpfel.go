@@ -101,17 +101,20 @@ type CpuSamplerConfig struct {
 }
 
 type CpuSamplerStats struct {
-	_               structs.HostLayout
-	Recorded        uint64
-	LostMapFull     uint64
-	UserStackLost   [3]uint64
-	KernelStackLost [3]uint64
-	NewPidDrops     uint64
-	UnwindEnds      [6]uint64
-	UnwindFrames    uint64
-	PythonEnds      [4]uint64
-	PythonFrames    uint64
-	PythonStackLost uint64
+	_                       structs.HostLayout
+	Recorded                uint64
+	LostMapFull             uint64
+	UserStackLost           [3]uint64
+	KernelStackLost         [3]uint64
+	NewPidDrops             uint64
+	UnwindEnds              [6]uint64
+	UnwindFrames            uint64
+	PythonEnds              [4]uint64
+	PythonFrames            uint64
+	PythonStackLost         uint64
+	ThreadCtx               [4]uint64
+	ThreadCtxAttrsTruncated uint64
+	ThreadCtxAttrsLost      uint64
 }
 
 type CpuStackKey struct {
@@ -123,11 +126,37 @@ type CpuStackKey struct {
 	PythonStackId int32
 	ScopeProbe    uint32
 	ScopeStartNs  uint64
+	TraceId       [16]uint8
+	SpanId        [8]uint8
+	TraceAttrsId  int32
+	Reserved      uint32
 }
 
 type CpuThreadComm struct {
 	_    structs.HostLayout
 	Comm [16]int8
+}
+
+type CpuThreadCtxProc struct {
+	_      structs.HostLayout
+	Offset int64
+	Module uint64
+}
+
+type CpuThreadCtxResult struct {
+	_         structs.HostLayout
+	TraceId   [16]uint8
+	SpanId    [8]uint8
+	AttrsId   int32
+	Outcome   uint32
+	Truncated uint32
+	Lost      uint32
+}
+
+type CpuThreadCtxScratch struct {
+	_     structs.HostLayout
+	Raw   [616]uint8
+	Words [127]uint64
 }
 
 type CpuUnwindMapping struct {
@@ -191,40 +220,44 @@ type CpuWalkState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CpuMapComms           = "comms"
-	CpuMapConfig          = "config"
-	CpuMapCounts0         = "counts_0"
-	CpuMapCounts1         = "counts_1"
-	CpuMapHotspotProcs    = "hotspot_procs"
-	CpuMapInflight        = "inflight"
-	CpuMapNewPids         = "new_pids"
-	CpuMapOpenScopes      = "open_scopes"
-	CpuMapPythonProcs     = "python_procs"
-	CpuMapPythonResults   = "python_results"
-	CpuMapPythonScratch   = "python_scratch"
-	CpuMapPythonThreads   = "python_threads"
-	CpuMapPythonWalks     = "python_walks"
-	CpuMapRescanAfter     = "rescan_after"
-	CpuMapScratch         = "scratch"
-	CpuMapSeenPids        = "seen_pids"
-	CpuMapStacks0         = "stacks_0"
-	CpuMapStacks1         = "stacks_1"
-	CpuMapStats           = "stats"
-	CpuMapTargetPids      = "target_pids"
-	CpuMapUnwindFiles     = "unwind_files"
-	CpuMapUnwindMappings  = "unwind_mappings"
-	CpuMapUnwindTableUsed = "unwind_table_used"
-	CpuMapV8Procs         = "v8_procs"
-	CpuMapWalkProgs       = "walk_progs"
-	CpuMapWalks           = "walks"
-	CpuProgForgetExec     = "forget_exec"
-	CpuProgForgetProcess  = "forget_process"
-	CpuProgSampleCpu      = "sample_cpu"
-	CpuProgWalkUserStack  = "walk_user_stack"
-	CpuVarHaveTaskPtRegs  = "have_task_pt_regs"
-	CpuVarLinkScopes      = "link_scopes"
-	CpuVarUnwindRowLayout = "unwind_row_layout"
-	CpuVarUnwindTables    = "unwind_tables"
+	CpuMapComms            = "comms"
+	CpuMapConfig           = "config"
+	CpuMapCounts0          = "counts_0"
+	CpuMapCounts1          = "counts_1"
+	CpuMapHotspotProcs     = "hotspot_procs"
+	CpuMapInflight         = "inflight"
+	CpuMapNewPids          = "new_pids"
+	CpuMapOpenScopes       = "open_scopes"
+	CpuMapPythonProcs      = "python_procs"
+	CpuMapPythonResults    = "python_results"
+	CpuMapPythonScratch    = "python_scratch"
+	CpuMapPythonThreads    = "python_threads"
+	CpuMapPythonWalks      = "python_walks"
+	CpuMapRescanAfter      = "rescan_after"
+	CpuMapScratch          = "scratch"
+	CpuMapSeenPids         = "seen_pids"
+	CpuMapStacks0          = "stacks_0"
+	CpuMapStacks1          = "stacks_1"
+	CpuMapStats            = "stats"
+	CpuMapTargetPids       = "target_pids"
+	CpuMapThreadCtxAttrs   = "thread_ctx_attrs"
+	CpuMapThreadCtxProcs   = "thread_ctx_procs"
+	CpuMapThreadCtxResults = "thread_ctx_results"
+	CpuMapThreadCtxScratch = "thread_ctx_scratch"
+	CpuMapUnwindFiles      = "unwind_files"
+	CpuMapUnwindMappings   = "unwind_mappings"
+	CpuMapUnwindTableUsed  = "unwind_table_used"
+	CpuMapV8Procs          = "v8_procs"
+	CpuMapWalkProgs        = "walk_progs"
+	CpuMapWalks            = "walks"
+	CpuProgForgetExec      = "forget_exec"
+	CpuProgForgetProcess   = "forget_process"
+	CpuProgSampleCpu       = "sample_cpu"
+	CpuProgWalkUserStack   = "walk_user_stack"
+	CpuVarHaveTaskPtRegs   = "have_task_pt_regs"
+	CpuVarLinkScopes       = "link_scopes"
+	CpuVarUnwindRowLayout  = "unwind_row_layout"
+	CpuVarUnwindTables     = "unwind_tables"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -279,32 +312,36 @@ type CpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuMapSpecs struct {
-	Comms           *ebpf.MapSpec `ebpf:"comms"`
-	Config          *ebpf.MapSpec `ebpf:"config"`
-	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
-	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats           *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
-	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
-	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
-	Walks           *ebpf.MapSpec `ebpf:"walks"`
+	Comms            *ebpf.MapSpec `ebpf:"comms"`
+	Config           *ebpf.MapSpec `ebpf:"config"`
+	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
+	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0          *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1          *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	WalkProgs        *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks            *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // CpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -337,32 +374,36 @@ func (o *CpuObjects) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuMaps struct {
-	Comms           *ebpf.Map `ebpf:"comms"`
-	Config          *ebpf.Map `ebpf:"config"`
-	Counts0         *ebpf.Map `ebpf:"counts_0"`
-	Counts1         *ebpf.Map `ebpf:"counts_1"`
-	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.Map `ebpf:"inflight"`
-	NewPids         *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
-	PythonResults   *ebpf.Map `ebpf:"python_results"`
-	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
-	Scratch         *ebpf.Map `ebpf:"scratch"`
-	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
-	Stats           *ebpf.Map `ebpf:"stats"`
-	TargetPids      *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
-	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
-	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
-	Walks           *ebpf.Map `ebpf:"walks"`
+	Comms            *ebpf.Map `ebpf:"comms"`
+	Config           *ebpf.Map `ebpf:"config"`
+	Counts0          *ebpf.Map `ebpf:"counts_0"`
+	Counts1          *ebpf.Map `ebpf:"counts_1"`
+	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.Map `ebpf:"inflight"`
+	NewPids          *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
+	PythonResults    *ebpf.Map `ebpf:"python_results"`
+	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0          *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1          *ebpf.Map `ebpf:"stacks_1"`
+	Stats            *ebpf.Map `ebpf:"stats"`
+	TargetPids       *ebpf.Map `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.Map `ebpf:"unwind_table_used"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	WalkProgs        *ebpf.Map `ebpf:"walk_progs"`
+	Walks            *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *CpuMaps) Close() error {
@@ -387,6 +428,10 @@ func (m *CpuMaps) Close() error {
 		m.Stacks1,
 		m.Stats,
 		m.TargetPids,
+		m.ThreadCtxAttrs,
+		m.ThreadCtxProcs,
+		m.ThreadCtxResults,
+		m.ThreadCtxScratch,
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,

@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -42,6 +43,10 @@ func TestProgramsLoad(t *testing.T) {
 		}
 		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
 		if err != nil {
+			var verr *ebpf.VerifierError
+			if errors.As(err, &verr) {
+				err = fmt.Errorf("%w (log ends: %s)", err, strings.Join(verr.Log[max(len(verr.Log)-30, 0):], " | "))
+			}
 			t.Errorf("%s: %v", name, err)
 			continue
 		}

@@ -210,8 +210,9 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	struct offcpu_pending *p = value;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct walk_result walk = NOT_WALKED;
+	struct thread_ctx_result *tc;
 	struct python_stack py;
-	u32 tid = *(u32 *)key;
+	u32 tid = *(u32 *)key, zero = 0;
 	s32 user_hash;
 	u64 *user;
 	int n; /* int on every kernel: see common.h */
@@ -231,7 +232,9 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 		}
 		python_walk_global(p->pid);
 		python_last_walk(&py);
-		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py);
+		thread_ctx_read(p->pid); /* the thread is current */
+		tc = bpf_map_lookup_elem(&thread_ctx_results, &zero);
+		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py, tc);
 	}
 	bpf_preempt_enable();
 	bpf_map_delete_elem(&pending, &tid);
@@ -263,7 +266,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 		 */
 		err = bpf_map_update_elem(&pending, &host_tid, empty, BPF_NOEXIST);
 		if (err && err != -EEXIST) {
-			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC, NOT_WALKED, NULL);
+			record_at_switch_in(next, pid, tid, delta, 0, -ENOSPC, NOT_WALKED, NULL, NULL);
 			return;
 		}
 		p = bpf_map_lookup_elem(&pending, &host_tid);
@@ -284,7 +287,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 			p->blocked_ns += delta;
 			return;
 		}
-		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY, NOT_WALKED, NULL);
+		record(next, pid, tid, delta, frames, kernel_hash, 0, -EBUSY, NOT_WALKED, NULL, NULL);
 		return;
 	}
 	n = bpf_get_task_stack(next, p->kernel, sizeof(p->kernel), 0);
@@ -296,7 +299,7 @@ static __always_inline void defer_user_stack(struct task_struct *next, u32 pid, 
 	if (err) {
 		/* Count it now, without user stack. */
 		p->blocked_ns = 0;
-		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED,
+		record(next, pid, tid, delta, p->kernel, p->kernel_stack, 0, err < -1 ? err : -EINVAL, NOT_WALKED, NULL,
 		       NULL);
 	}
 }
@@ -317,7 +320,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	if (delta < min_block_ns)
 		return;
 	if (next->flags & PF_NO_USER_STACK)
-		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1, NOT_WALKED, NULL);
+		record_at_switch_in(next, start->pid, start->tid, delta, 0, -1, NOT_WALKED, NULL, NULL);
 	else
 		defer_user_stack(next, start->pid, start->tid, delta);
 }

@@ -25,6 +25,7 @@
 #include "unwind.h"
 #include "cpython.h"
 #include "scopes.h"
+#include "threadctx.h"
 
 #define MAX_EXCLUDED 64
 
@@ -92,13 +93,15 @@ struct walk_result {
  * -1 for a thread without user stack, another negative value for a user
  * stack that could not be taken (counted as an error). walk says how the
  * user stack was walked, for the unwind counters; py is the thread's Python
- * frames taken with it (NULL: none).
+ * frames taken with it (NULL: none); tc its OpenTelemetry thread context
+ * (NULL: not read) with its packed attributes tc_attrs (NULL: none or not
+ * kept).
  */
 static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
 				   s32 kernel_hash, const u64 *user, s32 user_id, struct walk_result walk,
-				   const struct python_stack *py)
+				   const struct python_stack *py, const struct thread_ctx_result *tc)
 {
-	struct stack_key key = { .pid = pid, .tid = tid, .python_stack_id = -1 };
+	struct stack_key key = { .pid = pid, .tid = tid, .python_stack_id = -1, .trace_attrs_id = -1 };
 	struct sampler_config *cfg;
 	struct sampler_stats *st;
 	struct inflight_seq *in;
@@ -123,6 +126,8 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 	key.user_stack_id = user_id;
 	/* task has not run since it blocked: its open scope is the one it blocked in. */
 	scope_of(task->pid, &key);
+	if (tc)
+		thread_ctx_key(tc, &key, st);
 	if (gen) {
 		key.kernel_stack_id = store_stack(&stacks_1, kernel, kernel_hash);
 		if (user)
@@ -165,7 +170,8 @@ out:
  * stack id, see record).
  */
 static __always_inline void record_at_switch_in(struct task_struct *next, u32 pid, u32 tid, u64 delta, const u64 *user,
-						s32 user_id, struct walk_result walk, const struct python_stack *py)
+						s32 user_id, struct walk_result walk, const struct python_stack *py,
+						const struct thread_ctx_result *tc)
 {
 	u32 zero = 0;
 	u64 *frames = bpf_map_lookup_elem(&scratch, &zero);
@@ -174,7 +180,7 @@ static __always_inline void record_at_switch_in(struct task_struct *next, u32 pi
 	if (!frames)
 		return;
 	n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
-	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id, walk, py);
+	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id, walk, py, tc);
 }
 
 #endif /* BPFPROFILER_OFFCPU_H */

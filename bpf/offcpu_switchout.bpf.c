@@ -46,6 +46,8 @@ struct offcpu_sleep {
 	s32 python_id;	   /* its Python frames' id in user_stacks; -1: none */
 	s16 python_end;	   /* how their walk ended (enum python_end); -1: no CPython */
 	u16 python_frames; /* Python frames it found */
+	/* Its OpenTelemetry thread context at switch-out (threadctx.h). */
+	struct thread_ctx_result thread_ctx;
 };
 
 /* A switch-out whose user stack is being walked with unwind tables. */
@@ -182,6 +184,20 @@ static __always_inline void capture_python(struct offcpu_sleep *s, u32 pid)
 	s->python_id = py.frames ? store_user_stack(py.frames, py.hash) : -1;
 }
 
+/* Takes the OpenTelemetry thread context of the current thread (of process pid) for s. */
+static __always_inline void capture_thread_ctx(struct offcpu_sleep *s, u32 pid)
+{
+	struct thread_ctx_result *r;
+	u32 zero = 0;
+
+	thread_ctx_read(pid);
+	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
+	if (r)
+		s->thread_ctx = *r;
+	else
+		s->thread_ctx.outcome = NR_THREAD_CTX;
+}
+
 /* prev (current) goes to sleep: remember when, and its user stack. */
 static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, const struct sampler_config *cfg)
 {
@@ -210,6 +226,7 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 	s->unwind_frames = 0;
 	s->user_id = -EFAULT; /* until a capture says otherwise */
 	capture_python(s, pid);
+	capture_thread_ctx(s, pid);
 	walk_with_tables(ctx, prev, pid, host_tid);
 	s->user_id = capture_user_stack(ctx, prev);
 }
@@ -264,8 +281,8 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 			user_id = -ENOENT; /* evicted */
 	}
 	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id,
-			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames },
-			    python_of(s, &py));
+			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames }, python_of(s, &py),
+			    &s->thread_ctx);
 }
 
 /* Three arguments: prev_state only exists from 5.18 (see task_state). */

@@ -148,17 +148,20 @@ type OffcpuSamplerConfig struct {
 }
 
 type OffcpuSamplerStats struct {
-	_               structs.HostLayout
-	Recorded        uint64
-	LostMapFull     uint64
-	UserStackLost   [3]uint64
-	KernelStackLost [3]uint64
-	NewPidDrops     uint64
-	UnwindEnds      [6]uint64
-	UnwindFrames    uint64
-	PythonEnds      [4]uint64
-	PythonFrames    uint64
-	PythonStackLost uint64
+	_                       structs.HostLayout
+	Recorded                uint64
+	LostMapFull             uint64
+	UserStackLost           [3]uint64
+	KernelStackLost         [3]uint64
+	NewPidDrops             uint64
+	UnwindEnds              [6]uint64
+	UnwindFrames            uint64
+	PythonEnds              [4]uint64
+	PythonFrames            uint64
+	PythonStackLost         uint64
+	ThreadCtx               [4]uint64
+	ThreadCtxAttrsTruncated uint64
+	ThreadCtxAttrsLost      uint64
 }
 
 type OffcpuStackKey struct {
@@ -170,11 +173,37 @@ type OffcpuStackKey struct {
 	PythonStackId int32
 	ScopeProbe    uint32
 	ScopeStartNs  uint64
+	TraceId       [16]uint8
+	SpanId        [8]uint8
+	TraceAttrsId  int32
+	Reserved      uint32
 }
 
 type OffcpuThreadComm struct {
 	_    structs.HostLayout
 	Comm [16]int8
+}
+
+type OffcpuThreadCtxProc struct {
+	_      structs.HostLayout
+	Offset int64
+	Module uint64
+}
+
+type OffcpuThreadCtxResult struct {
+	_         structs.HostLayout
+	TraceId   [16]uint8
+	SpanId    [8]uint8
+	AttrsId   int32
+	Outcome   uint32
+	Truncated uint32
+	Lost      uint32
+}
+
+type OffcpuThreadCtxScratch struct {
+	_     structs.HostLayout
+	Raw   [616]uint8
+	Words [127]uint64
 }
 
 type OffcpuUnwindMapping struct {
@@ -215,44 +244,48 @@ type OffcpuV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuMapComms           = "comms"
-	OffcpuMapConfig          = "config"
-	OffcpuMapCounts0         = "counts_0"
-	OffcpuMapCounts1         = "counts_1"
-	OffcpuMapExcludedPids    = "excluded_pids"
-	OffcpuMapHotspotProcs    = "hotspot_procs"
-	OffcpuMapInflight        = "inflight"
-	OffcpuMapNewPids         = "new_pids"
-	OffcpuMapOpenScopes      = "open_scopes"
-	OffcpuMapPending         = "pending"
-	OffcpuMapPythonProcs     = "python_procs"
-	OffcpuMapPythonResults   = "python_results"
-	OffcpuMapPythonScratch   = "python_scratch"
-	OffcpuMapPythonThreads   = "python_threads"
-	OffcpuMapPythonWalks     = "python_walks"
-	OffcpuMapRescanAfter     = "rescan_after"
-	OffcpuMapScratch         = "scratch"
-	OffcpuMapSeenPids        = "seen_pids"
-	OffcpuMapStacks0         = "stacks_0"
-	OffcpuMapStacks1         = "stacks_1"
-	OffcpuMapStarts          = "starts"
-	OffcpuMapStats           = "stats"
-	OffcpuMapTargetPids      = "target_pids"
-	OffcpuMapUnwindFiles     = "unwind_files"
-	OffcpuMapUnwindMappings  = "unwind_mappings"
-	OffcpuMapUnwindTableUsed = "unwind_table_used"
-	OffcpuMapV8Procs         = "v8_procs"
-	OffcpuMapWalks           = "walks"
-	OffcpuMapZeroPending     = "zero_pending"
-	OffcpuProgForgetExec     = "forget_exec"
-	OffcpuProgForgetProcess  = "forget_process"
-	OffcpuProgOffcpuFree     = "offcpu_free"
-	OffcpuProgOffcpuSwitch   = "offcpu_switch"
-	OffcpuVarHaveTaskPtRegs  = "have_task_pt_regs"
-	OffcpuVarLinkScopes      = "link_scopes"
-	OffcpuVarMinBlockNs      = "min_block_ns"
-	OffcpuVarUnwindRowLayout = "unwind_row_layout"
-	OffcpuVarUnwindTables    = "unwind_tables"
+	OffcpuMapComms            = "comms"
+	OffcpuMapConfig           = "config"
+	OffcpuMapCounts0          = "counts_0"
+	OffcpuMapCounts1          = "counts_1"
+	OffcpuMapExcludedPids     = "excluded_pids"
+	OffcpuMapHotspotProcs     = "hotspot_procs"
+	OffcpuMapInflight         = "inflight"
+	OffcpuMapNewPids          = "new_pids"
+	OffcpuMapOpenScopes       = "open_scopes"
+	OffcpuMapPending          = "pending"
+	OffcpuMapPythonProcs      = "python_procs"
+	OffcpuMapPythonResults    = "python_results"
+	OffcpuMapPythonScratch    = "python_scratch"
+	OffcpuMapPythonThreads    = "python_threads"
+	OffcpuMapPythonWalks      = "python_walks"
+	OffcpuMapRescanAfter      = "rescan_after"
+	OffcpuMapScratch          = "scratch"
+	OffcpuMapSeenPids         = "seen_pids"
+	OffcpuMapStacks0          = "stacks_0"
+	OffcpuMapStacks1          = "stacks_1"
+	OffcpuMapStarts           = "starts"
+	OffcpuMapStats            = "stats"
+	OffcpuMapTargetPids       = "target_pids"
+	OffcpuMapThreadCtxAttrs   = "thread_ctx_attrs"
+	OffcpuMapThreadCtxProcs   = "thread_ctx_procs"
+	OffcpuMapThreadCtxResults = "thread_ctx_results"
+	OffcpuMapThreadCtxScratch = "thread_ctx_scratch"
+	OffcpuMapUnwindFiles      = "unwind_files"
+	OffcpuMapUnwindMappings   = "unwind_mappings"
+	OffcpuMapUnwindTableUsed  = "unwind_table_used"
+	OffcpuMapV8Procs          = "v8_procs"
+	OffcpuMapWalks            = "walks"
+	OffcpuMapZeroPending      = "zero_pending"
+	OffcpuProgForgetExec      = "forget_exec"
+	OffcpuProgForgetProcess   = "forget_process"
+	OffcpuProgOffcpuFree      = "offcpu_free"
+	OffcpuProgOffcpuSwitch    = "offcpu_switch"
+	OffcpuVarHaveTaskPtRegs   = "have_task_pt_regs"
+	OffcpuVarLinkScopes       = "link_scopes"
+	OffcpuVarMinBlockNs       = "min_block_ns"
+	OffcpuVarUnwindRowLayout  = "unwind_row_layout"
+	OffcpuVarUnwindTables     = "unwind_tables"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -307,35 +340,39 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
-	Comms           *ebpf.MapSpec `ebpf:"comms"`
-	Config          *ebpf.MapSpec `ebpf:"config"`
-	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids    *ebpf.MapSpec `ebpf:"excluded_pids"`
-	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	Pending         *ebpf.MapSpec `ebpf:"pending"`
-	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
-	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
-	Starts          *ebpf.MapSpec `ebpf:"starts"`
-	Stats           *ebpf.MapSpec `ebpf:"stats"`
-	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
-	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
-	Walks           *ebpf.MapSpec `ebpf:"walks"`
-	ZeroPending     *ebpf.MapSpec `ebpf:"zero_pending"`
+	Comms            *ebpf.MapSpec `ebpf:"comms"`
+	Config           *ebpf.MapSpec `ebpf:"config"`
+	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	Pending          *ebpf.MapSpec `ebpf:"pending"`
+	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
+	Stacks0          *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1          *ebpf.MapSpec `ebpf:"stacks_1"`
+	Starts           *ebpf.MapSpec `ebpf:"starts"`
+	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	Walks            *ebpf.MapSpec `ebpf:"walks"`
+	ZeroPending      *ebpf.MapSpec `ebpf:"zero_pending"`
 }
 
 // OffcpuVariableSpecs contains global variables before they are loaded into the kernel.
@@ -369,35 +406,39 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
-	Comms           *ebpf.Map `ebpf:"comms"`
-	Config          *ebpf.Map `ebpf:"config"`
-	Counts0         *ebpf.Map `ebpf:"counts_0"`
-	Counts1         *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids    *ebpf.Map `ebpf:"excluded_pids"`
-	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.Map `ebpf:"inflight"`
-	NewPids         *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	Pending         *ebpf.Map `ebpf:"pending"`
-	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
-	PythonResults   *ebpf.Map `ebpf:"python_results"`
-	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
-	Scratch         *ebpf.Map `ebpf:"scratch"`
-	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
-	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
-	Starts          *ebpf.Map `ebpf:"starts"`
-	Stats           *ebpf.Map `ebpf:"stats"`
-	TargetPids      *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
-	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
-	Walks           *ebpf.Map `ebpf:"walks"`
-	ZeroPending     *ebpf.Map `ebpf:"zero_pending"`
+	Comms            *ebpf.Map `ebpf:"comms"`
+	Config           *ebpf.Map `ebpf:"config"`
+	Counts0          *ebpf.Map `ebpf:"counts_0"`
+	Counts1          *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.Map `ebpf:"inflight"`
+	NewPids          *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	Pending          *ebpf.Map `ebpf:"pending"`
+	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
+	PythonResults    *ebpf.Map `ebpf:"python_results"`
+	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
+	Stacks0          *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1          *ebpf.Map `ebpf:"stacks_1"`
+	Starts           *ebpf.Map `ebpf:"starts"`
+	Stats            *ebpf.Map `ebpf:"stats"`
+	TargetPids       *ebpf.Map `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.Map `ebpf:"unwind_table_used"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	Walks            *ebpf.Map `ebpf:"walks"`
+	ZeroPending      *ebpf.Map `ebpf:"zero_pending"`
 }
 
 func (m *OffcpuMaps) Close() error {
@@ -425,6 +466,10 @@ func (m *OffcpuMaps) Close() error {
 		m.Starts,
 		m.Stats,
 		m.TargetPids,
+		m.ThreadCtxAttrs,
+		m.ThreadCtxProcs,
+		m.ThreadCtxResults,
+		m.ThreadCtxScratch,
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,

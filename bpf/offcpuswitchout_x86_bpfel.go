@@ -56,6 +56,7 @@ type OffcpuSwitchoutOffcpuSleep struct {
 	PythonId     int32
 	PythonEnd    int16
 	PythonFrames uint16
+	ThreadCtx    OffcpuSwitchoutThreadCtxResult
 }
 
 type OffcpuSwitchoutOpenScope struct {
@@ -114,17 +115,20 @@ type OffcpuSwitchoutSamplerConfig struct {
 }
 
 type OffcpuSwitchoutSamplerStats struct {
-	_               structs.HostLayout
-	Recorded        uint64
-	LostMapFull     uint64
-	UserStackLost   [3]uint64
-	KernelStackLost [3]uint64
-	NewPidDrops     uint64
-	UnwindEnds      [6]uint64
-	UnwindFrames    uint64
-	PythonEnds      [4]uint64
-	PythonFrames    uint64
-	PythonStackLost uint64
+	_                       structs.HostLayout
+	Recorded                uint64
+	LostMapFull             uint64
+	UserStackLost           [3]uint64
+	KernelStackLost         [3]uint64
+	NewPidDrops             uint64
+	UnwindEnds              [6]uint64
+	UnwindFrames            uint64
+	PythonEnds              [4]uint64
+	PythonFrames            uint64
+	PythonStackLost         uint64
+	ThreadCtx               [4]uint64
+	ThreadCtxAttrsTruncated uint64
+	ThreadCtxAttrsLost      uint64
 }
 
 type OffcpuSwitchoutStackKey struct {
@@ -136,6 +140,10 @@ type OffcpuSwitchoutStackKey struct {
 	PythonStackId int32
 	ScopeProbe    uint32
 	ScopeStartNs  uint64
+	TraceId       [16]uint8
+	SpanId        [8]uint8
+	TraceAttrsId  int32
+	Reserved      uint32
 }
 
 type OffcpuSwitchoutSwitchoutWalk struct {
@@ -161,6 +169,28 @@ type OffcpuSwitchoutSwitchoutWalk struct {
 type OffcpuSwitchoutThreadComm struct {
 	_    structs.HostLayout
 	Comm [16]int8
+}
+
+type OffcpuSwitchoutThreadCtxProc struct {
+	_      structs.HostLayout
+	Offset int64
+	Module uint64
+}
+
+type OffcpuSwitchoutThreadCtxResult struct {
+	_         structs.HostLayout
+	TraceId   [16]uint8
+	SpanId    [8]uint8
+	AttrsId   int32
+	Outcome   uint32
+	Truncated uint32
+	Lost      uint32
+}
+
+type OffcpuSwitchoutThreadCtxScratch struct {
+	_     structs.HostLayout
+	Raw   [616]uint8
+	Words [127]uint64
 }
 
 type OffcpuSwitchoutUnwindMapping struct {
@@ -224,6 +254,10 @@ const (
 	OffcpuSwitchoutMapStats             = "stats"
 	OffcpuSwitchoutMapSwitchNow         = "switch_now"
 	OffcpuSwitchoutMapTargetPids        = "target_pids"
+	OffcpuSwitchoutMapThreadCtxAttrs    = "thread_ctx_attrs"
+	OffcpuSwitchoutMapThreadCtxProcs    = "thread_ctx_procs"
+	OffcpuSwitchoutMapThreadCtxResults  = "thread_ctx_results"
+	OffcpuSwitchoutMapThreadCtxScratch  = "thread_ctx_scratch"
 	OffcpuSwitchoutMapUnwindFiles       = "unwind_files"
 	OffcpuSwitchoutMapUnwindMappings    = "unwind_mappings"
 	OffcpuSwitchoutMapUnwindTableUsed   = "unwind_table_used"
@@ -298,36 +332,40 @@ type OffcpuSwitchoutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutMapSpecs struct {
-	Comms           *ebpf.MapSpec `ebpf:"comms"`
-	Config          *ebpf.MapSpec `ebpf:"config"`
-	Counts0         *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1         *ebpf.MapSpec `ebpf:"counts_1"`
-	ExcludedPids    *ebpf.MapSpec `ebpf:"excluded_pids"`
-	HotspotProcs    *ebpf.MapSpec `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.MapSpec `ebpf:"inflight"`
-	NewPids         *ebpf.MapSpec `ebpf:"new_pids"`
-	OpenScopes      *ebpf.MapSpec `ebpf:"open_scopes"`
-	PythonProcs     *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults   *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch   *ebpf.MapSpec `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.MapSpec `ebpf:"python_threads"`
-	PythonWalks     *ebpf.MapSpec `ebpf:"python_walks"`
-	RescanAfter     *ebpf.MapSpec `ebpf:"rescan_after"`
-	Scratch         *ebpf.MapSpec `ebpf:"scratch"`
-	SeenPids        *ebpf.MapSpec `ebpf:"seen_pids"`
-	Sleeps          *ebpf.MapSpec `ebpf:"sleeps"`
-	Stacks0         *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1         *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats           *ebpf.MapSpec `ebpf:"stats"`
-	SwitchNow       *ebpf.MapSpec `ebpf:"switch_now"`
-	TargetPids      *ebpf.MapSpec `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.MapSpec `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.MapSpec `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.MapSpec `ebpf:"unwind_table_used"`
-	UserStacks      *ebpf.MapSpec `ebpf:"user_stacks"`
-	V8Procs         *ebpf.MapSpec `ebpf:"v8_procs"`
-	WalkProgs       *ebpf.MapSpec `ebpf:"walk_progs"`
-	Walks           *ebpf.MapSpec `ebpf:"walks"`
+	Comms            *ebpf.MapSpec `ebpf:"comms"`
+	Config           *ebpf.MapSpec `ebpf:"config"`
+	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
+	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
+	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
+	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
+	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
+	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
+	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
+	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
+	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
+	Sleeps           *ebpf.MapSpec `ebpf:"sleeps"`
+	Stacks0          *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1          *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats            *ebpf.MapSpec `ebpf:"stats"`
+	SwitchNow        *ebpf.MapSpec `ebpf:"switch_now"`
+	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.MapSpec `ebpf:"unwind_table_used"`
+	UserStacks       *ebpf.MapSpec `ebpf:"user_stacks"`
+	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
+	WalkProgs        *ebpf.MapSpec `ebpf:"walk_progs"`
+	Walks            *ebpf.MapSpec `ebpf:"walks"`
 }
 
 // OffcpuSwitchoutVariableSpecs contains global variables before they are loaded into the kernel.
@@ -361,36 +399,40 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutMaps struct {
-	Comms           *ebpf.Map `ebpf:"comms"`
-	Config          *ebpf.Map `ebpf:"config"`
-	Counts0         *ebpf.Map `ebpf:"counts_0"`
-	Counts1         *ebpf.Map `ebpf:"counts_1"`
-	ExcludedPids    *ebpf.Map `ebpf:"excluded_pids"`
-	HotspotProcs    *ebpf.Map `ebpf:"hotspot_procs"`
-	Inflight        *ebpf.Map `ebpf:"inflight"`
-	NewPids         *ebpf.Map `ebpf:"new_pids"`
-	OpenScopes      *ebpf.Map `ebpf:"open_scopes"`
-	PythonProcs     *ebpf.Map `ebpf:"python_procs"`
-	PythonResults   *ebpf.Map `ebpf:"python_results"`
-	PythonScratch   *ebpf.Map `ebpf:"python_scratch"`
-	PythonThreads   *ebpf.Map `ebpf:"python_threads"`
-	PythonWalks     *ebpf.Map `ebpf:"python_walks"`
-	RescanAfter     *ebpf.Map `ebpf:"rescan_after"`
-	Scratch         *ebpf.Map `ebpf:"scratch"`
-	SeenPids        *ebpf.Map `ebpf:"seen_pids"`
-	Sleeps          *ebpf.Map `ebpf:"sleeps"`
-	Stacks0         *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1         *ebpf.Map `ebpf:"stacks_1"`
-	Stats           *ebpf.Map `ebpf:"stats"`
-	SwitchNow       *ebpf.Map `ebpf:"switch_now"`
-	TargetPids      *ebpf.Map `ebpf:"target_pids"`
-	UnwindFiles     *ebpf.Map `ebpf:"unwind_files"`
-	UnwindMappings  *ebpf.Map `ebpf:"unwind_mappings"`
-	UnwindTableUsed *ebpf.Map `ebpf:"unwind_table_used"`
-	UserStacks      *ebpf.Map `ebpf:"user_stacks"`
-	V8Procs         *ebpf.Map `ebpf:"v8_procs"`
-	WalkProgs       *ebpf.Map `ebpf:"walk_progs"`
-	Walks           *ebpf.Map `ebpf:"walks"`
+	Comms            *ebpf.Map `ebpf:"comms"`
+	Config           *ebpf.Map `ebpf:"config"`
+	Counts0          *ebpf.Map `ebpf:"counts_0"`
+	Counts1          *ebpf.Map `ebpf:"counts_1"`
+	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
+	Inflight         *ebpf.Map `ebpf:"inflight"`
+	NewPids          *ebpf.Map `ebpf:"new_pids"`
+	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
+	PythonResults    *ebpf.Map `ebpf:"python_results"`
+	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
+	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
+	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
+	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	Scratch          *ebpf.Map `ebpf:"scratch"`
+	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
+	Sleeps           *ebpf.Map `ebpf:"sleeps"`
+	Stacks0          *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1          *ebpf.Map `ebpf:"stacks_1"`
+	Stats            *ebpf.Map `ebpf:"stats"`
+	SwitchNow        *ebpf.Map `ebpf:"switch_now"`
+	TargetPids       *ebpf.Map `ebpf:"target_pids"`
+	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
+	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
+	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
+	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
+	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
+	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
+	UnwindTableUsed  *ebpf.Map `ebpf:"unwind_table_used"`
+	UserStacks       *ebpf.Map `ebpf:"user_stacks"`
+	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
+	WalkProgs        *ebpf.Map `ebpf:"walk_progs"`
+	Walks            *ebpf.Map `ebpf:"walks"`
 }
 
 func (m *OffcpuSwitchoutMaps) Close() error {
@@ -418,6 +460,10 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Stats,
 		m.SwitchNow,
 		m.TargetPids,
+		m.ThreadCtxAttrs,
+		m.ThreadCtxProcs,
+		m.ThreadCtxResults,
+		m.ThreadCtxScratch,
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,

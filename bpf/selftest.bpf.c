@@ -67,7 +67,7 @@ struct {
 SEC("socket")
 int run_selftest(void *ctx)
 {
-	struct stack_key key = { .pid = 1, .tid = 2, .user_stack_id = 3, .kernel_stack_id = 4 };
+	struct stack_key key = { .pid = 1, .tid = 2, .user_stack_id = 3, .kernel_stack_id = 4, .trace_attrs_id = -1 };
 	struct selftest_result *res;
 	u32 zero = 0, one = 1;
 	u64 *frames, *other, *total;

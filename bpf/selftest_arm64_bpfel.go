@@ -34,6 +34,10 @@ type SelftestStackKey struct {
 	PythonStackId int32
 	ScopeProbe    uint32
 	ScopeStartNs  uint64
+	TraceId       [16]uint8
+	SpanId        [8]uint8
+	TraceAttrsId  int32
+	Reserved      uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -13,6 +13,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
 
 // Symbolizer resolves addresses to frames, leaf first.
@@ -37,6 +38,13 @@ type Identities interface {
 	Resolve(pid uint32) (report.Identity, error)
 }
 
+// ThreadAttributeKeys is implemented by Identities that know the key map
+// of a process's thread context records (its process context's
+// threadlocal.attribute_key_map).
+type ThreadAttributeKeys interface {
+	ThreadAttributeKeys(pid uint32) []string
+}
+
 // ThreadNamer names a thread the kernel did not name.
 type ThreadNamer func(pid, tid uint32) string
 
@@ -55,6 +63,17 @@ type Stats struct {
 	Frames         int   // frames emitted
 	Unsymbolized   int   // frames emitted without a function name
 	FilteredValues int64 // sum of values of processes dropped by Keep
+	// TraceAttributesDropped counts thread context attributes left out
+	// (a key index the process context does not name, not UTF-8, too many).
+	TraceAttributesDropped int
+}
+
+// threadKeys returns the key map of pid's thread context records.
+func (a *Assembler) threadKeys(pid uint32) []string {
+	if k, ok := a.Identities.(ThreadAttributeKeys); ok {
+		return k.ThreadAttributeKeys(pid)
+	}
+	return nil
 }
 
 // Assemble builds the profile of one report.
@@ -103,6 +122,14 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 			}
 			if s.Scope != nil {
 				sample.Scope = &report.SampleScope{ProbeIndex: s.Scope.ProbeIndex, Start: s.Scope.Start}
+			}
+			if s.Trace != nil {
+				sample.Trace = &report.TraceLink{TraceID: s.Trace.TraceID, SpanID: s.Trace.SpanID}
+				if len(s.Trace.Attrs) > 0 {
+					var dropped int
+					sample.Attributes, dropped = threadctx.DecodeAttributes(s.Trace.Attrs, a.threadKeys(pid))
+					st.TraceAttributesDropped += dropped
+				}
 			}
 			proc.Samples = append(proc.Samples, sample)
 		}

@@ -41,6 +41,9 @@ const (
 	ProbeMainThread = "probe.main_thread"
 	ProbeEntry      = "probe.entry_symbol"
 	ProbeExit       = "probe.exit_symbol"
+	// ProbeScopeSpanID names a sample's probe scope (its log record's span
+	// id, hex) when the sample's link is its thread context's span.
+	ProbeScopeSpanID = "probe.scope.span_id"
 )
 
 // KernelServiceName is the service.name of every kernel thread: their own

@@ -109,6 +109,9 @@ type RawStack struct {
 	// Scope is the probe scope the thread was inside; nil: none (or no
 	// probe links samples).
 	Scope *ScopeRef
+	// Trace is the OpenTelemetry thread context the thread had published;
+	// nil: none.
+	Trace *TraceContext
 }
 
 // ScopeRef names a probe scope instance of a thread: its probe's index and
@@ -251,6 +254,9 @@ type Stats struct {
 	PythonEnds      PythonEnds
 	PythonFrames    uint64
 	PythonStackLost uint64
+	// ThreadContexts count the reads of the OpenTelemetry thread context of
+	// samples of processes that publish one.
+	ThreadContexts ThreadContextStats
 	// PythonProcesses is, at the drain, the processes whose CPython frames
 	// BPF reads (a gauge, like UnwindTables).
 	PythonProcesses uint64
@@ -366,6 +372,7 @@ func (s Stats) Add(o Stats) Stats {
 	}
 	s.PythonFrames += o.PythonFrames
 	s.PythonStackLost += o.PythonStackLost
+	s.ThreadContexts = s.ThreadContexts.Add(o.ThreadContexts)
 	for i := range s.TableFailures {
 		s.TableFailures[i] += o.TableFailures[i]
 	}

@@ -183,6 +183,15 @@ func (r *Resolver) withContext(pid uint32, id report.Identity) report.Identity {
 	return r.contexts.apply(pid, id)
 }
 
+// ThreadAttributeKeys returns the key map of pid's OpenTelemetry thread
+// context records (OTEP 4947), from its process context; nil: none known.
+func (r *Resolver) ThreadAttributeKeys(pid uint32) []string {
+	if r.contexts == nil {
+		return nil
+	}
+	return r.contexts.threadKeys(pid)
+}
+
 // ContextStats returns the counts of process contexts read (zero when they
 // are not read).
 func (r *Resolver) ContextStats() ContextStats {

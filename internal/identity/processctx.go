@@ -12,6 +12,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/processctx"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
 
 // How often a process is looked at again for a published context (OTEP
@@ -86,6 +87,18 @@ func (c *contextReader) apply(pid uint32, id report.Identity) report.Identity {
 	}
 	c.refresh(pid, s)
 	return withContext(id, s.ctx)
+}
+
+// threadKeys returns the key map of pid's thread context records, as its
+// last publication read gives it.
+func (c *contextReader) threadKeys(pid uint32) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.states[pid]; s != nil {
+		keys, _ := s.ctx.Attributes[threadctx.KeyMapAttribute].([]string)
+		return keys
+	}
+	return nil
 }
 
 // forget drops what is known of pid's context: it exited or exec'ed.

@@ -51,6 +51,7 @@ type kernelObjects struct {
 	Stacks1       *ebpf.Map     `ebpf:"stacks_1"`
 	ExcludedPIDs  *ebpf.Map     `ebpf:"excluded_pids"`
 	NewPIDs       *ebpf.Map     `ebpf:"new_pids"`
+	TraceAttrs    *ebpf.Map     `ebpf:"thread_ctx_attrs"`
 	Sched         *ebpf.Program `ebpf:"offcpu_switch"`  // tp_btf sched_switch
 	Free          *ebpf.Program `ebpf:"offcpu_free"`    // tp_btf sched_process_free
 	ForgetProcess *ebpf.Program `ebpf:"forget_process"` // tp_btf sched_process_exit
@@ -77,7 +78,7 @@ type switchOutObjects struct {
 func (o *kernelObjects) drainMaps() stackdrain.Maps {
 	return stackdrain.Maps{
 		Config: o.Config, TargetPIDs: o.TargetPIDs, Inflight: o.Inflight, Stats: o.Stats, Comms: o.Comms,
-		Counts: [2]*ebpf.Map{o.Counts0, o.Counts1}, Stacks: [2]*ebpf.Map{o.Stacks0, o.Stacks1},
+		Counts: [2]*ebpf.Map{o.Counts0, o.Counts1}, Stacks: [2]*ebpf.Map{o.Stacks0, o.Stacks1}, TraceAttrs: o.TraceAttrs,
 	}
 }
 
@@ -85,7 +86,7 @@ func (o *kernelObjects) drainMaps() stackdrain.Maps {
 func (o *kernelObjects) Close() error {
 	var errs []error
 	for _, m := range []*ebpf.Map{o.Config, o.TargetPIDs, o.Inflight, o.Stats, o.Comms, o.Counts0, o.Counts1,
-		o.Stacks0, o.Stacks1, o.ExcludedPIDs, o.NewPIDs} {
+		o.Stacks0, o.Stacks1, o.ExcludedPIDs, o.NewPIDs, o.TraceAttrs} {
 		if m != nil {
 			errs = append(errs, m.Close())
 		}

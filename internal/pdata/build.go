@@ -5,9 +5,11 @@ package pdata
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -245,10 +247,48 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []i
 			}
 			ps.AttributeIndices().Append(tn)
 		}
+		if err := setLinks(dict, ps, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setLinks links ps to the span of its thread context, whose attributes
+// it takes, and to the log record of its probe scope. A sample has one
+// link: the thread context's, the SDK's own view (OTEP 4947), wins; the
+// scope is then named by attributes (probe.id, probe.scope.span_id).
+func setLinks(dict *dictionaryBuilder, ps pprofile.Sample, s *report.Sample) error {
+	if s.Trace == nil {
 		if s.Link != nil {
-			if err := setLink(dict, ps, s.Link); err != nil {
+			return setLink(dict, ps, s.Link)
+		}
+		return nil
+	}
+	li, err := dict.link(&report.ScopeLink{TraceID: s.Trace.TraceID, SpanID: s.Trace.SpanID})
+	if err != nil {
+		return err
+	}
+	ps.SetLinkIndex(li)
+	attrs := make([]string, 0, len(s.Attributes))
+	for k := range s.Attributes {
+		attrs = append(attrs, k)
+	}
+	sort.Strings(attrs)
+	for _, k := range attrs {
+		ai, err := dict.attribute(k, s.Attributes[k])
+		if err != nil {
+			return err
+		}
+		ps.AttributeIndices().Append(ai)
+	}
+	if s.Link != nil {
+		for k, v := range map[string]string{attrkey.ProbeID: s.Link.ProbeID, attrkey.ProbeScopeSpanID: hex.EncodeToString(s.Link.SpanID[:])} {
+			ai, err := dict.attribute(k, v)
+			if err != nil {
 				return err
 			}
+			ps.AttributeIndices().Append(ai)
 		}
 	}
 	return nil

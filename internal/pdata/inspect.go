@@ -207,6 +207,8 @@ type NamedStack struct {
 	// attribute.
 	Link    ScopeLink
 	ProbeID string
+	// Attributes are the sample's own attributes (the process's left out).
+	Attributes map[string]any
 }
 
 // ScopeLink is the trace and span id a sample links to.
@@ -236,6 +238,7 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 			if v, ok := attrs.Get(attrkey.ProbeID); ok {
 				st.ProbeID = v.Str()
 			}
+			st.Attributes = attrs.AsRaw()
 		}
 		forEachLocation(dict, s, func(loc pprofile.Location) bool {
 			typ := frameType(dict, loc)

@@ -26,6 +26,9 @@ const (
 	// labelSpanID is the span id (hex) of the probe scope a sample was
 	// taken in (report.ScopeLink), beside its probe.id label.
 	labelSpanID = "span_id"
+	// labelTraceID is the trace id (hex) of the span of a sample's thread
+	// context (report.TraceLink), whose span id labelSpanID then holds.
+	labelTraceID = "trace_id"
 )
 
 // Build converts a report into a pprof profile holding every process: the
@@ -72,6 +75,18 @@ func Build(p report.Profile) (*profile.Profile, error) {
 			if s.Link != nil {
 				ps.Label[labelSpanID] = []string{hex.EncodeToString(s.Link.SpanID[:])}
 				ps.Label[attrkey.ProbeID] = []string{s.Link.ProbeID}
+			}
+			if s.Trace != nil {
+				// The thread context's span, the SDK's own view, wins the
+				// span_id label; the probe scope keeps its own.
+				if s.Link != nil {
+					ps.Label[attrkey.ProbeScopeSpanID] = ps.Label[labelSpanID]
+				}
+				ps.Label[labelTraceID] = []string{hex.EncodeToString(s.Trace.TraceID[:])}
+				ps.Label[labelSpanID] = []string{hex.EncodeToString(s.Trace.SpanID[:])}
+				for k, v := range s.Attributes {
+					ps.Label[k] = []string{v}
+				}
 			}
 			if p.ProbeID != "" {
 				ps.Label[attrkey.ProbeID] = []string{p.ProbeID}

@@ -69,6 +69,17 @@ type Sample struct {
 	Scope *SampleScope
 	// Link joins the samples to the log record of their probe scope.
 	Link *ScopeLink
+	// Trace is the span the thread worked for, from its SDK's thread
+	// context (OTEP 4947); nil: none. Attributes are its record's
+	// attributes, named by the process context's key map.
+	Trace      *TraceLink
+	Attributes map[string]string
+}
+
+// TraceLink is an OpenTelemetry span: its trace and span id.
+type TraceLink struct {
+	TraceID [16]byte
+	SpanID  [8]byte
 }
 
 // SampleScope is a probe scope instance of a sample's thread: its probe's

@@ -105,6 +105,7 @@ func Open(opts Options) (*Sampler, error) {
 		Comms:      s.objs.Comms,
 		Counts:     [2]*ebpf.Map{s.objs.Counts0, s.objs.Counts1},
 		Stacks:     [2]*ebpf.Map{s.objs.Stacks0, s.objs.Stacks1},
+		TraceAttrs: s.objs.ThreadCtxAttrs,
 		// One sample adds 1: stacks missing at drain count in samples.
 		CountsAreSamples: true,
 	}, opts.PIDNamespace, opts.TargetPIDs)

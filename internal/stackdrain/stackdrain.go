@@ -99,6 +99,11 @@ func addCounters(st *capture.Stats, c counters) {
 	}
 	st.PythonFrames += c.PythonFrames
 	st.PythonStackLost += c.PythonStackLost
+	for i := range st.ThreadContexts.Outcomes {
+		st.ThreadContexts.Outcomes[i] += c.ThreadCtx[i]
+	}
+	st.ThreadContexts.AttrsTruncated += c.ThreadCtxAttrsTruncated
+	st.ThreadContexts.AttrsLost += c.ThreadCtxAttrsLost
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first
@@ -162,6 +167,9 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 		if k.ScopeProbe > 0 {
 			s.Scope = &capture.ScopeRef{ProbeIndex: int(k.ScopeProbe) - 1, Start: k.ScopeStartNs}
 		}
+		if k.TraceId != ([16]uint8{}) {
+			s.Trace = &capture.TraceContext{TraceID: k.TraceId, SpanID: k.SpanId, AttrsID: k.TraceAttrsId}
+		}
 		samples = append(samples, s)
 	}
 	slices.SortFunc(samples, func(a, b capture.RawStack) int {
@@ -173,9 +181,31 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			cmp.Compare(a.UserLoss, b.UserLoss),
 			cmp.Compare(a.KernelLoss, b.KernelLoss),
 			compareScopes(a.Scope, b.Scope),
+			compareTraces(a.Trace, b.Trace),
 		)
 	})
 	return samples, userMissing, kernelMissing
+}
+
+// unpackAttrs returns the attribute bytes bpf/threadctx.h packed into
+// words: their count in the first, then 7 bytes a word, each word's top
+// bit set; nil when the words are not such.
+func unpackAttrs(words []uint64) []byte {
+	const mark = 1 << 63
+	if len(words) == 0 || words[0]&mark == 0 {
+		return nil
+	}
+	n := int(words[0] &^ mark)
+	if n > 7*(len(words)-1) {
+		return nil
+	}
+	out := make([]byte, 0, n)
+	for _, w := range words[1:] {
+		for j := 0; j < 7 && len(out) < n; j++ {
+			out = append(out, byte(w>>(8*j)))
+		}
+	}
+	return out
 }
 
 // compareScopes orders samples outside probe scopes first, then by probe and start.
@@ -185,6 +215,16 @@ func compareScopes(a, b *capture.ScopeRef) int {
 		return cmp.Compare(boolInt(a != nil), boolInt(b != nil))
 	default:
 		return cmp.Or(cmp.Compare(a.ProbeIndex, b.ProbeIndex), cmp.Compare(a.Start, b.Start))
+	}
+}
+
+// compareTraces orders samples without thread context first, then by ids and attributes.
+func compareTraces(a, b *capture.TraceContext) int {
+	switch {
+	case a == nil || b == nil:
+		return cmp.Compare(boolInt(a != nil), boolInt(b != nil))
+	default:
+		return cmp.Or(slices.Compare(a.TraceID[:], b.TraceID[:]), slices.Compare(a.SpanID[:], b.SpanID[:]), cmp.Compare(a.AttrsID, b.AttrsID))
 	}
 }
 

@@ -40,6 +40,10 @@ type Maps struct {
 	Comms      *ebpf.Map // tid -> struct thread_comm
 	Counts     [2]*ebpf.Map
 	Stacks     [2]*ebpf.Map
+	// TraceAttrs (nil: none) holds the packed attributes of thread
+	// contexts by the keys' trace_attrs_id (bpf/threadctx.h): an LRU map,
+	// read, not cleared.
+	TraceAttrs *ebpf.Map
 	// CountsAreSamples says the counts values are sample counts (CPU), so
 	// stacks missing at drain are counted in samples; false: weights such as
 	// nanoseconds (off-CPU), counted per aggregated entry.
@@ -142,6 +146,7 @@ func (b *Buffers) Drain() ([]capture.RawStack, capture.Stats, error) {
 		return nil, capture.Stats{}, fmt.Errorf("drain stats: %w", err)
 	}
 	samples, userMissing, kernelMissing := assembleSamples(counts, stacks, b.readComms(counts), b.maps.CountsAreSamples)
+	b.addTraceAttrs(samples, counts)
 	st.UserStackLost[capture.StackMissing] = userMissing
 	st.KernelStackLost[capture.StackMissing] = kernelMissing
 	return samples, st, nil
@@ -166,6 +171,31 @@ func (b *Buffers) waitQuiescent() error {
 			return fmt.Errorf("BPF program still running %v after the generation flip", quiesceTimeout)
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// addTraceAttrs gives the samples with a thread context the attributes
+// their keys name, looked up once per id.
+func (b *Buffers) addTraceAttrs(samples []capture.RawStack, counts map[stackKey]uint64) {
+	if b.maps.TraceAttrs == nil {
+		return
+	}
+	words := make([]uint64, b.maps.TraceAttrs.ValueSize()/8)
+	attrs := map[int32][]byte{}
+	for k := range counts {
+		id := k.TraceAttrsId
+		if _, done := attrs[id]; done || id < 0 || k.TraceId == ([16]uint8{}) {
+			continue
+		}
+		attrs[id] = nil // evicted meanwhile: none
+		if err := b.maps.TraceAttrs.Lookup(uint32(id), words); err == nil {
+			attrs[id] = unpackAttrs(trimStack(words))
+		}
+	}
+	for i := range samples {
+		if t := samples[i].Trace; t != nil && t.AttrsID >= 0 {
+			t.Attrs = attrs[t.AttrsID]
+		}
 	}
 }
 

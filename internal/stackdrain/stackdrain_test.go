@@ -1,6 +1,7 @@
 package stackdrain
 
 import (
+	"bytes"
 	"slices"
 	"testing"
 
@@ -176,5 +177,46 @@ func TestDecodeProcessEvent(t *testing.T) {
 		if got := decodeProcessEvent(tc.entry); got != tc.want {
 			t.Errorf("entry %#x: got %+v, want %+v", tc.entry, got, tc.want)
 		}
+	}
+}
+
+// pack packs attribute bytes as bpf/threadctx.h does.
+func pack(b []byte) []uint64 {
+	const mark = 1 << 63
+	words := []uint64{mark | uint64(len(b))}
+	for i := 0; i < len(b); i += 7 {
+		w := uint64(mark)
+		for j := 0; j < 7 && i+j < len(b); j++ {
+			w |= uint64(b[i+j]) << (8 * j)
+		}
+		words = append(words, w)
+	}
+	return words
+}
+
+func TestUnpackAttrs(t *testing.T) {
+	long := make([]byte, 616)
+	for i := range long {
+		long[i] = byte(i) // zero bytes too: no word is zero
+	}
+	tests := []struct {
+		name  string
+		words []uint64
+		want  []byte
+	}{
+		{"one entry", pack([]byte("\x00\x09/checkout")), []byte("\x00\x09/checkout")},
+		{"seven bytes exactly", pack([]byte("\x01\x05GET/a")), []byte("\x01\x05GET/a")},
+		{"zero bytes inside", pack([]byte{0, 0, 0, 0, 0, 0, 0, 0}), []byte{0, 0, 0, 0, 0, 0, 0, 0}},
+		{"the most BPF keeps", pack(long), long},
+		{"no mark", []uint64{3, 1}, nil},
+		{"a count beyond the words", []uint64{1<<63 | 20, 1<<63 | 1}, nil},
+		{"none", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := unpackAttrs(tt.words); !bytes.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
+				t.Errorf("unpackAttrs = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
 
 // Maps are the sampler's maps the loader fills.
@@ -32,6 +33,9 @@ type Maps struct {
 	// Runtimes are the maps the runtimes' walkers read per process, by
 	// runtime name (internal/runtimes: Runtime.ProcMap).
 	Runtimes map[string]*ebpf.Map
+	// ThreadCtx (nil: not read) is where each process's threads keep their
+	// OpenTelemetry thread context: pid -> bpf.CpuThreadCtxProc.
+	ThreadCtx *ebpf.Map
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -47,10 +51,11 @@ type fileTable struct {
 	slot, rows uint32
 	base       uint64 // the file virtual address of row pc 0
 	progs      []elf.ProgHeader
-	refs       int          // (process, file) pairs using it
-	keys       []fileKey    // the files (device, inode) it serves
-	buildID    string       // GNU build id, "" if the file has none
-	runtime    *fileRuntime // the interpreter of a runtime in the file, if any
+	refs       int               // (process, file) pairs using it
+	keys       []fileKey         // the files (device, inode) it serves
+	buildID    string            // GNU build id, "" if the file has none
+	runtime    *fileRuntime      // the interpreter of a runtime in the file, if any
+	threadCtx  *threadctx.Module // the file defines otel_thread_ctx_v1
 	// idleSince is when its last process was forgotten (zero: in use);
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
@@ -77,6 +82,10 @@ type loadedProcess struct {
 	// those not ready for it yet.
 	runtimes []*runtimes.Runtime
 	waiting  []waitingRuntime
+	// threadCtx is the module whose thread context location is loaded;
+	// threadCtxWaiting one whose location is not written yet.
+	threadCtx        *threadctx.Module
+	threadCtxWaiting *waitingThreadCtx
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
@@ -109,6 +118,8 @@ type Loader struct {
 	procs   map[uint32]*loadedProcess
 	pending []pendingRelease
 	stats   Stats
+	// noThreadCtx: thread contexts are not read (trace_context::enabled false).
+	noThreadCtx bool
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity
@@ -175,6 +186,9 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 				}
 				if t.runtime != nil && err == nil {
 					l.addRuntime(lp, t.runtime, bias)
+				}
+				if t.threadCtx != nil && err == nil {
+					l.addThreadCtx(lp, t.threadCtx, bias)
 				}
 			}
 		}
@@ -325,6 +339,7 @@ func (l *Loader) Stats() Stats {
 	}
 	st.RowsUsed = l.budget.used
 	st.Runtimes = l.runtimeStats(st.Runtimes)
+	st.ThreadContexts.Processes = l.threadCtxProcesses()
 	return st
 }
 
@@ -351,6 +366,9 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		}
 	}
 	l.dropRuntimes(lp, kept)
+	if l.maps.ThreadCtx != nil {
+		l.dropThreadCtx(lp, kept)
+	}
 	for _, key := range lp.files {
 		t := l.files[key]
 		if t == nil {
@@ -426,10 +444,10 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, stamp, nil
 	}
-	interp := l.detectRuntime(m.Path, ef)
+	interp, tc := l.detectRuntime(m.Path, ef), l.detectThreadCtx(ef)
 	// Without a table the file is walked with frame pointers, but its
-	// interpreter, if any, is still read.
-	noTable := &fileTable{progs: progHeaders(ef), runtime: interp}
+	// interpreter and thread context, if any, are still read.
+	noTable := &fileTable{progs: progHeaders(ef), runtime: interp, threadCtx: tc}
 	began := time.Now()
 	var rows []bpf.CpuUnwindRow
 	var base uint64
@@ -438,7 +456,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if err != nil {
 		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp}
+	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp, threadCtx: tc}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		l.shareByBuildID(t)

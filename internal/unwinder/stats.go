@@ -40,6 +40,9 @@ type Stats struct {
 	// Runtimes count, by runtime name (internal/runtimes), what concerns
 	// the runtimes' walkers.
 	Runtimes map[string]RuntimeStats
+	// ThreadContexts count the processes whose OpenTelemetry thread
+	// context the samplers read (threadctx_linux.go).
+	ThreadContexts ThreadContextStats
 }
 
 // RuntimeStats are the loader's counters of one runtime: the processes

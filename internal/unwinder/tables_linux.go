@@ -99,6 +99,15 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 		_ = u.Close()
 		return nil, err
 	}
+	if maps.ThreadCtx, err = ebpf.NewMap(spec.Maps[bpf.CpuMapThreadCtxProcs].Copy()); err != nil {
+		_ = r.Close()
+		_ = m.Close()
+		_ = u.Close()
+		for _, rm := range maps.Runtimes {
+			_ = rm.Close()
+		}
+		return nil, fmt.Errorf("create thread context processes map: %w", memlock.Explain(err))
+	}
 	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
 	go t.sweep()
 	return t, nil
@@ -136,6 +145,9 @@ func (t *Tables) sweep() {
 		case <-tick.C:
 			t.loader.Sweep()
 			t.loader.retryRuntimes()
+			if t.maps.ThreadCtx != nil {
+				t.loader.retryThreadCtx()
+			}
 		case <-t.prune:
 			t.loader.Prune()
 		}
@@ -151,11 +163,18 @@ func (t *Tables) Close() error {
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
 	}
+	if t.maps.ThreadCtx != nil {
+		errs = append(errs, t.maps.ThreadCtx.Close())
+	}
 	return errors.Join(errs...)
 }
 
 // Stats returns the loader's counters.
 func (t *Tables) Stats() Stats { return t.loader.Stats() }
+
+// IgnoreThreadContexts stops locating the OpenTelemetry thread contexts of
+// processes loaded from now on (trace_context::enabled false).
+func (t *Tables) IgnoreThreadContexts() { t.loader.ignoreThreadCtx() }
 
 // Loaded says whether pid's tables are loaded: until then its stacks are
 // walked with frame pointers.
@@ -190,11 +209,15 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 		}
 		ms.MaxEntries = m.MaxEntries()
 	}
-	// Collections with a runtime's walker share its map too.
+	// Collections with a runtime's walker share its map too, and those
+	// that read thread contexts their map.
 	for _, rt := range all.Runtimes {
 		if _, ok := spec.Maps[rt.ProcMap]; ok && tables.maps.Runtimes[rt.Name] != nil {
 			repl[rt.ProcMap] = tables.maps.Runtimes[rt.Name]
 		}
+	}
+	if _, ok := spec.Maps[bpf.CpuMapThreadCtxProcs]; ok && tables.maps.ThreadCtx != nil {
+		repl[bpf.CpuMapThreadCtxProcs] = tables.maps.ThreadCtx
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }

@@ -143,7 +143,8 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	srcOpts := sourceOptions{targets: targets, pidns: pidns, proc: r.proc, logger: r.settings.Logger}
 	if r.cfg.Unwinding.Method == unwindAuto {
-		r.unwind = &sharedTables{proc: r.proc, memory: uint64(r.cfg.Unwinding.TableMemoryMiB) << 20}
+		r.unwind = &sharedTables{proc: r.proc, memory: uint64(r.cfg.Unwinding.TableMemoryMiB) << 20,
+			noThreadContexts: !r.cfg.TraceContext.Enabled}
 		srcOpts.unwind = r.unwind
 	}
 	logger := r.settings.Logger
@@ -314,6 +315,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		prof, ast := r.assembler.Assemble(kind, start, end, r.period(kind), stacks)
 		r.telemetry.BpfprofilerProcessesSeen.Add(ctx, int64(ast.Processes))
 		r.telemetry.BpfprofilerFramesUnsymbolized.Add(ctx, int64(ast.Unsymbolized))
+		r.recordAttributesLost(ctx, attrLossUnnamed, uint64(ast.TraceAttributesDropped))
 		if len(prof.Processes) > 0 {
 			profiles = append(profiles, prof)
 		}

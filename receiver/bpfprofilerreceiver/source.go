@@ -48,9 +48,12 @@ type sourceOptions struct {
 type sharedTables struct {
 	proc   procfs.FS
 	memory uint64 // bytes the tables may take
-	once   sync.Once
-	tables *unwinder.Tables
-	err    error
+	// noThreadContexts: processes' OpenTelemetry thread contexts are not
+	// located (trace_context::enabled false).
+	noThreadContexts bool
+	once             sync.Once
+	tables           *unwinder.Tables
+	err              error
 }
 
 // get opens the tables the first time; nil receiver: none.
@@ -58,7 +61,12 @@ func (s *sharedTables) get() (*unwinder.Tables, error) {
 	if s == nil {
 		return nil, nil
 	}
-	s.once.Do(func() { s.tables, s.err = unwinder.OpenTables(s.proc, s.memory) })
+	s.once.Do(func() {
+		s.tables, s.err = unwinder.OpenTables(s.proc, s.memory)
+		if s.err == nil && s.noThreadContexts {
+			s.tables.IgnoreThreadContexts()
+		}
+	})
 	return s.tables, s.err
 }
 

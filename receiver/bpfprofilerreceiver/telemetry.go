@@ -58,12 +58,20 @@ const (
 
 	// process_contexts outcomes besides the identity package's reasons
 	contextRead = "read"
+
+	// thread_context_attributes_lost reasons
+	attrLossTruncated  = "truncated"
+	attrLossUnreadable = "unreadable"
+	attrLossUnnamed    = "unnamed"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
 // the code emits.
 func emittedAttributeValues() map[string][]string {
-	var stackReasons, unwindEnds, tableFailures, pythonEnds, sampleOutcomes []string
+	var stackReasons, unwindEnds, tableFailures, pythonEnds, sampleOutcomes, threadOutcomes []string
+	for _, o := range capture.AllThreadContextOutcomes {
+		threadOutcomes = append(threadOutcomes, o.Reason())
+	}
 	for _, o := range scopejoin.AllOutcomes {
 		sampleOutcomes = append(sampleOutcomes, o.Reason())
 	}
@@ -80,19 +88,21 @@ func emittedAttributeValues() map[string][]string {
 		pythonEnds = append(pythonEnds, e.Reason())
 	}
 	return map[string][]string{
-		"kind":                    {kindCPU, kindOffCPU},
-		"mechanism":               {mechPerfEvent, mechTaskWork, mechSwitchOut},
-		"signal":                  {signalProfiles, signalLogs, signalPprof},
-		"stack":                   {stackUser, stackKernel},
-		"sample_loss_reason":      {lostMapFull},
-		"stack_loss_reason":       stackReasons,
-		"probe_drop_reason":       {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
-		"unwind_end":              unwindEnds,
-		"table_failure":           tableFailures,
-		"python_end":              pythonEnds,
-		"probe_sample_outcome":    sampleOutcomes,
-		"process_read_outcome":    {readDone, readExited, readDropped},
-		"process_context_outcome": append([]string{contextRead}, identity.ContextReasons...),
+		"kind":                          {kindCPU, kindOffCPU},
+		"mechanism":                     {mechPerfEvent, mechTaskWork, mechSwitchOut},
+		"signal":                        {signalProfiles, signalLogs, signalPprof},
+		"stack":                         {stackUser, stackKernel},
+		"sample_loss_reason":            {lostMapFull},
+		"stack_loss_reason":             stackReasons,
+		"probe_drop_reason":             {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+		"unwind_end":                    unwindEnds,
+		"table_failure":                 tableFailures,
+		"python_end":                    pythonEnds,
+		"probe_sample_outcome":          sampleOutcomes,
+		"process_read_outcome":          {readDone, readExited, readDropped},
+		"process_context_outcome":       append([]string{contextRead}, identity.ContextReasons...),
+		"thread_context_outcome":        threadOutcomes,
+		"thread_context_attribute_loss": {attrLossTruncated, attrLossUnreadable, attrLossUnnamed},
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
@@ -136,6 +146,7 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 	}
 	r.recordUnwindStats(ctx, k, st)
 	r.recordPythonStats(ctx, k, st)
+	r.recordThreadContextStats(ctx, k, st.ThreadContexts)
 }
 
 // recordUnwindStats adds the unwind counters of one window of one kind,
@@ -182,6 +193,25 @@ func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute
 	}
 	if st.PythonStackLost > 0 {
 		tel.BpfprofilerPythonStacksLost.Add(ctx, int64(st.PythonStackLost), metric.WithAttributes(kind))
+	}
+}
+
+// recordThreadContextStats adds the thread context counters of one window
+// of one kind.
+func (r *profilerReceiver) recordThreadContextStats(ctx context.Context, kind attribute.KeyValue, st capture.ThreadContextStats) {
+	tel := r.telemetry
+	for _, o := range capture.AllThreadContextOutcomes {
+		if n := st.Outcomes[o]; n > 0 {
+			tel.BpfprofilerThreadContexts.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrOutcome, o.Reason())))
+		}
+	}
+	r.recordAttributesLost(ctx, attrLossTruncated, st.AttrsTruncated)
+	r.recordAttributesLost(ctx, attrLossUnreadable, st.AttrsLost)
+}
+
+func (r *profilerReceiver) recordAttributesLost(ctx context.Context, reason string, n uint64) {
+	if n > 0 {
+		r.telemetry.BpfprofilerThreadContextAttributesLost.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reason)))
 	}
 }
 

@@ -33,6 +33,10 @@ var forbidden = map[string][]string{
 	// What processes publish about themselves is read for identity, from /proc alone.
 	"internal/processctx": {"kernel", "internal/capture", "internal/assemble", "internal/report", "internal/pdata",
 		"internal/pproffile", "internal/symbolize", "internal/identity"},
+	// Thread contexts: where a file's variable is and what a record holds,
+	// for the loader and for assembly alike.
+	"internal/threadctx": {"kernel", "internal/capture", "internal/assemble", "internal/report", "internal/pdata",
+		"internal/pproffile", "internal/symbolize", "internal/identity"},
 	// The runtimes serve both sides (the unwinder loads what their walkers
 	// need, the symbolizer names their frames) and see neither.
 	"internal/runtimes":         runtimeForbidden,

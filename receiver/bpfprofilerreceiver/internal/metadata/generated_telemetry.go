@@ -23,38 +23,40 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                               metric.Meter
-	mu                                  sync.Mutex
-	registrations                       []metric.Registration
-	BpfprofilerFramesUnsymbolized       metric.Int64Counter
-	BpfprofilerJvmFrames                metric.Int64Counter
-	BpfprofilerJvmFramesUnsymbolized    metric.Int64Counter
-	BpfprofilerJvmProcesses             metric.Int64UpDownCounter
-	BpfprofilerNewProcessesDropped      metric.Int64Counter
-	BpfprofilerProbeRecords             metric.Int64Counter
-	BpfprofilerProbeRecordsDropped      metric.Int64Counter
-	BpfprofilerProbeSamples             metric.Int64Counter
-	BpfprofilerProbeStacksDropped       metric.Int64Counter
-	BpfprofilerProcessContexts          metric.Int64Counter
-	BpfprofilerProcessReads             metric.Int64Counter
-	BpfprofilerProcessesSeen            metric.Int64Counter
-	BpfprofilerPythonFrames             metric.Int64Counter
-	BpfprofilerPythonFramesUnsymbolized metric.Int64Counter
-	BpfprofilerPythonProcesses          metric.Int64UpDownCounter
-	BpfprofilerPythonStacksLost         metric.Int64Counter
-	BpfprofilerPythonWalks              metric.Int64Counter
-	BpfprofilerReportsFailed            metric.Int64Counter
-	BpfprofilerSamplesLost              metric.Int64Counter
-	BpfprofilerSamplesRecorded          metric.Int64Counter
-	BpfprofilerStacksLost               metric.Int64Counter
-	BpfprofilerUnwindFrames             metric.Int64Counter
-	BpfprofilerUnwindTableBytes         metric.Int64UpDownCounter
-	BpfprofilerUnwindTables             metric.Int64UpDownCounter
-	BpfprofilerUnwindTablesFailed       metric.Int64Counter
-	BpfprofilerUnwindWalks              metric.Int64Counter
-	BpfprofilerV8Frames                 metric.Int64Counter
-	BpfprofilerV8FramesUnsymbolized     metric.Int64Counter
-	BpfprofilerV8Processes              metric.Int64UpDownCounter
+	meter                                  metric.Meter
+	mu                                     sync.Mutex
+	registrations                          []metric.Registration
+	BpfprofilerFramesUnsymbolized          metric.Int64Counter
+	BpfprofilerJvmFrames                   metric.Int64Counter
+	BpfprofilerJvmFramesUnsymbolized       metric.Int64Counter
+	BpfprofilerJvmProcesses                metric.Int64UpDownCounter
+	BpfprofilerNewProcessesDropped         metric.Int64Counter
+	BpfprofilerProbeRecords                metric.Int64Counter
+	BpfprofilerProbeRecordsDropped         metric.Int64Counter
+	BpfprofilerProbeSamples                metric.Int64Counter
+	BpfprofilerProbeStacksDropped          metric.Int64Counter
+	BpfprofilerProcessContexts             metric.Int64Counter
+	BpfprofilerProcessReads                metric.Int64Counter
+	BpfprofilerProcessesSeen               metric.Int64Counter
+	BpfprofilerPythonFrames                metric.Int64Counter
+	BpfprofilerPythonFramesUnsymbolized    metric.Int64Counter
+	BpfprofilerPythonProcesses             metric.Int64UpDownCounter
+	BpfprofilerPythonStacksLost            metric.Int64Counter
+	BpfprofilerPythonWalks                 metric.Int64Counter
+	BpfprofilerReportsFailed               metric.Int64Counter
+	BpfprofilerSamplesLost                 metric.Int64Counter
+	BpfprofilerSamplesRecorded             metric.Int64Counter
+	BpfprofilerStacksLost                  metric.Int64Counter
+	BpfprofilerThreadContextAttributesLost metric.Int64Counter
+	BpfprofilerThreadContexts              metric.Int64Counter
+	BpfprofilerUnwindFrames                metric.Int64Counter
+	BpfprofilerUnwindTableBytes            metric.Int64UpDownCounter
+	BpfprofilerUnwindTables                metric.Int64UpDownCounter
+	BpfprofilerUnwindTablesFailed          metric.Int64Counter
+	BpfprofilerUnwindWalks                 metric.Int64Counter
+	BpfprofilerV8Frames                    metric.Int64Counter
+	BpfprofilerV8FramesUnsymbolized        metric.Int64Counter
+	BpfprofilerV8Processes                 metric.Int64UpDownCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -209,6 +211,18 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	builder.BpfprofilerStacksLost, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_stacks_lost",
 		metric.WithDescription("Recorded samples (cpu) or waits (off_cpu) that lost their user or kernel stack, by kind, stack and reason. They are kept (and counted in bpfprofiler_samples_recorded) with one marker frame in place of the lost stack, named [user stack lost: <reason>] or [kernel stack lost: <reason>], so process totals stay right and a flame graph shows the loss. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerThreadContextAttributesLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_thread_context_attributes_lost",
+		metric.WithDescription("Attributes of OpenTelemetry thread context records left out, by reason (records for truncated and unreadable, entries for unnamed). [Development]"),
+		metric.WithUnit("{attribute}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerThreadContexts, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_thread_contexts",
+		metric.WithDescription("Samples (cpu) of processes that publish an OpenTelemetry thread context (a file of theirs exports otel_thread_ctx_v1, OTEP 4947), by profile kind and what the read of their thread's context found. [Development]"),
 		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)

@@ -40,6 +40,8 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
 	tb.BpfprofilerStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerThreadContextAttributesLost.Add(context.Background(), 1)
+	tb.BpfprofilerThreadContexts.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindFrames.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindTableBytes.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindTables.Add(context.Background(), 1)
@@ -109,6 +111,12 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerThreadContextAttributesLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerThreadContexts(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerUnwindFrames(t, testTel,

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The OpenTelemetry thread context of the current thread (OTEP 4947): the
+ * TLS pointer otel_thread_ctx_v1 an SDK sets to the record of the span the
+ * thread works for. User space finds where the pointer is for a process
+ * (internal/threadctx.Location: an offset from the thread pointer, or a
+ * module's block in the thread's dynamic thread vector) and fills
+ * thread_ctx_procs[pid]; a sample reads the pointer and the record while
+ * the thread is stopped, and puts its trace and span ids into the key and
+ * its attributes, packed 7 bytes a word (never a zero word), into
+ * thread_ctx_attrs under their hash: the key's trace_attrs_id. That map is
+ * not drained by generation: attributes repeat, an LRU keeps the recent.
+ */
+#ifndef BPFPROFILER_THREADCTX_H
+#define BPFPROFILER_THREADCTX_H
+
+#include "common.h"
+#include "stackstore.h"
+#include "arch.h"
+
+/* Attribute bytes kept per record: 88 words of 7 (the OTEP's 640-byte record less its 28). */
+#define THREAD_CTX_ATTR_WORDS 88
+#define THREAD_CTX_ATTRS_MAX (THREAD_CTX_ATTR_WORDS * 7)
+/* Marks every word of packed attributes: none is zero. */
+#define THREAD_CTX_WORD_MARK (1ULL << 63)
+
+/* Where a process's threads keep otel_thread_ctx_v1 (threadctx.Location). */
+struct thread_ctx_proc {
+	s64 offset; /* from the thread pointer (module 0), or in the module's block */
+	u64 module; /* 0: static TLS; else the module's index in the thread's vector */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid as the collector sees it */
+	__type(value, struct thread_ctx_proc);
+} thread_ctx_procs SEC(".maps");
+
+/* The record's fixed part (packed in the process: read as bytes). */
+struct thread_ctx_head {
+	u8 trace_id[16];
+	u8 span_id[8];
+	u8 valid;
+	u8 trace_flags;
+	u8 attrs_size[2]; /* native endian u16, at an odd-free offset */
+	u32 reserved;	  /* explicit padding (not read) */
+};
+
+/* Per-CPU buffers: the attribute bytes read, then packed. */
+struct thread_ctx_scratch {
+	u8 raw[THREAD_CTX_ATTRS_MAX];
+	u64 words[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct thread_ctx_scratch);
+} thread_ctx_scratch SEC(".maps");
+
+/* The address of the current thread's otel_thread_ctx_v1 (0: none). */
+static __always_inline u64 thread_ctx_variable(const struct thread_ctx_proc *p)
+{
+	u64 tp = user_thread_pointer(), dtv = 0, length = 0, block = 0;
+
+	if (!tp)
+		return 0;
+	if (!p->module)
+		return tp + p->offset;
+	/* glibc's vector: its length before the element the TCB points at, then 16 bytes a module. */
+	if (bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(tp + TCB_DTV)) ||
+	    bpf_probe_read_user(&length, sizeof(length), (void *)(dtv - 16)) || p->module > length ||
+	    bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + 16 * p->module)))
+		return 0;
+	if (!block || block == ~0ULL) /* not allocated in this thread yet */
+		return 0;
+	return block + p->offset;
+}
+
+/*
+ * Packs the n attribute bytes of sc->raw into sc->words (a size word, then
+ * 7 bytes a word, zero-terminated); returns their hash.
+ */
+static __always_inline s32 thread_ctx_pack(struct thread_ctx_scratch *sc, u32 n)
+{
+	u32 idx;
+
+	sc->words[0] = THREAD_CTX_WORD_MARK | n;
+#pragma clang loop unroll(disable)
+	for (u32 i = 0; i < THREAD_CTX_ATTR_WORDS; i++) {
+		u64 w = 0;
+
+		if (i * 7 < n) { /* no division: the verifier keeps no bounds through one */
+			w = THREAD_CTX_WORD_MARK;
+#pragma unroll
+			for (u32 j = 0; j < 7; j++) {
+				u32 k = i * 7 + j;
+
+				if (k < n && k < THREAD_CTX_ATTRS_MAX)
+					w |= (u64)sc->raw[k] << (8 * j);
+			}
+		}
+		idx = i + 1; /* checked: the compiler may index by another variable here */
+		if (idx < MAX_STACK_DEPTH)
+			sc->words[idx] = w; /* the first word past the attributes ends them */
+		if (!w)
+			break;
+	}
+	sc->words[THREAD_CTX_ATTR_WORDS + 1] = 0;
+	return hash_frames(sc->words, sizeof(sc->words));
+}
+
+/* Packed attributes by their hash (the keys' trace_attrs_id). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, stack_trace_t);
+} thread_ctx_attrs SEC(".maps");
+
+/* What the last thread_ctx_read on this CPU found. */
+struct thread_ctx_result {
+	u8 trace_id[16]; /* zero unless outcome is THREAD_CTX_LINKED */
+	u8 span_id[8];
+	s32 attrs_id;  /* the attributes' key in thread_ctx_attrs; -1: none */
+	u32 outcome;   /* enum thread_ctx_outcome; NR_THREAD_CTX: the process publishes none */
+	u32 truncated; /* 1: the attributes were cut to THREAD_CTX_ATTRS_MAX */
+	u32 lost;      /* 1: the attributes could not be read or stored */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct thread_ctx_result);
+} thread_ctx_results SEC(".maps");
+
+/*
+ * Reads the current thread's context, when process pid publishes one, into
+ * this CPU's thread_ctx_results (and its attributes, packed, into
+ * thread_ctx_scratch) for thread_ctx_store. Once per sample: the packing
+ * loop is verified at each call site.
+ */
+static __always_inline void thread_ctx_read(u32 pid)
+{
+	struct thread_ctx_proc *p = bpf_map_lookup_elem(&thread_ctx_procs, &pid);
+	struct thread_ctx_scratch *sc;
+	struct thread_ctx_result *r;
+	struct thread_ctx_head h = {};
+	u64 var, rec = 0, ids = 0;
+	const u64 *old;
+	u32 zero = 0, n;
+	s32 hash;
+
+	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
+	if (!r)
+		return;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->attrs_id = -1;
+	r->outcome = NR_THREAD_CTX;
+	if (!p)
+		return;
+	r->outcome = THREAD_CTX_READ_FAULT;
+	var = thread_ctx_variable(p);
+	if (!var || bpf_probe_read_user(&rec, sizeof(rec), (void *)var))
+		return;
+	r->outcome = THREAD_CTX_NONE;
+	if (!rec)
+		return;
+	/* One read of the 28 bytes: the thread is stopped, its record whole. */
+	r->outcome = THREAD_CTX_READ_FAULT;
+	if (bpf_probe_read_user(&h, 28, (void *)rec))
+		return;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		ids |= h.trace_id[i];
+	r->outcome = THREAD_CTX_INVALID;
+	if (h.valid != 1 || !ids)
+		return;
+	__builtin_memcpy(r->trace_id, h.trace_id, sizeof(h.trace_id));
+	__builtin_memcpy(r->span_id, h.span_id, sizeof(h.span_id));
+	r->outcome = THREAD_CTX_LINKED;
+	n = h.attrs_size[0] | (u32)h.attrs_size[1] << 8; /* little endian on both targets */
+	if (!n)
+		return;
+	if (n > THREAD_CTX_ATTRS_MAX) {
+		r->truncated = 1;
+		n = THREAD_CTX_ATTRS_MAX;
+	}
+	sc = bpf_map_lookup_elem(&thread_ctx_scratch, &zero);
+	if (!sc || bpf_probe_read_user(sc->raw, n, (void *)(rec + 28))) {
+		r->lost = 1;
+		return;
+	}
+	hash = thread_ctx_pack(sc, n);
+	old = bpf_map_lookup_elem(&thread_ctx_attrs, &hash);
+	if (old ? !same_frames(old, sc->words) : bpf_map_update_elem(&thread_ctx_attrs, &hash, sc->words, BPF_ANY)) {
+		r->lost = 1; /* another record's attributes have the hash, or the map refused */
+		return;
+	}
+	r->attrs_id = hash;
+}
+
+/*
+ * Puts the context r read into key (zero ids: none) and counts it in st.
+ * Few branches: the off-CPU programs reach it in many states.
+ */
+static __always_inline void thread_ctx_key(const struct thread_ctx_result *r, struct stack_key *key,
+					   struct sampler_stats *st)
+{
+	u32 outcome = r->outcome;
+
+	if (outcome < NR_THREAD_CTX)
+		st->thread_ctx[outcome]++;
+	__builtin_memcpy(key->trace_id, r->trace_id, sizeof(r->trace_id));
+	__builtin_memcpy(key->span_id, r->span_id, sizeof(r->span_id));
+	key->trace_attrs_id = r->attrs_id;
+	st->thread_ctx_attrs_truncated += r->truncated;
+	st->thread_ctx_attrs_lost += r->lost;
+}
+
+/* thread_ctx_key of what the last thread_ctx_read on this CPU found. */
+static __always_inline void thread_ctx_store(struct stack_key *key, struct sampler_stats *st)
+{
+	struct thread_ctx_result *r;
+	u32 zero = 0;
+
+	key->trace_attrs_id = -1;
+	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
+	if (r)
+		thread_ctx_key(r, key, st);
+}
+
+#endif /* BPFPROFILER_THREADCTX_H */
