@@ -114,13 +114,27 @@ func describe(frames []report.Frame) string {
 }
 
 // samplePython samples pid for 3 s with unwind tables and returns its
-// assembled samples and the drain's stats.
-func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer) ([]report.Sample, capture.Stats) {
+// assembled samples and the drain's stats. window, when set, is called as
+// the 3 s begin and as they end.
+func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer, window ...func()) ([]report.Sample, capture.Stats) {
 	t.Helper()
 	ut := openTables(t, true)
 	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: ut})
 	awaitTables(t, ut, pid)
-	raw, st, _ := sampleFor(t, s, 3*time.Second)
+	if _, _, err := s.Drain(); err != nil { // start from an empty window
+		t.Fatal(err)
+	}
+	for _, f := range window[:min(len(window), 1)] {
+		f()
+	}
+	time.Sleep(3 * time.Second)
+	raw, st, err := s.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range window[min(len(window), 1):] {
+		f()
+	}
 	_ = s.Close()
 	a := assemble.Assembler{Symbols: sym, Identities: pidIdentity{}}
 	prof, _ := a.Assemble(report.KindCPU, time.Now(), time.Now(), 1, raw)
@@ -182,9 +196,10 @@ func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symboli
 func testPythonSplit(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer) {
 	cmd := testutil.StartPython(t, in, "split", "30")
 	pid := int(cmd.Process.Pid)
-	cpu0 := threadCPU(t, pid)
-	samples, _ := samplePython(t, uint32(pid), sym)
-	cpu1 := threadCPU(t, pid)
+	// The threads' CPU time over the sampled window itself: they take
+	// turns, so a longer window (with the tables' loading) skews the truth.
+	var cpu0, cpu1 map[uint32]time.Duration
+	samples, _ := samplePython(t, uint32(pid), sym, func() { cpu0 = threadCPU(t, pid) }, func() { cpu1 = threadCPU(t, pid) })
 	// 3.11+ names methods by their qualified name.
 	qualified := !strings.HasPrefix(in.Name, "3.9") && !strings.HasPrefix(in.Name, "3.10")
 	var byMethod [2]int64
