@@ -53,13 +53,6 @@ var arches = map[elf.Machine]arch{
 		dtpoff: uint32(elf.R_AARCH64_TLS_DTPREL64), tpoff: uint32(elf.R_AARCH64_TLS_TPREL64), tcbSize: 16},
 }
 
-// Defines returns the offset of otel_thread_ctx_v1 in f's TLS block: f
-// exports it (a defined STT_TLS symbol in .dynsym, as the OTEP requires).
-func Defines(f *elf.File) (uint64, error) {
-	_, sym, err := symbol(f)
-	return sym.Value, err
-}
-
 func symbol(f *elf.File) (int, elf.Symbol, error) {
 	syms, err := f.DynamicSymbols()
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
@@ -253,16 +246,6 @@ func (m *Module) Locate(mem io.ReaderAt, bias uint64) (Location, error) {
 		return Location{}, gd
 	}
 	return Location{}, lastErr
-}
-
-// ResolveLibrary returns the Location of otel_thread_ctx_v1 defined in the
-// shared library f, loaded with bias in a process whose memory is mem.
-func ResolveLibrary(f *elf.File, mem io.ReaderAt, bias uint64) (Location, error) {
-	m, err := Prepare(f)
-	if err != nil {
-		return Location{}, err
-	}
-	return m.Locate(mem, bias)
 }
 
 // descriptor reads the TLS descriptor at slot: the resolver's address, then
