@@ -101,8 +101,8 @@ struct stack_key {
 	/* The OpenTelemetry thread context (threadctx.h); zero ids: none. */
 	u8 trace_id[16];
 	u8 span_id[8];
-	s32 trace_attrs_id; /* its attributes, packed, in the stacks map; -1: none */
-	u32 reserved;	    /* explicit padding, always 0 */
+	s32 trace_attrs_id; /* its attributes, packed, in thread_ctx_attrs; -1: none */
+	u32 go_labels_id;   /* the goroutine's pprof labels, packed, in thread_ctx_attrs; 0: none */
 };
 
 /* One thread name, stored by tid in an LRU map so exited threads keep a name. */
@@ -174,13 +174,19 @@ enum python_end {
 	NR_PYTHON_ENDS = 4,
 };
 
-/* What a sample's thread context read found (threadctx.h; indexes sampler_stats.thread_ctx). */
+/*
+ * What a sample's read of its thread's context found (threadctx.h, and
+ * golabels.h for Go's pprof labels; indexes sampler_stats.thread_ctx).
+ */
 enum thread_ctx_outcome {
-	THREAD_CTX_LINKED = 0,	   /* a valid record: its ids are in the key */
-	THREAD_CTX_NONE = 1,	   /* the pointer is NULL: no span */
-	THREAD_CTX_INVALID = 2,	   /* valid is not 1, or the trace id is zero */
-	THREAD_CTX_READ_FAULT = 3, /* the pointer or the record could not be read */
-	NR_THREAD_CTX = 4,
+	THREAD_CTX_LINKED = 0,	      /* a valid record: its ids are in the key */
+	THREAD_CTX_NONE = 1,	      /* the pointer is NULL: no span */
+	THREAD_CTX_INVALID = 2,	      /* valid is not 1, or the trace id is zero */
+	THREAD_CTX_READ_FAULT = 3,    /* the pointer or the record could not be read */
+	THREAD_CTX_GO_FOUND = 4,      /* the goroutine's pprof labels are in the key */
+	THREAD_CTX_GO_NONE = 5,	      /* the goroutine has no labels (or the thread no goroutine) */
+	THREAD_CTX_GO_READ_FAULT = 6, /* g, its m, or the labels could not be read */
+	NR_THREAD_CTX = 7,
 };
 
 /*
@@ -205,6 +211,8 @@ struct sampler_stats {
 	u64 thread_ctx[NR_THREAD_CTX];	/* samples, by what the read found */
 	u64 thread_ctx_attrs_truncated; /* records whose attributes were cut to THREAD_CTX_ATTRS_MAX */
 	u64 thread_ctx_attrs_lost;	/* records whose attributes could not be read or stored */
+	u64 go_labels_truncated;	/* label sets cut (golabels.h: labels, key and value bytes) */
+	u64 go_labels_lost;		/* label sets whose labels could not be read or stored */
 };
 
 /*

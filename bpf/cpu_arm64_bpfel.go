@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CpuGoLabelsProc struct {
+	_          structs.HostLayout
+	TlsOffset  int64
+	G_m        uint32
+	G_labels   uint32
+	M_g0       uint32
+	M_gsignal  uint32
+	M_curg     uint32
+	Layout     uint8
+	G_register uint8
+	Reserved   uint16
+}
+
 type CpuHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -112,9 +125,11 @@ type CpuSamplerStats struct {
 	PythonEnds              [4]uint64
 	PythonFrames            uint64
 	PythonStackLost         uint64
-	ThreadCtx               [4]uint64
+	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
+	GoLabelsTruncated       uint64
+	GoLabelsLost            uint64
 }
 
 type CpuStackKey struct {
@@ -129,7 +144,7 @@ type CpuStackKey struct {
 	TraceId       [16]uint8
 	SpanId        [8]uint8
 	TraceAttrsId  int32
-	Reserved      uint32
+	GoLabelsId    uint32
 }
 
 type CpuThreadComm struct {
@@ -144,19 +159,38 @@ type CpuThreadCtxProc struct {
 }
 
 type CpuThreadCtxResult struct {
-	_         structs.HostLayout
-	TraceId   [16]uint8
-	SpanId    [8]uint8
-	AttrsId   int32
-	Outcome   uint32
-	Truncated uint32
-	Lost      uint32
+	_           structs.HostLayout
+	TraceId     [16]uint8
+	SpanId      [8]uint8
+	AttrsId     int32
+	GoLabelsId  uint32
+	Outcome     uint32
+	Truncated   uint32
+	Lost        uint32
+	GoTruncated uint32
+	GoLost      uint32
+	Reserved    uint32
 }
 
 type CpuThreadCtxScratch struct {
-	_     structs.HostLayout
-	Raw   [616]uint8
-	Words [127]uint64
+	_      structs.HostLayout
+	Raw    [1160]uint8
+	Words  [127]uint64
+	Labels [8]struct {
+		_        structs.HostLayout
+		Key      uint64
+		KeyLen   uint64
+		Value    uint64
+		ValueLen uint64
+	}
+	Bucket struct {
+		_        structs.HostLayout
+		Tophash  [8]uint8
+		Keys     [8][2]uint64
+		Values   [8][2]uint64
+		Overflow uint64
+	}
+	Size uint64
 }
 
 type CpuUnwindMapping struct {
@@ -224,6 +258,7 @@ const (
 	CpuMapConfig           = "config"
 	CpuMapCounts0          = "counts_0"
 	CpuMapCounts1          = "counts_1"
+	CpuMapGoLabelsProcs    = "go_labels_procs"
 	CpuMapHotspotProcs     = "hotspot_procs"
 	CpuMapInflight         = "inflight"
 	CpuMapNewPids          = "new_pids"
@@ -316,6 +351,7 @@ type CpuMapSpecs struct {
 	Config           *ebpf.MapSpec `ebpf:"config"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
+	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -378,6 +414,7 @@ type CpuMaps struct {
 	Config           *ebpf.Map `ebpf:"config"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
+	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -412,6 +449,7 @@ func (m *CpuMaps) Close() error {
 		m.Config,
 		m.Counts0,
 		m.Counts1,
+		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

@@ -201,6 +201,16 @@ __attribute__((noinline)) int python_walk_global(u32 pid)
 }
 
 /*
+ * thread_ctx_read as a global function, checked once: inlined, the task
+ * work checks it again for each state the walks before it leave.
+ */
+__attribute__((noinline)) int thread_ctx_read_global(u32 pid)
+{
+	thread_ctx_read(pid);
+	return 0;
+}
+
+/*
  * Task work of a thread with a pending wait, in its own context on its way
  * back to user space: its user stack is still the one it blocked with. The
  * entry is deleted once counted, so pending only holds waits in flight.
@@ -232,7 +242,7 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 		}
 		python_walk_global(p->pid);
 		python_last_walk(&py);
-		thread_ctx_read(p->pid); /* the thread is current */
+		thread_ctx_read_global(p->pid); /* the thread is current */
 		tc = bpf_map_lookup_elem(&thread_ctx_results, &zero);
 		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py, tc);
 	}

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuGoLabelsProc struct {
+	_          structs.HostLayout
+	TlsOffset  int64
+	G_m        uint32
+	G_labels   uint32
+	M_g0       uint32
+	M_gsignal  uint32
+	M_curg     uint32
+	Layout     uint8
+	G_register uint8
+	Reserved   uint16
+}
+
 type OffcpuHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -159,9 +172,11 @@ type OffcpuSamplerStats struct {
 	PythonEnds              [4]uint64
 	PythonFrames            uint64
 	PythonStackLost         uint64
-	ThreadCtx               [4]uint64
+	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
+	GoLabelsTruncated       uint64
+	GoLabelsLost            uint64
 }
 
 type OffcpuStackKey struct {
@@ -176,7 +191,7 @@ type OffcpuStackKey struct {
 	TraceId       [16]uint8
 	SpanId        [8]uint8
 	TraceAttrsId  int32
-	Reserved      uint32
+	GoLabelsId    uint32
 }
 
 type OffcpuThreadComm struct {
@@ -191,19 +206,38 @@ type OffcpuThreadCtxProc struct {
 }
 
 type OffcpuThreadCtxResult struct {
-	_         structs.HostLayout
-	TraceId   [16]uint8
-	SpanId    [8]uint8
-	AttrsId   int32
-	Outcome   uint32
-	Truncated uint32
-	Lost      uint32
+	_           structs.HostLayout
+	TraceId     [16]uint8
+	SpanId      [8]uint8
+	AttrsId     int32
+	GoLabelsId  uint32
+	Outcome     uint32
+	Truncated   uint32
+	Lost        uint32
+	GoTruncated uint32
+	GoLost      uint32
+	Reserved    uint32
 }
 
 type OffcpuThreadCtxScratch struct {
-	_     structs.HostLayout
-	Raw   [616]uint8
-	Words [127]uint64
+	_      structs.HostLayout
+	Raw    [1160]uint8
+	Words  [127]uint64
+	Labels [8]struct {
+		_        structs.HostLayout
+		Key      uint64
+		KeyLen   uint64
+		Value    uint64
+		ValueLen uint64
+	}
+	Bucket struct {
+		_        structs.HostLayout
+		Tophash  [8]uint8
+		Keys     [8][2]uint64
+		Values   [8][2]uint64
+		Overflow uint64
+	}
+	Size uint64
 }
 
 type OffcpuUnwindMapping struct {
@@ -249,6 +283,7 @@ const (
 	OffcpuMapCounts0          = "counts_0"
 	OffcpuMapCounts1          = "counts_1"
 	OffcpuMapExcludedPids     = "excluded_pids"
+	OffcpuMapGoLabelsProcs    = "go_labels_procs"
 	OffcpuMapHotspotProcs     = "hotspot_procs"
 	OffcpuMapInflight         = "inflight"
 	OffcpuMapNewPids          = "new_pids"
@@ -345,6 +380,7 @@ type OffcpuMapSpecs struct {
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -411,6 +447,7 @@ type OffcpuMaps struct {
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -448,6 +485,7 @@ func (m *OffcpuMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

@@ -195,7 +195,7 @@ static __always_inline void capture_thread_ctx(struct offcpu_sleep *s, u32 pid)
 	if (r)
 		s->thread_ctx = *r;
 	else
-		s->thread_ctx.outcome = NR_THREAD_CTX;
+		s->thread_ctx = (struct thread_ctx_result){ .attrs_id = -1, .outcome = NR_THREAD_CTX };
 }
 
 /* prev (current) goes to sleep: remember when, and its user stack. */

@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuSwitchoutGoLabelsProc struct {
+	_          structs.HostLayout
+	TlsOffset  int64
+	G_m        uint32
+	G_labels   uint32
+	M_g0       uint32
+	M_gsignal  uint32
+	M_curg     uint32
+	Layout     uint8
+	G_register uint8
+	Reserved   uint16
+}
+
 type OffcpuSwitchoutHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -126,9 +139,11 @@ type OffcpuSwitchoutSamplerStats struct {
 	PythonEnds              [4]uint64
 	PythonFrames            uint64
 	PythonStackLost         uint64
-	ThreadCtx               [4]uint64
+	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
+	GoLabelsTruncated       uint64
+	GoLabelsLost            uint64
 }
 
 type OffcpuSwitchoutStackKey struct {
@@ -143,7 +158,7 @@ type OffcpuSwitchoutStackKey struct {
 	TraceId       [16]uint8
 	SpanId        [8]uint8
 	TraceAttrsId  int32
-	Reserved      uint32
+	GoLabelsId    uint32
 }
 
 type OffcpuSwitchoutSwitchoutWalk struct {
@@ -178,19 +193,38 @@ type OffcpuSwitchoutThreadCtxProc struct {
 }
 
 type OffcpuSwitchoutThreadCtxResult struct {
-	_         structs.HostLayout
-	TraceId   [16]uint8
-	SpanId    [8]uint8
-	AttrsId   int32
-	Outcome   uint32
-	Truncated uint32
-	Lost      uint32
+	_           structs.HostLayout
+	TraceId     [16]uint8
+	SpanId      [8]uint8
+	AttrsId     int32
+	GoLabelsId  uint32
+	Outcome     uint32
+	Truncated   uint32
+	Lost        uint32
+	GoTruncated uint32
+	GoLost      uint32
+	Reserved    uint32
 }
 
 type OffcpuSwitchoutThreadCtxScratch struct {
-	_     structs.HostLayout
-	Raw   [616]uint8
-	Words [127]uint64
+	_      structs.HostLayout
+	Raw    [1160]uint8
+	Words  [127]uint64
+	Labels [8]struct {
+		_        structs.HostLayout
+		Key      uint64
+		KeyLen   uint64
+		Value    uint64
+		ValueLen uint64
+	}
+	Bucket struct {
+		_        structs.HostLayout
+		Tophash  [8]uint8
+		Keys     [8][2]uint64
+		Values   [8][2]uint64
+		Overflow uint64
+	}
+	Size uint64
 }
 
 type OffcpuSwitchoutUnwindMapping struct {
@@ -236,6 +270,7 @@ const (
 	OffcpuSwitchoutMapCounts0           = "counts_0"
 	OffcpuSwitchoutMapCounts1           = "counts_1"
 	OffcpuSwitchoutMapExcludedPids      = "excluded_pids"
+	OffcpuSwitchoutMapGoLabelsProcs     = "go_labels_procs"
 	OffcpuSwitchoutMapHotspotProcs      = "hotspot_procs"
 	OffcpuSwitchoutMapInflight          = "inflight"
 	OffcpuSwitchoutMapNewPids           = "new_pids"
@@ -337,6 +372,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -404,6 +440,7 @@ type OffcpuSwitchoutMaps struct {
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -442,6 +479,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

@@ -37,7 +37,7 @@ type SelftestStackKey struct {
 	TraceId       [16]uint8
 	SpanId        [8]uint8
 	TraceAttrsId  int32
-	Reserved      uint32
+	GoLabelsId    uint32
 }
 
 // Names of all BPF objects in the ELF.

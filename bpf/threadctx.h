@@ -10,6 +10,8 @@
  * its attributes, packed 7 bytes a word (never a zero word), into
  * thread_ctx_attrs under their hash: the key's trace_attrs_id. That map is
  * not drained by generation: attributes repeat, an LRU keeps the recent.
+ * A Go process's goroutine labels (golabels.h) take the same way, to the
+ * key's go_labels_id; a process has one or the other, the OTEP's first.
  */
 #ifndef BPFPROFILER_THREADCTX_H
 #define BPFPROFILER_THREADCTX_H
@@ -23,6 +25,8 @@
 #define THREAD_CTX_ATTRS_MAX (THREAD_CTX_ATTR_WORDS * 7)
 /* Marks every word of packed attributes: none is zero. */
 #define THREAD_CTX_WORD_MARK (1ULL << 63)
+
+#include "golabels.h"
 
 /* Where a process's threads keep otel_thread_ctx_v1 (threadctx.Location). */
 struct thread_ctx_proc {
@@ -49,8 +53,12 @@ struct thread_ctx_head {
 
 /* Per-CPU buffers: the attribute bytes read, then packed. */
 struct thread_ctx_scratch {
-	u8 raw[THREAD_CTX_ATTRS_MAX];
+	/* Go labels' bytes are copied at masked offsets (go_copy_string). */
+	u8 raw[GO_RAW_MASK + 1 + 136];
 	u64 words[MAX_STACK_DEPTH];
+	struct go_label labels[GO_LABELS_MAX]; /* golabels.h: the string headers read */
+	struct go_map_bucket bucket;
+	u64 size; /* the bytes of raw to pack, read back (thread_ctx_read) */
 };
 
 struct {
@@ -124,10 +132,14 @@ struct {
 struct thread_ctx_result {
 	u8 trace_id[16]; /* zero unless outcome is THREAD_CTX_LINKED */
 	u8 span_id[8];
-	s32 attrs_id;  /* the attributes' key in thread_ctx_attrs; -1: none */
-	u32 outcome;   /* enum thread_ctx_outcome; NR_THREAD_CTX: the process publishes none */
-	u32 truncated; /* 1: the attributes were cut to THREAD_CTX_ATTRS_MAX */
-	u32 lost;      /* 1: the attributes could not be read or stored */
+	s32 attrs_id;	  /* the attributes' key in thread_ctx_attrs; -1: none */
+	u32 go_labels_id; /* the Go labels' key in thread_ctx_attrs; 0: none */
+	u32 outcome;	  /* enum thread_ctx_outcome; NR_THREAD_CTX: the process publishes none */
+	u32 truncated;	  /* 1: the attributes were cut to THREAD_CTX_ATTRS_MAX */
+	u32 lost;	  /* 1: the attributes could not be read or stored */
+	u32 go_truncated; /* 1: Go labels were cut (golabels.h bounds) */
+	u32 go_lost;	  /* 1: Go labels could not be read or stored */
+	u32 reserved;	  /* explicit padding */
 };
 
 struct {
@@ -138,18 +150,115 @@ struct {
 } thread_ctx_results SEC(".maps");
 
 /*
- * Reads the current thread's context, when process pid publishes one, into
- * this CPU's thread_ctx_results (and its attributes, packed, into
- * thread_ctx_scratch) for thread_ctx_store. Once per sample: the packing
- * loop is verified at each call site.
+ * Reads the OTEP record of thread context p locates into r, its attribute
+ * bytes into sc->raw; returns how many.
+ */
+static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, struct thread_ctx_result *r,
+					     struct thread_ctx_scratch *sc)
+{
+	struct thread_ctx_head h = {};
+	u64 var, rec = 0, ids = 0;
+	u32 n;
+
+	r->outcome = THREAD_CTX_READ_FAULT;
+	var = thread_ctx_variable(p);
+	if (!var || bpf_probe_read_user(&rec, sizeof(rec), (void *)var))
+		return 0;
+	r->outcome = THREAD_CTX_NONE;
+	if (!rec)
+		return 0;
+	/* One read of the 28 bytes: the thread is stopped, its record whole. */
+	r->outcome = THREAD_CTX_READ_FAULT;
+	if (bpf_probe_read_user(&h, 28, (void *)rec))
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		ids |= h.trace_id[i];
+	r->outcome = THREAD_CTX_INVALID;
+	if (h.valid != 1 || !ids)
+		return 0;
+	__builtin_memcpy(r->trace_id, h.trace_id, sizeof(h.trace_id));
+	__builtin_memcpy(r->span_id, h.span_id, sizeof(h.span_id));
+	r->outcome = THREAD_CTX_LINKED;
+	n = h.attrs_size[0] | (u32)h.attrs_size[1] << 8; /* little endian on both targets */
+	if (!n)
+		return 0;
+	if (n > THREAD_CTX_ATTRS_MAX) {
+		r->truncated = 1;
+		n = THREAD_CTX_ATTRS_MAX;
+	}
+	if (bpf_probe_read_user(sc->raw, n, (void *)(rec + 28))) {
+		r->lost = 1;
+		return 0;
+	}
+	return n;
+}
+
+/*
+ * Copies the labels of the goroutine the current thread runs, in process
+ * p, into sc->raw (klen, key, vlen, value, ...); returns how many bytes.
+ */
+static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct thread_ctx_result *r,
+					  struct thread_ctx_scratch *sc)
+{
+	u64 g, curg, set = 0;
+	int off = 0, next;
+
+	r->outcome = THREAD_CTX_GO_READ_FAULT;
+	g = go_current_g(p);
+	curg = g ? go_user_goroutine(p, g) : 0;
+	if (!curg || bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
+		return 0;
+	r->outcome = THREAD_CTX_GO_NONE;
+	if (!set)
+		return 0;
+	if (p->layout == GO_LABELS_SLICE)
+		next = go_slice_labels(set, sc->labels, &r->go_truncated);
+	else
+		next = go_map_labels(set, sc->labels, &sc->bucket, &r->go_truncated);
+	if (next) {
+		r->outcome = THREAD_CTX_GO_READ_FAULT;
+		return 0;
+	}
+#pragma clang loop unroll(disable)
+	for (u32 i = 0; i < GO_LABELS_MAX; i++) {
+		struct go_label *l = &sc->labels[i];
+		u64 klen = l->key_len, vlen = l->value_len;
+
+		if (klen == GO_LABEL_ABSENT)
+			continue;
+		klen = klen < GO_LABEL_KEY_MAX ? klen : GO_LABEL_KEY_MAX;
+		vlen = vlen < GO_LABEL_VALUE_MAX ? vlen : GO_LABEL_VALUE_MAX;
+		if (off + 2 + klen + vlen > THREAD_CTX_ATTRS_MAX) {
+			r->go_truncated = 1;
+			break;
+		}
+		next = go_copy_string(sc->raw, off, l->key, l->key_len, GO_LABEL_KEY_MAX, &r->go_truncated);
+		if (next >= 0)
+			next = go_copy_string(sc->raw, next, l->value, l->value_len, GO_LABEL_VALUE_MAX,
+					      &r->go_truncated);
+		if (next < 0) {
+			r->go_lost = 1; /* this label and those after it */
+			break;
+		}
+		off = next;
+	}
+	r->outcome = off ? THREAD_CTX_GO_FOUND : THREAD_CTX_GO_NONE;
+	return off;
+}
+
+/*
+ * Reads the current thread's context, when process pid publishes one (an
+ * OTEP record, else Go labels), into this CPU's thread_ctx_results, and
+ * stores its attributes packed in thread_ctx_attrs. Once per sample: the
+ * packing loop is verified at each call site.
  */
 static __always_inline void thread_ctx_read(u32 pid)
 {
 	struct thread_ctx_proc *p = bpf_map_lookup_elem(&thread_ctx_procs, &pid);
+	struct go_labels_proc *gp = 0;
 	struct thread_ctx_scratch *sc;
 	struct thread_ctx_result *r;
-	struct thread_ctx_head h = {};
-	u64 var, rec = 0, ids = 0;
 	const u64 *old;
 	u32 zero = 0, n;
 	s32 hash;
@@ -160,47 +269,37 @@ static __always_inline void thread_ctx_read(u32 pid)
 	__builtin_memset(r, 0, sizeof(*r));
 	r->attrs_id = -1;
 	r->outcome = NR_THREAD_CTX;
-	if (!p)
-		return;
-	r->outcome = THREAD_CTX_READ_FAULT;
-	var = thread_ctx_variable(p);
-	if (!var || bpf_probe_read_user(&rec, sizeof(rec), (void *)var))
-		return;
-	r->outcome = THREAD_CTX_NONE;
-	if (!rec)
-		return;
-	/* One read of the 28 bytes: the thread is stopped, its record whole. */
-	r->outcome = THREAD_CTX_READ_FAULT;
-	if (bpf_probe_read_user(&h, 28, (void *)rec))
-		return;
-#pragma unroll
-	for (int i = 0; i < 16; i++)
-		ids |= h.trace_id[i];
-	r->outcome = THREAD_CTX_INVALID;
-	if (h.valid != 1 || !ids)
-		return;
-	__builtin_memcpy(r->trace_id, h.trace_id, sizeof(h.trace_id));
-	__builtin_memcpy(r->span_id, h.span_id, sizeof(h.span_id));
-	r->outcome = THREAD_CTX_LINKED;
-	n = h.attrs_size[0] | (u32)h.attrs_size[1] << 8; /* little endian on both targets */
-	if (!n)
-		return;
-	if (n > THREAD_CTX_ATTRS_MAX) {
-		r->truncated = 1;
-		n = THREAD_CTX_ATTRS_MAX;
+	if (!p) {
+		gp = bpf_map_lookup_elem(&go_labels_procs, &pid);
+		if (!gp)
+			return;
 	}
 	sc = bpf_map_lookup_elem(&thread_ctx_scratch, &zero);
-	if (!sc || bpf_probe_read_user(sc->raw, n, (void *)(rec + 28))) {
-		r->lost = 1;
+	if (!sc)
 		return;
-	}
+	/*
+	 * Read back from the map: the verifier then checks the packing for
+	 * one range of sizes, not once for each range the reads left.
+	 */
+	sc->size = p ? thread_ctx_record(p, r, sc) : go_labels_copy(gp, r, sc);
+	n = *(volatile u64 *)&sc->size;
+	if (!n || n > THREAD_CTX_ATTRS_MAX)
+		return;
 	hash = thread_ctx_pack(sc, n);
 	old = bpf_map_lookup_elem(&thread_ctx_attrs, &hash);
-	if (old ? !same_frames(old, sc->words) : bpf_map_update_elem(&thread_ctx_attrs, &hash, sc->words, BPF_ANY)) {
-		r->lost = 1; /* another record's attributes have the hash, or the map refused */
+	if ((!p && !hash) ||
+	    (old ? !same_frames(old, sc->words) : bpf_map_update_elem(&thread_ctx_attrs, &hash, sc->words, BPF_ANY))) {
+		/* another record's attributes have the hash, or the map refused (or 0, none, for Go) */
+		if (p)
+			r->lost = 1;
+		else
+			r->go_lost = 1;
 		return;
 	}
-	r->attrs_id = hash;
+	if (p)
+		r->attrs_id = hash;
+	else
+		r->go_labels_id = hash;
 }
 
 /*
@@ -217,8 +316,11 @@ static __always_inline void thread_ctx_key(const struct thread_ctx_result *r, st
 	__builtin_memcpy(key->trace_id, r->trace_id, sizeof(r->trace_id));
 	__builtin_memcpy(key->span_id, r->span_id, sizeof(r->span_id));
 	key->trace_attrs_id = r->attrs_id;
+	key->go_labels_id = r->go_labels_id;
 	st->thread_ctx_attrs_truncated += r->truncated;
 	st->thread_ctx_attrs_lost += r->lost;
+	st->go_labels_truncated += r->go_truncated;
+	st->go_labels_lost += r->go_lost;
 }
 
 /* thread_ctx_key of what the last thread_ctx_read on this CPU found. */

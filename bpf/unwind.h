@@ -177,15 +177,19 @@ const volatile u8 have_task_pt_regs = 0;
  */
 const volatile u8 unwind_tables = 0;
 
+/* Where the current task (task) saved its user registers when it entered the kernel. */
+static __always_inline u64 saved_user_regs_base(struct task_struct *task)
+{
+	if (have_task_pt_regs)
+		return bpf_task_pt_regs(bpf_get_current_task_btf());
+	return (u64)BPF_CORE_READ(task, stack) + THREAD_SIZE - UREGS_SIZE;
+}
+
 /* The user registers the current task saved when it entered the kernel. */
 static __always_inline int saved_user_regs(struct task_struct *task, struct user_regs *regs)
 {
-	u64 base;
+	u64 base = saved_user_regs_base(task);
 
-	if (have_task_pt_regs)
-		base = bpf_task_pt_regs(bpf_get_current_task_btf());
-	else
-		base = (u64)BPF_CORE_READ(task, stack) + THREAD_SIZE - UREGS_SIZE;
 	if (!base)
 		return -1;
 	if (bpf_probe_read_kernel(&regs->ip, sizeof(u64), (void *)(base + UREGS_IP)) ||

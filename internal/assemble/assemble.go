@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
@@ -66,6 +67,9 @@ type Stats struct {
 	// TraceAttributesDropped counts thread context attributes left out
 	// (a key index the process context does not name, not UTF-8, too many).
 	TraceAttributesDropped int
+	// GoLabelsDropped counts Go labels left out: not UTF-8, or cut short
+	// of their bytes.
+	GoLabelsDropped int
 }
 
 // threadKeys returns the key map of pid's thread context records.
@@ -129,6 +133,19 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 					var dropped int
 					sample.Attributes, dropped = threadctx.DecodeAttributes(s.Trace.Attrs, a.threadKeys(pid))
 					st.TraceAttributesDropped += dropped
+				}
+			}
+			if s.GoLabels != nil {
+				labels, dropped := golabels.Decode(s.GoLabels.Data)
+				st.GoLabelsDropped += dropped
+				if sample.Attributes == nil {
+					sample.Attributes = labels
+				} else {
+					for k, v := range labels { // the SDK's attributes win
+						if _, ok := sample.Attributes[k]; !ok {
+							sample.Attributes[k] = v
+						}
+					}
 				}
 			}
 			proc.Samples = append(proc.Samples, sample)

@@ -112,6 +112,8 @@ type RawStack struct {
 	// Trace is the OpenTelemetry thread context the thread had published;
 	// nil: none.
 	Trace *TraceContext
+	// GoLabels are its goroutine's pprof labels; nil: none.
+	GoLabels *GoLabels
 }
 
 // ScopeRef names a probe scope instance of a thread: its probe's index and
@@ -257,6 +259,11 @@ type Stats struct {
 	// ThreadContexts count the reads of the OpenTelemetry thread context of
 	// samples of processes that publish one.
 	ThreadContexts ThreadContextStats
+	// GoLabels count the reads of the labels of samples of Go processes.
+	GoLabels GoLabelStats
+	// ThreadContextProcesses and GoLabelProcesses are, at the drain, the
+	// processes whose thread context, or Go labels, BPF reads (gauges).
+	ThreadContextProcesses, GoLabelProcesses uint64
 	// PythonProcesses is, at the drain, the processes whose CPython frames
 	// BPF reads (a gauge, like UnwindTables).
 	PythonProcesses uint64
@@ -373,6 +380,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.PythonFrames += o.PythonFrames
 	s.PythonStackLost += o.PythonStackLost
 	s.ThreadContexts = s.ThreadContexts.Add(o.ThreadContexts)
+	s.GoLabels = s.GoLabels.Add(o.GoLabels)
 	for i := range s.TableFailures {
 		s.TableFailures[i] += o.TableFailures[i]
 	}

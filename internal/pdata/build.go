@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -250,12 +249,28 @@ func appendSamples(dict *dictionaryBuilder, prof pprofile.Profile, procAttrs []i
 		if err := setLinks(dict, ps, s); err != nil {
 			return err
 		}
+		if err := setAttributes(dict, ps, s.Attributes); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// setLinks links ps to the span of its thread context, whose attributes
-// it takes, and to the log record of its probe scope. A sample has one
+// setAttributes gives ps the sample's own attributes (its thread context
+// record's, or its goroutine's labels), sorted by key.
+func setAttributes(dict *dictionaryBuilder, ps pprofile.Sample, attrs map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		ai, err := dict.attribute(k, attrs[k])
+		if err != nil {
+			return err
+		}
+		ps.AttributeIndices().Append(ai)
+	}
+	return nil
+}
+
+// setLinks links ps to the span of its thread context and to the log
+// record of its probe scope. A sample has one
 // link: the thread context's, the SDK's own view (OTEP 4947), wins; the
 // scope is then named by attributes (probe.id, probe.scope.span_id).
 func setLinks(dict *dictionaryBuilder, ps pprofile.Sample, s *report.Sample) error {
@@ -270,18 +285,6 @@ func setLinks(dict *dictionaryBuilder, ps pprofile.Sample, s *report.Sample) err
 		return err
 	}
 	ps.SetLinkIndex(li)
-	attrs := make([]string, 0, len(s.Attributes))
-	for k := range s.Attributes {
-		attrs = append(attrs, k)
-	}
-	sort.Strings(attrs)
-	for _, k := range attrs {
-		ai, err := dict.attribute(k, s.Attributes[k])
-		if err != nil {
-			return err
-		}
-		ps.AttributeIndices().Append(ai)
-	}
 	if s.Link != nil {
 		for k, v := range map[string]string{attrkey.ProbeID: s.Link.ProbeID, attrkey.ProbeScopeSpanID: hex.EncodeToString(s.Link.SpanID[:])} {
 			ai, err := dict.attribute(k, v)

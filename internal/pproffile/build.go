@@ -84,7 +84,9 @@ func Build(p report.Profile) (*profile.Profile, error) {
 				}
 				ps.Label[labelTraceID] = []string{hex.EncodeToString(s.Trace.TraceID[:])}
 				ps.Label[labelSpanID] = []string{hex.EncodeToString(s.Trace.SpanID[:])}
-				for k, v := range s.Attributes {
+			}
+			for k, v := range s.Attributes { // the record's attributes, or the goroutine's labels
+				if _, ours := ps.Label[k]; !ours {
 					ps.Label[k] = []string{v}
 				}
 			}

@@ -71,7 +71,8 @@ type Sample struct {
 	Link *ScopeLink
 	// Trace is the span the thread worked for, from its SDK's thread
 	// context (OTEP 4947); nil: none. Attributes are its record's
-	// attributes, named by the process context's key map.
+	// attributes, named by the process context's key map, or, in a Go
+	// program, its goroutine's pprof labels, keyed as the program wrote them.
 	Trace      *TraceLink
 	Attributes map[string]string
 }

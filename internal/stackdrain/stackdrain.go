@@ -99,11 +99,18 @@ func addCounters(st *capture.Stats, c counters) {
 	}
 	st.PythonFrames += c.PythonFrames
 	st.PythonStackLost += c.PythonStackLost
+	// The OTEP's outcomes, then Go labels' (bpf/common.h).
+	otep := len(st.ThreadContexts.Outcomes)
 	for i := range st.ThreadContexts.Outcomes {
 		st.ThreadContexts.Outcomes[i] += c.ThreadCtx[i]
 	}
+	for i := range st.GoLabels.Outcomes {
+		st.GoLabels.Outcomes[i] += c.ThreadCtx[otep+i]
+	}
 	st.ThreadContexts.AttrsTruncated += c.ThreadCtxAttrsTruncated
 	st.ThreadContexts.AttrsLost += c.ThreadCtxAttrsLost
+	st.GoLabels.Truncated += c.GoLabelsTruncated
+	st.GoLabels.Lost += c.GoLabelsLost
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first
@@ -170,6 +177,9 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 		if k.TraceId != ([16]uint8{}) {
 			s.Trace = &capture.TraceContext{TraceID: k.TraceId, SpanID: k.SpanId, AttrsID: k.TraceAttrsId}
 		}
+		if k.GoLabelsId != 0 {
+			s.GoLabels = &capture.GoLabels{ID: k.GoLabelsId}
+		}
 		samples = append(samples, s)
 	}
 	slices.SortFunc(samples, func(a, b capture.RawStack) int {
@@ -182,6 +192,7 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			cmp.Compare(a.KernelLoss, b.KernelLoss),
 			compareScopes(a.Scope, b.Scope),
 			compareTraces(a.Trace, b.Trace),
+			cmp.Compare(goLabelsID(a.GoLabels), goLabelsID(b.GoLabels)),
 		)
 	})
 	return samples, userMissing, kernelMissing
@@ -226,6 +237,14 @@ func compareTraces(a, b *capture.TraceContext) int {
 	default:
 		return cmp.Or(slices.Compare(a.TraceID[:], b.TraceID[:]), slices.Compare(a.SpanID[:], b.SpanID[:]), cmp.Compare(a.AttrsID, b.AttrsID))
 	}
+}
+
+// goLabelsID orders samples without Go labels first.
+func goLabelsID(l *capture.GoLabels) int64 {
+	if l == nil {
+		return -1
+	}
+	return int64(l.ID)
 }
 
 // compareFrames orders frames by kind, then address.

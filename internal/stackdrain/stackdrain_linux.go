@@ -175,26 +175,37 @@ func (b *Buffers) waitQuiescent() error {
 }
 
 // addTraceAttrs gives the samples with a thread context the attributes
-// their keys name, looked up once per id.
+// their keys name, and those of Go processes their labels, looked up once
+// per id.
 func (b *Buffers) addTraceAttrs(samples []capture.RawStack, counts map[stackKey]uint64) {
 	if b.maps.TraceAttrs == nil {
 		return
 	}
 	words := make([]uint64, b.maps.TraceAttrs.ValueSize()/8)
-	attrs := map[int32][]byte{}
-	for k := range counts {
-		id := k.TraceAttrsId
-		if _, done := attrs[id]; done || id < 0 || k.TraceId == ([16]uint8{}) {
-			continue
+	attrs := map[uint32][]byte{}
+	lookup := func(id uint32) {
+		if _, done := attrs[id]; done {
+			return
 		}
 		attrs[id] = nil // evicted meanwhile: none
-		if err := b.maps.TraceAttrs.Lookup(uint32(id), words); err == nil {
+		if err := b.maps.TraceAttrs.Lookup(id, words); err == nil {
 			attrs[id] = unpackAttrs(trimStack(words))
+		}
+	}
+	for k := range counts {
+		if k.TraceAttrsId >= 0 && k.TraceId != ([16]uint8{}) {
+			lookup(uint32(k.TraceAttrsId))
+		}
+		if k.GoLabelsId != 0 {
+			lookup(k.GoLabelsId)
 		}
 	}
 	for i := range samples {
 		if t := samples[i].Trace; t != nil && t.AttrsID >= 0 {
-			t.Attrs = attrs[t.AttrsID]
+			t.Attrs = attrs[uint32(t.AttrsID)]
+		}
+		if l := samples[i].GoLabels; l != nil {
+			l.Data = attrs[l.ID]
 		}
 	}
 }

@@ -70,13 +70,21 @@ func symbol(f *elf.File) (int, elf.Symbol, error) {
 // the process's executable f (module 1, static TLS: where its linker put
 // it, relaxed to local-exec, and where glibc and musl put the block).
 func ResolveExecutable(f *elf.File) (Location, error) {
-	a, ok := arches[f.Machine]
-	if !ok {
-		return Location{}, fmt.Errorf("%w: %v", ErrMachine, f.Machine)
-	}
 	_, sym, err := symbol(f)
 	if err != nil {
 		return Location{}, err
+	}
+	off, err := StaticOffset(f, sym)
+	return Location{Offset: off}, err
+}
+
+// StaticOffset returns where the TLS symbol sym of executable f is from a
+// thread's thread pointer: where glibc and musl put the executable's block
+// (module 1, static TLS).
+func StaticOffset(f *elf.File, sym elf.Symbol) (int64, error) {
+	a, ok := arches[f.Machine]
+	if !ok {
+		return 0, fmt.Errorf("%w: %v", ErrMachine, f.Machine)
 	}
 	var tls *elf.Prog
 	for _, p := range f.Progs {
@@ -85,11 +93,11 @@ func ResolveExecutable(f *elf.File) (Location, error) {
 		}
 	}
 	if tls == nil {
-		return Location{}, ErrNoTLS
+		return 0, ErrNoTLS
 	}
 	align := max(tls.Align, 1)
 	if align&(align-1) != 0 || align > 1<<20 || tls.Memsz > 1<<30 || sym.Value >= tls.Memsz {
-		return Location{}, fmt.Errorf("%w: size %d, alignment %d, symbol at %d", ErrNoTLS, tls.Memsz, tls.Align, sym.Value)
+		return 0, fmt.Errorf("%w: size %d, alignment %d, symbol at %d", ErrNoTLS, tls.Memsz, tls.Align, sym.Value)
 	}
 	// The block's first byte keeps the segment's misalignment (glibc's
 	// l_tls_firstbyte_offset).
@@ -98,14 +106,14 @@ func ResolveExecutable(f *elf.File) (Location, error) {
 		// Below the thread pointer, ending at it.
 		firstByte := -first & (align - 1)
 		off := roundUp(tls.Memsz-firstByte, align) + firstByte
-		return Location{Offset: int64(sym.Value) - int64(off)}, nil
+		return int64(sym.Value) - int64(off), nil
 	}
 	// Above the thread control block.
 	off := roundUp(a.tcbSize, align)
 	if off-a.tcbSize < first {
 		off += align
 	}
-	return Location{Offset: int64(off-first) + int64(sym.Value)}, nil
+	return int64(off-first) + int64(sym.Value), nil
 }
 
 // Address returns the variable's address in the thread whose thread
@@ -169,7 +177,7 @@ func Prepare(f *elf.File) (*Module, error) {
 		return nil, err
 	}
 	m := &Module{a: a}
-	if executable(f) {
+	if Executable(f) {
 		if m.static, err = ResolveExecutable(f); err != nil {
 			return nil, err
 		}
@@ -187,7 +195,9 @@ func Prepare(f *elf.File) (*Module, error) {
 	return m, nil
 }
 
-func executable(f *elf.File) bool {
+// Executable says whether f is a process's executable, not a library:
+// ET_EXEC, or position independent with an interpreter or DF_1_PIE.
+func Executable(f *elf.File) bool {
 	if f.Type == elf.ET_EXEC {
 		return true
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
@@ -36,6 +37,9 @@ type Maps struct {
 	// ThreadCtx (nil: not read) is where each process's threads keep their
 	// OpenTelemetry thread context: pid -> bpf.CpuThreadCtxProc.
 	ThreadCtx *ebpf.Map
+	// GoLabels (nil: not read) is where each Go process's threads find
+	// their goroutines' pprof labels: pid -> bpf.CpuGoLabelsProc.
+	GoLabels *ebpf.Map
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -56,6 +60,7 @@ type fileTable struct {
 	buildID    string            // GNU build id, "" if the file has none
 	runtime    *fileRuntime      // the interpreter of a runtime in the file, if any
 	threadCtx  *threadctx.Module // the file defines otel_thread_ctx_v1
+	goLabels   *golabels.Binary  // the file is a Go executable
 	// idleSince is when its last process was forgotten (zero: in use);
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
@@ -86,6 +91,8 @@ type loadedProcess struct {
 	// threadCtxWaiting one whose location is not written yet.
 	threadCtx        *threadctx.Module
 	threadCtxWaiting *waitingThreadCtx
+	// goLabels is the Go executable whose label offsets are loaded.
+	goLabels *golabels.Binary
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
@@ -120,6 +127,8 @@ type Loader struct {
 	stats   Stats
 	// noThreadCtx: thread contexts are not read (trace_context::enabled false).
 	noThreadCtx bool
+	// noGoLabels: goroutine labels are not read (go_labels::enabled false).
+	noGoLabels bool
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity
@@ -189,6 +198,9 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 				}
 				if t.threadCtx != nil && err == nil {
 					l.addThreadCtx(lp, t.threadCtx, bias)
+				}
+				if t.goLabels != nil {
+					l.addGoLabels(lp, t.goLabels)
 				}
 			}
 		}
@@ -340,6 +352,7 @@ func (l *Loader) Stats() Stats {
 	st.RowsUsed = l.budget.used
 	st.Runtimes = l.runtimeStats(st.Runtimes)
 	st.ThreadContexts.Processes = l.threadCtxProcesses()
+	st.GoLabels.Processes = l.goLabelProcesses()
 	return st
 }
 
@@ -368,6 +381,9 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 	l.dropRuntimes(lp, kept)
 	if l.maps.ThreadCtx != nil {
 		l.dropThreadCtx(lp, kept)
+	}
+	if l.maps.GoLabels != nil {
+		l.dropGoLabels(lp, kept)
 	}
 	for _, key := range lp.files {
 		t := l.files[key]
@@ -444,10 +460,10 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, stamp, nil
 	}
-	interp, tc := l.detectRuntime(m.Path, ef), l.detectThreadCtx(ef)
+	interp, tc, gl := l.detectRuntime(m.Path, ef), l.detectThreadCtx(ef), l.detectGoLabels(f, ef)
 	// Without a table the file is walked with frame pointers, but its
-	// interpreter and thread context, if any, are still read.
-	noTable := &fileTable{progs: progHeaders(ef), runtime: interp, threadCtx: tc}
+	// interpreter, thread context and Go labels, if any, are still read.
+	noTable := &fileTable{progs: progHeaders(ef), runtime: interp, threadCtx: tc, goLabels: gl}
 	began := time.Now()
 	var rows []bpf.CpuUnwindRow
 	var base uint64
@@ -456,7 +472,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if err != nil {
 		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
 	}
-	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp, threadCtx: tc}
+	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp, threadCtx: tc, goLabels: gl}
 	if len(rows) == 0 {
 		l.stats.NoCFI++
 		l.shareByBuildID(t)

@@ -43,6 +43,9 @@ type Stats struct {
 	// ThreadContexts count the processes whose OpenTelemetry thread
 	// context the samplers read (threadctx_linux.go).
 	ThreadContexts ThreadContextStats
+	// GoLabels count the Go executables whose goroutine labels the
+	// samplers read.
+	GoLabels GoLabelStats
 }
 
 // RuntimeStats are the loader's counters of one runtime: the processes

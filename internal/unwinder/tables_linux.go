@@ -74,39 +74,42 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 	ms.MaxEntries = maxMappingEntries
 	// Before Linux 5.11 BPF memory counts against RLIMIT_MEMLOCK.
 	_ = memlock.Raise()
-	r, err := ebpf.NewMap(fs)
-	if err != nil {
-		// BPF_F_INNER_MAP (tables of any size) came with Linux 5.10.
-		return nil, fmt.Errorf("create unwind tables map: %w", memlock.Explain(err))
-	}
-	m, err := ebpf.NewMap(ms)
-	if err != nil {
-		_ = r.Close()
-		return nil, fmt.Errorf("create unwind mappings map: %w", memlock.Explain(err))
+	maps := Maps{Table: fs.InnerMap}
+	var created []*ebpf.Map
+	create := func(spec *ebpf.MapSpec, what string) (*ebpf.Map, error) {
+		m, err := ebpf.NewMap(spec)
+		if err != nil {
+			for _, c := range created {
+				_ = c.Close()
+			}
+			return nil, fmt.Errorf("create %s map: %w", what, memlock.Explain(err))
+		}
+		created = append(created, m)
+		return m, nil
 	}
 	us := spec.Maps[bpf.CpuMapUnwindTableUsed].Copy()
 	us.MaxEntries = maxTables
-	u, err := ebpf.NewMap(us)
-	if err != nil {
-		_ = r.Close()
-		_ = m.Close()
-		return nil, fmt.Errorf("create unwind table use map: %w", memlock.Explain(err))
-	}
-	maps := Maps{Files: r, Table: fs.InnerMap, Mappings: m, Used: u}
-	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
-		_ = r.Close()
-		_ = m.Close()
-		_ = u.Close()
+	// BPF_F_INNER_MAP (tables of any size) came with Linux 5.10.
+	if maps.Files, err = create(fs, "unwind tables"); err != nil {
 		return nil, err
 	}
-	if maps.ThreadCtx, err = ebpf.NewMap(spec.Maps[bpf.CpuMapThreadCtxProcs].Copy()); err != nil {
-		_ = r.Close()
-		_ = m.Close()
-		_ = u.Close()
-		for _, rm := range maps.Runtimes {
-			_ = rm.Close()
+	if maps.Mappings, err = create(ms, "unwind mappings"); err != nil {
+		return nil, err
+	}
+	if maps.Used, err = create(us, "unwind table use"); err != nil {
+		return nil, err
+	}
+	if maps.ThreadCtx, err = create(spec.Maps[bpf.CpuMapThreadCtxProcs].Copy(), "thread context processes"); err != nil {
+		return nil, err
+	}
+	if maps.GoLabels, err = create(spec.Maps[bpf.CpuMapGoLabelsProcs].Copy(), "Go labels processes"); err != nil {
+		return nil, err
+	}
+	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
+		for _, c := range created {
+			_ = c.Close()
 		}
-		return nil, fmt.Errorf("create thread context processes map: %w", memlock.Explain(err))
+		return nil, err
 	}
 	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
 	go t.sweep()
@@ -163,8 +166,10 @@ func (t *Tables) Close() error {
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
 	}
-	if t.maps.ThreadCtx != nil {
-		errs = append(errs, t.maps.ThreadCtx.Close())
+	for _, m := range []*ebpf.Map{t.maps.ThreadCtx, t.maps.GoLabels} {
+		if m != nil {
+			errs = append(errs, m.Close())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -175,6 +180,10 @@ func (t *Tables) Stats() Stats { return t.loader.Stats() }
 // IgnoreThreadContexts stops locating the OpenTelemetry thread contexts of
 // processes loaded from now on (trace_context::enabled false).
 func (t *Tables) IgnoreThreadContexts() { t.loader.ignoreThreadCtx() }
+
+// IgnoreGoLabels stops locating the goroutine labels of Go processes
+// loaded from now on (go_labels::enabled false).
+func (t *Tables) IgnoreGoLabels() { t.loader.ignoreGoLabels() }
 
 // Loaded says whether pid's tables are loaded: until then its stacks are
 // walked with frame pointers.
@@ -218,6 +227,9 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 	}
 	if _, ok := spec.Maps[bpf.CpuMapThreadCtxProcs]; ok && tables.maps.ThreadCtx != nil {
 		repl[bpf.CpuMapThreadCtxProcs] = tables.maps.ThreadCtx
+	}
+	if _, ok := spec.Maps[bpf.CpuMapGoLabelsProcs]; ok && tables.maps.GoLabels != nil {
+		repl[bpf.CpuMapGoLabelsProcs] = tables.maps.GoLabels
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }
@@ -331,6 +343,8 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.PythonProcesses = ls.Runtimes[capture.CPython.Name()].Processes
 	st.JVMProcesses = ls.Runtimes[capture.HotSpot.Name()].Processes
 	st.V8Processes = ls.Runtimes[capture.V8.Name()].Processes
+	st.ThreadContextProcesses = ls.ThreadContexts.Processes
+	st.GoLabelProcesses = ls.GoLabels.Processes
 	t := f.tables
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -30,6 +30,8 @@ type Config struct {
 	Unwinding      UnwindingConfig `mapstructure:"unwinding"`
 	// TraceContext reads what OpenTelemetry SDKs publish for profilers.
 	TraceContext TraceContextConfig `mapstructure:"trace_context"`
+	// GoLabels reads Go programs' goroutine labels (runtime/pprof).
+	GoLabels GoLabelsConfig `mapstructure:"go_labels"`
 	// ThreadAttributes are the attributes of its thread each sample of an
 	// OTLP profile carries: thread.id, thread.name, both or none.
 	ThreadAttributes []string `mapstructure:"thread_attributes"`
@@ -125,6 +127,13 @@ type TraceContextConfig struct {
 	Enabled bool `mapstructure:"enabled"`
 }
 
+// GoLabelsConfig turns the reader of Go programs' goroutine labels
+// (pprof.Do, SetGoroutineLabels) on or off: each sample of a goroutine
+// with labels carries them as attributes and pprof labels.
+type GoLabelsConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+}
+
 // UnwindingConfig chooses how user stacks are walked.
 type UnwindingConfig struct {
 	// Method: auto walks CPU and off-CPU stacks with unwind tables built
@@ -170,6 +179,7 @@ func createDefaultConfig() component.Config {
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 		Unwinding:        UnwindingConfig{Method: unwindAuto, TableMemoryMiB: 64},
 		TraceContext:     TraceContextConfig{Enabled: true},
+		GoLabels:         GoLabelsConfig{Enabled: true},
 		ThreadAttributes: []string{attrkey.ThreadID, attrkey.ThreadName},
 	}
 }

@@ -41,6 +41,7 @@ func TestLoadConfig(t *testing.T) {
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 32},
 				Unwinding:        UnwindingConfig{Method: "frame_pointer", TableMemoryMiB: 256},
 				TraceContext:     TraceContextConfig{Enabled: false},
+				GoLabels:         GoLabelsConfig{Enabled: false},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "zero_rate"), errorMessage: "cpu::samples_per_second: must be 1..10000, got 0"},
@@ -60,6 +61,7 @@ func TestLoadConfig(t *testing.T) {
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 				Unwinding:        UnwindingConfig{Method: "auto", TableMemoryMiB: 64},
 				TraceContext:     TraceContextConfig{Enabled: true},
+				GoLabels:         GoLabelsConfig{Enabled: true},
 			},
 		},
 		{
@@ -83,6 +85,7 @@ func TestLoadConfig(t *testing.T) {
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 				Unwinding:        UnwindingConfig{Method: "auto", TableMemoryMiB: 64},
 				TraceContext:     TraceContextConfig{Enabled: true},
+				GoLabels:         GoLabelsConfig{Enabled: true},
 			},
 		},
 		{id: component.NewIDWithName(metadata.Type, "negative_min_block"), errorMessage: "off_cpu::min_block: must not be negative, got -1ms"},

@@ -66,7 +66,7 @@ type profilerReceiver struct {
 	scopes    *scopeJoin
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
-	unwindGauges struct{ tables, bytes, python, jvm, v8 uint64 }
+	unwindGauges struct{ tables, bytes, python, jvm, v8, threadCtx, goLabels uint64 }
 	// pythonUnsymbolized is the symbolizer's count of CPython frames left
 	// without a name, by reason, when last recorded; jvmNamed and v8Named
 	// its counts of Java and JavaScript frames.
@@ -144,7 +144,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	srcOpts := sourceOptions{targets: targets, pidns: pidns, proc: r.proc, logger: r.settings.Logger}
 	if r.cfg.Unwinding.Method == unwindAuto {
 		r.unwind = &sharedTables{proc: r.proc, memory: uint64(r.cfg.Unwinding.TableMemoryMiB) << 20,
-			noThreadContexts: !r.cfg.TraceContext.Enabled}
+			noThreadContexts: !r.cfg.TraceContext.Enabled, noGoLabels: !r.cfg.GoLabels.Enabled}
 		srcOpts.unwind = r.unwind
 	}
 	logger := r.settings.Logger
@@ -316,6 +316,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		r.telemetry.BpfprofilerProcessesSeen.Add(ctx, int64(ast.Processes))
 		r.telemetry.BpfprofilerFramesUnsymbolized.Add(ctx, int64(ast.Unsymbolized))
 		r.recordAttributesLost(ctx, attrLossUnnamed, uint64(ast.TraceAttributesDropped))
+		r.recordGoLabelsLost(ctx, goLabelLossUndecodable, uint64(ast.GoLabelsDropped))
 		if len(prof.Processes) > 0 {
 			profiles = append(profiles, prof)
 		}

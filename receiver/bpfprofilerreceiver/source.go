@@ -51,9 +51,11 @@ type sharedTables struct {
 	// noThreadContexts: processes' OpenTelemetry thread contexts are not
 	// located (trace_context::enabled false).
 	noThreadContexts bool
-	once             sync.Once
-	tables           *unwinder.Tables
-	err              error
+	// noGoLabels: Go processes' labels are not read (go_labels::enabled false).
+	noGoLabels bool
+	once       sync.Once
+	tables     *unwinder.Tables
+	err        error
 }
 
 // get opens the tables the first time; nil receiver: none.
@@ -65,6 +67,9 @@ func (s *sharedTables) get() (*unwinder.Tables, error) {
 		s.tables, s.err = unwinder.OpenTables(s.proc, s.memory)
 		if s.err == nil && s.noThreadContexts {
 			s.tables.IgnoreThreadContexts()
+		}
+		if s.err == nil && s.noGoLabels {
+			s.tables.IgnoreGoLabels()
 		}
 	})
 	return s.tables, s.err

@@ -63,6 +63,16 @@ const (
 	attrLossTruncated  = "truncated"
 	attrLossUnreadable = "unreadable"
 	attrLossUnnamed    = "unnamed"
+
+	// go_labels_lost reasons
+	goLabelLossTruncated   = "truncated"
+	goLabelLossUnreadable  = "unreadable"
+	goLabelLossUndecodable = "undecodable"
+
+	// context_processes sources
+	sourceThreadContext = "thread_context"
+	sourceGoLabels      = "go_labels"
+	attrSource          = "source"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
@@ -71,6 +81,10 @@ func emittedAttributeValues() map[string][]string {
 	var stackReasons, unwindEnds, tableFailures, pythonEnds, sampleOutcomes, threadOutcomes []string
 	for _, o := range capture.AllThreadContextOutcomes {
 		threadOutcomes = append(threadOutcomes, o.Reason())
+	}
+	var goOutcomes []string
+	for _, o := range capture.AllGoLabelOutcomes {
+		goOutcomes = append(goOutcomes, o.Reason())
 	}
 	for _, o := range scopejoin.AllOutcomes {
 		sampleOutcomes = append(sampleOutcomes, o.Reason())
@@ -103,6 +117,9 @@ func emittedAttributeValues() map[string][]string {
 		"process_context_outcome":       append([]string{contextRead}, identity.ContextReasons...),
 		"thread_context_outcome":        threadOutcomes,
 		"thread_context_attribute_loss": {attrLossTruncated, attrLossUnreadable, attrLossUnnamed},
+		"go_labels_outcome":             goOutcomes,
+		"go_labels_loss":                {goLabelLossTruncated, goLabelLossUnreadable, goLabelLossUndecodable},
+		"context_source":                {sourceThreadContext, sourceGoLabels},
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
@@ -147,6 +164,7 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 	r.recordUnwindStats(ctx, k, st)
 	r.recordPythonStats(ctx, k, st)
 	r.recordThreadContextStats(ctx, k, st.ThreadContexts)
+	r.recordGoLabelStats(ctx, k, st.GoLabels)
 }
 
 // recordUnwindStats adds the unwind counters of one window of one kind,
@@ -177,6 +195,11 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	tel.BpfprofilerV8Processes.Add(ctx, int64(st.V8Processes)-int64(r.unwindGauges.v8))
 	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
 	r.unwindGauges.python, r.unwindGauges.jvm, r.unwindGauges.v8 = st.PythonProcesses, st.JVMProcesses, st.V8Processes
+	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.ThreadContextProcesses)-int64(r.unwindGauges.threadCtx),
+		metric.WithAttributes(attribute.String(attrSource, sourceThreadContext)))
+	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.GoLabelProcesses)-int64(r.unwindGauges.goLabels),
+		metric.WithAttributes(attribute.String(attrSource, sourceGoLabels)))
+	r.unwindGauges.threadCtx, r.unwindGauges.goLabels = st.ThreadContextProcesses, st.GoLabelProcesses
 }
 
 // recordPythonStats adds the CPython walk counters of one window of one
@@ -207,6 +230,23 @@ func (r *profilerReceiver) recordThreadContextStats(ctx context.Context, kind at
 	}
 	r.recordAttributesLost(ctx, attrLossTruncated, st.AttrsTruncated)
 	r.recordAttributesLost(ctx, attrLossUnreadable, st.AttrsLost)
+}
+
+// recordGoLabelStats adds the Go label counters of one window of one kind.
+func (r *profilerReceiver) recordGoLabelStats(ctx context.Context, kind attribute.KeyValue, st capture.GoLabelStats) {
+	for _, o := range capture.AllGoLabelOutcomes {
+		if n := st.Outcomes[o]; n > 0 {
+			r.telemetry.BpfprofilerGoLabels.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrOutcome, o.Reason())))
+		}
+	}
+	r.recordGoLabelsLost(ctx, goLabelLossTruncated, st.Truncated)
+	r.recordGoLabelsLost(ctx, goLabelLossUnreadable, st.Lost)
+}
+
+func (r *profilerReceiver) recordGoLabelsLost(ctx context.Context, reason string, n uint64) {
+	if n > 0 {
+		r.telemetry.BpfprofilerGoLabelsLost.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, reason)))
+	}
 }
 
 func (r *profilerReceiver) recordAttributesLost(ctx context.Context, reason string, n uint64) {

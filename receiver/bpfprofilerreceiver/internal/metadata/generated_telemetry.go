@@ -26,7 +26,10 @@ type TelemetryBuilder struct {
 	meter                                  metric.Meter
 	mu                                     sync.Mutex
 	registrations                          []metric.Registration
+	BpfprofilerContextProcesses            metric.Int64UpDownCounter
 	BpfprofilerFramesUnsymbolized          metric.Int64Counter
+	BpfprofilerGoLabels                    metric.Int64Counter
+	BpfprofilerGoLabelsLost                metric.Int64Counter
 	BpfprofilerJvmFrames                   metric.Int64Counter
 	BpfprofilerJvmFramesUnsymbolized       metric.Int64Counter
 	BpfprofilerJvmProcesses                metric.Int64UpDownCounter
@@ -88,10 +91,28 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	}
 	builder.meter = Meter(settings)
 	var err, errs error
+	builder.BpfprofilerContextProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_context_processes",
+		metric.WithDescription("Processes whose samples carry what they publish, by source: their thread context's location, or their Go release's label offsets, is loaded (unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.BpfprofilerFramesUnsymbolized, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_frames_unsymbolized",
 		metric.WithDescription("Stack frames emitted without a function name (address and mapping kept). [Development]"),
 		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerGoLabels, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_go_labels",
+		metric.WithDescription("Samples of Go processes whose goroutine labels were read, by profile kind and what the read found. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerGoLabelsLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_go_labels_lost",
+		metric.WithDescription("Go labels left out, by reason (label sets for truncated and unreadable, labels for undecodable). [Development]"),
+		metric.WithUnit("{label}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerJvmFrames, err = builder.meter.Int64Counter(

@@ -19,7 +19,10 @@ func TestSetupTelemetry(t *testing.T) {
 	tb, err := metadata.NewTelemetryBuilder(testTel.NewTelemetrySettings())
 	require.NoError(t, err)
 	defer tb.Shutdown()
+	tb.BpfprofilerContextProcesses.Add(context.Background(), 1)
 	tb.BpfprofilerFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerGoLabels.Add(context.Background(), 1)
+	tb.BpfprofilerGoLabelsLost.Add(context.Background(), 1)
 	tb.BpfprofilerJvmFrames.Add(context.Background(), 1)
 	tb.BpfprofilerJvmFramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerJvmProcesses.Add(context.Background(), 1)
@@ -50,7 +53,16 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerV8Frames.Add(context.Background(), 1)
 	tb.BpfprofilerV8FramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerV8Processes.Add(context.Background(), 1)
+	AssertEqualBpfprofilerContextProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerGoLabels(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerGoLabelsLost(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerJvmFrames(t, testTel,

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The runtime/pprof labels of the goroutine a Go thread runs (pprof.Do,
+ * SetGoroutineLabels): from the thread's g (in TLS, or in x28 on arm64
+ * without cgo) to g.m.curg, the user goroutine even on the system or
+ * signal stack, to curg.labels. User space fills go_labels_procs[pid] from
+ * the executable's Go version (internal/golabels). The labels are copied
+ * as klen, key, vlen, value bytes for threadctx.h to pack and store.
+ */
+#ifndef BPFPROFILER_GOLABELS_H
+#define BPFPROFILER_GOLABELS_H
+
+#include "common.h"
+#include "arch.h"
+#include "unwind.h"
+
+/* Labels kept per sample, and bytes per key and per value; longer ones are cut and counted. */
+#define GO_LABELS_MAX 8
+#define GO_LABEL_KEY_MAX 64
+#define GO_LABEL_VALUE_MAX 128
+/* Buckets of a Go 1.21-1.23 map read: its first 4 (up to 32 entries). */
+#define GO_MAP_BUCKETS 4
+#define GO_MAP_BUCKET_SLOTS 8
+/* The smallest tophash of a live map entry (smaller ones mark empty or moved slots). */
+#define GO_MIN_TOP_HASH 5
+
+enum go_labels_layout {
+	GO_LABELS_MAP = 1,   /* Go 1.21-1.23: *labelMap is a map[string]string */
+	GO_LABELS_SLICE = 2, /* Go 1.24+: *labelMap starts with a []struct{key, value string} */
+};
+
+/* Where a Go process's goroutine labels are (golabels.Offsets). */
+struct go_labels_proc {
+	s64 tls_offset; /* g from the thread pointer */
+	u32 g_m;	/* runtime.g.m */
+	u32 g_labels;	/* runtime.g.labels */
+	u32 m_g0;	/* runtime.m.g0 */
+	u32 m_gsignal;	/* runtime.m.gsignal */
+	u32 m_curg;	/* runtime.m.curg */
+	u8 layout;	/* enum go_labels_layout */
+	u8 g_register;	/* 1: g is in x28 (arm64 without cgo), not in TLS */
+	u16 reserved;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32); /* pid as the collector sees it */
+	__type(value, struct go_labels_proc);
+} go_labels_procs SEC(".maps");
+
+/* A Go string header pair: one label. */
+struct go_label {
+	u64 key, key_len, value, value_len;
+};
+
+/* A Go 1.21-1.23 hmap bucket of map[string]string. */
+struct go_map_bucket {
+	u8 tophash[GO_MAP_BUCKET_SLOTS];
+	u64 keys[GO_MAP_BUCKET_SLOTS][2];
+	u64 values[GO_MAP_BUCKET_SLOTS][2];
+	u64 overflow;
+};
+
+/* The start of a Go 1.21-1.23 hmap. */
+struct go_hmap {
+	u64 count;
+	u8 flags;
+	u8 log2_buckets;
+	u16 noverflow;
+	u32 hash0;
+	u64 buckets;
+	u64 oldbuckets;
+};
+
+/* Outcomes of go_labels_read (they index sampler_stats.thread_ctx after the OTEP's). */
+enum go_labels_outcome {
+	GO_LABELS_FOUND = THREAD_CTX_GO_FOUND,
+	GO_LABELS_NONE = THREAD_CTX_GO_NONE,
+	GO_LABELS_READ_FAULT = THREAD_CTX_GO_READ_FAULT,
+};
+
+/* The thread's g: its TLS slot, or x28 saved at kernel entry. */
+static __always_inline u64 go_current_g(const struct go_labels_proc *p)
+{
+	u64 g = 0, tp;
+
+	if (p->g_register) {
+#if defined(__TARGET_ARCH_arm64)
+		u64 base = saved_user_regs_base((struct task_struct *)bpf_get_current_task());
+
+		if (!base || bpf_probe_read_kernel(&g, sizeof(g), (void *)(base + UREGS_GO_G)))
+			return 0;
+#endif
+		return g;
+	}
+	tp = user_thread_pointer();
+	if (!tp || bpf_probe_read_user(&g, sizeof(g), (void *)(tp + p->tls_offset)))
+		return 0;
+	return g;
+}
+
+/*
+ * The goroutine whose labels count for a sample of g: m.curg. g must be
+ * one of its m's goroutines (the user one, g0 or gsignal): a register that
+ * does not hold g (C code, the vDSO) reads nothing.
+ */
+static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g)
+{
+	u64 m = 0, curg = 0, other = 0;
+
+	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + p->g_m)) || !m ||
+	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
+		return 0;
+	if (curg == g)
+		return curg;
+	if (!bpf_probe_read_user(&other, sizeof(other), (void *)(m + p->m_g0)) && other == g)
+		return curg;
+	if (!bpf_probe_read_user(&other, sizeof(other), (void *)(m + p->m_gsignal)) && other == g)
+		return curg;
+	return 0;
+}
+
+/* Marks a label slot the set does not fill (its key_len). */
+#define GO_LABEL_ABSENT (~0ULL)
+
+/* The string headers of a Go 1.24+ label set into labels (the rest absent); returns 0, -1: fault. */
+static __always_inline int go_slice_labels(u64 set, struct go_label *labels, u32 *truncated)
+{
+	u64 list[2] = {}; /* data, len */
+	u32 n;
+
+#pragma unroll
+	for (int i = 0; i < GO_LABELS_MAX; i++)
+		labels[i].key_len = GO_LABEL_ABSENT;
+	if (bpf_probe_read_user(list, sizeof(list), (void *)set))
+		return -1;
+	if (list[1] > GO_LABELS_MAX) {
+		*truncated = 1;
+		list[1] = GO_LABELS_MAX;
+	}
+	n = list[1];
+	if (n && (n > GO_LABELS_MAX || bpf_probe_read_user(labels, n * sizeof(*labels), (void *)list[0])))
+		return -1;
+	return 0;
+}
+
+/*
+ * The string headers of a Go 1.21-1.23 label map into labels, slot for
+ * slot of its first bucket: all of a map of up to 8 labels (more are cut
+ * and counted); returns 0, -1: fault.
+ */
+static __always_inline int go_map_labels(u64 set, struct go_label *labels, struct go_map_bucket *b, u32 *truncated)
+{
+	struct go_hmap h = {};
+	u64 hmap = 0;
+
+#pragma unroll
+	for (int i = 0; i < GO_LABELS_MAX; i++)
+		labels[i].key_len = GO_LABEL_ABSENT;
+	if (bpf_probe_read_user(&hmap, sizeof(hmap), (void *)set))
+		return -1;
+	if (!hmap)
+		return 0;
+	if (bpf_probe_read_user(&h, sizeof(h), (void *)hmap))
+		return -1;
+	if (!h.count)
+		return 0;
+	if (h.log2_buckets || h.oldbuckets || h.noverflow) /* entries in other buckets: not read */
+		*truncated = 1;
+	if (bpf_probe_read_user(b, sizeof(*b), (void *)h.buckets))
+		return -1;
+#pragma unroll
+	for (int j = 0; j < GO_LABELS_MAX; j++) {
+		if (b->tophash[j] < GO_MIN_TOP_HASH)
+			continue;
+		labels[j].key = b->keys[j][0];
+		labels[j].key_len = b->keys[j][1];
+		labels[j].value = b->values[j][0];
+		labels[j].value_len = b->values[j][1];
+	}
+	return 0;
+}
+
+/* raw's offsets are masked to this: a stable bound the verifier prunes on. */
+#define GO_RAW_MASK 1023
+
+/*
+ * Copies a length byte and then the string at addr of len bytes (cut to
+ * max) to raw at off; returns the offset after it, or -1 when it cannot
+ * be read. raw has GO_RAW_MASK + 1 + GO_LABEL_VALUE_MAX bytes at least.
+ */
+static __always_inline int go_copy_string(u8 *raw, u32 off, u64 addr, u64 len, u32 max, u32 *truncated)
+{
+	u32 o = off & GO_RAW_MASK;
+
+	if (len > max) {
+		*truncated = 1;
+		len = max;
+	}
+	len &= 0xff;
+	raw[o] = len;
+	if (len > GO_LABEL_VALUE_MAX || (len && bpf_probe_read_user(raw + o + 1, len, (void *)addr)))
+		return -1;
+	return (o + 1 + len) & GO_RAW_MASK; /* go_labels_copy keeps it below: the mask bounds, never cuts */
+}
+
+#endif /* BPFPROFILER_GOLABELS_H */

@@ -1,0 +1,48 @@
+package capture
+
+// GoLabels are the runtime/pprof labels of the goroutine a Go thread ran
+// when the sample was taken (bpf/golabels.h).
+type GoLabels struct {
+	// Data is what BPF copied (key length, key, value length, value, ...;
+	// golabels.Decode); nil: evicted before it was read. ID is where BPF
+	// keeps it.
+	Data []byte
+	ID   uint32
+}
+
+// GoLabelOutcome says what the read of a Go sample's labels found
+// (bpf/common.h, enum thread_ctx_outcome after the OTEP's outcomes).
+type GoLabelOutcome uint8
+
+const (
+	GoLabelsFound     GoLabelOutcome = iota // the goroutine had labels: they are the sample's
+	GoLabelsNone                            // the goroutine had none (or the thread ran none)
+	GoLabelsReadFault                       // g, its m, or the labels could not be read
+	numGoLabelOutcomes
+)
+
+// AllGoLabelOutcomes lists every GoLabelOutcome, in order.
+var AllGoLabelOutcomes = []GoLabelOutcome{GoLabelsFound, GoLabelsNone, GoLabelsReadFault}
+
+// Reason is the outcome's telemetry attribute value.
+func (o GoLabelOutcome) Reason() string {
+	return [...]string{"found", "none", "read_fault"}[o]
+}
+
+// GoLabelStats count what the samplers read of Go processes' labels.
+type GoLabelStats struct {
+	Outcomes [numGoLabelOutcomes]uint64
+	// Truncated counts label sets cut to the samplers' bounds; Lost those
+	// whose labels could not be read or stored.
+	Truncated, Lost uint64
+}
+
+// Add returns the sum of s and o.
+func (s GoLabelStats) Add(o GoLabelStats) GoLabelStats {
+	for i := range s.Outcomes {
+		s.Outcomes[i] += o.Outcomes[i]
+	}
+	s.Truncated += o.Truncated
+	s.Lost += o.Lost
+	return s
+}

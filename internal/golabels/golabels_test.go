@@ -1,0 +1,126 @@
+package golabels
+
+import (
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+func TestReleaseMinor(t *testing.T) {
+	tests := []struct {
+		version string
+		want    int
+		err     bool
+	}{
+		{"go1.23.12", 23, false},
+		{"go1.24rc1", 24, false},
+		{"go1.27", 27, false},
+		{"go1.25.0 X:boringcrypto", 25, false},
+		{"devel go1.28-4f2c3a1 Mon Jan 5 2027", 28, false},
+		{"go2", 0, true},
+		{"", 0, true},
+	}
+	for _, tt := range tests {
+		got, err := releaseMinor(tt.version)
+		if got != tt.want || (err != nil) != tt.err {
+			t.Errorf("releaseMinor(%q) = %d, %v; want %d, error %v", tt.version, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// build builds testdata/labels for arch, with cgo or not, and opens it.
+func build(t *testing.T, arch string, cgo bool) (*os.File, *elf.File) {
+	t.Helper()
+	cc := "gcc"
+	if arch == "arm64" {
+		cc = "aarch64-linux-gnu-gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil && cgo {
+		t.Skipf("no %s to build a cgo executable for %s", cc, arch)
+	}
+	out := filepath.Join(t.TempDir(), "labels")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, ".")
+	cmd.Dir = "testdata/labels"
+	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CC="+cc, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	if cgo {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=1")
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, ef
+}
+
+// TestPrepare reads executables of this toolchain of each kind: their
+// offsets are its release's in knownOffsets, the same as their DWARF says,
+// and their g is where each kind keeps it.
+func TestPrepare(t *testing.T) {
+	tests := []struct {
+		arch      string
+		cgo       bool
+		tlsOffset int64
+		register  bool
+	}{
+		{"amd64", false, -8, false}, // the runtime's own TLS: m.tls[0] just below the thread pointer
+		{"amd64", true, -8, false},  // runtime.tlsg, the executable's only TLS variable
+		{"arm64", false, 0, true},   // x28
+		{"arm64", true, 16, false},  // runtime.tls_g, first after the 16-byte thread control block
+	}
+	for _, tt := range tests {
+		name := tt.arch
+		if tt.cgo {
+			name += "-cgo"
+		}
+		t.Run(name, func(t *testing.T) {
+			f, ef := build(t, tt.arch, tt.cgo)
+			b, err := Prepare(f, ef)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Release != runtime.Version() {
+				t.Errorf("release %q, want %q", b.Release, runtime.Version())
+			}
+			if b.TLSOffset != tt.tlsOffset || b.GRegister != tt.register {
+				t.Errorf("g at %d (register %v), want %d (register %v)", b.TLSOffset, b.GRegister, tt.tlsOffset, tt.register)
+			}
+			fromDWARF, err := DWARFOffsets(ef)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromDWARF.Layout = b.Offsets.Layout
+			if b.Offsets != fromDWARF {
+				t.Errorf("known offsets %+v, DWARF says %+v", b.Offsets, fromDWARF)
+			}
+		})
+	}
+}
+
+func TestPrepareNotGo(t *testing.T) {
+	for _, path := range []string{"/bin/sh", "/usr/bin/gzip"} {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Skip(err)
+		}
+		defer f.Close()
+		ef, err := elf.NewFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Prepare(f, ef); !errors.Is(err, ErrNotGo) {
+			t.Errorf("%s: %v, want ErrNotGo", path, err)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package golabels
+
+// Offsets are where the runtime keeps what the samplers follow from a
+// thread's g to its goroutine's labels (bpf/golabels.h), for one Go
+// release: the same on amd64 and arm64.
+type Offsets struct {
+	GM, GLabels          uint32 // runtime.g.m, runtime.g.labels
+	MG0, MGsignal, MCurg uint32 // runtime.m.g0, .gsignal, .curg
+	Layout               Layout // what g.labels points to
+}
+
+// Layout is what runtime/pprof's *labelMap, g.labels, points to.
+type Layout uint8
+
+const (
+	// LabelMap (Go 1.21-1.23): a map[string]string.
+	LabelMap Layout = 1
+	// LabelSlice (Go 1.24+): a struct starting with a sorted
+	// []struct{key, value string}.
+	LabelSlice Layout = 2
+)
+
+// release is a Go release (go1.Minor).
+type release struct{ minor int }
+
+// knownOffsets are the offsets of each release, read from the DWARF of
+// runtime.g, runtime.m and runtime.hmap in linux/amd64 and linux/arm64
+// builds, cgo and not, of a program calling pprof.Do, by each release's
+// newest patch the Go module proxy served on 2026-11-27 (go1.21.13,
+// go1.22.12, go1.23.12, go1.24.13, go1.25.9, go1.26.8, go1.27.3; both
+// architectures gave the same). The layout is runtime/pprof/label.go's
+// labelMap of each (a map type before go1.24, a struct of a slice since).
+// TestOffsetsMatchDWARF checks the running toolchain's against its DWARF,
+// and the end-to-end test each release it builds workloads with.
+var knownOffsets = map[release]Offsets{
+	{21}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{22}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{23}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{24}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelSlice},
+	{25}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+	{26}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+	{27}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+}
+
+// The hmap fields bpf/golabels.h reads (Go 1.21-1.23, the same DWARF):
+// count at 0, B at 9, buckets at 16, oldbuckets at 24; a bucket of
+// map[string]string is tophash [8]uint8, keys [8]string, values
+// [8]string, overflow: 272 bytes.

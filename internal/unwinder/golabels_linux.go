@@ -1,0 +1,86 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"debug/elf"
+	"errors"
+	"io"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
+)
+
+// GoLabelStats count the Go executables whose goroutine labels the
+// samplers read.
+type GoLabelStats struct {
+	Processes   uint64 // processes with their executable's offsets loaded
+	Unsupported uint64 // Go executables of a release, or a layout, not read (go1.20 and before, stripped unknown ones)
+	Failed      uint64 // Go executables whose build info could not be read, or processes whose entry was refused
+}
+
+// detectGoLabels returns what reading the labels of ef's processes needs
+// when ef is a Go executable, nil otherwise.
+func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
+	if l.maps.GoLabels == nil || l.noGoLabels {
+		return nil
+	}
+	var b *golabels.Binary
+	err := noPanic(func() (err error) { b, err = golabels.Prepare(r, ef); return err })
+	switch {
+	case err == nil:
+		return b
+	case errors.Is(err, golabels.ErrNotGo):
+	case errors.Is(err, golabels.ErrRelease), errors.Is(err, golabels.ErrNoG), errors.Is(err, golabels.ErrMachine):
+		l.stats.GoLabels.Unsupported++
+	default:
+		l.stats.GoLabels.Failed++
+	}
+	return nil
+}
+
+// addGoLabels loads where pid's threads find their goroutines' labels.
+func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
+	if lp.goLabels != nil {
+		return
+	}
+	value := bpf.CpuGoLabelsProc{
+		TlsOffset: b.TLSOffset,
+		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels,
+		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
+		Layout: uint8(b.Offsets.Layout),
+	}
+	if b.GRegister {
+		value.G_register = 1
+	}
+	if err := l.maps.GoLabels.Put(&lp.pid, &value); err != nil {
+		l.stats.GoLabels.Failed++
+		return
+	}
+	lp.goLabels = b
+}
+
+// dropGoLabels deletes lp's entry unless kept (the process's entries now)
+// has one too.
+func (l *Loader) dropGoLabels(lp, kept *loadedProcess) {
+	if lp.goLabels != nil && (kept == nil || kept.goLabels == nil) {
+		_ = l.maps.GoLabels.Delete(&lp.pid) // gone already: nothing to do
+	}
+}
+
+func (l *Loader) ignoreGoLabels() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.noGoLabels = true
+}
+
+// goLabelProcesses counts the processes with an entry loaded.
+func (l *Loader) goLabelProcesses() uint64 {
+	var n uint64
+	for _, lp := range l.procs {
+		if lp.goLabels != nil {
+			n++
+		}
+	}
+	return n
+}
