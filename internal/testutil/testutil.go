@@ -3,6 +3,7 @@
 package testutil
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,6 +109,50 @@ func BuildGo(t testing.TB, dir string) string {
 	cmd := exec.Command("go", "build", "-o", out, ".")
 	cmd.Dir = Workload(t, dir)
 	cmd.Env = append(os.Environ(), "GO111MODULE=off", "GOFLAGS=")
+	run(t, cmd)
+	return out
+}
+
+// GoBuild says how BuildGoWith builds a Go workload: with which Go release
+// (GOTOOLCHAIN: the go command fetches it from the module proxy), with
+// cgo (a dynamic executable linked by the C toolchain) or without (static),
+// and with which -ldflags.
+type GoBuild struct {
+	Toolchain string // e.g. go1.23.12; "" the go command's own
+	Cgo       bool
+	LDFlags   string // e.g. "-s -w": no symbol table, no DWARF
+}
+
+// BuildGoWith builds the Go program in testdata/workloads/<dir> as b says,
+// as a module of its own (go 1.21) so that GOTOOLCHAIN applies, and
+// returns the binary's path.
+func BuildGoWith(t testing.TB, dir string, b GoBuild) string {
+	t.Helper()
+	src, work := Workload(t, dir), t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(work, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+filepath.Base(dir)+"\n\ngo 1.21\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	cmd := exec.Command("go", "build", "-ldflags="+b.LDFlags, "-o", out, ".")
+	cmd.Dir = work
+	cgo := "0"
+	if b.Cgo {
+		cgo = "1"
+	}
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on", "CGO_ENABLED="+cgo, "GOTOOLCHAIN="+cmp.Or(b.Toolchain, "local"))
 	run(t, cmd)
 	return out
 }

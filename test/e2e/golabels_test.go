@@ -1,0 +1,221 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// goLabelBuilds are the builds of the golabels workload the test profiles
+// at once: the two newest Go releases the module proxy serves and one
+// whose labels are a map (before go1.24), each static and stripped (as
+// images ship them) and with cgo (dynamic, linked by the C toolchain).
+var goLabelBuilds = []testutil.GoBuild{
+	{Toolchain: "go1.27.3", LDFlags: "-s -w"},
+	{Toolchain: "go1.27.3", Cgo: true},
+	{Toolchain: "go1.26.8", LDFlags: "-s -w"},
+	{Toolchain: "go1.26.8", Cgo: true},
+	{Toolchain: "go1.23.12", LDFlags: "-s -w"},
+	{Toolchain: "go1.23.12", Cgo: true},
+}
+
+func goBuildName(b testutil.GoBuild) string {
+	if b.Cgo {
+		return b.Toolchain + " cgo"
+	}
+	return b.Toolchain + " static"
+}
+
+// goLabelCounts are one build's samples by what they carry.
+type goLabelCounts struct {
+	checkout, search, wrong, unlabeledLabelled, unlabeled int64
+	tenant                                               int64 // search samples with tenant=t-42
+	sleeper, sleeperLabelled                             int64 // off-CPU ns in sleepInSyscall
+}
+
+// Go programs burning CPU 3:1 under handler=checkout and handler=search
+// (with tenant=t-42), and 1 unit outside any label: the samples carry their
+// goroutine's labels (checkout 75% ± 5 of the labelled), keyed as the
+// program wrote them, none outside a label carries one, and waits in a
+// labelled goroutine's system calls carry its labels off CPU; through OTLP
+// and pprof labels, for each Go release and kind of build.
+func TestCollectorCarriesGoLabels(t *testing.T) {
+	bin := collectorBinary(t)
+	pids := map[int]testutil.GoBuild{}
+	var list []string
+	for _, b := range goLabelBuilds {
+		prog := testutil.BuildGoWith(t, "golabels", b)
+		work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(90*time.Second).Seconds()))
+		pids[work.Process.Pid] = b
+		list = append(list, fmt.Sprint(work.Process.Pid))
+	}
+	pprofDir := t.TempDir()
+	otlp, addr := startOTLPServer(t)
+	startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {pids: [%s]}
+    cpu: {samples_per_second: 199}
+    off_cpu: {enabled: true, min_block: 1ms}
+    pprof: {directory: %s}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, strings.Join(list, ", "), pprofDir, addr))
+
+	count := func() map[int]*goLabelCounts {
+		out := map[int]*goLabelCounts{}
+		for pid := range pids {
+			c := &goLabelCounts{}
+			out[pid] = c
+			// From the report after the first with labels: until the
+			// loader read the executable (100 ms after the process's
+			// first sample) no sample has them.
+			received := otlp.all()
+			for len(received) > 0 && !hasGoLabels(received[0], pid) {
+				received = received[1:]
+			}
+			received = received[min(1, len(received)):]
+			for _, p := range received {
+				for _, st := range pdata.Stacks(pdata.OfType(pdata.OfPID(p, pid), "samples")) {
+					handler, _ := st.Attributes["handler"].(string)
+					switch {
+					case slices.Contains(st.Functions, "main.burnCheckout"):
+						if handler == "checkout" {
+							c.checkout += st.Value
+						} else {
+							c.wrong += st.Value
+						}
+					case slices.Contains(st.Functions, "main.burnSearch"):
+						if handler == "search" {
+							c.search += st.Value
+							if st.Attributes["tenant"] == "t-42" {
+								c.tenant += st.Value
+							}
+						} else {
+							c.wrong += st.Value
+						}
+					case slices.Contains(st.Functions, "main.burnUnlabeled"):
+						c.unlabeled += st.Value
+						if _, ok := st.Attributes["handler"]; ok {
+							c.unlabeledLabelled += st.Value
+						}
+					}
+				}
+				for _, st := range pdata.Stacks(pdata.OfType(pdata.OfPID(p, pid), "off_cpu")) {
+					if slices.Contains(st.Functions, "main.sleepInSyscall") {
+						c.sleeper += st.Value
+						if st.Attributes["handler"] == "sleeper" {
+							c.sleeperLabelled += st.Value
+						}
+					}
+				}
+			}
+		}
+		return out
+	}
+	enough := func(c *goLabelCounts) bool {
+		return c.checkout+c.search >= 1500 && c.unlabeled >= 40 && c.sleeper >= int64(time.Second)
+	}
+	var counts map[int]*goLabelCounts
+	if !assert.Eventually(t, func() bool {
+		counts = count()
+		for _, c := range counts {
+			if !enough(c) {
+				return false
+			}
+		}
+		return true
+	}, testutil.Patient(90*time.Second), time.Second) {
+		for pid, c := range counts {
+			t.Logf("%s: %+v", goBuildName(pids[pid]), *c)
+			if !enough(c) {
+				logTopStacks(t, otlp.all(), pid, 5)
+			}
+		}
+		t.Fatal("too few samples")
+	}
+	counts = count()
+	for pid, b := range pids {
+		c := counts[pid]
+		t.Run(goBuildName(b), func(t *testing.T) {
+			share := float64(c.checkout) / float64(c.checkout+c.search)
+			t.Logf("checkout %d, search %d (tenant %d), wrong %d, unlabelled %d (labelled %d), off CPU in a labelled system call %v (labelled %v)",
+				c.checkout, c.search, c.tenant, c.wrong, c.unlabeled, c.unlabeledLabelled, time.Duration(c.sleeper), time.Duration(c.sleeperLabelled))
+			matrixFigure(t, "%s: checkout %.3f of labelled samples", goBuildName(b), share)
+			assert.InDelta(t, 0.75, share, 0.05, "handler=checkout's share of the labelled samples")
+			assert.LessOrEqual(t, float64(c.wrong), 0.02*float64(c.checkout+c.search), "samples under a label without it")
+			assert.Zero(t, c.unlabeledLabelled, "samples outside any label with one")
+			assert.Equal(t, c.search, c.tenant, "handler=search samples with tenant=t-42")
+			assert.GreaterOrEqual(t, float64(c.sleeperLabelled), 0.95*float64(c.sleeper), "off-CPU time in a labelled system call with its labels")
+		})
+	}
+
+	// pprof: the labels as the program wrote them.
+	files, err := filepath.Glob(filepath.Join(pprofDir, "cpu-*.pb.gz"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	labelled := map[int64]int64{}
+	for _, f := range files {
+		r, err := os.Open(f)
+		require.NoError(t, err)
+		prof, err := profile.Parse(r)
+		r.Close()
+		require.NoError(t, err)
+		for _, s := range prof.Sample {
+			if slices.Equal(s.Label["handler"], []string{"search"}) && slices.Equal(s.Label["tenant"], []string{"t-42"}) {
+				labelled[s.NumLabel["pid"][0]] += s.Value[0]
+			}
+		}
+	}
+	for pid, b := range pids {
+		assert.Positive(t, labelled[int64(pid)], "%s: no pprof sample labelled handler=search, tenant=t-42", goBuildName(b))
+	}
+}
+
+// logTopStacks logs the n heaviest CPU stacks of pid.
+func logTopStacks(t *testing.T, received []pprofile.Profiles, pid int, n int) {
+	t.Helper()
+	weights := map[string]int64{}
+	for _, p := range received {
+		for _, st := range pdata.Stacks(pdata.OfType(pdata.OfPID(p, pid), "samples")) {
+			weights[fmt.Sprintf("%q %v", st.Functions, st.Attributes)] += st.Value
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(weights), func(a, b string) int { return int(weights[b] - weights[a]) })
+	for _, k := range keys[:min(n, len(keys))] {
+		t.Logf("  %d %s", weights[k], k)
+	}
+}
+
+// hasGoLabels says whether a sample of pid in p carries a handler label.
+func hasGoLabels(p pprofile.Profiles, pid int) bool {
+	for _, st := range pdata.Stacks(pdata.OfPID(p, pid)) {
+		if _, ok := st.Attributes["handler"]; ok {
+			return true
+		}
+	}
+	return false
+}
