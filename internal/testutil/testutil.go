@@ -123,38 +123,87 @@ type GoBuild struct {
 	LDFlags   string // e.g. "-s -w": no symbol table, no DWARF
 }
 
+// GoLabelBuilds are the builds of the golabels workload the Go labels
+// tests profile: the two newest Go releases the module proxy serves and
+// one whose labels are a map (before go1.24), each static and stripped (as
+// images ship them) and with cgo (dynamic, linked by the C toolchain).
+var GoLabelBuilds = []GoBuild{
+	{Toolchain: "go1.27.3", LDFlags: "-s -w"},
+	{Toolchain: "go1.27.3", Cgo: true},
+	{Toolchain: "go1.26.8", LDFlags: "-s -w"},
+	{Toolchain: "go1.26.8", Cgo: true},
+	{Toolchain: "go1.23.12", LDFlags: "-s -w"},
+	{Toolchain: "go1.23.12", Cgo: true},
+}
+
+// Name says which build b is: "go1.23.12 cgo", "go1.27.3 static".
+func (b GoBuild) Name() string {
+	if b.Cgo {
+		return b.Toolchain + " cgo"
+	}
+	return b.Toolchain + " static"
+}
+
+// FileName is the name of dir's binary built as b among prebuilt workloads.
+func (b GoBuild) FileName(dir string) string {
+	return filepath.Base(dir) + "-" + strings.ReplaceAll(b.Name(), " ", "-")
+}
+
 // BuildGoWith builds the Go program in testdata/workloads/<dir> as b says,
 // as a module of its own (go 1.21) so that GOTOOLCHAIN applies, and
-// returns the binary's path.
+// returns the binary's path; with BPFPROFILER_PREBUILT_WORKLOADS set, the
+// prebuilt one (b.FileName).
 func BuildGoWith(t testing.TB, dir string, b GoBuild) string {
 	t.Helper()
-	src, work := Workload(t, dir), t.TempDir()
+	if pre := os.Getenv(PrebuiltWorkloadsEnv); pre != "" {
+		return filepath.Join(pre, b.FileName(dir))
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	if err := CrossBuildGo(Workload(t, dir), out, runtime.GOARCH, b); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// CrossBuildGo builds the Go program in directory src for arch as b says
+// into out (the kernel matrix builds its guests' workloads with it).
+func CrossBuildGo(src, out, arch string, b GoBuild) error {
+	work, err := os.MkdirTemp("", "gobuild")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
 	entries, err := os.ReadDir(src)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, e := range entries {
 		data, err := os.ReadFile(filepath.Join(src, e.Name()))
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if err := os.WriteFile(filepath.Join(work, e.Name()), data, 0o644); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+filepath.Base(dir)+"\n\ngo 1.21\n"), 0o644); err != nil {
-		t.Fatal(err)
+	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+filepath.Base(src)+"\n\ngo 1.21\n"), 0o644); err != nil {
+		return err
 	}
-	out := filepath.Join(t.TempDir(), filepath.Base(dir))
 	cmd := exec.Command("go", "build", "-ldflags="+b.LDFlags, "-o", out, ".")
 	cmd.Dir = work
-	cgo := "0"
+	cgo, cc := "0", "gcc"
 	if b.Cgo {
 		cgo = "1"
 	}
-	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on", "CGO_ENABLED="+cgo, "GOTOOLCHAIN="+cmp.Or(b.Toolchain, "local"))
-	run(t, cmd)
-	return out
+	if arch == "arm64" && runtime.GOARCH != "arm64" {
+		cc = "aarch64-linux-gnu-gcc"
+	}
+	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on", "GOOS=linux", "GOARCH="+arch, "CC="+cc,
+		"CGO_ENABLED="+cgo, "GOTOOLCHAIN="+cmp.Or(b.Toolchain, "local"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s (%s): %w\n%s", src, b.Name(), err, out)
+	}
+	return nil
 }
 
 func run(t testing.TB, cmd *exec.Cmd) {

@@ -21,26 +21,6 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// goLabelBuilds are the builds of the golabels workload the test profiles
-// at once: the two newest Go releases the module proxy serves and one
-// whose labels are a map (before go1.24), each static and stripped (as
-// images ship them) and with cgo (dynamic, linked by the C toolchain).
-var goLabelBuilds = []testutil.GoBuild{
-	{Toolchain: "go1.27.3", LDFlags: "-s -w"},
-	{Toolchain: "go1.27.3", Cgo: true},
-	{Toolchain: "go1.26.8", LDFlags: "-s -w"},
-	{Toolchain: "go1.26.8", Cgo: true},
-	{Toolchain: "go1.23.12", LDFlags: "-s -w"},
-	{Toolchain: "go1.23.12", Cgo: true},
-}
-
-func goBuildName(b testutil.GoBuild) string {
-	if b.Cgo {
-		return b.Toolchain + " cgo"
-	}
-	return b.Toolchain + " static"
-}
-
 // goLabelCounts are one build's samples by what they carry.
 type goLabelCounts struct {
 	checkout, search, wrong, unlabeledLabelled, unlabeled int64
@@ -58,7 +38,7 @@ func TestCollectorCarriesGoLabels(t *testing.T) {
 	bin := collectorBinary(t)
 	pids := map[int]testutil.GoBuild{}
 	var list []string
-	for _, b := range goLabelBuilds {
+	for _, b := range testutil.GoLabelBuilds {
 		prog := testutil.BuildGoWith(t, "golabels", b)
 		work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(90*time.Second).Seconds()))
 		pids[work.Process.Pid] = b
@@ -150,7 +130,7 @@ service:
 		return true
 	}, testutil.Patient(90*time.Second), time.Second) {
 		for pid, c := range counts {
-			t.Logf("%s: %+v", goBuildName(pids[pid]), *c)
+			t.Logf("%s: %+v", pids[pid].Name(), *c)
 			if !enough(c) {
 				logTopStacks(t, otlp.all(), pid, 5)
 			}
@@ -160,11 +140,11 @@ service:
 	counts = count()
 	for pid, b := range pids {
 		c := counts[pid]
-		t.Run(goBuildName(b), func(t *testing.T) {
+		t.Run(b.Name(), func(t *testing.T) {
 			share := float64(c.checkout) / float64(c.checkout+c.search)
 			t.Logf("checkout %d, search %d (tenant %d), wrong %d, unlabelled %d (labelled %d), off CPU in a labelled system call %v (labelled %v)",
 				c.checkout, c.search, c.tenant, c.wrong, c.unlabeled, c.unlabeledLabelled, time.Duration(c.sleeper), time.Duration(c.sleeperLabelled))
-			matrixFigure(t, "%s: checkout %.3f of labelled samples", goBuildName(b), share)
+			matrixFigure(t, "%s: checkout %.3f of labelled samples", b.Name(), share)
 			assert.InDelta(t, 0.75, share, 0.05, "handler=checkout's share of the labelled samples")
 			assert.LessOrEqual(t, float64(c.wrong), 0.02*float64(c.checkout+c.search), "samples under a label without it")
 			assert.Zero(t, c.unlabeledLabelled, "samples outside any label with one")
@@ -191,7 +171,7 @@ service:
 		}
 	}
 	for pid, b := range pids {
-		assert.Positive(t, labelled[int64(pid)], "%s: no pprof sample labelled handler=search, tenant=t-42", goBuildName(b))
+		assert.Positive(t, labelled[int64(pid)], "%s: no pprof sample labelled handler=search, tenant=t-42", b.Name())
 	}
 }
 

@@ -50,6 +50,8 @@ var checks = []check{
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace", nil},
 	{"python", "e2e.test", "TestCollectorPythonFrames", nil},
 	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes", nil},
+	{"thread context", "e2e.test", "TestCollectorLinksSamplesToThreadContext", nil},
+	{"go labels", "e2e.test", "TestCollectorCarriesGoLabels", nil},
 	// The HotSpot walker reads x86-64 frames only.
 	{"java", "e2e.test", "TestCollectorJavaFrames", []string{"amd64"}},
 }
@@ -109,8 +111,8 @@ const (
 
 // buildPayload assembles the guest root of architecture a under dir:
 // busybox, the collector, the test binaries (static, CGO_ENABLED=0), the C
-// workloads compiled with the tests' flags and the shared libraries they
-// load, and /init. The userland (busybox, glibc, CPython) is the host's for
+// workloads compiled with the tests' flags, the Go labels workloads built
+// by each Go release, the shared libraries they load, and /init. The userland (busybox, glibc, CPython) is the host's for
 // its own architecture, Debian bookworm's packages for another.
 func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch) (*payload, error) {
 	root := filepath.Join(dir, "root")
@@ -165,6 +167,16 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 			return nil, err
 		}
 		bins = append(bins, out)
+	}
+	// The Go labels check's programs, built for the guest by each Go release.
+	for _, b := range testutil.GoLabelBuilds {
+		out := filepath.Join(root, guestWorkloads[1:], b.FileName("golabels"))
+		if err := testutil.CrossBuildGo("testdata/workloads/golabels", out, a.name, b); err != nil {
+			return nil, err
+		}
+		if b.Cgo {
+			bins = append(bins, out) // its libc goes in too
+		}
 	}
 	python, err := copyPython(root, u)
 	if err != nil {
