@@ -55,6 +55,11 @@ type profileConfig struct {
 	// DaemonSet ships it: the OTLP export alone, no pprof files and no
 	// debug exporter.
 	otlpOnly bool
+	// noContext turns the readers of what processes publish off
+	// (trace_context and go_labels); targetPIDs, when not empty, are the
+	// only processes sampled ("1, 2").
+	noContext  bool
+	targetPIDs string
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -110,6 +115,12 @@ func collectorYAML(p profileConfig, profiles string) string {
 	}
 	if p.unwinding != "" {
 		fmt.Fprintf(&b, "    unwinding:\n      method: %s\n", p.unwinding)
+	}
+	if p.noContext {
+		b.WriteString("    trace_context:\n      enabled: false\n    go_labels:\n      enabled: false\n")
+	}
+	if p.targetPIDs != "" {
+		fmt.Fprintf(&b, "    targets:\n      pids: [%s]\n", p.targetPIDs)
 	}
 	if len(p.probes) > 0 {
 		b.WriteString("    probes:\n")

@@ -1,8 +1,8 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|offcpu|probes|busy|gateway|all, default
-// all), each but busy and gateway measured in several rounds.
+// suites (-suite cpu|unwind|python|java|node|offcpu|probes|context|busy|gateway|all,
+// default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
 // work, in an order rotated from round to round so that drift in the host's
@@ -50,6 +50,10 @@
 // Suite probes (uprobe duration probes; workloads/probeloop.c, one thread
 // calling a tiny function -probe-calls times): the cost per probed call, see
 // probes.go.
+//
+// Suite context (workloads that publish an OpenTelemetry thread context,
+// Go labels, or nothing; two of each at once): the CPU sampler's BPF run
+// time per sample with the readers on and off, see context.go.
 //
 // Suite busy (a busy node in four phases, see busy.go) also gives the OTLP
 // bytes per minute the collector's otlp_grpc exporter sends; suite gateway
@@ -124,7 +128,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -185,8 +189,8 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) {
-		o.skipPerf = true // the busy and gateway suites do not run perf
+	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) {
+		o.skipPerf = true // the busy, gateway and context suites do not run perf
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -244,6 +248,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		return runProbesSuite(ctx, e)
 	case suiteBusy:
 		return runBusySuite(ctx, e)
+	case suiteContext:
+		return runContextSuite(ctx, e)
 	case suiteGateway:
 		return runGatewaySuite(ctx, e)
 	}

@@ -4,11 +4,25 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"fmt"
+	"strings"
 )
+
+// maxDWARFBytes bounds the DWARF DWARFOffsets reads (a Go 1.26 build of
+// a large program has about 40 MiB of it).
+const maxDWARFBytes = 256 << 20
 
 // DWARFOffsets reads Offsets from the DWARF of f's runtime: for a release
 // after those knownOffsets has, whose labels are still a slice.
 func DWARFOffsets(f *elf.File) (Offsets, error) {
+	var size uint64
+	for _, s := range f.Sections {
+		if strings.HasPrefix(s.Name, ".debug_") || strings.HasPrefix(s.Name, ".zdebug_") {
+			size += s.Size
+		}
+	}
+	if size > maxDWARFBytes { // read whole into memory: the file is the process's
+		return Offsets{}, fmt.Errorf("%w: %d bytes of DWARF, more than %d", ErrNoDWARF, size, maxDWARFBytes)
+	}
 	d, err := f.DWARF()
 	if err != nil {
 		return Offsets{}, fmt.Errorf("%w: %v", ErrNoDWARF, err)
