@@ -100,25 +100,29 @@ static __always_inline u64 go_current_g(const struct go_labels_proc *p)
 	return g;
 }
 
+/* go_user_goroutine's answer when g is not a goroutine it can read. */
+#define GO_NO_GOROUTINE (~0ULL)
+
 /*
- * The goroutine whose labels count for a sample of g: m.curg. g must be
- * one of its m's goroutines (the user one, g0 or gsignal): a register that
- * does not hold g (C code, the vDSO) reads nothing.
+ * The goroutine whose labels count for a sample of g: m.curg (0: the thread
+ * runs none, it schedules). g must be one of its m's goroutines (the user
+ * one, g0 or gsignal): a register that does not hold g (C code, the vDSO)
+ * gives GO_NO_GOROUTINE, as does a read that faults.
  */
 static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g)
 {
 	u64 m = 0, curg = 0, other = 0;
 
-	if (bpf_probe_read_user(&m, sizeof(m), (void *)(g + p->g_m)) || !m ||
+	if (!g || bpf_probe_read_user(&m, sizeof(m), (void *)(g + p->g_m)) || !m ||
 	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
-		return 0;
+		return GO_NO_GOROUTINE;
 	if (curg == g)
 		return curg;
 	if (!bpf_probe_read_user(&other, sizeof(other), (void *)(m + p->m_g0)) && other == g)
 		return curg;
 	if (!bpf_probe_read_user(&other, sizeof(other), (void *)(m + p->m_gsignal)) && other == g)
 		return curg;
-	return 0;
+	return GO_NO_GOROUTINE;
 }
 
 /* Marks a label slot the set does not fill (its key_len). */

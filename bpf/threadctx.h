@@ -206,8 +206,14 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
 	g = go_current_g(p);
-	curg = g ? go_user_goroutine(p, g) : 0;
-	if (!curg || bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
+	curg = go_user_goroutine(p, g);
+	if (curg == GO_NO_GOROUTINE)
+		return 0;
+	r->outcome = THREAD_CTX_GO_NONE;
+	if (!curg)
+		return 0;
+	r->outcome = THREAD_CTX_GO_READ_FAULT;
+	if (bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
 		return 0;
 	r->outcome = THREAD_CTX_GO_NONE;
 	if (!set)
