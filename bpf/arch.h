@@ -81,8 +81,8 @@ static __always_inline u64 entry_return_address(const u64 *r)
 #elif defined(__TARGET_ARCH_arm64)
 
 /* struct user_pt_regs, at the start of struct pt_regs: regs[31], sp, pc, pstate. */
-#define UREGS_BP (29 * 8) /* x29, the frame pointer */
-#define UREGS_LR (30 * 8) /* x30, the link register */
+#define UREGS_BP (29 * 8)   /* x29, the frame pointer */
+#define UREGS_LR (30 * 8)   /* x30, the link register */
 #define UREGS_GO_G (28 * 8) /* x28, Go's g register */
 #define UREGS_SP 248
 #define UREGS_IP 256

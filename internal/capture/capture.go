@@ -264,6 +264,9 @@ type Stats struct {
 	// ThreadContextProcesses and GoLabelProcesses are, at the drain, the
 	// processes whose thread context, or Go labels, BPF reads (gauges).
 	ThreadContextProcesses, GoLabelProcesses uint64
+	// ContextFailures count, since the previous drain, the files and
+	// processes whose published context is not read.
+	ContextFailures ContextFailures
 	// PythonProcesses is, at the drain, the processes whose CPython frames
 	// BPF reads (a gauge, like UnwindTables).
 	PythonProcesses uint64
@@ -381,6 +384,7 @@ func (s Stats) Add(o Stats) Stats {
 	s.PythonStackLost += o.PythonStackLost
 	s.ThreadContexts = s.ThreadContexts.Add(o.ThreadContexts)
 	s.GoLabels = s.GoLabels.Add(o.GoLabels)
+	s.ContextFailures = s.ContextFailures.Add(o.ContextFailures)
 	for i := range s.TableFailures {
 		s.TableFailures[i] += o.TableFailures[i]
 	}

@@ -46,3 +46,36 @@ func (s GoLabelStats) Add(o GoLabelStats) GoLabelStats {
 	s.Lost += o.Lost
 	return s
 }
+
+// ContextFailures count files and processes whose published context the
+// samplers do not read, by source and why.
+type ContextFailures struct {
+	// ThreadContextUnresolved: processes whose library's TLS descriptor was
+	// never bound; ThreadContextFailed: files or processes whose variable
+	// could not be located, or whose entry the map refused.
+	ThreadContextUnresolved, ThreadContextFailed uint64
+	// GoLabelsUnsupported: Go executables of a release or build not read
+	// (before go1.21, a later one without DWARF, g not found);
+	// GoLabelsFailed: build info unreadable, or an entry the map refused.
+	GoLabelsUnsupported, GoLabelsFailed uint64
+}
+
+// Add returns the sum of f and o.
+func (f ContextFailures) Add(o ContextFailures) ContextFailures {
+	return ContextFailures{
+		ThreadContextUnresolved: f.ThreadContextUnresolved + o.ThreadContextUnresolved,
+		ThreadContextFailed:     f.ThreadContextFailed + o.ThreadContextFailed,
+		GoLabelsUnsupported:     f.GoLabelsUnsupported + o.GoLabelsUnsupported,
+		GoLabelsFailed:          f.GoLabelsFailed + o.GoLabelsFailed,
+	}
+}
+
+// Sub returns f less o (counters since o).
+func (f ContextFailures) Sub(o ContextFailures) ContextFailures {
+	return ContextFailures{
+		ThreadContextUnresolved: f.ThreadContextUnresolved - o.ThreadContextUnresolved,
+		ThreadContextFailed:     f.ThreadContextFailed - o.ThreadContextFailed,
+		GoLabelsUnsupported:     f.GoLabelsUnsupported - o.GoLabelsUnsupported,
+		GoLabelsFailed:          f.GoLabelsFailed - o.GoLabelsFailed,
+	}
+}

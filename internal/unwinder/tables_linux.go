@@ -54,6 +54,8 @@ type Tables struct {
 
 	mu       sync.Mutex
 	reported capture.TableFailures // failures already handed to a source's stats
+	// reportedContext: context failures already handed to a source's stats.
+	reportedContext capture.ContextFailures
 }
 
 // OpenTables creates the kernel maps, the tables in them kept within
@@ -352,4 +354,10 @@ func (f *Follower) AddStats(st *capture.Stats) {
 		st.TableFailures[i] += n - t.reported[i]
 	}
 	t.reported = ls.Failed
+	now := capture.ContextFailures{
+		ThreadContextUnresolved: ls.ThreadContexts.Unresolved, ThreadContextFailed: ls.ThreadContexts.Failed,
+		GoLabelsUnsupported: ls.GoLabels.Unsupported, GoLabelsFailed: ls.GoLabels.Failed,
+	}
+	st.ContextFailures = st.ContextFailures.Add(now.Sub(t.reportedContext))
+	t.reportedContext = now
 }

@@ -73,6 +73,11 @@ const (
 	sourceThreadContext = "thread_context"
 	sourceGoLabels      = "go_labels"
 	attrSource          = "source"
+
+	// context_processes_failed reasons
+	failureUnresolved  = "unresolved"
+	failureUnsupported = "unsupported"
+	failureFailed      = "failed"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
@@ -120,6 +125,7 @@ func emittedAttributeValues() map[string][]string {
 		"go_labels_outcome":             goOutcomes,
 		"go_labels_loss":                {goLabelLossTruncated, goLabelLossUnreadable, goLabelLossUndecodable},
 		"context_source":                {sourceThreadContext, sourceGoLabels},
+		"context_failure":               {failureUnresolved, failureUnsupported, failureFailed},
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
@@ -200,6 +206,21 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.GoLabelProcesses)-int64(r.unwindGauges.goLabels),
 		metric.WithAttributes(attribute.String(attrSource, sourceGoLabels)))
 	r.unwindGauges.threadCtx, r.unwindGauges.goLabels = st.ThreadContextProcesses, st.GoLabelProcesses
+	f := st.ContextFailures
+	for _, c := range []struct {
+		source, reason string
+		n              uint64
+	}{
+		{sourceThreadContext, failureUnresolved, f.ThreadContextUnresolved},
+		{sourceThreadContext, failureFailed, f.ThreadContextFailed},
+		{sourceGoLabels, failureUnsupported, f.GoLabelsUnsupported},
+		{sourceGoLabels, failureFailed, f.GoLabelsFailed},
+	} {
+		if c.n > 0 {
+			tel.BpfprofilerContextProcessesFailed.Add(ctx, int64(c.n),
+				metric.WithAttributes(attribute.String(attrSource, c.source), attribute.String(attrReason, c.reason)))
+		}
+	}
 }
 
 // recordPythonStats adds the CPython walk counters of one window of one

@@ -24,8 +24,8 @@ import (
 // goLabelCounts are one build's samples by what they carry.
 type goLabelCounts struct {
 	checkout, search, wrong, unlabeledLabelled, unlabeled int64
-	tenant                                               int64 // search samples with tenant=t-42
-	sleeper, sleeperLabelled                             int64 // off-CPU ns in sleepInSyscall
+	tenant                                                int64 // search samples with tenant=t-42
+	sleeper, sleeperLabelled                              int64 // off-CPU ns in sleepInSyscall
 }
 
 // Go programs burning CPU 3:1 under handler=checkout and handler=search

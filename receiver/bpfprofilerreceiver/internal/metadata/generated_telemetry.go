@@ -27,6 +27,7 @@ type TelemetryBuilder struct {
 	mu                                     sync.Mutex
 	registrations                          []metric.Registration
 	BpfprofilerContextProcesses            metric.Int64UpDownCounter
+	BpfprofilerContextProcessesFailed      metric.Int64Counter
 	BpfprofilerFramesUnsymbolized          metric.Int64Counter
 	BpfprofilerGoLabels                    metric.Int64Counter
 	BpfprofilerGoLabelsLost                metric.Int64Counter
@@ -95,6 +96,12 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_context_processes",
 		metric.WithDescription("Processes whose samples carry what they publish, by source: their thread context's location, or their Go release's label offsets, is loaded (unwinding::method auto). [Development]"),
 		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerContextProcessesFailed, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_context_processes_failed",
+		metric.WithDescription("Files and processes whose published context (thread context, Go labels) is not read, by source and reason. [Development]"),
+		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerFramesUnsymbolized, err = builder.meter.Int64Counter(

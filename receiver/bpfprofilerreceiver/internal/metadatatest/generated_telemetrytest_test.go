@@ -20,6 +20,7 @@ func TestSetupTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	defer tb.Shutdown()
 	tb.BpfprofilerContextProcesses.Add(context.Background(), 1)
+	tb.BpfprofilerContextProcessesFailed.Add(context.Background(), 1)
 	tb.BpfprofilerFramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerGoLabels.Add(context.Background(), 1)
 	tb.BpfprofilerGoLabelsLost.Add(context.Background(), 1)
@@ -54,6 +55,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerV8FramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerV8Processes.Add(context.Background(), 1)
 	AssertEqualBpfprofilerContextProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerContextProcessesFailed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerFramesUnsymbolized(t, testTel,
