@@ -174,7 +174,7 @@ type CpuThreadCtxResult struct {
 
 type CpuThreadCtxScratch struct {
 	_      structs.HostLayout
-	Raw    [1160]uint8
+	Raw    [1280]uint8
 	Words  [127]uint64
 	Labels [8]struct {
 		_        structs.HostLayout

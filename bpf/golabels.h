@@ -144,7 +144,14 @@ static __always_inline int go_slice_labels(u64 set, struct go_label *labels, u32
 		list[1] = GO_LABELS_MAX;
 	}
 	n = list[1];
-	if (n && (n > GO_LABELS_MAX || bpf_probe_read_user(labels, n * sizeof(*labels), (void *)list[0])))
+	/*
+	 * Bounded by a mask (no-op: n <= 8) the verifier sees on the register
+	 * the call takes: 5.10's does not carry a bound a comparison learnt to
+	 * the register's copies.
+	 */
+	barrier_var(n);
+	n &= 15;
+	if (n && bpf_probe_read_user(labels, n * sizeof(*labels), (void *)list[0]))
 		return -1;
 	return 0;
 }
@@ -192,7 +199,7 @@ static __always_inline int go_map_labels(u64 set, struct go_label *labels, struc
 /*
  * Copies a length byte and then the string at addr of len bytes (cut to
  * max) to raw at off; returns the offset after it, or -1 when it cannot
- * be read. raw has GO_RAW_MASK + 1 + GO_LABEL_VALUE_MAX bytes at least.
+ * be read. raw has GO_RAW_MASK + 1 + 255 bytes at least.
  */
 static __always_inline int go_copy_string(u8 *raw, u32 off, u64 addr, u64 len, u32 max, u32 *truncated)
 {
@@ -202,9 +209,15 @@ static __always_inline int go_copy_string(u8 *raw, u32 off, u64 addr, u64 len, u
 		*truncated = 1;
 		len = max;
 	}
-	len &= 0xff;
 	raw[o] = len;
-	if (len > GO_LABEL_VALUE_MAX || (len && bpf_probe_read_user(raw + o + 1, len, (void *)addr)))
+	/*
+	 * Bounded by a mask (no-op: len <= max) the verifier sees on the
+	 * register the call takes: 5.10's does not carry a bound a comparison
+	 * learnt to the register's copies.
+	 */
+	barrier_var(len);
+	len &= 0xff;
+	if (len && bpf_probe_read_user(raw + o + 1, len, (void *)addr))
 		return -1;
 	return (o + 1 + len) & GO_RAW_MASK; /* go_labels_copy keeps it below: the mask bounds, never cuts */
 }

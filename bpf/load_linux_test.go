@@ -46,6 +46,7 @@ func TestProgramsLoad(t *testing.T) {
 			var verr *ebpf.VerifierError
 			if errors.As(err, &verr) {
 				err = fmt.Errorf("%w (log ends: %s)", err, strings.Join(verr.Log[max(len(verr.Log)-30, 0):], " | "))
+				logRefusal(t, spec, err)
 			}
 			t.Errorf("%s: %v", name, err)
 			continue
@@ -76,4 +77,33 @@ func kernelHasFunc(t *testing.T, name string) bool {
 	}
 	var fn *btf.Func
 	return spec.TypeByName(name, &fn) == nil
+}
+
+var refusedProgram = regexp.MustCompile(`program (\w+):`)
+
+// logRefusal logs the instructions the verifier checked last before it
+// refused the program err names, from a load of that program alone (its
+// tail calls left out) that logs every instruction.
+func logRefusal(t *testing.T, spec *ebpf.CollectionSpec, err error) {
+	m := refusedProgram.FindStringSubmatch(err.Error())
+	if m == nil {
+		return
+	}
+	one := spec.Copy()
+	for name := range one.Programs {
+		if name != m[1] {
+			delete(one.Programs, name)
+		}
+	}
+	for _, ms := range one.Maps {
+		if ms.Type == ebpf.ProgramArray {
+			ms.Contents = nil
+		}
+	}
+	_, err = ebpf.NewCollectionWithOptions(one, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{
+		LogLevel: ebpf.LogLevelInstruction, LogSizeStart: 32 << 20}})
+	var verr *ebpf.VerifierError
+	if errors.As(err, &verr) {
+		t.Logf("%s: the verifier's last instructions:\n%s", m[1], strings.Join(verr.Log[max(len(verr.Log)-80, 0):], "\n"))
+	}
 }

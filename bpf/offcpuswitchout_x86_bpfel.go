@@ -208,7 +208,7 @@ type OffcpuSwitchoutThreadCtxResult struct {
 
 type OffcpuSwitchoutThreadCtxScratch struct {
 	_      structs.HostLayout
-	Raw    [1160]uint8
+	Raw    [1280]uint8
 	Words  [127]uint64
 	Labels [8]struct {
 		_        structs.HostLayout

@@ -54,7 +54,7 @@ struct thread_ctx_head {
 /* Per-CPU buffers: the attribute bytes read, then packed. */
 struct thread_ctx_scratch {
 	/* Go labels' bytes are copied at masked offsets (go_copy_string). */
-	u8 raw[GO_RAW_MASK + 1 + 136];
+	u8 raw[GO_RAW_MASK + 1 + 256];
 	u64 words[MAX_STACK_DEPTH];
 	struct go_label labels[GO_LABELS_MAX]; /* golabels.h: the string headers read */
 	struct go_map_bucket bucket;

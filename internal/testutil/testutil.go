@@ -136,6 +136,22 @@ var GoLabelBuilds = []GoBuild{
 	{Toolchain: "go1.23.12", Cgo: true},
 }
 
+// GoLabelBuildsHere are the GoLabelBuilds the tests run here: in the
+// kernel matrix's guests (one emulated CPU), those of the newest release
+// and of the one with map labels, prebuilt (buildPayload builds these).
+func GoLabelBuildsHere() []GoBuild {
+	if os.Getenv(PrebuiltWorkloadsEnv) == "" {
+		return GoLabelBuilds
+	}
+	var out []GoBuild
+	for _, b := range GoLabelBuilds {
+		if b.Toolchain != GoLabelBuilds[2].Toolchain { // go1.26.8: the layout of go1.27.3
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // Name says which build b is: "go1.23.12 cgo", "go1.27.3 static".
 func (b GoBuild) Name() string {
 	if b.Cgo {

@@ -38,9 +38,9 @@ func TestCollectorCarriesGoLabels(t *testing.T) {
 	bin := collectorBinary(t)
 	pids := map[int]testutil.GoBuild{}
 	var list []string
-	for _, b := range testutil.GoLabelBuilds {
+	for _, b := range testutil.GoLabelBuildsHere() {
 		prog := testutil.BuildGoWith(t, "golabels", b)
-		work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(90*time.Second).Seconds()))
+		work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(180*time.Second).Seconds()))
 		pids[work.Process.Pid] = b
 		list = append(list, fmt.Sprint(work.Process.Pid))
 	}
@@ -116,8 +116,14 @@ service:
 		}
 		return out
 	}
+	// Fewer in the kernel matrix's guests (one emulated CPU for all):
+	// 800 still puts 75% ± 5 at 3 standard deviations.
+	want := int64(1500)
+	if os.Getenv(testutil.PrebuiltWorkloadsEnv) != "" {
+		want = 800
+	}
 	enough := func(c *goLabelCounts) bool {
-		return c.checkout+c.search >= 1500 && c.unlabeled >= 40 && c.sleeper >= int64(time.Second)
+		return c.checkout+c.search >= want && c.unlabeled >= 40 && c.sleeper >= int64(time.Second)
 	}
 	var counts map[int]*goLabelCounts
 	if !assert.Eventually(t, func() bool {
@@ -128,7 +134,7 @@ service:
 			}
 		}
 		return true
-	}, testutil.Patient(90*time.Second), time.Second) {
+	}, testutil.Patient(150*time.Second), time.Second) {
 		for pid, c := range counts {
 			t.Logf("%s: %+v", pids[pid].Name(), *c)
 			if !enough(c) {

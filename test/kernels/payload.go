@@ -169,7 +169,7 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		bins = append(bins, out)
 	}
 	// The Go labels check's programs, built for the guest by each Go release.
-	for _, b := range testutil.GoLabelBuilds {
+	for _, b := range guestGoLabelBuilds() {
 		out := filepath.Join(root, guestWorkloads[1:], b.FileName("golabels"))
 		if err := testutil.CrossBuildGo("testdata/workloads/golabels", out, a.name, b); err != nil {
 			return nil, err
@@ -199,6 +199,14 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		return nil, fmt.Errorf("initramfs: %w", err)
 	}
 	return p, nil
+}
+
+// guestGoLabelBuilds are the builds testutil.GoLabelBuildsHere picks in
+// a guest.
+func guestGoLabelBuilds() []testutil.GoBuild {
+	os.Setenv(testutil.PrebuiltWorkloadsEnv, guestWorkloads)
+	defer os.Unsetenv(testutil.PrebuiltWorkloadsEnv)
+	return testutil.GoLabelBuildsHere()
 }
 
 // guestPython is the CPython of the guest: Debian's, as on the host.
