@@ -36,21 +36,20 @@ type goLabelCounts struct {
 // and pprof labels, for each Go release and kind of build.
 func TestCollectorCarriesGoLabels(t *testing.T) {
 	bin := collectorBinary(t)
-	pids := map[int]testutil.GoBuild{}
-	var list []string
-	for _, b := range testutil.GoLabelBuildsHere() {
-		prog := testutil.BuildGoWith(t, "golabels", b)
-		work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(180*time.Second).Seconds()))
-		pids[work.Process.Pid] = b
-		list = append(list, fmt.Sprint(work.Process.Pid))
+	builds := testutil.GoLabelBuildsHere()
+	progs := make([]string, len(builds))
+	for i, b := range builds {
+		progs[i] = testutil.BuildGoWith(t, "golabels", b)
 	}
+	// The collector first, ready before the workloads take the CPU (in the
+	// kernel matrix's one emulated CPU, its start-up would wait for them).
 	pprofDir := t.TempDir()
 	otlp, addr := startOTLPServer(t)
-	startCollector(t, bin, fmt.Sprintf(`
+	out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
   bpfprofiler:
     report_interval: 2s
-    targets: {pids: [%s]}
+    targets: {executables: ['/golabels[^/]*$']}
     cpu: {samples_per_second: 199}
     off_cpu: {enabled: true, min_block: 1ms}
     pprof: {directory: %s}
@@ -63,7 +62,14 @@ service:
     metrics: {level: none}
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, strings.Join(list, ", "), pprofDir, addr))
+`, pprofDir, addr))
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "bpfprofiler started") },
+		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
+	pids := map[int]testutil.GoBuild{}
+	for i, b := range builds {
+		work := testutil.StartWorkload(t, progs[i], fmt.Sprint(testutil.Patient(180*time.Second).Seconds()))
+		pids[work.Process.Pid] = b
+	}
 
 	count := func() map[int]*goLabelCounts {
 		out := map[int]*goLabelCounts{}
