@@ -20,7 +20,7 @@ import (
 // Errors of Prepare; they wrap these.
 var (
 	ErrNotGo   = errors.New("not a Go executable")
-	ErrRelease = errors.New("Go release not supported")
+	ErrRelease = errors.New("release of Go not supported")
 	ErrNoG     = errors.New("where the thread's g is not known")
 	ErrMachine = errors.New("machine not supported")
 	ErrNoDWARF = errors.New("no DWARF to read the runtime's offsets from")

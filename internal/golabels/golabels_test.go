@@ -43,7 +43,7 @@ func build(t *testing.T, arch string, cgo bool) (*os.File, *elf.File) {
 		t.Skipf("no %s to build a cgo executable for %s", cc, arch)
 	}
 	out := filepath.Join(t.TempDir(), "labels")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, ".")
+	cmd := exec.Command("go", "build", "-o", out, ".")
 	cmd.Dir = "testdata/labels"
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CC="+cc, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	if cgo {
