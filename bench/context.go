@@ -61,7 +61,7 @@ func runContextSuite(ctx context.Context, e env) error {
 	defer stats.Close()
 	fmt.Printf("context suite: 99 Hz, %v windows, %d rounds, two of each workload at once\n", contextWindow, e.o.rounds)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "workload\tns/sample off\tns/sample on\tadded\tcollector CPU off\ton")
+	fmt.Fprintln(w, "workload\tns/sample off (rounds)\tns/sample on (rounds)\tadded (medians)\tcollector CPU off\ton")
 	for _, wl := range workloads {
 		var on, off []contextFigures
 		for r := range e.o.rounds {
@@ -77,9 +77,11 @@ func runContextSuite(ctx context.Context, e env) error {
 				}
 			}
 		}
-		nsOff, nsOn := medianOf(off, func(f contextFigures) float64 { return f.samplerNs }), medianOf(on, func(f contextFigures) float64 { return f.samplerNs })
-		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%+.0f ns\t%.2f%%\t%.2f%%\n", wl.name, nsOff, nsOn, nsOn-nsOff,
-			medianOf(off, func(f contextFigures) float64 { return f.cpu }), medianOf(on, func(f contextFigures) float64 { return f.cpu }))
+		ns := func(f contextFigures) float64 { return f.samplerNs }
+		cpu := func(f contextFigures) float64 { return f.cpu }
+		nsOff, nsOn := medianOf(off, ns), medianOf(on, ns)
+		fmt.Fprintf(w, "%s\t%.0f (%s)\t%.0f (%s)\t%+.0f ns\t%.2f%%\t%.2f%%\n", wl.name, nsOff, spread(off, ns), nsOn, spread(on, ns),
+			nsOn-nsOff, medianOf(off, cpu), medianOf(on, cpu))
 	}
 	return w.Flush()
 }
@@ -124,6 +126,18 @@ func runContextOnce(ctx context.Context, e env, wl contextWorkload, readers bool
 	}
 	ticks, _ := cpuPercent(cpu0, cpu1, time.Since(start))
 	return contextFigures{samplerNs: float64((rt - rt0).Nanoseconds()) / float64(runs-runs0), cpu: ticks}, nil
+}
+
+// spread is the rounds' range of f, "min-max".
+func spread[T any](xs []T, f func(T) float64) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	lo, hi := f(xs[0]), f(xs[0])
+	for _, x := range xs[1:] {
+		lo, hi = min(lo, f(x)), max(hi, f(x))
+	}
+	return fmt.Sprintf("%.0f-%.0f", lo, hi)
 }
 
 func medianOf[T any](xs []T, f func(T) float64) float64 {

@@ -43,9 +43,10 @@ func TestCpuSpecLayout(t *testing.T) {
 	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason
 	// (NR_UNWIND_ENDS), unwind_frames, Python walk ends by reason
 	// (NR_PYTHON_ENDS), python_frames, python_stack_lost, thread context
-	// reads by outcome (NR_THREAD_CTX), their attributes truncated and
-	// lost: internal/stackdrain mirrors it.
-	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+4+1+1+4+1+1)*8; got != want {
+	// and Go label reads by outcome (NR_THREAD_CTX), the attributes
+	// truncated and lost, the Go labels truncated and lost:
+	// internal/stackdrain mirrors it.
+	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+4+1+1+7+1+1+1+1)*8; got != want {
 		t.Errorf("sampler_stats is %d bytes, want %d", got, want)
 	}
 	if got, want := unsafe.Sizeof(OffcpuSamplerStats{}), unsafe.Sizeof(CpuSamplerStats{}); got != want {

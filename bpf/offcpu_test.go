@@ -82,9 +82,10 @@ func TestOffcpuSpecLayout(t *testing.T) {
 	if got, want := unsafe.Sizeof(OffcpuOffcpuPending{}), uintptr(8+8+16+2*stackDepth*8); got != want {
 		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
 	}
-	// 32 bytes, and the thread context read at switch-out (threadctx.h: ids, 4 words).
-	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 32+40 {
-		t.Errorf("offcpu_sleep is %d bytes, want 72 (explicit padding only)", got)
+	// 32 bytes, and the thread context read at switch-out (threadctx.h:
+	// ids, the attributes' and Go labels' ids, outcome, 4 flags, padding).
+	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 32+56 {
+		t.Errorf("offcpu_sleep is %d bytes, want 88 (explicit padding only)", got)
 	}
 }
 

@@ -27,9 +27,11 @@ func TestRescanLoadsLibraryLoadedLater(t *testing.T) {
 	if filepath.Base(lib) != "dlchain" {
 		t.Fatalf("library built as %s", lib)
 	}
-	cmd := exec.Command(bin, lib, "60")
+	cmd := exec.Command(bin, lib, "60", "stdin")
 	cmd.Dir = t.TempDir()
 	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
@@ -41,8 +43,12 @@ func TestRescanLoadsLibraryLoadedLater(t *testing.T) {
 	tables := openTables(t, true)
 	s := openSampler(t, Options{SamplesPerSecond: 199, TargetPIDs: []uint32{pid}, Unwind: tables})
 	// The first samples announce it (its tables load then, without the
-	// library); after a second it loads the library and burns there.
-	time.Sleep(2500 * time.Millisecond)
+	// library); once they have, it loads the library and burns there.
+	require.Eventually(t, func() bool { return tables.Loaded(pid) }, 10*time.Second, 10*time.Millisecond,
+		"the process's tables were never loaded")
+	_, err = in.Write([]byte("go\n"))
+	require.NoError(t, err)
+	time.Sleep(1500 * time.Millisecond)
 	st := tables.Stats()
 	t.Logf("loader after the dlopen: %d rescans, %d reloads, %d tables", st.Rescans, st.Reloads, st.Tables)
 	require.NotZero(t, st.Reloads, "no rescan reloaded the process's mappings")
