@@ -68,7 +68,7 @@ service:
 		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
 	pids := map[int]testutil.GoBuild{}
 	for i, b := range builds {
-		work := testutil.StartWorkload(t, progs[i], fmt.Sprint(testutil.Patient(180*time.Second).Seconds()))
+		work := testutil.StartWorkload(t, progs[i], fmt.Sprint(testutil.Patient(280*time.Second).Seconds()))
 		pids[work.Process.Pid] = b
 	}
 
@@ -138,11 +138,12 @@ service:
 		}
 		return out
 	}
-	// Fewer in the kernel matrix's guests (one emulated CPU for all):
-	// 800 still puts 75% ± 5 at 3 standard deviations.
+	// Fewer in the kernel matrix's guests (one emulated CPU for all, 6.1's
+	// slower than 5.10's): 600 still puts 75% ± 5 at 2.8 standard
+	// deviations, within the guest's 5-minute test timeout.
 	want := int64(1500)
 	if os.Getenv(testutil.PrebuiltWorkloadsEnv) != "" {
-		want = 800
+		want = 600
 	}
 	enough := func(c *goLabelCounts) bool {
 		return c.checkout+c.search >= want && c.unlabeled >= 40 && c.sleeper >= int64(time.Second)
@@ -156,7 +157,7 @@ service:
 			}
 		}
 		return true
-	}, testutil.Patient(150*time.Second), time.Second) {
+	}, testutil.Patient(220*time.Second), time.Second) {
 		for pid, c := range counts {
 			t.Logf("%s: %+v", pids[pid].Name(), *c)
 			if !enough(c) {
