@@ -18,8 +18,6 @@
 #define GO_LABELS_MAX 8
 #define GO_LABEL_KEY_MAX 64
 #define GO_LABEL_VALUE_MAX 128
-/* Buckets of a Go 1.21-1.23 map read: its first 4 (up to 32 entries). */
-#define GO_MAP_BUCKETS 4
 #define GO_MAP_BUCKET_SLOTS 8
 /* The smallest tophash of a live map entry (smaller ones mark empty or moved slots). */
 #define GO_MIN_TOP_HASH 5
@@ -71,13 +69,6 @@ struct go_hmap {
 	u32 hash0;
 	u64 buckets;
 	u64 oldbuckets;
-};
-
-/* Outcomes of go_labels_read (they index sampler_stats.thread_ctx after the OTEP's). */
-enum go_labels_outcome {
-	GO_LABELS_FOUND = THREAD_CTX_GO_FOUND,
-	GO_LABELS_NONE = THREAD_CTX_GO_NONE,
-	GO_LABELS_READ_FAULT = THREAD_CTX_GO_READ_FAULT,
 };
 
 /* The thread's g: its TLS slot, or x28 saved at kernel entry. */
