@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|offcpu|probes|context|busy|gateway|all,
+// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|gateway|all,
 // default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -50,6 +50,10 @@
 // Suite probes (uprobe duration probes; workloads/probeloop.c, one thread
 // calling a tiny function -probe-calls times): the cost per probed call, see
 // probes.go.
+//
+// Suite readers (the thread-context and Go-label readers alone, on the
+// bench's own thread, through BPF_PROG_TEST_RUN): ns per read of what a
+// process publishes, less the loop's, see readers.go.
 //
 // Suite context (workloads that publish an OpenTelemetry thread context,
 // Go labels, or nothing; two of each at once): the CPU sampler's BPF run
@@ -189,8 +193,9 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
-	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) {
-		o.skipPerf = true // the busy, gateway and context suites do not run perf
+	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) ||
+		slices.Equal(suites, []string{suiteReaders}) {
+		o.skipPerf = true // the busy, gateway, context and readers suites do not run perf
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -250,6 +255,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		return runBusySuite(ctx, e)
 	case suiteContext:
 		return runContextSuite(ctx, e)
+	case suiteReaders:
+		return runReadersSuite(ctx, e)
 	case suiteGateway:
 		return runGatewaySuite(ctx, e)
 	}

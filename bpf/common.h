@@ -34,6 +34,8 @@ typedef __s64 s64;
 /* Frames kept per stack; matches sysctl kernel.perf_event_max_stack default. */
 #define MAX_STACK_DEPTH 127
 
+typedef u64 stack_trace_t[MAX_STACK_DEPTH];
+
 /*
  * Helper results compared with an errno are kept in an int: before Linux
  * 6.4 helpers such as bpf_map_update_elem and bpf_get_stack return int, so

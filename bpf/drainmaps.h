@@ -16,8 +16,6 @@
 #define MAX_THREADS 16384
 #define MAX_TARGETS 4096
 
-typedef u64 stack_trace_t[MAX_STACK_DEPTH];
-
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_COUNT_ENTRIES);

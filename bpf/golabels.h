@@ -32,12 +32,14 @@ struct go_labels_proc {
 	s64 tls_offset; /* g from the thread pointer */
 	u32 g_m;	/* runtime.g.m */
 	u32 g_labels;	/* runtime.g.labels */
+	u32 g_goid;	/* runtime.g.goid, between g_m and g_labels */
 	u32 m_g0;	/* runtime.m.g0 */
 	u32 m_gsignal;	/* runtime.m.gsignal */
 	u32 m_curg;	/* runtime.m.curg */
 	u8 layout;	/* enum go_labels_layout */
 	u8 g_register;	/* 1: g is in x28 (arm64 without cgo), not in TLS */
 	u16 reserved;
+	u32 reserved2;
 };
 
 struct {
@@ -93,19 +95,38 @@ static __always_inline u64 go_current_g(const struct go_labels_proc *p)
 
 /* go_user_goroutine's answer when g is not a goroutine it can read. */
 #define GO_NO_GOROUTINE (~0ULL)
+/* g's bytes from g.m to g.labels, read at once (golabels.Offsets keeps them within). */
+#define GO_G_BLOCK 512
 
 /*
  * The goroutine whose labels count for a sample of g: m.curg (0: the thread
  * runs none, it schedules). g must be one of its m's goroutines (the user
  * one, g0 or gsignal): a register that does not hold g (C code, the vDSO)
- * gives GO_NO_GOROUTINE, as does a read that faults.
+ * gives GO_NO_GOROUTINE, as does a read that faults. g.m, g.goid and
+ * g.labels are read at once into block: *g_labels is g's labels, curg's
+ * when it is g.
  */
-static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g)
+static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g, u8 *block, u64 *g_labels)
 {
-	u64 m = 0, curg = 0, other = 0;
+	u32 lo = p->g_m < p->g_labels ? p->g_m : p->g_labels;
+	u32 span = (p->g_m < p->g_labels ? p->g_labels : p->g_m) + 8 - lo;
+	u64 m, goid, curg = 0, other = 0;
 
-	if (!g || bpf_probe_read_user(&m, sizeof(m), (void *)(g + p->g_m)) || !m ||
-	    bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
+	barrier_var(span); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
+	span &= GO_G_BLOCK - 1;
+	if (!g || !span || bpf_probe_read_user(block, span, (void *)(g + lo)))
+		return GO_NO_GOROUTINE;
+	/* 8-aligned offsets within the block (no-op masks: user space checked them) */
+	m = *(u64 *)(block + ((p->g_m - lo) & (GO_G_BLOCK - 8)));
+	*g_labels = *(u64 *)(block + ((p->g_labels - lo) & (GO_G_BLOCK - 8)));
+	goid = *(u64 *)(block + ((p->g_goid - lo) & (GO_G_BLOCK - 8)));
+	/*
+	 * A g from TLS is the thread's; with a goroutine id it is no g0 or
+	 * gsignal (those have none): the user goroutine, m.curg.
+	 */
+	if (goid && !p->g_register)
+		return g;
+	if (!m || bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
 		return GO_NO_GOROUTINE;
 	if (curg == g)
 		return curg;

@@ -18,12 +18,14 @@ type OffcpuGoLabelsProc struct {
 	TlsOffset  int64
 	G_m        uint32
 	G_labels   uint32
+	G_goid     uint32
 	M_g0       uint32
 	M_gsignal  uint32
 	M_curg     uint32
 	Layout     uint8
 	G_register uint8
 	Reserved   uint16
+	Reserved2  uint32
 }
 
 type OffcpuHotspotProc struct {
@@ -237,7 +239,8 @@ type OffcpuThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	Size uint64
+	G_block [512]uint8
+	Size    uint64
 }
 
 type OffcpuUnwindMapping struct {

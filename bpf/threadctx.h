@@ -23,6 +23,13 @@
 /* Attribute bytes kept per record: 88 words of 7 (the OTEP's 640-byte record less its 28). */
 #define THREAD_CTX_ATTR_WORDS 88
 #define THREAD_CTX_ATTRS_MAX (THREAD_CTX_ATTR_WORDS * 7)
+/*
+ * Where both readers put the attribute bytes in their scratch: past the
+ * OTEP record's fixed part, read with them.
+ */
+#define THREAD_CTX_ATTRS_AT 28
+/* Bounds the packing's offsets for the verifier (no-op: they stay below THREAD_CTX_ATTRS_MAX). */
+#define THREAD_CTX_PACK_MASK 1023
 /* Marks every word of packed attributes: none is zero. */
 #define THREAD_CTX_WORD_MARK (1ULL << 63)
 
@@ -41,15 +48,10 @@ struct {
 	__type(value, struct thread_ctx_proc);
 } thread_ctx_procs SEC(".maps");
 
-/* The record's fixed part (packed in the process: read as bytes). */
-struct thread_ctx_head {
-	u8 trace_id[16];
-	u8 span_id[8];
-	u8 valid;
-	u8 trace_flags;
-	u8 attrs_size[2]; /* native endian u16, at an odd-free offset */
-	u32 reserved;	  /* explicit padding (not read) */
-};
+/*
+ * An OTEP record: trace id (16 bytes), span id (8), valid (1), trace flags
+ * (1), the attributes' size (u16, native endian), then the attributes.
+ */
 
 /* Per-CPU buffers: the attribute bytes read, then packed. */
 struct thread_ctx_scratch {
@@ -58,7 +60,8 @@ struct thread_ctx_scratch {
 	u64 words[MAX_STACK_DEPTH];
 	struct go_label labels[GO_LABELS_MAX]; /* golabels.h: the string headers read */
 	struct go_map_bucket bucket;
-	u64 size; /* the bytes of raw to pack, read back (thread_ctx_read) */
+	u8 g_block[GO_G_BLOCK]; /* golabels.h: g.m to g.labels */
+	u64 size;		/* the bytes of raw to pack, read back (thread_ctx_read) */
 };
 
 struct {
@@ -88,28 +91,28 @@ static __always_inline u64 thread_ctx_variable(const struct thread_ctx_proc *p)
 }
 
 /*
- * Packs the n attribute bytes of sc->raw into sc->words (a size word, then
- * 7 bytes a word, zero-terminated); returns their hash.
+ * Packs the n attribute bytes at sc->raw + THREAD_CTX_ATTRS_AT into
+ * sc->words (a size word, then 7 bytes a word, zero-terminated); returns
+ * their hash. A word is one load: raw has 8 bytes past the most packed.
  */
 static __always_inline s32 thread_ctx_pack(struct thread_ctx_scratch *sc, u32 n)
 {
-	u32 idx;
+	u32 idx, end = n;
 
 	sc->words[0] = THREAD_CTX_WORD_MARK | n;
+	/* zeroes what the last word loads past the attributes */
+	barrier_var(end); /* keeps the mask: the compiler knows it a no-op, the verifier does not */
+	*(u64 *)(sc->raw + THREAD_CTX_ATTRS_AT + (end & THREAD_CTX_PACK_MASK)) = 0;
 #pragma clang loop unroll(disable)
 	for (u32 i = 0; i < THREAD_CTX_ATTR_WORDS; i++) {
+		u32 k = i * 7;
 		u64 w = 0;
 
-		if (i * 7 < n) { /* no division: the verifier keeps no bounds through one */
-			w = THREAD_CTX_WORD_MARK;
-#pragma unroll
-			for (u32 j = 0; j < 7; j++) {
-				u32 k = i * 7 + j;
-
-				if (k < n && k < THREAD_CTX_ATTRS_MAX)
-					w |= (u64)sc->raw[k] << (8 * j);
-			}
-		}
+		barrier_var(k);
+		if (k < n)
+			w = (*(const u64 *)(sc->raw + THREAD_CTX_ATTRS_AT + (k & THREAD_CTX_PACK_MASK)) &
+			     0x00ffffffffffffffULL) | /* its top byte is the next word's first */
+			    THREAD_CTX_WORD_MARK;
 		idx = i + 1; /* checked: the compiler may index by another variable here */
 		if (idx < MAX_STACK_DEPTH)
 			sc->words[idx] = w; /* the first word past the attributes ends them */
@@ -149,16 +152,21 @@ struct {
 	__type(value, struct thread_ctx_result);
 } thread_ctx_results SEC(".maps");
 
+/* Bytes of a record read at once: its fixed part and the attributes kept. */
+#define THREAD_CTX_RECORD_MAX (THREAD_CTX_ATTRS_AT + THREAD_CTX_ATTRS_MAX)
+#define THREAD_CTX_PAGE 4096
+
 /*
  * Reads the OTEP record of thread context p locates into r, its attribute
- * bytes into sc->raw; returns how many.
+ * bytes into sc->raw + THREAD_CTX_ATTRS_AT; returns how many. The record
+ * is read whole at once up to its page's end (the thread is stopped: no
+ * torn record), then what it has past that.
  */
 static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, struct thread_ctx_result *r,
 					     struct thread_ctx_scratch *sc)
 {
-	struct thread_ctx_head h = {};
 	u64 var, rec = 0, ids = 0;
-	u32 n;
+	u32 n, size;
 
 	r->outcome = THREAD_CTX_READ_FAULT;
 	var = thread_ctx_variable(p);
@@ -167,27 +175,32 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 	r->outcome = THREAD_CTX_NONE;
 	if (!rec)
 		return 0;
-	/* One read of the 28 bytes: the thread is stopped, its record whole. */
 	r->outcome = THREAD_CTX_READ_FAULT;
-	if (bpf_probe_read_user(&h, 28, (void *)rec))
+	size = THREAD_CTX_PAGE - (rec & (THREAD_CTX_PAGE - 1));
+	size = size < THREAD_CTX_ATTRS_AT ? THREAD_CTX_ATTRS_AT : size; /* the fixed part spans pages */
+	size = size > THREAD_CTX_RECORD_MAX ? THREAD_CTX_RECORD_MAX : size;
+	barrier_var(size); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
+	size &= 1023;
+	if (bpf_probe_read_user(sc->raw, size, (void *)rec))
 		return 0;
 #pragma unroll
 	for (int i = 0; i < 16; i++)
-		ids |= h.trace_id[i];
+		ids |= sc->raw[i];
 	r->outcome = THREAD_CTX_INVALID;
-	if (h.valid != 1 || !ids)
+	if (sc->raw[24] != 1 || !ids) /* valid */
 		return 0;
-	__builtin_memcpy(r->trace_id, h.trace_id, sizeof(h.trace_id));
-	__builtin_memcpy(r->span_id, h.span_id, sizeof(h.span_id));
+	__builtin_memcpy(r->trace_id, sc->raw, sizeof(r->trace_id));
+	__builtin_memcpy(r->span_id, sc->raw + 16, sizeof(r->span_id));
 	r->outcome = THREAD_CTX_LINKED;
-	n = h.attrs_size[0] | (u32)h.attrs_size[1] << 8; /* little endian on both targets */
+	n = sc->raw[26] | (u32)sc->raw[27] << 8; /* attrs_size: little endian on both targets */
 	if (!n)
 		return 0;
 	if (n > THREAD_CTX_ATTRS_MAX) {
 		r->truncated = 1;
 		n = THREAD_CTX_ATTRS_MAX;
 	}
-	if (bpf_probe_read_user(sc->raw, n, (void *)(rec + 28))) {
+	if (THREAD_CTX_ATTRS_AT + n > size &&
+	    bpf_probe_read_user(sc->raw + THREAD_CTX_ATTRS_AT, n, (void *)(rec + THREAD_CTX_ATTRS_AT))) {
 		r->lost = 1;
 		return 0;
 	}
@@ -196,24 +209,25 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 
 /*
  * Copies the labels of the goroutine the current thread runs, in process
- * p, into sc->raw (klen, key, vlen, value, ...); returns how many bytes.
+ * p, into sc->raw + THREAD_CTX_ATTRS_AT (klen, key, vlen, value, ...);
+ * returns how many bytes.
  */
 static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct thread_ctx_result *r,
 					  struct thread_ctx_scratch *sc)
 {
 	u64 g, curg, set = 0;
-	int off = 0, next;
+	int off = THREAD_CTX_ATTRS_AT, next;
 
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
 	g = go_current_g(p);
-	curg = go_user_goroutine(p, g);
+	curg = go_user_goroutine(p, g, sc->g_block, &set);
 	if (curg == GO_NO_GOROUTINE)
 		return 0;
 	r->outcome = THREAD_CTX_GO_NONE;
 	if (!curg)
 		return 0;
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
-	if (bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
+	if (curg != g && bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
 		return 0;
 	r->outcome = THREAD_CTX_GO_NONE;
 	if (!set)
@@ -235,7 +249,7 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 			continue;
 		klen = klen < GO_LABEL_KEY_MAX ? klen : GO_LABEL_KEY_MAX;
 		vlen = vlen < GO_LABEL_VALUE_MAX ? vlen : GO_LABEL_VALUE_MAX;
-		if (off + 2 + klen + vlen > THREAD_CTX_ATTRS_MAX) {
+		if (off + 2 + klen + vlen > THREAD_CTX_RECORD_MAX) {
 			r->go_truncated = 1;
 			break;
 		}
@@ -249,8 +263,9 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 		}
 		off = next;
 	}
-	r->outcome = off ? THREAD_CTX_GO_FOUND : THREAD_CTX_GO_NONE;
-	return off;
+	off -= THREAD_CTX_ATTRS_AT;
+	r->outcome = off > 0 ? THREAD_CTX_GO_FOUND : THREAD_CTX_GO_NONE;
+	return off > 0 ? off : 0;
 }
 
 /*

@@ -56,8 +56,9 @@ type ContextFailures struct {
 	ThreadContextUnresolved, ThreadContextFailed uint64
 	// GoLabelsUnsupported: Go executables of a release or build not read
 	// (before go1.21, a later one without DWARF, g not found);
-	// GoLabelsFailed: build info unreadable, or an entry the map refused.
-	GoLabelsUnsupported, GoLabelsFailed uint64
+	// GoLabelsFailed: build info unreadable, or an entry the map refused;
+	// GoLabelsNoLabels: Go executables that cannot set labels (not read).
+	GoLabelsUnsupported, GoLabelsFailed, GoLabelsNoLabels uint64
 }
 
 // Add returns the sum of f and o.
@@ -67,6 +68,7 @@ func (f ContextFailures) Add(o ContextFailures) ContextFailures {
 		ThreadContextFailed:     f.ThreadContextFailed + o.ThreadContextFailed,
 		GoLabelsUnsupported:     f.GoLabelsUnsupported + o.GoLabelsUnsupported,
 		GoLabelsFailed:          f.GoLabelsFailed + o.GoLabelsFailed,
+		GoLabelsNoLabels:        f.GoLabelsNoLabels + o.GoLabelsNoLabels,
 	}
 }
 
@@ -77,5 +79,6 @@ func (f ContextFailures) Sub(o ContextFailures) ContextFailures {
 		ThreadContextFailed:     f.ThreadContextFailed - o.ThreadContextFailed,
 		GoLabelsUnsupported:     f.GoLabelsUnsupported - o.GoLabelsUnsupported,
 		GoLabelsFailed:          f.GoLabelsFailed - o.GoLabelsFailed,
+		GoLabelsNoLabels:        f.GoLabelsNoLabels - o.GoLabelsNoLabels,
 	}
 }

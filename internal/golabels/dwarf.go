@@ -28,14 +28,14 @@ func DWARFOffsets(f *elf.File) (Offsets, error) {
 		return Offsets{}, fmt.Errorf("%w: %v", ErrNoDWARF, err)
 	}
 	fields, err := structFields(d, map[string][]string{
-		"runtime.g": {"m", "labels"},
+		"runtime.g": {"m", "labels", "goid"},
 		"runtime.m": {"g0", "gsignal", "curg"},
 	})
 	if err != nil {
 		return Offsets{}, err
 	}
 	return Offsets{
-		GM: fields["runtime.g.m"], GLabels: fields["runtime.g.labels"],
+		GM: fields["runtime.g.m"], GLabels: fields["runtime.g.labels"], GGoid: fields["runtime.g.goid"],
 		MG0: fields["runtime.m.g0"], MGsignal: fields["runtime.m.gsignal"], MCurg: fields["runtime.m.curg"],
 		Layout: LabelSlice,
 	}, nil

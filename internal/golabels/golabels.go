@@ -24,7 +24,10 @@ var (
 	ErrNoG     = errors.New("where the thread's g is not known")
 	ErrMachine = errors.New("machine not supported")
 	ErrNoDWARF = errors.New("no DWARF to read the runtime's offsets from")
-	errTooOld  = errors.New("before go1.21")
+	// ErrNoLabels: the executable has no code that sets a goroutine's
+	// labels, so none has any: nothing to read.
+	ErrNoLabels = errors.New("sets no goroutine labels (runtime/pprof's label setter is not linked in)")
+	errTooOld   = errors.New("before go1.21")
 )
 
 // Binary is what the samplers need to read a Go executable's labels.
@@ -63,8 +66,14 @@ func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrRelease, info.GoVersion, err)
 		}
 	}
+	if err := b.Offsets.check(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrRelease, info.GoVersion, err)
+	}
 	if err := b.locateG(f); err != nil {
 		return nil, err
+	}
+	if !setsLabels(f) {
+		return nil, ErrNoLabels
 	}
 	return b, nil
 }

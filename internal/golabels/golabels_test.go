@@ -1,8 +1,10 @@
 package golabels
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +36,12 @@ func TestReleaseMinor(t *testing.T) {
 
 // build builds testdata/labels for arch, with cgo or not, and opens it.
 func build(t *testing.T, arch string, cgo bool) (*os.File, *elf.File) {
+	return buildDir(t, "testdata/labels", arch, cgo, "")
+}
+
+// buildDir builds the program in dir for arch, with cgo or not, with
+// ldflags, and opens it.
+func buildDir(t *testing.T, dir, arch string, cgo bool, ldflags string) (*os.File, *elf.File) {
 	t.Helper()
 	cc := "gcc"
 	if arch == "arm64" {
@@ -42,9 +50,9 @@ func build(t *testing.T, arch string, cgo bool) (*os.File, *elf.File) {
 	if _, err := exec.LookPath(cc); err != nil && cgo {
 		t.Skipf("no %s to build a cgo executable for %s", cc, arch)
 	}
-	out := filepath.Join(t.TempDir(), "labels")
-	cmd := exec.Command("go", "build", "-o", out, ".")
-	cmd.Dir = "testdata/labels"
+	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", out, ".")
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CC="+cc, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	if cgo {
 		cmd.Env = append(cmd.Env, "CGO_ENABLED=1")
@@ -121,6 +129,74 @@ func TestPrepareNotGo(t *testing.T) {
 		}
 		if _, err := Prepare(f, ef); !errors.Is(err, ErrNotGo) {
 			t.Errorf("%s: %v, want ErrNotGo", path, err)
+		}
+	}
+}
+
+// TestPrepareLabelSetter tells the executables that may set labels, by
+// their function name table, stripped or not: one importing runtime/pprof
+// without setting labels has none to read.
+func TestPrepareLabelSetter(t *testing.T) {
+	tests := []struct {
+		dir     string
+		cgo     bool
+		ldflags string
+		want    error
+	}{
+		{"testdata/labels", false, "-s -w", nil},
+		{"testdata/labels", true, "", nil},
+		{"testdata/nolabels", false, "-s -w", ErrNoLabels},
+		{"testdata/nolabels", true, "", ErrNoLabels},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s cgo=%v %q", filepath.Base(tt.dir), tt.cgo, tt.ldflags), func(t *testing.T) {
+			f, ef := buildDir(t, tt.dir, runtime.GOARCH, tt.cgo, tt.ldflags)
+			if _, err := Prepare(f, ef); !errors.Is(err, tt.want) {
+				t.Errorf("Prepare: %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestContains(t *testing.T) {
+	needle := []byte("runtime/pprof.runtime_setProfLabel\x00")
+	at := func(size, off int) []byte {
+		b := bytes.Repeat([]byte{'x'}, size)
+		if off >= 0 {
+			copy(b[off:], needle)
+		}
+		return b
+	}
+	const mib = 1 << 20
+	tests := []struct {
+		name string
+		data []byte
+		want bool
+	}{
+		{"absent", at(3*mib, -1), false},
+		{"first chunk", at(3*mib, 10), true},
+		{"across the first boundary", at(3*mib, mib-5), true},
+		{"ending the last chunk", at(2*mib, 2*mib-len(needle)), true},
+		{"cut off by the end", at(mib, mib-3)[:mib], false},
+		{"shorter than the needle", needle[:5], false},
+	}
+	for _, tt := range tests {
+		got, err := contains(bytes.NewReader(tt.data), needle)
+		if got != tt.want || err != nil {
+			t.Errorf("%s: %v, %v; want %v", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+func TestOffsetsCheck(t *testing.T) {
+	for r, o := range knownOffsets {
+		if err := o.check(); err != nil {
+			t.Errorf("go1.%d: %v", r.minor, err)
+		}
+	}
+	for _, o := range []Offsets{{GM: 48, GLabels: 600, GGoid: 152}, {GM: 48, GLabels: 349, GGoid: 152}, {GM: 700, GLabels: 48, GGoid: 152}, {GM: 48, GLabels: 352, GGoid: 400}} {
+		if err := o.check(); err == nil {
+			t.Errorf("%+v: no error", o)
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package golabels
 
+import "fmt"
+
 // Offsets are where the runtime keeps what the samplers follow from a
 // thread's g to its goroutine's labels (bpf/golabels.h), for one Go
 // release: the same on amd64 and arm64.
 type Offsets struct {
-	GM, GLabels          uint32 // runtime.g.m, runtime.g.labels
+	GM, GLabels, GGoid   uint32 // runtime.g.m, .labels, .goid
 	MG0, MGsignal, MCurg uint32 // runtime.m.g0, .gsignal, .curg
 	Layout               Layout // what g.labels points to
 }
@@ -33,16 +35,30 @@ type release struct{ minor int }
 // TestOffsetsMatchDWARF checks the running toolchain's against its DWARF,
 // and the end-to-end test each release it builds workloads with.
 var knownOffsets = map[release]Offsets{
-	{21}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
-	{22}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
-	{23}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
-	{24}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelSlice},
-	{25}: {GM: 48, GLabels: 344, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
-	{26}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
-	{27}: {GM: 48, GLabels: 352, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+	{21}: {GM: 48, GLabels: 344, GGoid: 152, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{22}: {GM: 48, GLabels: 344, GGoid: 152, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{23}: {GM: 48, GLabels: 352, GGoid: 160, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelMap},
+	{24}: {GM: 48, GLabels: 352, GGoid: 160, MG0: 0, MGsignal: 80, MCurg: 192, Layout: LabelSlice},
+	{25}: {GM: 48, GLabels: 344, GGoid: 152, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+	{26}: {GM: 48, GLabels: 352, GGoid: 152, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
+	{27}: {GM: 48, GLabels: 352, GGoid: 152, MG0: 0, MGsignal: 72, MCurg: 184, Layout: LabelSlice},
 }
 
 // The hmap fields bpf/golabels.h reads (Go 1.21-1.23, the same DWARF):
 // count at 0, B at 9, buckets at 16, oldbuckets at 24; a bucket of
 // map[string]string is tophash [8]uint8, keys [8]string, values
 // [8]string, overflow: 272 bytes.
+
+// gBlock is how many bytes of g the samplers read at once, from g.m to
+// g.labels (GO_G_BLOCK in bpf/golabels.h).
+const gBlock = 512
+
+// check says whether the samplers can read o: g.m and g.labels 8-aligned
+// within one block, g.goid 8-aligned between them.
+func (o Offsets) check() error {
+	lo, hi := min(o.GM, o.GLabels), max(o.GM, o.GLabels)
+	if o.GM%8 != 0 || o.GLabels%8 != 0 || o.GGoid%8 != 0 || hi+8-lo >= gBlock || o.GGoid < lo || o.GGoid > hi {
+		return fmt.Errorf("g.m at %d, g.labels at %d, g.goid at %d: not 8-aligned within %d bytes", o.GM, o.GLabels, o.GGoid, gBlock)
+	}
+	return nil
+}

@@ -198,10 +198,10 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 	return samples, userMissing, kernelMissing
 }
 
-// unpackAttrs returns the attribute bytes bpf/threadctx.h packed into
+// UnpackAttrs returns the attribute bytes bpf/threadctx.h packed into
 // words: their count in the first, then 7 bytes a word, each word's top
 // bit set; nil when the words are not such.
-func unpackAttrs(words []uint64) []byte {
+func UnpackAttrs(words []uint64) []byte {
 	const mark = 1 << 63
 	if len(words) == 0 || words[0]&mark == 0 {
 		return nil

@@ -214,8 +214,8 @@ func TestUnpackAttrs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := unpackAttrs(tt.words); !bytes.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
-				t.Errorf("unpackAttrs = %q, want %q", got, tt.want)
+			if got := UnpackAttrs(tt.words); !bytes.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
+				t.Errorf("UnpackAttrs = %q, want %q", got, tt.want)
 			}
 		})
 	}

@@ -17,6 +17,7 @@ type GoLabelStats struct {
 	Processes   uint64 // processes with their executable's offsets loaded
 	Unsupported uint64 // Go executables of a release, or a layout, not read (go1.20 and before, stripped unknown ones)
 	Failed      uint64 // Go executables whose build info could not be read, or processes whose entry was refused
+	NoLabels    uint64 // Go executables without the code that sets labels: none to read, no cost per sample
 }
 
 // detectGoLabels returns what reading the labels of ef's processes needs
@@ -31,6 +32,8 @@ func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
 	case err == nil:
 		return b
 	case errors.Is(err, golabels.ErrNotGo):
+	case errors.Is(err, golabels.ErrNoLabels):
+		l.stats.GoLabels.NoLabels++
 	case errors.Is(err, golabels.ErrRelease), errors.Is(err, golabels.ErrNoG), errors.Is(err, golabels.ErrMachine):
 		l.stats.GoLabels.Unsupported++
 	default:
@@ -46,7 +49,7 @@ func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
 	}
 	value := bpf.CpuGoLabelsProc{
 		TlsOffset: b.TLSOffset,
-		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels,
+		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
 		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
 		Layout: uint8(b.Offsets.Layout),
 	}

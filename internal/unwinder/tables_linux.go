@@ -356,7 +356,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	t.reported = ls.Failed
 	now := capture.ContextFailures{
 		ThreadContextUnresolved: ls.ThreadContexts.Unresolved, ThreadContextFailed: ls.ThreadContexts.Failed,
-		GoLabelsUnsupported: ls.GoLabels.Unsupported, GoLabelsFailed: ls.GoLabels.Failed,
+		GoLabelsUnsupported: ls.GoLabels.Unsupported, GoLabelsFailed: ls.GoLabels.Failed, GoLabelsNoLabels: ls.GoLabels.NoLabels,
 	}
 	st.ContextFailures = st.ContextFailures.Add(now.Sub(t.reportedContext))
 	t.reportedContext = now

@@ -78,6 +78,7 @@ const (
 	failureUnresolved  = "unresolved"
 	failureUnsupported = "unsupported"
 	failureFailed      = "failed"
+	failureNoLabels    = "no_labels"
 )
 
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
@@ -125,7 +126,7 @@ func emittedAttributeValues() map[string][]string {
 		"go_labels_outcome":             goOutcomes,
 		"go_labels_loss":                {goLabelLossTruncated, goLabelLossUnreadable, goLabelLossUndecodable},
 		"context_source":                {sourceThreadContext, sourceGoLabels},
-		"context_failure":               {failureUnresolved, failureUnsupported, failureFailed},
+		"context_failure":               {failureUnresolved, failureUnsupported, failureFailed, failureNoLabels},
 		"python_unsymbolized_reason": {
 			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
 		},
@@ -215,6 +216,7 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 		{sourceThreadContext, failureFailed, f.ThreadContextFailed},
 		{sourceGoLabels, failureUnsupported, f.GoLabelsUnsupported},
 		{sourceGoLabels, failureFailed, f.GoLabelsFailed},
+		{sourceGoLabels, failureNoLabels, f.GoLabelsNoLabels},
 	} {
 		if c.n > 0 {
 			tel.BpfprofilerContextProcessesFailed.Add(ctx, int64(c.n),

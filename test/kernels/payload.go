@@ -52,6 +52,7 @@ var checks = []check{
 	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes", nil},
 	{"thread context", "e2e.test", "TestCollectorLinksSamplesToThreadContext", nil},
 	{"go labels", "e2e.test", "TestCollectorCarriesGoLabels", nil},
+	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
 	// The HotSpot walker reads x86-64 frames only.
 	{"java", "e2e.test", "TestCollectorJavaFrames", []string{"amd64"}},
 }
@@ -87,7 +88,9 @@ func selectChecks(names []string) error {
 }
 
 // testPackages are the packages compiled into the test binaries of checks.
-var testPackages = map[string]string{"bpf.test": "./bpf", "e2e.test": "./test/e2e", "offcpu.test": "./internal/offcpu"}
+var testPackages = map[string]string{
+	"bpf.test": "./bpf", "e2e.test": "./test/e2e", "offcpu.test": "./internal/offcpu", "readbench.test": "./internal/readbench",
+}
 
 // extraEnv is added to the test binaries' environment (-env).
 var extraEnv []string

@@ -1,0 +1,182 @@
+// Package readbench runs the samplers' thread-context and Go-label readers
+// (bpf/threadctx.h, bpf/golabels.h) alone, on the calling thread, through
+// BPF_PROG_TEST_RUN of bpf/readbench.bpf.c: it times them (the bench's
+// readers suite) and shows what they read from memory the caller wrote
+// (this package's tests). The calling process publishes what is read: an
+// OTEP 4947 record through Publish, its goroutines' pprof labels through
+// ReadGoLabels. Callers lock their goroutine to its thread.
+package readbench
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+)
+
+// MaxReads is the most reads one Run makes (READBENCH_MAX_READS).
+const MaxReads = 2048
+
+// Result is what one Run measured and what its last read found.
+type Result = bpf.ReadbenchReadbenchResult
+
+// objects are the program and the maps it uses; the object's other maps
+// (the unwinder's, which golabels.h includes) are never created.
+type objects struct {
+	Run         *ebpf.Program `ebpf:"run_readbench"`
+	Results     *ebpf.Map     `ebpf:"readbench_results"`
+	ContextProc *ebpf.Map     `ebpf:"thread_ctx_procs"`
+	GoProcs     *ebpf.Map     `ebpf:"go_labels_procs"`
+	Attrs       *ebpf.Map     `ebpf:"thread_ctx_attrs"`
+}
+
+// Reader is the loaded program, keyed by this process's pid.
+type Reader struct {
+	objs objects
+	pid  uint32
+	page []byte // the published slot and record (Publish), outside Go's heap; what OneRead reads
+}
+
+// Open loads the program.
+func Open() (*Reader, error) {
+	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
+	spec, err := bpf.LoadReadbench()
+	if err != nil {
+		return nil, err
+	}
+	page, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{pid: uint32(os.Getpid()), page: page}
+	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+		_ = unix.Munmap(page)
+		return nil, fmt.Errorf("load readbench program: %w", err)
+	}
+	return r, nil
+}
+
+// Close releases the program, its maps and the published record.
+func (r *Reader) Close() error {
+	errs := []error{r.objs.Run.Close(), r.objs.Results.Close(), r.objs.ContextProc.Close(),
+		r.objs.GoProcs.Close(), r.objs.Attrs.Close()}
+	return errors.Join(append(errs, unix.Munmap(r.page))...)
+}
+
+// Mode is what a run calls in its loop.
+type Mode uint64
+
+const (
+	Loop       Mode = iota // an empty function: the loop's own cost
+	Read                   // the readers, as a sample calls them
+	OneRead                // one 8-byte bpf_probe_read_user to the stack
+	OneReadMap             // the same read to a per-CPU map value
+)
+
+// Run calls mode's function reads times (at most MaxReads) on the calling
+// thread.
+func (r *Reader) Run(reads int, mode Mode) (Result, error) {
+	var res Result
+	addr := uint64(uintptr(unsafe.Pointer(&r.page[0])))
+	if _, err := r.objs.Run.Run(&ebpf.RunOptions{Context: []uint64{uint64(r.pid), uint64(reads), uint64(mode), addr}}); err != nil {
+		return res, fmt.Errorf("run readbench program: %w", err)
+	}
+	err := r.objs.Results.Lookup(uint32(0), &res)
+	return res, err
+}
+
+// Publish makes record (an OTEP 4947 record: ids, valid, flags, the
+// attributes' size and bytes) the calling thread's context: a slot the
+// thread-context map locates from its thread pointer points at a copy.
+func (r *Reader) Publish(record []byte) error {
+	if len(record) > unix.Getpagesize()-64 {
+		return fmt.Errorf("record of %d bytes: more than a page", len(record))
+	}
+	res, err := r.Run(1, Loop)
+	if err != nil {
+		return err
+	}
+	if res.ThreadPointer == 0 {
+		return errors.New("the calling thread has no thread pointer")
+	}
+	base := uint64(uintptr(unsafe.Pointer(&r.page[0])))
+	copy(r.page[64:], record)
+	binary.NativeEndian.PutUint64(r.page, base+64)
+	loc := bpf.ReadbenchThreadCtxProc{Offset: int64(base - res.ThreadPointer)} //nolint:gosec // wraps as the program adds it
+	return r.objs.ContextProc.Put(&r.pid, &loc)
+}
+
+// Unpublish clears the slot: the thread runs no span.
+func (r *Reader) Unpublish() {
+	binary.NativeEndian.PutUint64(r.page, 0)
+}
+
+// ReadGoLabels has the readers take this Go executable's goroutine labels,
+// as the loader has them take a Go process's; it returns what it read of
+// the executable.
+func (r *Reader) ReadGoLabels() (*golabels.Binary, error) {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, err
+	}
+	b, err := golabels.Prepare(f, ef)
+	if err != nil {
+		return nil, err
+	}
+	value := bpf.ReadbenchGoLabelsProc{
+		TlsOffset: b.TLSOffset,
+		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
+		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
+		Layout: uint8(b.Offsets.Layout),
+	}
+	if b.GRegister {
+		value.G_register = 1
+	}
+	return b, r.objs.GoProcs.Put(&r.pid, &value)
+}
+
+// Forget removes this process's entries: the readers find nothing to read.
+func (r *Reader) Forget() {
+	_ = r.objs.ContextProc.Delete(&r.pid) // absent already: nothing to do
+	_ = r.objs.GoProcs.Delete(&r.pid)
+}
+
+// Attributes returns the bytes stored under id in the attributes map
+// (thread-context attributes, or Go labels as golabels.Decode takes them).
+func (r *Reader) Attributes(id uint32) ([]byte, error) {
+	words := make([]uint64, r.objs.Attrs.ValueSize()/8)
+	if err := r.objs.Attrs.Lookup(&id, &words); err != nil {
+		return nil, err
+	}
+	return stackdrain.UnpackAttrs(words), nil
+}
+
+// Record is an OTEP 4947 record of trace id 01..10, span id a1..a8, valid
+// (1: valid), trace flags 1 and attrs, the record's attribute bytes.
+func Record(valid byte, attrs []byte) []byte {
+	rec := make([]byte, 28, 28+len(attrs))
+	for i := range 16 {
+		rec[i] = byte(i + 1)
+	}
+	for i := range 8 {
+		rec[16+i] = byte(0xa1 + i)
+	}
+	rec[24], rec[25] = valid, 1
+	binary.LittleEndian.PutUint16(rec[26:], uint16(len(attrs))) //nolint:gosec // tests' sizes are small
+	return append(rec, attrs...)
+}

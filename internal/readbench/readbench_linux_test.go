@@ -1,0 +1,132 @@
+package readbench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"testing"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// The readers' outcomes (enum thread_ctx_outcome).
+const (
+	linked, none, invalid, goFound, goNone, unpublished = 0, 1, 2, 4, 5, 7
+)
+
+// attr is one record attribute: key index, length, value.
+func attr(key byte, value string) []byte { return append([]byte{key, byte(len(value))}, value...) }
+
+// TestReadersReadWhatTheThreadPublishes runs the samplers' readers on this
+// thread (BPF_PROG_TEST_RUN) against records and labels it set: each
+// outcome, the ids and attribute bytes stored, the bounds.
+func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
+	testutil.RequireBPF(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+
+	route := append(attr(0, "/api/checkout"), attr(1, "GET")...)
+	long := bytes.Repeat(attr(2, strings.Repeat("v", 98)), 7) // 700 bytes: cut at 616
+	manyLabels := []string{}
+	for i := range 9 {
+		manyLabels = append(manyLabels, "k"+string(rune('0'+i)), "v")
+	}
+	tests := []struct {
+		name      string
+		record    []byte // published unless nil; unpublished when empty
+		labels    []string
+		outcome   uint32
+		attrs     []byte // the attribute bytes stored, for linked
+		goLabels  map[string]string
+		truncated uint32
+	}{
+		{name: "nothing published", outcome: unpublished},
+		{name: "valid record", record: Record(1, route), outcome: linked, attrs: route},
+		{name: "valid record without attributes", record: Record(1, nil), outcome: linked},
+		{name: "invalid record", record: Record(0, route), outcome: invalid},
+		{name: "null slot", record: []byte{}, outcome: none},
+		{name: "attributes cut", record: Record(1, long), outcome: linked, attrs: long[:616], truncated: 1},
+		{name: "go labels", labels: []string{"handler", "checkout", "tenant", "t-42"}, outcome: goFound,
+			goLabels: map[string]string{"handler": "checkout", "tenant": "t-42"}},
+		{name: "go without labels", labels: []string{}, outcome: goNone},
+		{name: "go labels cut at 8", labels: manyLabels, outcome: goFound, truncated: 1,
+			goLabels: map[string]string{"k0": "v", "k1": "v", "k2": "v", "k3": "v", "k4": "v", "k5": "v", "k6": "v", "k7": "v"}},
+	}
+	where := "?"
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r.Forget()
+			r.Unpublish()
+			switch {
+			case len(tt.record) > 0:
+				if err := r.Publish(tt.record); err != nil {
+					t.Fatal(err)
+				}
+			case tt.record != nil:
+				if err := r.Publish(Record(1, nil)); err != nil {
+					t.Fatal(err)
+				}
+				r.Unpublish()
+			case tt.labels != nil:
+				b, err := r.ReadGoLabels()
+				if err != nil {
+					t.Fatal(err)
+				}
+				where = fmt.Sprintf("g at TLS %d", b.TLSOffset)
+				if b.GRegister {
+					where = "g in x28"
+				}
+			}
+			var res Result
+			run := func(context.Context) { res, err = r.Run(3, Read) }
+			if len(tt.labels) > 0 {
+				pprof.Do(context.Background(), pprof.Labels(tt.labels...), run)
+			} else {
+				run(context.Background())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Reads != 3 || res.Outcome != tt.outcome || res.Truncated != tt.truncated || res.Lost != 0 {
+				t.Fatalf("reads %d outcome %d truncated %d lost %d, want 3, %d, %d, 0", res.Reads, res.Outcome,
+					res.Truncated, res.Lost, tt.outcome, tt.truncated)
+			}
+			wantIDs := tt.outcome == linked
+			if gotIDs := res.TraceId[0] == 1 && res.TraceId[15] == 16 && res.SpanId[7] == 0xa8; gotIDs != wantIDs {
+				t.Errorf("ids %x %x, want them: %v", res.TraceId, res.SpanId, wantIDs)
+			}
+			if tt.attrs != nil {
+				got, err := r.Attributes(uint32(res.AttrsId)) //nolint:gosec // an id is a hash
+				if err != nil || !bytes.Equal(got, tt.attrs) {
+					t.Errorf("attributes %q (%v), want %q", got, err, tt.attrs)
+				}
+			} else if res.AttrsId != -1 {
+				t.Errorf("attributes id %d, want none", res.AttrsId)
+			}
+			if tt.goLabels == nil {
+				if res.GoLabelsId != 0 {
+					t.Errorf("go labels id %d, want none", res.GoLabelsId)
+				}
+				return
+			}
+			raw, err := r.Attributes(res.GoLabelsId)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, dropped := golabels.Decode(raw); !maps.Equal(got, tt.goLabels) || dropped != 0 {
+				t.Errorf("go labels %v (%d dropped), want %v", got, dropped, tt.goLabels)
+			}
+		})
+	}
+	t.Logf("matrix: %d cases, %s", len(tests), where)
+}
