@@ -199,8 +199,11 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 		r->truncated = 1;
 		n = THREAD_CTX_ATTRS_MAX;
 	}
-	if (THREAD_CTX_ATTRS_AT + n > size &&
-	    bpf_probe_read_user(sc->raw + THREAD_CTX_ATTRS_AT, n, (void *)(rec + THREAD_CTX_ATTRS_AT))) {
+	if (THREAD_CTX_ATTRS_AT + n <= size)
+		return n;
+	barrier_var(n); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
+	n &= 1023;
+	if (bpf_probe_read_user(sc->raw + THREAD_CTX_ATTRS_AT, n, (void *)(rec + THREAD_CTX_ATTRS_AT))) {
 		r->lost = 1;
 		return 0;
 	}

@@ -27,6 +27,11 @@ import (
 // MaxReads is the most reads one Run makes (READBENCH_MAX_READS).
 const MaxReads = 2048
 
+// ErrNoThreadPointer is Publish's error on a thread without one (Go
+// without cgo on arm64 keeps g in x28 and leaves TPIDR_EL0 zero): the
+// readers find no OTEP record there, nor would an SDK publish one.
+var ErrNoThreadPointer = errors.New("the calling thread has no thread pointer")
+
 // Result is what one Run measured and what its last read found.
 type Result = bpf.ReadbenchReadbenchResult
 
@@ -107,7 +112,7 @@ func (r *Reader) Publish(record []byte) error {
 		return err
 	}
 	if res.ThreadPointer == 0 {
-		return errors.New("the calling thread has no thread pointer")
+		return ErrNoThreadPointer
 	}
 	base := uint64(uintptr(unsafe.Pointer(&r.page[0])))
 	copy(r.page[64:], record)

@@ -3,6 +3,7 @@ package readbench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -62,21 +63,28 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 		{name: "go labels cut at 8", labels: manyLabels, outcome: goFound, truncated: 1,
 			goLabels: map[string]string{"k0": "v", "k1": "v", "k2": "v", "k3": "v", "k4": "v", "k5": "v", "k6": "v", "k7": "v"}},
 	}
-	where := "?"
+	where, skipped := "?", 0
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r.Forget()
 			r.Unpublish()
 			switch {
-			case len(tt.record) > 0:
-				if err := r.Publish(tt.record); err != nil {
-					t.Fatal(err)
-				}
 			case tt.record != nil:
-				if err := r.Publish(Record(1, nil)); err != nil {
+				rec := tt.record
+				if len(rec) == 0 {
+					rec = Record(1, nil) // then unpublished: a null slot
+				}
+				err := r.Publish(rec)
+				if errors.Is(err, ErrNoThreadPointer) {
+					skipped++
+					t.Skip(err) // the Go cases still run: this thread's g is in x28
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
-				r.Unpublish()
+				if len(tt.record) == 0 {
+					r.Unpublish()
+				}
 			case tt.labels != nil:
 				b, err := r.ReadGoLabels()
 				if err != nil {
@@ -128,5 +136,8 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("matrix: %d cases, %s", len(tests), where)
+	if skipped > 0 { // arm64 without cgo
+		where += fmt.Sprintf(", %d OTEP cases n/a: no thread pointer", skipped)
+	}
+	t.Logf("matrix: %d cases, %s", len(tests)-skipped, where)
 }
