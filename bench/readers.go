@@ -41,9 +41,8 @@ type readerCase struct {
 }
 
 func readerCases() []readerCase {
-	attr := func(key byte, value string) []byte { return append([]byte{key, byte(len(value))}, value...) }
-	route := append(attr(0, "/api/checkout"), attr(1, "GET")...)
-	full := bytes.Repeat(attr(2, strings.Repeat("v", 86)), 7) // 616 bytes, the most kept
+	route := append(readbench.Attribute(0, "/api/checkout"), readbench.Attribute(1, "GET")...)
+	full := bytes.Repeat(readbench.Attribute(2, strings.Repeat("v", 86)), 7) // 616 bytes, the most kept
 	var long []string
 	for i := range 8 {
 		long = append(long, fmt.Sprintf("%s%d", strings.Repeat("k", 40), i), strings.Repeat("v", 30))

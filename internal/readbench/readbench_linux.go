@@ -22,6 +22,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
 // MaxReads is the most reads one Run makes (READBENCH_MAX_READS).
@@ -143,15 +144,7 @@ func (r *Reader) ReadGoLabels() (*golabels.Binary, error) {
 	if err != nil {
 		return nil, err
 	}
-	value := bpf.ReadbenchGoLabelsProc{
-		TlsOffset: b.TLSOffset,
-		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
-		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
-		Layout: uint8(b.Offsets.Layout),
-	}
-	if b.GRegister {
-		value.G_register = 1
-	}
+	value := unwinder.GoLabelsEntry(b) // as the loader fills it for a Go process
 	return b, r.objs.GoProcs.Put(&r.pid, &value)
 }
 
@@ -185,3 +178,6 @@ func Record(valid byte, attrs []byte) []byte {
 	binary.LittleEndian.PutUint16(rec[26:], uint16(len(attrs))) //nolint:gosec // tests' sizes are small
 	return append(rec, attrs...)
 }
+
+// Attribute is one record attribute: key index, length, value (OTEP 4947).
+func Attribute(key byte, value string) []byte { return append([]byte{key, byte(len(value))}, value...) }

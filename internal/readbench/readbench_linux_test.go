@@ -20,9 +20,6 @@ const (
 	linked, none, invalid, goFound, goNone, unpublished = 0, 1, 2, 4, 5, 7
 )
 
-// attr is one record attribute: key index, length, value.
-func attr(key byte, value string) []byte { return append([]byte{key, byte(len(value))}, value...) }
-
 // TestReadersReadWhatTheThreadPublishes runs the samplers' readers on this
 // thread (BPF_PROG_TEST_RUN) against records and labels it set: each
 // outcome, the ids and attribute bytes stored, the bounds.
@@ -36,8 +33,8 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 	}
 	defer r.Close()
 
-	route := append(attr(0, "/api/checkout"), attr(1, "GET")...)
-	long := bytes.Repeat(attr(2, strings.Repeat("v", 98)), 7) // 700 bytes: cut at 616
+	route := append(Attribute(0, "/api/checkout"), Attribute(1, "GET")...)
+	long := bytes.Repeat(Attribute(2, strings.Repeat("v", 98)), 7) // 700 bytes: cut at 616
 	manyLabels := []string{}
 	for i := range 9 {
 		manyLabels = append(manyLabels, "k"+string(rune('0'+i)), "v")

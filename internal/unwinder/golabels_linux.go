@@ -47,6 +47,16 @@ func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
 	if lp.goLabels != nil {
 		return
 	}
+	value := GoLabelsEntry(b)
+	if err := l.maps.GoLabels.Put(&lp.pid, &value); err != nil {
+		l.stats.GoLabels.Failed++
+		return
+	}
+	lp.goLabels = b
+}
+
+// GoLabelsEntry is go_labels_procs' entry for a process of executable b.
+func GoLabelsEntry(b *golabels.Binary) bpf.CpuGoLabelsProc {
 	value := bpf.CpuGoLabelsProc{
 		TlsOffset: b.TLSOffset,
 		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
@@ -56,11 +66,7 @@ func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
 	if b.GRegister {
 		value.G_register = 1
 	}
-	if err := l.maps.GoLabels.Put(&lp.pid, &value); err != nil {
-		l.stats.GoLabels.Failed++
-		return
-	}
-	lp.goLabels = b
+	return value
 }
 
 // dropGoLabels deletes lp's entry unless kept (the process's entries now)
