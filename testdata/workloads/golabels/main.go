@@ -1,7 +1,9 @@
 // Command golabels burns CPU under runtime/pprof labels, for the tests of
-// the Go labels reader: in turn 3 ms of its thread's CPU time in
-// burnCheckout under handler=checkout, 1 in burnSearch under
-// handler=search and tenant=t-42, and 1 in burnUnlabeled under none; a
+// the Go labels reader: in turn 3u of its thread's CPU time in
+// burnCheckout under handler=checkout, u in burnSearch under
+// handler=search and tenant=t-42, and u in burnUnlabeled under none, with
+// u drawn from 1 to 3 ms each round (a fixed round would lock to the
+// sampling period: under emulation a run sees only a few of its phases); a
 // second goroutine, under handler=sleeper, waits in nanosleep system
 // calls (off CPU, its goroutine still its thread's). It runs for a number
 // of seconds (first argument) and prints its pid first.
@@ -10,6 +12,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -31,9 +34,11 @@ func threadCPU() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// spin does a little work (tens of microseconds).
+// spin does a little work (a few microseconds; tens to a hundred under
+// emulation): each burn overshoots its end by up to one spin, which would
+// tilt the split towards the shorter burns if it were long.
 func spin() {
-	for i := 0; i < 1<<12; i++ {
+	for i := 0; i < 1<<8; i++ {
 		state ^= state << 13
 		state ^= state >> 7
 		state ^= state << 17
@@ -44,25 +49,25 @@ func spin() {
 // however its callers were walked (a stripped Go executable has no CFI);
 // spin is inlined into each.
 
-// burnCheckout burns ms milliseconds of the thread's CPU time.
+// burnCheckout burns d of the thread's CPU time.
 //
 //go:noinline
-func burnCheckout(ms int) {
-	for end := threadCPU() + time.Duration(ms)*time.Millisecond; threadCPU() < end; {
+func burnCheckout(d time.Duration) {
+	for end := threadCPU() + d; threadCPU() < end; {
 		spin()
 	}
 }
 
 //go:noinline
-func burnSearch(ms int) {
-	for end := threadCPU() + time.Duration(ms)*time.Millisecond; threadCPU() < end; {
+func burnSearch(d time.Duration) {
+	for end := threadCPU() + d; threadCPU() < end; {
 		spin()
 	}
 }
 
 //go:noinline
-func burnUnlabeled(ms int) {
-	for end := threadCPU() + time.Duration(ms)*time.Millisecond; threadCPU() < end; {
+func burnUnlabeled(d time.Duration) {
+	for end := threadCPU() + d; threadCPU() < end; {
 		spin()
 	}
 }
@@ -92,8 +97,9 @@ func main() {
 		}
 	})
 	for time.Now().Before(until) {
-		pprof.Do(ctx, pprof.Labels("handler", "checkout"), func(context.Context) { burnCheckout(3) })
-		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", "t-42"), func(context.Context) { burnSearch(1) })
-		burnUnlabeled(1)
+		u := time.Millisecond + rand.N(2*time.Millisecond)
+		pprof.Do(ctx, pprof.Labels("handler", "checkout"), func(context.Context) { burnCheckout(3 * u) })
+		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", "t-42"), func(context.Context) { burnSearch(u) })
+		burnUnlabeled(u)
 	}
 }
