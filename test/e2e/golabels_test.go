@@ -45,6 +45,7 @@ func TestCollectorCarriesGoLabels(t *testing.T) {
 	// The collector first, ready before the workloads take the CPU (in the
 	// kernel matrix's one emulated CPU, its start-up would wait for them).
 	pprofDir := t.TempDir()
+	begin := time.Now()
 	otlp, addr := startOTLPServer(t)
 	out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
@@ -66,6 +67,7 @@ service:
 `, pprofDir, addr))
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "bpfprofiler started") },
 		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
+	ready := time.Since(begin)
 	pids := map[int]testutil.GoBuild{}
 	for i, b := range builds {
 		work := testutil.StartWorkload(t, progs[i], fmt.Sprint(testutil.Patient(280*time.Second).Seconds()))
@@ -166,6 +168,7 @@ service:
 		}
 		t.Fatal("too few samples")
 	}
+	t.Logf("collector ready after %v, enough samples %v later", ready.Round(time.Second), (time.Since(begin) - ready).Round(time.Second))
 	counts = count()
 	for pid, b := range pids {
 		c := counts[pid]

@@ -84,7 +84,7 @@ func runHost(ctx context.Context, p *payload, timeout time.Duration) kernelResul
 	for _, c := range checksOn(p.arch.name) {
 		fmt.Fprintf(&out, "%s%s\n", markCheck, c.test)
 		cmd := exec.CommandContext(ctx, filepath.Join(p.root, "bin", c.binary),
-			"-test.v", "-test.count=1", "-test.timeout=5m", "-test.run", "^"+c.test+"$")
+			"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%dm", c.minutes()), "-test.run", "^"+c.test+"$")
 		cmd.Env = append(os.Environ(), testEnv(p.root)...)
 		cmd.Dir = os.TempDir()
 		cmd.Stdout, cmd.Stderr = &out, &out

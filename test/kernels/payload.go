@@ -57,6 +57,20 @@ var checks = []check{
 	{"java", "e2e.test", "TestCollectorJavaFrames", []string{"amd64"}},
 }
 
+// checkMinutes are the go test timeouts of checks that need more than
+// the 5 minutes (times the architecture's patience) every other has: the
+// Go labels check may wait 2 minutes for the collector and then up to
+// 220 s for its samples, under emulation beside four CPU-bound workloads.
+var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8}
+
+// minutes is c's go test timeout, before patience.
+func (c check) minutes() int {
+	if m, ok := checkMinutes[c.test]; ok {
+		return m
+	}
+	return 5
+}
+
 // stressChecks run only when -checks names them: they repeat one
 // operation to find out how a kernel (or qemu) fails at it, and are not
 // part of the table CI requires.
@@ -422,7 +436,7 @@ hostname kernel-matrix
 	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)
 	for _, c := range checks {
 		fmt.Fprintf(&b, "echo '%s%s'\n", markCheck, c.test)
-		fmt.Fprintf(&b, "/bin/%s -test.v -test.count=1 -test.timeout=%dm -test.run '^%s$' 2>&1\n", c.binary, 5*patience, c.test)
+		fmt.Fprintf(&b, "/bin/%s -test.v -test.count=1 -test.timeout=%dm -test.run '^%s$' 2>&1\n", c.binary, c.minutes()*patience, c.test)
 		fmt.Fprintf(&b, "echo \"%s%s $?\"\n", markExit, c.test)
 	}
 	fmt.Fprintf(&b, "echo '%s'\npoweroff -f\n", markDone)

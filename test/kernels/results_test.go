@@ -183,3 +183,22 @@ func TestSelectChecks(t *testing.T) {
 		t.Error("no error for a name that is no check's")
 	}
 }
+
+// Each check's go test timeout in the guest is its own, times the
+// architecture's patience.
+func TestInitScriptTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		patience int
+		test     string
+		want     string
+	}{
+		{1, "TestProgramsLoad", "-test.timeout=5m -test.run '^TestProgramsLoad$'"},
+		{1, "TestCollectorCarriesGoLabels", "-test.timeout=8m -test.run '^TestCollectorCarriesGoLabels$'"},
+		{3, "TestCollectorCarriesGoLabels", "-test.timeout=24m -test.run '^TestCollectorCarriesGoLabels$'"},
+	} {
+		script := initScript(&arch{name: "amd64", patience: tc.patience}, checks)
+		if !strings.Contains(script, tc.want) {
+			t.Errorf("patience %d: the init script has no %q", tc.patience, tc.want)
+		}
+	}
+}
