@@ -142,7 +142,7 @@ service:
 	}
 	// Fewer in the kernel matrix's guests (one emulated CPU for all, 6.1's
 	// slower than 5.10's): 600 still puts 75% ± 5 at 2.8 standard
-	// deviations, within the guest's 5-minute test timeout.
+	// deviations, within the 8 minutes the kernel matrix gives this test.
 	want := int64(1500)
 	if os.Getenv(testutil.PrebuiltWorkloadsEnv) != "" {
 		want = 600

@@ -29,7 +29,7 @@ func main() {
 		collector = flag.String("collector", "_build/otelcol-bpfprofiler", "the ocb-built collector")
 		collArm64 = flag.String("collector-arm64", "_build/otelcol-bpfprofiler-arm64", "the collector for arm64 guests (GOARCH=arm64 make collector)")
 		cache     = flag.String("cache", "/var/cache/bpfprofiler/kernels", "where kernel packages and apt lists are kept (outside the repository)")
-		timeout   = flag.Duration("timeout", 14*time.Minute, "time allowed for one kernel: boot and every check (about 8 minutes under emulation, go labels 3.5 of them)")
+		timeout   = flag.Duration("timeout", 14*time.Minute, "time allowed for one kernel: boot and every check (7 to 9 minutes under emulation, go labels 3 to 5 of them)")
 		tArm64    = flag.Duration("timeout-arm64", 20*time.Minute, "-timeout for arm64 guests (emulated on another architecture: slower)")
 		readme    = flag.String("readme", "", "when set, rewrite the kernel table between the matrix markers of this file")
 		keep      = flag.Bool("keep", false, "keep the work directory (initramfs, serial logs)")

@@ -72,12 +72,20 @@ func readJVM(t *testing.T, pid int) *VMStructs {
 	// bytes at the wrong offsets (a stride of 15154384 was seen): any error
 	// is retried, as the loader retries at its next sweeps, and the last
 	// one is reported.
-	var vm *VMStructs
+	// ld.so's first mapping of libjvm already gives its load bias: the
+	// file is opened once.
+	var (
+		vm   *VMStructs
+		ef   *elf.File
+		bias uint64
+	)
 	lastErr := errors.New("no libjvm mapped")
 	assert.Eventually(t, func() bool {
-		ef, bias, ok := libjvmOf(t, pid)
-		if !ok {
-			return false
+		if ef == nil {
+			var ok bool
+			if ef, bias, ok = libjvmOf(t, pid); !ok {
+				return false
+			}
 		}
 		vm, lastErr = ReadProcess(mem, ef, bias)
 		return lastErr == nil
