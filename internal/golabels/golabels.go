@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
 
@@ -143,13 +144,13 @@ func (b *Binary) locateG(f *elf.File) error {
 }
 
 func tlsSymbol(f *elf.File, name string) (elf.Symbol, bool) {
-	syms, err := f.Symbols()
+	syms, err := elfsym.Lookup(f, elf.SHT_SYMTAB, elfsym.Match{Names: []string{name}})
 	if err != nil {
 		return elf.Symbol{}, false
 	}
 	for _, s := range syms {
-		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_TLS {
-			return s, true
+		if elf.ST_TYPE(s.Info) == elf.STT_TLS {
+			return s.Symbol, true
 		}
 	}
 	return elf.Symbol{}, false

@@ -134,7 +134,15 @@ func hasFunctionSymbols(r rawSymbols) bool {
 // functionTable keeps the defined, named function symbols of r, sorted by
 // address, one per address (the first with the largest size wins).
 func functionTable(r rawSymbols) symbolTable {
-	var out []symEntry
+	// Counted first: appending to a growing slice would allocate twice the
+	// table (node's and libjvm's are megabytes) in garbage at first report.
+	n := 0
+	for i := range r.len() {
+		if r.isFunction(r.sym(i)) {
+			n++
+		}
+	}
+	out := make([]symEntry, 0, n)
 	for i := range r.len() {
 		s := r.sym(i)
 		if !r.isFunction(s) {

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
 
 // Symbol is the TLS variable SDKs publish the context through.
@@ -54,13 +56,13 @@ var arches = map[elf.Machine]arch{
 }
 
 func symbol(f *elf.File) (int, elf.Symbol, error) {
-	syms, err := f.DynamicSymbols()
+	syms, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: []string{Symbol}})
 	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
 		return 0, elf.Symbol{}, fmt.Errorf("read .dynsym: %w", err)
 	}
-	for i, s := range syms {
-		if s.Name == Symbol && elf.ST_TYPE(s.Info) == elf.STT_TLS && s.Section != elf.SHN_UNDEF {
-			return i + 1, s, nil // DynamicSymbols leaves out the null symbol 0
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_TLS && s.Section != elf.SHN_UNDEF {
+			return s.Index, s.Symbol, nil
 		}
 	}
 	return 0, elf.Symbol{}, ErrNoSymbol

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
 
 // Symbols Detect looks for. Py_IsNone (3.10+) and PyFrame_GetCode (3.9+)
@@ -59,23 +61,24 @@ func Detect(f *elf.File) (*Interpreter, error) {
 // .symtab when .dynsym lacks _PyRuntime.
 func definedSymbols(f *elf.File, names ...string) map[string]elf.Symbol {
 	found := map[string]elf.Symbol{}
-	collect := func(syms []elf.Symbol) {
+	collect := func(syms []elfsym.Symbol) {
 		for _, s := range syms {
 			if s.Section == elf.SHN_UNDEF || s.Value == 0 {
 				continue
 			}
 			for _, n := range names {
 				if s.Name == n {
-					found[n] = s
+					found[n] = s.Symbol
 				}
 			}
 		}
 	}
-	if syms, err := f.DynamicSymbols(); err == nil {
+	match := elfsym.Match{Names: names}
+	if syms, err := elfsym.Lookup(f, elf.SHT_DYNSYM, match); err == nil {
 		collect(syms)
 	}
 	if _, ok := found[symRuntime]; !ok {
-		if syms, err := f.Symbols(); err == nil {
+		if syms, err := elfsym.Lookup(f, elf.SHT_SYMTAB, match); err == nil {
 			collect(syms)
 		}
 	}

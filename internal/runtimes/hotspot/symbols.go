@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"path"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
 
 // IsJVM says whether a mapped file is HotSpot's libjvm.
@@ -15,17 +17,13 @@ func IsJVM(file string) bool { return path.Base(file) == "libjvm.so" }
 // load bias. A libjvm that exports none of them is not a HotSpot one (or
 // one built without serviceability support).
 func ExportedSymbols(f *elf.File) (map[string]uint64, error) {
-	syms, err := f.DynamicSymbols()
+	syms, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: Symbols})
 	if err != nil {
 		return nil, fmt.Errorf("dynamic symbols: %w", err)
 	}
-	want := make(map[string]bool, len(Symbols))
-	for _, s := range Symbols {
-		want[s] = true
-	}
 	out := map[string]uint64{}
 	for _, s := range syms {
-		if want[s.Name] && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+		if s.Section != elf.SHN_UNDEF && s.Value != 0 {
 			out[s.Name] = s.Value
 		}
 	}

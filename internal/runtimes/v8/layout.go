@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
 
 // Layout is what the walker and namer need of one V8 build: offsets (bytes)
@@ -81,17 +83,16 @@ var ErrNoV8 = errors.New("no V8 post-mortem metadata (v8dbg_* symbols)")
 // v8dbg_* symbols, an error naming the version or the missing numbers when
 // it cannot be walked.
 func ReadLayout(f *elf.File) (*Layout, error) {
-	syms, err := f.DynamicSymbols()
-	if err != nil {
+	syms, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Prefixes: []string{"v8dbg_", "_ZN2v88internal7Version6m"}})
+	if errors.Is(err, elf.ErrNoSymbols) {
 		return nil, ErrNoV8
+	}
+	if err != nil {
+		return nil, fmt.Errorf("V8 post-mortem metadata: %w", err)
 	}
 	d := dbgSymbols{}
 	for _, s := range syms {
-		isVersion := strings.HasPrefix(s.Name, "_ZN2v88internal7Version6m")
-		if !strings.HasPrefix(s.Name, "v8dbg_") && !isVersion {
-			continue
-		}
-		if v, ok := readInt32(f, s); ok {
+		if v, ok := readInt32(f, s.Symbol); ok {
 			d[trimDbg(s.Name)] = v
 		}
 	}
