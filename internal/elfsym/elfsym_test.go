@@ -19,10 +19,12 @@ func table(t *testing.T, strs string, names ...uint32) *elf.File {
 	var sym bytes.Buffer
 	sym.Write(make([]byte, elf.Sym64Size)) // the null symbol
 	for i, n := range names {
-		binary.Write(&sym, binary.LittleEndian, elf.Sym64{
+		if err := binary.Write(&sym, binary.LittleEndian, elf.Sym64{
 			Name: n, Info: elf.ST_INFO(elf.STB_GLOBAL, elf.STT_OBJECT), Shndx: 1,
 			Value: uint64(i+1) * 16, Size: 4,
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	section := func(name string, typ elf.SectionType, link uint32, data []byte) *elf.Section {
 		return &elf.Section{
