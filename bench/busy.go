@@ -24,7 +24,10 @@ package main
 // its Prometheus endpoint (unwind tables, failures, walks over the phase).
 // After phase 4 a last fresh collector is started with the runtimes running
 // and its CPU over its first 10 s is the start-up figure. -rounds does not
-// apply: every phase runs once; -busy-phases measures only some.
+// apply: every phase runs once; -busy-phases measures only some. With
+// -busy-peer another profiler (the OpenTelemetry eBPF profiler built under
+// /tmp) is measured the same way in each phase, after the collector, on
+// the same load: the last table puts the two side by side.
 
 import (
 	"context"
@@ -49,6 +52,7 @@ type busyRow struct {
 	hostBase float64      // host CPU without the collector, % of a core
 	execBase float64      // execs per second achieved without the collector (0: no pacer)
 	col      *busyFigures // nil with -skip-collector
+	peer     *peerFigures // nil without -busy-peer
 	notes    []string
 }
 
@@ -109,6 +113,10 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 		if row.col != nil {
 			fmt.Println(row.col.otlp.line())
 		}
+		if p := row.peer; p != nil {
+			fmt.Printf("  peer: CPU %s, first %v %.2f%%, peak RSS %.1f MiB, RSS at end %.1f MiB, %d OTLP requests, host CPU beside it %.1f%%\n",
+				fmtCPU(p.cpuTicks, p.cpuSched), busyStartupWindow, p.startup, mib(p.peakRSS), mib(p.endRSS), p.requests, p.host)
+		}
 		rows = append(rows, row)
 		return nil
 	}
@@ -147,6 +155,10 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	if !selected[4] {
 		fmt.Println()
 		printBusyTable(os.Stdout, rows, nil, nil)
+		if e.o.busyPeer != "" {
+			fmt.Println()
+			printPeerTable(os.Stdout, rows, nil)
+		}
 		return nil
 	}
 	rs, notes, err := startRuntimes(e.dir, e.o.busyRuntimes)
@@ -176,6 +188,10 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	printBusyTable(os.Stdout, rows, startup, notes)
 	fmt.Println()
 	printOTLPTable(os.Stdout, rows)
+	if e.o.busyPeer != "" {
+		fmt.Println()
+		printPeerTable(os.Stdout, rows, startup)
+	}
 	return nil
 }
 
@@ -225,6 +241,13 @@ func measureBusyPhase(ctx context.Context, e env, name string, load *busyLoad) (
 		if !f.metrics {
 			row.notes = append(row.notes, "the collector's metrics could not be scraped")
 		}
+	}
+	if e.o.busyPeer != "" {
+		p, err := measureBusyPeer(ctx, e, load.renew)
+		if err != nil {
+			return row, err
+		}
+		row.peer = &p
 	}
 	if load.runtimes != nil {
 		row.notes = append(row.notes, load.runtimes.dead()...)

@@ -121,6 +121,7 @@ type options struct {
 	busySettle     time.Duration
 	busyRuntimes   string
 	busyPhases     string
+	busyPeer       string
 	keep           bool
 	// The gateway suite (gateway.go).
 	gateway            string
@@ -156,6 +157,7 @@ func main() {
 	flag.DurationVar(&o.busySettle, "busy-settle", 12*time.Second, "busy suite: wait after a phase's load starts, and after the collector is ready, before measuring (more than its 10s report interval)")
 	flag.StringVar(&o.busyRuntimes, "busy-runtimes", "", "busy suite: the runtimes of phase 4, comma-separated parts of their names (node, openjdk, temurin, python 3.12, xz); empty: all")
 	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
+	flag.StringVar(&o.busyPeer, "busy-peer", "", "busy suite: another profiler's command line (split at spaces; "+peerOTLP+" stands for an OTLP gRPC sink's host:port), measured in each phase after the collector, on the same load, e.g. the OpenTelemetry eBPF profiler built under /tmp")
 	flag.StringVar(&o.gateway, "gateway", os.Getenv("BPFPROFILER_GATEWAY"), "gateway suite: the plain collector built from bench/gateway-builder.yaml (default $BPFPROFILER_GATEWAY)")
 	flag.StringVar(&o.gatewayNodes, "gateway-nodes", "50,100,200,400,800,1600", "gateway suite: node equivalents replayed, in increasing steps (one request per node per 10 s)")
 	flag.DurationVar(&o.gatewayStep, "gateway-step", 20*time.Second, "gateway suite: how long each step replays")

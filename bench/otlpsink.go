@@ -80,6 +80,9 @@ type otlpSink struct {
 	done   chan struct{}
 
 	requests, wireBytes, rawBytes, connBytes atomic.Int64
+	// anyVersion: requests without the profiles development version
+	// header the collector sends are taken too (another profiler's).
+	anyVersion atomic.Bool
 
 	mu        sync.Mutex
 	events    []otlpEvent // every request, in arrival order
@@ -124,7 +127,7 @@ func (s *otlpSink) export(_ any, ctx context.Context, dec func(any) error, _ grp
 	if err := dec(&m); err != nil {
 		return nil, err
 	}
-	if err := pprofileotlp.ValidateDevelopmentVersion(metadata.ValueFromIncomingContext(ctx, pprofileotlp.DevelopmentVersionHeader)); err != nil {
+	if err := pprofileotlp.ValidateDevelopmentVersion(metadata.ValueFromIncomingContext(ctx, pprofileotlp.DevelopmentVersionHeader)); err != nil && !s.anyVersion.Load() {
 		return nil, err
 	}
 	s.requests.Add(1)

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPeerArgs(t *testing.T) {
+	tests := []struct {
+		command, addr string
+		want          []string
+		wantErr       bool
+	}{
+		{"/tmp/peer/ebpf-profiler -collection-agent {otlp} -disable-tls", "127.0.0.1:4317",
+			[]string{"/tmp/peer/ebpf-profiler", "-collection-agent", "127.0.0.1:4317", "-disable-tls"}, false},
+		{"p -endpoint=http://{otlp}/v1  -x", "h:1", []string{"p", "-endpoint=http://h:1/v1", "-x"}, false},
+		{"  ", "h:1", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := peerArgs(tt.command, tt.addr)
+		if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
+			t.Errorf("peerArgs(%q) = %q, %v; want %q", tt.command, got, err, tt.want)
+		}
+	}
+}
+
+func TestMeasureBusyPeer(t *testing.T) {
+	defer func(w time.Duration) { peerStartupWindow = w }(peerStartupWindow)
+	peerStartupWindow = 100 * time.Millisecond
+	e := env{dir: t.TempDir(), o: options{busySettle: 200 * time.Millisecond, busyPhase: 300 * time.Millisecond}}
+	for _, tt := range []struct {
+		command        string
+		minCPU, maxCPU float64 // % of a core over the phase
+	}{
+		{"sleep 60", 0, 5},
+		{"sha256sum /dev/zero", 10, 101}, // one thread hashing without end
+	} {
+		t.Run(tt.command, func(t *testing.T) {
+			e.o.busyPeer = tt.command
+			f, err := measureBusyPeer(context.Background(), e, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.cpuTicks < tt.minCPU || f.cpuTicks > tt.maxCPU || f.peakRSS == 0 || f.peakRSS > 64<<20 || f.endRSS > f.peakRSS {
+				t.Fatalf("CPU %.1f%% (want %v to %v), peak RSS %d, at end %d", f.cpuTicks, tt.minCPU, tt.maxCPU, f.peakRSS, f.endRSS)
+			}
+		})
+	}
+	t.Run("a peer that exits", func(t *testing.T) {
+		e.o.busyPeer = "/bin/false"
+		_, err := measureBusyPeer(context.Background(), e, nil)
+		if err == nil || !strings.Contains(err.Error(), "exited") {
+			t.Fatalf("err %v", err)
+		}
+	})
+}
+
+func TestPrintPeerTable(t *testing.T) {
+	rows := []busyRow{
+		{name: "1 idle host", col: &busyFigures{cpuTicks: 0.1, peakRSS: 61 << 20},
+			peer: &peerFigures{cpuTicks: 0.4, cpuSched: 0.38, startup: 12.5, peakRSS: 77 << 20, endRSS: 70 << 20, requests: 3}},
+		{name: "2 without a peer", col: &busyFigures{cpuTicks: 0.1}},
+	}
+	var b bytes.Buffer
+	printPeerTable(&b, rows, nil)
+	want := "| 1 idle host | 0.10 | 0.40 (0.38) | 0.25 | 61.0 | 77.0 | 70.0 | 12.50 | 3 |"
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "without a peer") {
+		t.Fatalf("table:\n%s\nwant the row %s and no row of a phase without a peer", b.String(), want)
+	}
+}
