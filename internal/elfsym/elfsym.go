@@ -12,11 +12,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 )
 
 // Match says which names Lookup returns: those equal to one of Names or
-// starting with one of Prefixes.
+// starting with one of Prefixes (an empty prefix: every name).
 type Match struct {
 	Names    []string
 	Prefixes []string
@@ -70,6 +72,9 @@ func Lookup(f *elf.File, typ elf.SectionType, m Match) ([]Symbol, error) {
 	if strtab.Type == elf.SHT_NOBITS || symtab.Type == elf.SHT_NOBITS {
 		return nil, elf.ErrNoSymbols
 	}
+	if slices.Contains(m.Prefixes, "") {
+		return entries(f, symtab, strtab, nil) // every name
+	}
 	candidates, err := nameOffsets(strtab, m)
 	if err != nil || len(candidates) == 0 {
 		return nil, err
@@ -82,13 +87,18 @@ func Lookup(f *elf.File, typ elf.SectionType, m Match) ([]Symbol, error) {
 // may start inside another string (linkers merge a string with the tail of
 // a longer one), so every occurrence counts, not only string starts.
 func nameOffsets(strtab *elf.Section, m Match) (map[uint32]bool, error) {
+	// A name holds no NUL: a pattern with one matches nothing.
 	var patterns [][]byte
 	longest := 0
 	for _, n := range m.Names {
-		patterns = append(patterns, append([]byte(n), 0))
+		if !strings.Contains(n, "\x00") {
+			patterns = append(patterns, append([]byte(n), 0))
+		}
 	}
 	for _, p := range m.Prefixes {
-		patterns = append(patterns, []byte(p))
+		if !strings.Contains(p, "\x00") {
+			patterns = append(patterns, []byte(p))
+		}
 	}
 	for _, p := range patterns {
 		longest = max(longest, len(p))
@@ -135,7 +145,7 @@ func nameOffsets(strtab *elf.Section, m Match) (map[uint32]bool, error) {
 }
 
 // entries returns the symbols of symtab whose name offsets are candidates
-// and whose names m matches.
+// (nil: every symbol with a name).
 func entries(f *elf.File, symtab, strtab *elf.Section, candidates map[uint32]bool) ([]Symbol, error) {
 	entSize := uint64(elf.Sym64Size)
 	if f.Class == elf.ELFCLASS32 {
@@ -161,7 +171,7 @@ func entries(f *elf.File, symtab, strtab *elf.Section, candidates map[uint32]boo
 			}
 			e := b[i*entSize : (i+1)*entSize]
 			nameOff := bo.Uint32(e[:4])
-			if !candidates[nameOff] {
+			if candidates != nil && !candidates[nameOff] {
 				continue
 			}
 			name, ok := readName(strtab, uint64(nameOff), nameBuf)

@@ -66,6 +66,9 @@ func TestLookupSynthetic(t *testing.T) {
 		{"exact name is not a prefix", Match{Names: []string{"Py_Vers"}}, nil, nil},
 		{"both", Match{Names: []string{"notPy_Version"}, Prefixes: []string{"v8dbg_b"}}, []string{"v8dbg_b", "notPy_Version"}, []int{3, 5}},
 		{"nothing asked", Match{}, nil, nil},
+		{"a NUL in a pattern matches nothing", Match{Names: []string{"Py_Version\x00"}, Prefixes: []string{"v8\x00"}}, nil, nil},
+		{"an empty prefix: every name", Match{Prefixes: []string{""}},
+			[]string{"v8dbg_a", "xv8dbg_b", "v8dbg_b", "Py_Version", "notPy_Version", "Py_Version"}, []int{1, 2, 3, 4, 5, 6}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,6 +188,7 @@ func TestLookupMatchesDebugELF(t *testing.T) {
 }
 
 func matched(name string, m Match) bool {
+	// A name holds no NUL, and its table keeps none: a pattern with one matches nothing.
 	return slices.Contains(m.Names, name) ||
 		slices.ContainsFunc(m.Prefixes, func(p string) bool { return strings.HasPrefix(name, p) })
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
-	"strings"
 	"testing"
 )
 
@@ -23,13 +22,7 @@ func FuzzLookup(f *testing.F) {
 		for i := 0; i+4 <= len(offsets) && len(names) < 256; i += 4 {
 			names = append(names, binary.LittleEndian.Uint32(offsets[i:]))
 		}
-		m := Match{}
-		if prefix != "" {
-			m.Prefixes = []string{prefix}
-		}
-		if name != "" && !strings.Contains(name, "\x00") {
-			m.Names = []string{name}
-		}
+		m := Match{Prefixes: []string{prefix}, Names: []string{name}}
 		got, err := Lookup(table(t, string(strs), names...), elf.SHT_DYNSYM, m)
 		if err != nil {
 			return // bounds: ErrTooMany
