@@ -65,13 +65,14 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	}
 	peerRuns++
 	logPath := filepath.Join(e.dir, fmt.Sprintf("peer-%d.log", peerRuns))
-	log, err := os.Create(logPath)
+	file, err := os.Create(logPath)
 	if err != nil {
 		return f, err
 	}
-	defer log.Close()
+	defer file.Close()
+	out := newLineLog(file)
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdout, cmd.Stderr = out, out
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		return f, fmt.Errorf("-busy-peer: %w", err)
@@ -80,7 +81,7 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	go func() { _ = cmd.Wait(); close(exited) }()
 	defer func() {
 		if stopErr := stopPeer(cmd, exited); err == nil && stopErr != nil {
-			err = fmt.Errorf("%w; its last output (%s):\n%s", stopErr, logPath, lastLines(logPath, 20))
+			err = fmt.Errorf("%w; its last output (%s):\n%s", stopErr, logPath, out.last(20))
 		}
 	}()
 	pid := cmd.Process.Pid
@@ -90,7 +91,7 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 		}
 	}
 	fail := func(err error) (peerFigures, error) {
-		return f, fmt.Errorf("peer: %w; its last output (%s):\n%s", err, logPath, lastLines(logPath, 20))
+		return f, fmt.Errorf("peer: %w; its last output (%s):\n%s", err, logPath, out.last(20))
 	}
 	if err := waitWindow(ctx, time.Until(started.Add(peerStartupWindow)), exited); err != nil {
 		return fail(err)
@@ -153,21 +154,6 @@ func stopPeer(cmd *exec.Cmd, exited <-chan struct{}) error {
 		<-exited
 		return errors.New("peer did not stop within 15 s of SIGINT; killed")
 	}
-}
-
-// lastLines returns the last n lines of the file at path.
-func lastLines(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > 64<<10 {
-		_, _ = f.Seek(-64<<10, io.SeekEnd)
-	}
-	data, _ := io.ReadAll(f)
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // printPeerTable prints the collector beside the peer, phase by phase.
