@@ -38,6 +38,10 @@ type readerCase struct {
 	setup   func(r *readbench.Reader) error
 	labels  []string // pprof labels the reads run under
 	mode    readbench.Mode
+	// before is a record read first, when mode is ReadAfter: each read
+	// then finds its attributes the CPU's last, as when another thread
+	// ran on the CPU between two samples.
+	before []byte
 }
 
 func readerCases() []readerCase {
@@ -59,6 +63,8 @@ func readerCases() []readerCase {
 		{name: "process publishing nothing", outcome: 7, setup: nothing, mode: readbench.Read},
 		{name: "OTEP record, 2 attributes (20 bytes)", outcome: 0, setup: publish(readbench.Record(1, route)), mode: readbench.Read},
 		{name: "OTEP record, attributes at the bound (616 bytes)", outcome: 0, setup: publish(readbench.Record(1, full)), mode: readbench.Read},
+		{name: "OTEP record at the bound, another's last on the CPU", outcome: 0, setup: publish(readbench.Record(1, full)),
+			mode: readbench.ReadAfter, before: readbench.Record(1, route)},
 		{name: "OTEP slot null (no span)", outcome: 1, setup: func(r *readbench.Reader) error {
 			err := r.Publish(readbench.Record(1, nil))
 			r.Unpublish()
@@ -66,6 +72,8 @@ func readerCases() []readerCase {
 		}, mode: readbench.Read},
 		{name: "Go labels, 2 (handler, tenant)", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"}, mode: readbench.Read},
 		{name: "Go labels, 8 of 41+30 bytes", outcome: 4, setup: goLabels, labels: long, mode: readbench.Read},
+		{name: "Go labels, 2, another's last on the CPU", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"},
+			mode: readbench.ReadAfter, before: readbench.Record(1, route)},
 		{name: "Go goroutine without labels", outcome: 5, setup: goLabels, mode: readbench.Read},
 	}
 }
@@ -127,6 +135,19 @@ func runReadersSuite(ctx context.Context, e env) error {
 func timeReaderCase(r *readbench.Reader, c readerCase) (float64, error) {
 	r.Forget()
 	r.Unpublish()
+	var lastID int32
+	if c.before != nil {
+		if err := r.Publish(c.before); err != nil {
+			return 0, err
+		}
+		res, err := r.Run(1, readbench.Read)
+		if err != nil || res.AttrsId < 0 {
+			return 0, fmt.Errorf("the record read before: attributes id %d, %v", res.AttrsId, err)
+		}
+		lastID = res.AttrsId
+		r.Forget()
+		r.Unpublish()
+	}
 	if err := c.setup(r); err != nil {
 		return 0, err
 	}
@@ -135,10 +156,15 @@ func timeReaderCase(r *readbench.Reader, c readerCase) (float64, error) {
 	measure := func(context.Context) {
 		for range readerRunsPerRound {
 			var res readbench.Result
-			if res, err = r.Run(readbench.MaxReads, c.mode); err != nil {
+			if c.mode == readbench.ReadAfter {
+				res, err = r.RunAfter(readbench.MaxReads, lastID)
+			} else {
+				res, err = r.Run(readbench.MaxReads, c.mode)
+			}
+			if err != nil {
 				return
 			}
-			if res.Reads != readbench.MaxReads || (c.mode == readbench.Read && res.Outcome != c.outcome) {
+			if res.Reads != readbench.MaxReads || ((c.mode == readbench.Read || c.mode == readbench.ReadAfter) && res.Outcome != c.outcome) {
 				err = fmt.Errorf("a run made %d reads, the last found outcome %d, want %d, %d", res.Reads, res.Outcome, readbench.MaxReads, c.outcome)
 				return
 			}

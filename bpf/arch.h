@@ -11,9 +11,19 @@
 
 #include "common.h"
 
+/*
+ * Set by user space: the kernel has bpf_task_pt_regs (Linux 5.15), which
+ * knows where the saved user registers are (below a padding on kernels
+ * built with FRED, 6.9+). Older kernels have none of that padding. Such
+ * kernels also let a program load a task's fields through
+ * bpf_get_current_task_btf (5.11) without a helper's copy.
+ */
+const volatile u8 have_task_pt_regs = 0;
+
 #if defined(__TARGET_ARCH_x86)
 
 /* struct pt_regs (the ptrace ABI): offsets of what the walk needs. */
+#define UREGS_GO_G 8 /* r14, Go's g register in Go code (ABIInternal) */
 #define UREGS_BP 32
 #define UREGS_IP 128
 #define UREGS_CS 136
@@ -39,8 +49,13 @@ struct task_struct___x86 {
 /* The user thread pointer of the current task (the fs base). */
 static __always_inline u64 user_thread_pointer(void)
 {
-	struct task_struct___x86 *task = (void *)bpf_get_current_task();
+	struct task_struct___x86 *task;
 
+	if (have_task_pt_regs) {
+		task = (void *)bpf_get_current_task_btf();
+		return task->thread.fsbase; /* a load, no helper */
+	}
+	task = (void *)bpf_get_current_task();
 	return BPF_CORE_READ(task, thread.fsbase);
 }
 
@@ -116,8 +131,13 @@ struct task_struct___arm64 {
 /* The user thread pointer of the current task (tpidr_el0). */
 static __always_inline u64 user_thread_pointer(void)
 {
-	struct task_struct___arm64 *task = (void *)bpf_get_current_task();
+	struct task_struct___arm64 *task;
 
+	if (have_task_pt_regs) {
+		task = (void *)bpf_get_current_task_btf();
+		return task->thread.uw.tp_value; /* a load, no helper */
+	}
+	task = (void *)bpf_get_current_task();
 	return BPF_CORE_READ(task, thread.uw.tp_value);
 }
 

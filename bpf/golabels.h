@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The runtime/pprof labels of the goroutine a Go thread runs (pprof.Do,
- * SetGoroutineLabels): from the thread's g (in TLS, or in x28 on arm64
- * without cgo) to g.m.curg, the user goroutine even on the system or
- * signal stack, to curg.labels. User space fills go_labels_procs[pid] from
- * the executable's Go version (internal/golabels). The labels are copied
- * as klen, key, vlen, value bytes for threadctx.h to pack and store.
+ * SetGoroutineLabels): from the thread's g (the register Go code keeps it
+ * in, r14 or x28, when the thread's stack is g's; else TLS) to g.m.curg,
+ * the user goroutine even on the system or signal stack, to curg.labels.
+ * User space fills go_labels_procs[pid] from the executable's Go version
+ * (internal/golabels). The labels are copied as klen, key, vlen, value
+ * bytes, a literal string by reference, for threadctx.h to store.
  */
 #ifndef BPFPROFILER_GOLABELS_H
 #define BPFPROFILER_GOLABELS_H
@@ -32,14 +33,19 @@ struct go_labels_proc {
 	s64 tls_offset; /* g from the thread pointer */
 	u32 g_m;	/* runtime.g.m */
 	u32 g_labels;	/* runtime.g.labels */
-	u32 g_goid;	/* runtime.g.goid, between g_m and g_labels */
+	u32 g_goid;	/* runtime.g.goid */
 	u32 m_g0;	/* runtime.m.g0 */
 	u32 m_gsignal;	/* runtime.m.gsignal */
 	u32 m_curg;	/* runtime.m.curg */
 	u8 layout;	/* enum go_labels_layout */
-	u8 g_register;	/* 1: g is in x28 (arm64 without cgo), not in TLS */
+	u8 g_register;	/* 1: g is in x28 only (arm64 without cgo), not in TLS */
 	u16 reserved;
 	u32 reserved2;
+	/*
+	 * The executable's read-only segment, where its string literals are
+	 * (0, 0: unknown): a label's string there is stored by reference.
+	 */
+	u64 strings_lo, strings_hi;
 };
 
 struct {
@@ -73,21 +79,34 @@ struct go_hmap {
 	u64 oldbuckets;
 };
 
-/* The thread's g: its TLS slot, or x28 saved at kernel entry. */
-static __always_inline u64 go_current_g(const struct go_labels_proc *p)
+/*
+ * The g register Go code keeps (r14, x28) and the stack pointer, as the
+ * thread saved them entering the kernel; 0 when they cannot be read (a
+ * kernel before bpf_task_pt_regs, unless g is in x28 only).
+ */
+static __always_inline int go_register_g(const struct go_labels_proc *p, u64 *g, u64 *sp)
 {
-	u64 g = 0, tp;
+	u64 base;
 
-	if (p->g_register) {
-#if defined(__TARGET_ARCH_arm64)
-		u64 base = saved_user_regs_base((struct task_struct *)bpf_get_current_task());
+	if (have_task_pt_regs) {
+		const u64 *regs = (const u64 *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-		if (!base || bpf_probe_read_kernel(&g, sizeof(g), (void *)(base + UREGS_GO_G)))
-			return 0;
-#endif
-		return g;
+		*g = regs[UREGS_GO_G / 8]; /* loads, no helper */
+		*sp = regs[UREGS_SP / 8];
+		return 1;
 	}
-	tp = user_thread_pointer();
+	if (!p->g_register)
+		return 0;
+	base = saved_user_regs_base((struct task_struct *)bpf_get_current_task());
+	return base && !bpf_probe_read_kernel(g, sizeof(*g), (void *)(base + UREGS_GO_G)) &&
+	       !bpf_probe_read_kernel(sp, sizeof(*sp), (void *)(base + UREGS_SP));
+}
+
+/* The thread's g in TLS (0: none). */
+static __always_inline u64 go_tls_g(const struct go_labels_proc *p)
+{
+	u64 g = 0, tp = user_thread_pointer();
+
 	if (!tp || bpf_probe_read_user(&g, sizeof(g), (void *)(tp + p->tls_offset)))
 		return 0;
 	return g;
@@ -95,36 +114,51 @@ static __always_inline u64 go_current_g(const struct go_labels_proc *p)
 
 /* go_user_goroutine's answer when g is not a goroutine it can read. */
 #define GO_NO_GOROUTINE (~0ULL)
-/* g's bytes from g.m to g.labels, read at once (golabels.Offsets keeps them within). */
+/* g's bytes from its start (g.stack) to past g.m, g.goid and g.labels, read at once (golabels.Offsets keeps them within). */
 #define GO_G_BLOCK 512
 
 /*
- * The goroutine whose labels count for a sample of g: m.curg (0: the thread
- * runs none, it schedules). g must be one of its m's goroutines (the user
- * one, g0 or gsignal): a register that does not hold g (C code, the vDSO)
- * gives GO_NO_GOROUTINE, as does a read that faults. g.m, g.goid and
- * g.labels are read at once into block: *g_labels is g's labels, curg's
- * when it is g.
+ * The goroutine whose labels count for a sample of g, a candidate from a
+ * register (from_register) or TLS: m.curg (0: the thread runs none, it
+ * schedules). g's start through g.labels is read at once into block;
+ * *g_labels is g's labels, curg's when it is g.
+ * A thread whose stack pointer sp is within g.stack runs g: a goroutine
+ * with an id is the user one, else (g0, gsignal) m.curg. Otherwise a g
+ * from a register may be anything (C code, the vDSO): GO_NO_GOROUTINE,
+ * for the caller to take TLS, unless x28 is all there is; then, as for
+ * TLS, g must be one of its m's goroutines (the user one, g0 or gsignal).
  */
-static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g, u8 *block, u64 *g_labels)
+static __always_inline u64 go_user_goroutine(const struct go_labels_proc *p, u64 g, u64 sp, int from_register,
+					     u8 *block, u64 *g_labels)
 {
-	u32 lo = p->g_m < p->g_labels ? p->g_m : p->g_labels;
-	u32 span = (p->g_m < p->g_labels ? p->g_labels : p->g_m) + 8 - lo;
-	u64 m, goid, curg = 0, other = 0;
+	u32 span = (p->g_m > p->g_labels ? p->g_m : p->g_labels);
+	u64 lo, hi, m, goid, curg = 0, other = 0;
 
+	span = (span > p->g_goid ? span : p->g_goid) + 8;
 	barrier_var(span); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
 	span &= GO_G_BLOCK - 1;
-	if (!g || !span || bpf_probe_read_user(block, span, (void *)(g + lo)))
+	if (!g || span < 16 || bpf_probe_read_user(block, span, (void *)g))
 		return GO_NO_GOROUTINE;
 	/* 8-aligned offsets within the block (no-op masks: user space checked them) */
-	m = *(u64 *)(block + ((p->g_m - lo) & (GO_G_BLOCK - 8)));
-	*g_labels = *(u64 *)(block + ((p->g_labels - lo) & (GO_G_BLOCK - 8)));
-	goid = *(u64 *)(block + ((p->g_goid - lo) & (GO_G_BLOCK - 8)));
+	lo = *(u64 *)block;
+	hi = *(u64 *)(block + 8);
+	m = *(u64 *)(block + (p->g_m & (GO_G_BLOCK - 8)));
+	*g_labels = *(u64 *)(block + (p->g_labels & (GO_G_BLOCK - 8)));
+	goid = *(u64 *)(block + (p->g_goid & (GO_G_BLOCK - 8)));
+	if (sp > lo && sp <= hi) {
+		if (goid)
+			return g;
+		if (!m || bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
+			return GO_NO_GOROUTINE;
+		return curg;
+	}
+	if (from_register && !p->g_register)
+		return GO_NO_GOROUTINE;
 	/*
 	 * A g from TLS is the thread's; with a goroutine id it is no g0 or
 	 * gsignal (those have none): the user goroutine, m.curg.
 	 */
-	if (goid && !p->g_register)
+	if (goid && !from_register)
 		return g;
 	if (!m || bpf_probe_read_user(&curg, sizeof(curg), (void *)(m + p->m_curg)))
 		return GO_NO_GOROUTINE;
@@ -207,19 +241,35 @@ static __always_inline int go_map_labels(u64 set, struct go_label *labels, struc
 
 /* raw's offsets are masked to this: a stable bound the verifier prunes on. */
 #define GO_RAW_MASK 1023
+/*
+ * A string stored by reference: this byte (no length is), its address (6
+ * bytes, little endian), its length (a byte); GO_STRING_REF_SIZE in all.
+ */
+#define GO_STRING_REF 0xff
+#define GO_STRING_REF_SIZE 8
+#define GO_STRING_REF_LIMIT (1ULL << 48)
 
 /*
- * Copies a length byte and then the string at addr of len bytes (cut to
- * max) to raw at off; returns the offset after it, or -1 when it cannot
- * be read. raw has GO_RAW_MASK + 1 + 255 bytes at least.
+ * Stores the string at addr of len bytes (cut to max) to raw at off: a
+ * reference when it is in the executable's read-only segment (a literal,
+ * immutable), else a length byte and the bytes read; returns the offset
+ * after it, or -1 when it cannot be read. raw has GO_RAW_MASK + 1 + 255
+ * bytes at least.
  */
-static __always_inline int go_copy_string(u8 *raw, u32 off, u64 addr, u64 len, u32 max, u32 *truncated)
+static __always_inline int go_copy_string(const struct go_labels_proc *p, u8 *raw, u32 off, u64 addr, u64 len, u32 max,
+					  u32 *truncated)
 {
 	u32 o = off & GO_RAW_MASK;
 
 	if (len > max) {
 		*truncated = 1;
 		len = max;
+	}
+	if (len && addr >= p->strings_lo && addr + len <= p->strings_hi) {
+		/* user space keeps strings_hi within GO_STRING_REF_LIMIT: the address fits 6 bytes */
+		*(u64 *)(raw + o) = GO_STRING_REF | addr << 8;
+		raw[o + 7] = len;
+		return (o + GO_STRING_REF_SIZE) & GO_RAW_MASK;
 	}
 	raw[o] = len;
 	/*

@@ -26,6 +26,8 @@ type OffcpuSwitchoutGoLabelsProc struct {
 	G_register uint8
 	Reserved   uint16
 	Reserved2  uint32
+	StringsLo  uint64
+	StringsHi  uint64
 }
 
 type OffcpuSwitchoutHotspotProc struct {
@@ -209,10 +211,12 @@ type OffcpuSwitchoutThreadCtxResult struct {
 }
 
 type OffcpuSwitchoutThreadCtxScratch struct {
-	_      structs.HostLayout
-	Raw    [1280]uint8
-	Words  [127]uint64
-	Labels [8]struct {
+	_        structs.HostLayout
+	Lead     [4]uint8
+	Fixed    [20]uint8
+	SizeWord uint64
+	Raw      [1280]uint8
+	Labels   [8]struct {
 		_        structs.HostLayout
 		Key      uint64
 		KeyLen   uint64
@@ -226,8 +230,11 @@ type OffcpuSwitchoutThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	G_block [512]uint8
-	Size    uint64
+	G_block  [512]uint8
+	Size     uint64
+	Offset   uint64
+	LastId   int32
+	Reserved uint32
 }
 
 type OffcpuSwitchoutUnwindMapping struct {

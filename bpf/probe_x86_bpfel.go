@@ -99,6 +99,7 @@ const (
 	ProbeProgProbeExit             = "probe_exit"
 	ProbeProgProbeThreadExit       = "probe_thread_exit"
 	ProbeVarEntryStacksUsed        = "entry_stacks_used"
+	ProbeVarHaveTaskPtRegs         = "have_task_pt_regs"
 	ProbeVarLinkScopes             = "link_scopes"
 	ProbeVarNrProbes               = "nr_probes"
 	ProbeVarPidnsDev               = "pidns_dev"
@@ -176,6 +177,7 @@ type ProbeMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeVariableSpecs struct {
 	EntryStacksUsed        *ebpf.VariableSpec `ebpf:"entry_stacks_used"`
+	HaveTaskPtRegs         *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
 	LinkScopes             *ebpf.VariableSpec `ebpf:"link_scopes"`
 	NrProbes               *ebpf.VariableSpec `ebpf:"nr_probes"`
 	PidnsDev               *ebpf.VariableSpec `ebpf:"pidns_dev"`
@@ -236,6 +238,7 @@ func (m *ProbeMaps) Close() error {
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeVariables struct {
 	EntryStacksUsed        *ebpf.Variable `ebpf:"entry_stacks_used"`
+	HaveTaskPtRegs         *ebpf.Variable `ebpf:"have_task_pt_regs"`
 	LinkScopes             *ebpf.Variable `ebpf:"link_scopes"`
 	NrProbes               *ebpf.Variable `ebpf:"nr_probes"`
 	PidnsDev               *ebpf.Variable `ebpf:"pidns_dev"`

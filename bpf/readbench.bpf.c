@@ -9,7 +9,8 @@
  * against a process whose memory the test wrote (readbench_linux_test.go).
  * args[0] is the pid key of thread_ctx_procs and go_labels_procs; args[2]
  * what each call does (readbench.Mode): 1 read, 2 one 8-byte read of user
- * memory at args[3] to the stack, 3 the same to a map value, 0 nothing
+ * memory at args[3] to the stack, 3 the same to a map value, 4 a read
+ * after another context on the CPU (its stored id args[3]), 0 nothing
  * (the loop's own cost).
  */
 #include "threadctx.h"
@@ -62,6 +63,19 @@ __attribute__((noinline)) int readbench_one_read_map(u64 addr)
 	return bpf_probe_read_user(sc->raw, 8, (void *)addr) ? 0 : 1;
 }
 
+/* A read after the CPU's last stored context was another, stored under id. */
+__attribute__((noinline)) int readbench_read_after(u32 pid, u64 id)
+{
+	u32 zero = 0;
+	struct thread_ctx_scratch *sc = bpf_map_lookup_elem(&thread_ctx_scratch, &zero);
+
+	if (!sc)
+		return 0;
+	sc->last_id = id;
+	thread_ctx_read(pid);
+	return 0;
+}
+
 /* The loop's own cost: a call that reads nothing. */
 __attribute__((noinline)) int readbench_empty(u32 pid)
 {
@@ -78,6 +92,8 @@ __attribute__((noinline)) int readbench_call(u32 mode, u32 pid, u64 addr)
 		return readbench_one_read(addr);
 	case 3:
 		return readbench_one_read_map(addr);
+	case 4:
+		return readbench_read_after(pid, addr);
 	default:
 		return readbench_empty(pid);
 	}

@@ -7,7 +7,7 @@
  * module's block in the thread's dynamic thread vector) and fills
  * thread_ctx_procs[pid]; a sample reads the pointer and the record while
  * the thread is stopped, and puts its trace and span ids into the key and
- * its attributes, packed 7 bytes a word (never a zero word), into
+ * its attributes (a size word, then the bytes as read) into
  * thread_ctx_attrs under their hash: the key's trace_attrs_id. That map is
  * not drained by generation: attributes repeat, an LRU keeps the recent.
  * A Go process's goroutine labels (golabels.h) take the same way, to the
@@ -20,17 +20,15 @@
 #include "stackstore.h"
 #include "arch.h"
 
-/* Attribute bytes kept per record: 88 words of 7 (the OTEP's 640-byte record less its 28). */
-#define THREAD_CTX_ATTR_WORDS 88
-#define THREAD_CTX_ATTRS_MAX (THREAD_CTX_ATTR_WORDS * 7)
-/*
- * Where both readers put the attribute bytes in their scratch: past the
- * OTEP record's fixed part, read with them.
- */
-#define THREAD_CTX_ATTRS_AT 28
-/* Bounds the packing's offsets for the verifier (no-op: they stay below THREAD_CTX_ATTRS_MAX). */
+/* Attribute bytes kept per record: the OTEP's 640-byte record less its 28 and a word's tail. */
+#define THREAD_CTX_ATTRS_MAX 616
+/* Stored attributes: a size word, then the bytes, 8 a word (the last zero-padded). */
+#define THREAD_CTX_ATTR_WORDS (1 + (THREAD_CTX_ATTRS_MAX + 7) / 8)
+/* The OTEP record's fixed part: ids, valid, flags, the attributes' size. */
+#define THREAD_CTX_FIXED 28
+/* Bounds offsets into the attribute bytes for the verifier (no-op: they stay below THREAD_CTX_ATTRS_MAX). */
 #define THREAD_CTX_PACK_MASK 1023
-/* Marks every word of packed attributes: none is zero. */
+/* Marks the size word: a stored value is never all zero. */
 #define THREAD_CTX_WORD_MARK (1ULL << 63)
 
 #include "golabels.h"
@@ -53,15 +51,24 @@ struct {
  * (1), the attributes' size (u16, native endian), then the attributes.
  */
 
-/* Per-CPU buffers: the attribute bytes read, then packed. */
+/*
+ * Per-CPU buffers. A record is read to fixed, so that its attributes land
+ * in raw, 8-aligned after the size word: what is stored starts at
+ * size_word, with no copy. Go labels are copied into raw too.
+ */
 struct thread_ctx_scratch {
+	u8 lead[4];			/* aligns size_word */
+	u8 fixed[THREAD_CTX_FIXED - 8]; /* the record's first 20 bytes */
+	u64 size_word;			/* the record's next 8; then THREAD_CTX_WORD_MARK | the attributes' size */
 	/* Go labels' bytes are copied at masked offsets (go_copy_string). */
 	u8 raw[GO_RAW_MASK + 1 + 256];
-	u64 words[MAX_STACK_DEPTH];
 	struct go_label labels[GO_LABELS_MAX]; /* golabels.h: the string headers read */
 	struct go_map_bucket bucket;
 	u8 g_block[GO_G_BLOCK]; /* golabels.h: g.m to g.labels */
-	u64 size;		/* the bytes of raw to pack, read back (thread_ctx_read) */
+	u64 size;		/* the bytes of raw to store, read back (thread_ctx_read) */
+	u64 offset;		/* go_labels_copy's offset in raw, read back */
+	s32 last_id;		/* the id this CPU stored or found last; 0: none yet */
+	u32 reserved;
 };
 
 struct {
@@ -91,36 +98,57 @@ static __always_inline u64 thread_ctx_variable(const struct thread_ctx_proc *p)
 }
 
 /*
- * Packs the n attribute bytes at sc->raw + THREAD_CTX_ATTRS_AT into
- * sc->words (a size word, then 7 bytes a word, zero-terminated); returns
- * their hash. A word is one load: raw has 8 bytes past the most packed.
+ * Ends the n attribute bytes in sc->raw with the size word and zeroes the
+ * two words' worth past them (thread_ctx_hash reads one more when their
+ * count is odd); returns the words to store (the size word's and the
+ * bytes').
  */
-static __always_inline s32 thread_ctx_pack(struct thread_ctx_scratch *sc, u32 n)
+static __always_inline u32 thread_ctx_seal(struct thread_ctx_scratch *sc, u32 n)
 {
-	u32 idx, end = n;
+	u32 end = n;
 
-	sc->words[0] = THREAD_CTX_WORD_MARK | n;
-	/* zeroes what the last word loads past the attributes */
+	sc->size_word = THREAD_CTX_WORD_MARK | n;
 	barrier_var(end); /* keeps the mask: the compiler knows it a no-op, the verifier does not */
-	*(u64 *)(sc->raw + THREAD_CTX_ATTRS_AT + (end & THREAD_CTX_PACK_MASK)) = 0;
+	*(u64 *)(sc->raw + (end & THREAD_CTX_PACK_MASK)) = 0;
+	*(u64 *)(sc->raw + ((end + 8) & THREAD_CTX_PACK_MASK)) = 0;
+	return 1 + (n + 7) / 8;
+}
+
+/*
+ * A hash of the first count words (and a zero one past them when count is
+ * odd), as a non-negative id: two lanes, even and odd words, so that the
+ * multiplications of one do not wait for the other's.
+ */
+static __always_inline s32 thread_ctx_hash(const u64 *words, u32 count)
+{
+	u64 a = 0xcbf29ce484222325ULL, b = 0x84222325cbf29ce4ULL;
+
+#pragma clang loop unroll(disable)
+	for (u32 i = 0; i < THREAD_CTX_ATTR_WORDS; i += 2) {
+		if (i >= count)
+			break;
+		a ^= words[i];
+		b ^= words[i + 1];
+		a *= 0x9e3779b97f4a7c15ULL;
+		b *= 0xc2b2ae3d27d4eb4fULL;
+		a ^= a >> 29;
+		b ^= b >> 31;
+	}
+	a ^= b * 0x165667b19e3779f9ULL;
+	return (s32)((a ^ (a >> 32)) & 0x7fffffff);
+}
+
+/* Whether a and b have the same first count words. */
+static __always_inline int thread_ctx_same(const u64 *a, const u64 *b, u32 count)
+{
 #pragma clang loop unroll(disable)
 	for (u32 i = 0; i < THREAD_CTX_ATTR_WORDS; i++) {
-		u32 k = i * 7;
-		u64 w = 0;
-
-		barrier_var(k);
-		if (k < n)
-			w = (*(const u64 *)(sc->raw + THREAD_CTX_ATTRS_AT + (k & THREAD_CTX_PACK_MASK)) &
-			     0x00ffffffffffffffULL) | /* its top byte is the next word's first */
-			    THREAD_CTX_WORD_MARK;
-		idx = i + 1; /* checked: the compiler may index by another variable here */
-		if (idx < MAX_STACK_DEPTH)
-			sc->words[idx] = w; /* the first word past the attributes ends them */
-		if (!w)
+		if (i >= count)
 			break;
+		if (a[i] != b[i])
+			return 0;
 	}
-	sc->words[THREAD_CTX_ATTR_WORDS + 1] = 0;
-	return hash_frames(sc->words, sizeof(sc->words));
+	return 1;
 }
 
 /* Packed attributes by their hash (the keys' trace_attrs_id). */
@@ -128,7 +156,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, u32);
-	__type(value, stack_trace_t);
+	__type(value, u64[THREAD_CTX_ATTR_WORDS]);
 } thread_ctx_attrs SEC(".maps");
 
 /* What the last thread_ctx_read on this CPU found. */
@@ -153,18 +181,19 @@ struct {
 } thread_ctx_results SEC(".maps");
 
 /* Bytes of a record read at once: its fixed part and the attributes kept. */
-#define THREAD_CTX_RECORD_MAX (THREAD_CTX_ATTRS_AT + THREAD_CTX_ATTRS_MAX)
+#define THREAD_CTX_RECORD_MAX (THREAD_CTX_FIXED + THREAD_CTX_ATTRS_MAX)
 #define THREAD_CTX_PAGE 4096
 
 /*
  * Reads the OTEP record of thread context p locates into r, its attribute
- * bytes into sc->raw + THREAD_CTX_ATTRS_AT; returns how many. The record
- * is read whole at once up to its page's end (the thread is stopped: no
- * torn record), then what it has past that.
+ * bytes into sc->raw; returns how many. The record is read whole at once
+ * up to its page's end (the thread is stopped: no torn record), then what
+ * it has past that.
  */
 static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, struct thread_ctx_result *r,
 					     struct thread_ctx_scratch *sc)
 {
+	const u8 *fixed = sc->fixed; /* the record's 28 bytes: through size_word */
 	u64 var, rec = 0, ids = 0;
 	u32 n, size;
 
@@ -177,33 +206,33 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 		return 0;
 	r->outcome = THREAD_CTX_READ_FAULT;
 	size = THREAD_CTX_PAGE - (rec & (THREAD_CTX_PAGE - 1));
-	size = size < THREAD_CTX_ATTRS_AT ? THREAD_CTX_ATTRS_AT : size; /* the fixed part spans pages */
+	size = size < THREAD_CTX_FIXED ? THREAD_CTX_FIXED : size; /* the fixed part spans pages */
 	size = size > THREAD_CTX_RECORD_MAX ? THREAD_CTX_RECORD_MAX : size;
 	barrier_var(size); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
 	size &= 1023;
-	if (bpf_probe_read_user(sc->raw, size, (void *)rec))
+	if (bpf_probe_read_user(sc->fixed, size, (void *)rec))
 		return 0;
 #pragma unroll
 	for (int i = 0; i < 16; i++)
-		ids |= sc->raw[i];
+		ids |= fixed[i];
 	r->outcome = THREAD_CTX_INVALID;
-	if (sc->raw[24] != 1 || !ids) /* valid */
+	if (fixed[24] != 1 || !ids) /* valid */
 		return 0;
-	__builtin_memcpy(r->trace_id, sc->raw, sizeof(r->trace_id));
-	__builtin_memcpy(r->span_id, sc->raw + 16, sizeof(r->span_id));
+	__builtin_memcpy(r->trace_id, fixed, sizeof(r->trace_id));
+	__builtin_memcpy(r->span_id, fixed + 16, sizeof(r->span_id));
 	r->outcome = THREAD_CTX_LINKED;
-	n = sc->raw[26] | (u32)sc->raw[27] << 8; /* attrs_size: little endian on both targets */
+	n = fixed[26] | (u32)fixed[27] << 8; /* attrs_size: little endian on both targets */
 	if (!n)
 		return 0;
 	if (n > THREAD_CTX_ATTRS_MAX) {
 		r->truncated = 1;
 		n = THREAD_CTX_ATTRS_MAX;
 	}
-	if (THREAD_CTX_ATTRS_AT + n <= size)
+	if (THREAD_CTX_FIXED + n <= size)
 		return n;
 	barrier_var(n); /* a mask on the helper's register, for 5.10 (see go_copy_string) */
 	n &= 1023;
-	if (bpf_probe_read_user(sc->raw + THREAD_CTX_ATTRS_AT, n, (void *)(rec + THREAD_CTX_ATTRS_AT))) {
+	if (bpf_probe_read_user(sc->raw, n, (void *)(rec + THREAD_CTX_FIXED))) {
 		r->lost = 1;
 		return 0;
 	}
@@ -212,18 +241,23 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 
 /*
  * Copies the labels of the goroutine the current thread runs, in process
- * p, into sc->raw + THREAD_CTX_ATTRS_AT (klen, key, vlen, value, ...);
+ * p, into sc->raw (klen, key, vlen, value, ...);
  * returns how many bytes.
  */
 static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct thread_ctx_result *r,
 					  struct thread_ctx_scratch *sc)
 {
-	u64 g, curg, set = 0;
-	int off = THREAD_CTX_ATTRS_AT, next;
+	u64 g = 0, sp = 0, curg = GO_NO_GOROUTINE, set = 0;
+	int off = 0, next, from_register;
 
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
-	g = go_current_g(p);
-	curg = go_user_goroutine(p, g, sc->g_block, &set);
+	from_register = go_register_g(p, &g, &sp);
+	if (from_register)
+		curg = go_user_goroutine(p, g, sp, 1, sc->g_block, &set);
+	if (curg == GO_NO_GOROUTINE && !p->g_register) {
+		g = go_tls_g(p);
+		curg = go_user_goroutine(p, g, sp, 0, sc->g_block, &set);
+	}
 	if (curg == GO_NO_GOROUTINE)
 		return 0;
 	r->outcome = THREAD_CTX_GO_NONE;
@@ -243,22 +277,30 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 		r->outcome = THREAD_CTX_GO_READ_FAULT;
 		return 0;
 	}
+	/*
+	 * Read back from the map: from a known offset, a reference's constant
+	 * size would give known offsets, and paths through references and
+	 * copies would never prune.
+	 */
+	sc->offset = 0;
+	off = *(volatile u64 *)&sc->offset & GO_RAW_MASK;
 #pragma clang loop unroll(disable)
 	for (u32 i = 0; i < GO_LABELS_MAX; i++) {
 		struct go_label *l = &sc->labels[i];
-		u64 klen = l->key_len, vlen = l->value_len;
+		u64 klen, vlen;
 
-		if (klen == GO_LABEL_ABSENT)
+		if (l->key_len == GO_LABEL_ABSENT)
 			continue;
-		klen = klen < GO_LABEL_KEY_MAX ? klen : GO_LABEL_KEY_MAX;
-		vlen = vlen < GO_LABEL_VALUE_MAX ? vlen : GO_LABEL_VALUE_MAX;
-		if (off + 2 + klen + vlen > THREAD_CTX_RECORD_MAX) {
+		klen = l->key_len < GO_LABEL_KEY_MAX ? l->key_len : GO_LABEL_KEY_MAX;
+		vlen = l->value_len < GO_LABEL_VALUE_MAX ? l->value_len : GO_LABEL_VALUE_MAX;
+		/* room for both copied (a reference, 8 bytes, is at most 7 more): few branches to verify */
+		if (off + 2 * GO_STRING_REF_SIZE + klen + vlen > THREAD_CTX_ATTRS_MAX) {
 			r->go_truncated = 1;
 			break;
 		}
-		next = go_copy_string(sc->raw, off, l->key, l->key_len, GO_LABEL_KEY_MAX, &r->go_truncated);
+		next = go_copy_string(p, sc->raw, off, l->key, l->key_len, GO_LABEL_KEY_MAX, &r->go_truncated);
 		if (next >= 0)
-			next = go_copy_string(sc->raw, next, l->value, l->value_len, GO_LABEL_VALUE_MAX,
+			next = go_copy_string(p, sc->raw, next, l->value, l->value_len, GO_LABEL_VALUE_MAX,
 					      &r->go_truncated);
 		if (next < 0) {
 			r->go_lost = 1; /* this label and those after it */
@@ -266,7 +308,6 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 		}
 		off = next;
 	}
-	off -= THREAD_CTX_ATTRS_AT;
 	r->outcome = off > 0 ? THREAD_CTX_GO_FOUND : THREAD_CTX_GO_NONE;
 	return off > 0 ? off : 0;
 }
@@ -284,7 +325,7 @@ static __always_inline void thread_ctx_read(u32 pid)
 	struct thread_ctx_scratch *sc;
 	struct thread_ctx_result *r;
 	const u64 *old;
-	u32 zero = 0, n;
+	u32 zero = 0, n, count;
 	s32 hash;
 
 	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
@@ -309,16 +350,27 @@ static __always_inline void thread_ctx_read(u32 pid)
 	n = *(volatile u64 *)&sc->size;
 	if (!n || n > THREAD_CTX_ATTRS_MAX)
 		return;
-	hash = thread_ctx_pack(sc, n);
-	old = bpf_map_lookup_elem(&thread_ctx_attrs, &hash);
-	if ((!p && !hash) ||
-	    (old ? !same_frames(old, sc->words) : bpf_map_update_elem(&thread_ctx_attrs, &hash, sc->words, BPF_ANY))) {
-		/* another record's attributes have the hash, or the map refused (or 0, none, for Go) */
-		if (p)
-			r->lost = 1;
-		else
-			r->go_lost = 1;
-		return;
+	count = thread_ctx_seal(sc, n);
+	/*
+	 * A thread sampled again mostly has what it had: the words stored
+	 * under this CPU's last id, compared, spare the hash. A map stores
+	 * words only under their hash, so the id is theirs.
+	 */
+	hash = sc->last_id;
+	old = hash > 0 ? bpf_map_lookup_elem(&thread_ctx_attrs, &hash) : 0;
+	if (!old || !thread_ctx_same(old, &sc->size_word, count)) {
+		hash = thread_ctx_hash(&sc->size_word, count);
+		old = bpf_map_lookup_elem(&thread_ctx_attrs, &hash);
+		if ((!p && !hash) || (old ? !thread_ctx_same(old, &sc->size_word, count)
+					  : bpf_map_update_elem(&thread_ctx_attrs, &hash, &sc->size_word, BPF_ANY))) {
+			/* another record's attributes have the hash, or the map refused (or 0, none, for Go) */
+			if (p)
+				r->lost = 1;
+			else
+				r->go_lost = 1;
+			return;
+		}
+		sc->last_id = hash;
 	}
 	if (p)
 		r->attrs_id = hash;

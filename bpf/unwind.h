@@ -163,13 +163,6 @@ struct user_regs {
 };
 
 /*
- * Set by user space: the kernel has bpf_task_pt_regs (Linux 5.15), which
- * knows where the saved user registers are (below a padding on kernels
- * built with FRED, 6.9+). Older kernels have none of that padding.
- */
-const volatile u8 have_task_pt_regs = 0;
-
-/*
  * Set by user space when it loads the tables of the processes announced:
  * then an address in no mapping of an announced process means its mappings
  * changed since they were read (a library loaded with dlopen, new JIT

@@ -46,6 +46,13 @@ type ThreadAttributeKeys interface {
 	ThreadAttributeKeys(pid uint32) []string
 }
 
+// MappedStrings is implemented by Symbolizers that read the strings of a
+// process's executable: the Go labels the samplers stored by reference
+// (golabels.Decode). exited: only what was read of the process before.
+type MappedStrings interface {
+	ReadExecutableString(pid uint32, addr uint64, n int, exited bool) ([]byte, bool)
+}
+
 // ThreadNamer names a thread the kernel did not name.
 type ThreadNamer func(pid, tid uint32) string
 
@@ -110,6 +117,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 			continue
 		}
 		proc := report.Process{Identity: id}
+		goLabels := a.goLabelDecoder(pid, exited, &st)
 		for _, s := range byPID[pid] {
 			frames := a.frames(s, id, exited)
 			for _, f := range frames {
@@ -136,10 +144,9 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 				}
 			}
 			if s.GoLabels != nil {
-				labels, dropped := golabels.Decode(s.GoLabels.Data)
-				st.GoLabelsDropped += dropped
+				labels := goLabels(s.GoLabels)
 				if sample.Attributes == nil {
-					sample.Attributes = labels
+					sample.Attributes = maps.Clone(labels)
 				} else {
 					for k, v := range labels { // the SDK's attributes win
 						if _, ok := sample.Attributes[k]; !ok {
@@ -154,6 +161,30 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 		st.Processes++
 	}
 	return prof, st
+}
+
+// goLabelDecoder returns what decodes the Go labels of pid's samples:
+// once per set (an id is the same bytes within a report), its strings by reference
+// read from the process's executable, its drops counted in st.
+func (a *Assembler) goLabelDecoder(pid uint32, exited bool, st *Stats) func(*capture.GoLabels) map[string]string {
+	var read golabels.ReadString
+	if ms, ok := a.Symbols.(MappedStrings); ok {
+		read = func(addr uint64, n int) ([]byte, bool) { return ms.ReadExecutableString(pid, addr, n, exited) }
+	}
+	type set struct {
+		labels  map[string]string
+		dropped int
+	}
+	decoded := map[uint32]set{}
+	return func(l *capture.GoLabels) map[string]string {
+		d, ok := decoded[l.ID]
+		if !ok {
+			d.labels, d.dropped = golabels.Decode(l.Data, read)
+			decoded[l.ID] = d
+		}
+		st.GoLabelsDropped += d.dropped // per sample, as the labels are
+		return d.labels
+	}
 }
 
 // nameUnread names a process whose identity has no service name (it exited

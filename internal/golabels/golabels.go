@@ -39,6 +39,11 @@ type Binary struct {
 	// unless GRegister: then it is in x28 only (arm64 without cgo).
 	TLSOffset int64
 	GRegister bool
+	// StringsLo and StringsHi are the addresses of the executable's
+	// .rodata, where its string literals are, loaded read-only (0, 0: not
+	// known, a position-independent executable): the samplers store a
+	// label's string there by reference (Decode).
+	StringsLo, StringsHi uint64
 }
 
 // Prepare reads what the samplers need from the executable f (its bytes
@@ -76,7 +81,30 @@ func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
 	if !setsLabels(f) {
 		return nil, ErrNoLabels
 	}
+	b.StringsLo, b.StringsHi = readOnlySegment(f)
 	return b, nil
+}
+
+// refLimit bounds the addresses of a reference (GO_STRING_REF_LIMIT: 6
+// bytes of it).
+const refLimit = 1 << 48
+
+// readOnlySegment returns the addresses of f's .rodata, where the Go
+// linker puts string literals, when f is loaded where it says (not position
+// independent) and a segment maps it read-only (alone, or with the code
+// when linked externally), within a reference's bounds.
+func readOnlySegment(f *elf.File) (lo, hi uint64) {
+	ro := f.Section(".rodata")
+	if f.Type != elf.ET_EXEC || ro == nil || ro.Type != elf.SHT_PROGBITS || ro.Size == 0 ||
+		ro.Addr+ro.Size < ro.Addr || ro.Addr+ro.Size > refLimit {
+		return 0, 0
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 && ro.Addr >= p.Vaddr && ro.Addr+ro.Size <= p.Vaddr+p.Filesz {
+			return ro.Addr, ro.Addr + ro.Size
+		}
+	}
+	return 0, 0
 }
 
 // releaseMinor returns the minor release of a build info Go version:

@@ -40,8 +40,8 @@ func build(t *testing.T, arch string, cgo bool) (*os.File, *elf.File) {
 }
 
 // buildDir builds the program in dir for arch, with cgo or not, with
-// ldflags, and opens it.
-func buildDir(t *testing.T, dir, arch string, cgo bool, ldflags string) (*os.File, *elf.File) {
+// ldflags and more go build flags, and opens it.
+func buildDir(t *testing.T, dir, arch string, cgo bool, ldflags string, flags ...string) (*os.File, *elf.File) {
 	t.Helper()
 	cc := "gcc"
 	if arch == "arm64" {
@@ -51,7 +51,7 @@ func buildDir(t *testing.T, dir, arch string, cgo bool, ldflags string) (*os.Fil
 		t.Skipf("no %s to build a cgo executable for %s", cc, arch)
 	}
 	out := filepath.Join(t.TempDir(), filepath.Base(dir))
-	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", out, ".")
+	cmd := exec.Command("go", append(append([]string{"build", "-ldflags=" + ldflags}, flags...), "-o", out, ".")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CC="+cc, "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	if cgo {
@@ -112,7 +112,23 @@ func TestPrepare(t *testing.T) {
 			if b.Offsets != fromDWARF {
 				t.Errorf("known offsets %+v, DWARF says %+v", b.Offsets, fromDWARF)
 			}
+			if ro := ef.Section(".rodata"); ro == nil || ro.Addr < b.StringsLo || ro.Addr+ro.Size > b.StringsHi {
+				t.Errorf("read-only segment %#x-%#x does not hold .rodata", b.StringsLo, b.StringsHi)
+			}
 		})
+	}
+}
+
+// A position-independent executable is loaded elsewhere than its
+// addresses say: its strings are copied, never referenced.
+func TestPreparePIEHasNoStringRange(t *testing.T) {
+	f, ef := buildDir(t, "testdata/labels", runtime.GOARCH, false, "", "-buildmode=pie")
+	b, err := Prepare(f, ef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.StringsLo != 0 || b.StringsHi != 0 {
+		t.Errorf("read-only segment %#x-%#x, want none", b.StringsLo, b.StringsHi)
 	}
 }
 
@@ -194,7 +210,7 @@ func TestOffsetsCheck(t *testing.T) {
 			t.Errorf("go1.%d: %v", r.minor, err)
 		}
 	}
-	for _, o := range []Offsets{{GM: 48, GLabels: 600, GGoid: 152}, {GM: 48, GLabels: 349, GGoid: 152}, {GM: 700, GLabels: 48, GGoid: 152}, {GM: 48, GLabels: 352, GGoid: 400}} {
+	for _, o := range []Offsets{{GM: 48, GLabels: 600, GGoid: 152}, {GM: 48, GLabels: 349, GGoid: 152}, {GM: 700, GLabels: 48, GGoid: 152}, {GM: 48, GLabels: 352, GGoid: 504}, {GM: 8, GLabels: 352, GGoid: 152}} {
 		if err := o.check(); err == nil {
 			t.Errorf("%+v: no error", o)
 		}

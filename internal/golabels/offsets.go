@@ -49,16 +49,17 @@ var knownOffsets = map[release]Offsets{
 // map[string]string is tophash [8]uint8, keys [8]string, values
 // [8]string, overflow: 272 bytes.
 
-// gBlock is how many bytes of g the samplers read at once, from g.m to
-// g.labels (GO_G_BLOCK in bpf/golabels.h).
+// gBlock is how many bytes of g the samplers read at once, from its start
+// (g.stack) to past g.m, g.goid and g.labels (GO_G_BLOCK in
+// bpf/golabels.h).
 const gBlock = 512
 
-// check says whether the samplers can read o: g.m and g.labels 8-aligned
-// within one block, g.goid 8-aligned between them.
+// check says whether the samplers can read o: g.m, g.goid and g.labels
+// 8-aligned within one block from g's start.
 func (o Offsets) check() error {
-	lo, hi := min(o.GM, o.GLabels), max(o.GM, o.GLabels)
-	if o.GM%8 != 0 || o.GLabels%8 != 0 || o.GGoid%8 != 0 || hi+8-lo >= gBlock || o.GGoid < lo || o.GGoid > hi {
-		return fmt.Errorf("g.m at %d, g.labels at %d, g.goid at %d: not 8-aligned within %d bytes", o.GM, o.GLabels, o.GGoid, gBlock)
+	hi := max(o.GM, o.GLabels, o.GGoid)
+	if o.GM%8 != 0 || o.GLabels%8 != 0 || o.GGoid%8 != 0 || o.GM < 16 || o.GLabels < 16 || o.GGoid < 16 || hi+8 >= gBlock {
+		return fmt.Errorf("g.m at %d, g.labels at %d, g.goid at %d: not 8-aligned past g.stack within %d bytes", o.GM, o.GLabels, o.GGoid, gBlock)
 	}
 	return nil
 }

@@ -60,6 +60,9 @@ func Open() (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := unwinder.Prepare(spec, nil); err != nil { // the kernel's features, as the samplers get them
+		return nil, err
+	}
 	page, err := unix.Mmap(-1, 0, unix.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, err
@@ -87,13 +90,24 @@ const (
 	Read                   // the readers, as a sample calls them
 	OneRead                // one 8-byte bpf_probe_read_user to the stack
 	OneReadMap             // the same read to a per-CPU map value
+	ReadAfter              // the readers after another context on the CPU (RunAfter)
 )
 
 // Run calls mode's function reads times (at most MaxReads) on the calling
 // thread.
 func (r *Reader) Run(reads int, mode Mode) (Result, error) {
+	return r.run(reads, mode, uint64(uintptr(unsafe.Pointer(&r.page[0]))))
+}
+
+// RunAfter is Run in mode ReadAfter: each read finds the CPU's last
+// context to be the one stored under id (a Result's AttrsId or
+// GoLabelsId), as when another thread ran on the CPU between two samples.
+func (r *Reader) RunAfter(reads int, id int32) (Result, error) {
+	return r.run(reads, ReadAfter, uint64(uint32(id)))
+}
+
+func (r *Reader) run(reads int, mode Mode, addr uint64) (Result, error) {
 	var res Result
-	addr := uint64(uintptr(unsafe.Pointer(&r.page[0])))
 	if _, err := r.objs.Run.Run(&ebpf.RunOptions{Context: []uint64{uint64(r.pid), uint64(reads), uint64(mode), addr}}); err != nil {
 		return res, fmt.Errorf("run readbench program: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -39,6 +40,7 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 	for i := range 9 {
 		manyLabels = append(manyLabels, "k"+string(rune('0'+i)), "v")
 	}
+	heapValue := strings.Clone("t-42") // on the heap: copied, not referenced
 	tests := []struct {
 		name      string
 		record    []byte // published unless nil; unpublished when empty
@@ -46,6 +48,7 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 		outcome   uint32
 		attrs     []byte // the attribute bytes stored, for linked
 		goLabels  map[string]string
+		refs      int // strings stored by reference (literals), when the executable is not position independent
 		truncated uint32
 	}{
 		{name: "nothing published", outcome: unpublished},
@@ -55,12 +58,15 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 		{name: "null slot", record: []byte{}, outcome: none},
 		{name: "attributes cut", record: Record(1, long), outcome: linked, attrs: long[:616], truncated: 1},
 		{name: "go labels", labels: []string{"handler", "checkout", "tenant", "t-42"}, outcome: goFound,
-			goLabels: map[string]string{"handler": "checkout", "tenant": "t-42"}},
+			goLabels: map[string]string{"handler": "checkout", "tenant": "t-42"}, refs: 4},
+		{name: "go labels, a value on the heap", labels: []string{"handler", "checkout", "tenant", heapValue}, outcome: goFound,
+			goLabels: map[string]string{"handler": "checkout", "tenant": "t-42"}, refs: 3},
 		{name: "go without labels", labels: []string{}, outcome: goNone},
-		{name: "go labels cut at 8", labels: manyLabels, outcome: goFound, truncated: 1,
+		{name: "go labels cut at 8", labels: manyLabels, outcome: goFound, truncated: 1, refs: -1,
 			goLabels: map[string]string{"k0": "v", "k1": "v", "k2": "v", "k3": "v", "k4": "v", "k5": "v", "k6": "v", "k7": "v"}},
 	}
 	where, skipped := "?", 0
+	var bin *golabels.Binary
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r.Forget()
@@ -87,6 +93,7 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				bin = b
 				where = fmt.Sprintf("g at TLS %d", b.TLSOffset)
 				if b.GRegister {
 					where = "g in x28"
@@ -128,13 +135,56 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, dropped := golabels.Decode(raw); !maps.Equal(got, tt.goLabels) || dropped != 0 {
+			if got, dropped := golabels.Decode(raw, ownStrings(t, bin)); !maps.Equal(got, tt.goLabels) || dropped != 0 {
 				t.Errorf("go labels %v (%d dropped), want %v", got, dropped, tt.goLabels)
 			}
+			want := tt.refs
+			if bin.StringsHi == 0 {
+				want = 0 // position independent: every string copied
+			}
+			if refs := countRefs(raw); tt.refs >= 0 && refs != want {
+				t.Errorf("%d strings by reference, want %d (read-only segment %#x-%#x)", refs, want, bin.StringsLo, bin.StringsHi)
+			}
 		})
+	}
+	if bin != nil {
+		where += fmt.Sprintf(", literals by reference: %v", bin.StringsHi != 0)
 	}
 	if skipped > 0 { // arm64 without cgo
 		where += fmt.Sprintf(", %d OTEP cases n/a: no thread pointer", skipped)
 	}
 	t.Logf("matrix: %d cases, %s", len(tests)-skipped, where)
+}
+
+// ownStrings reads this process's strings in b's read-only segment, as the
+// symbolizer reads a sampled process's from its executable.
+func ownStrings(t *testing.T, b *golabels.Binary) golabels.ReadString {
+	mem, err := os.Open("/proc/self/mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mem.Close() })
+	return func(addr uint64, n int) ([]byte, bool) {
+		if addr < b.StringsLo || addr+uint64(n) > b.StringsHi { //nolint:gosec // n is a byte
+			return nil, false
+		}
+		buf := make([]byte, n)
+		_, err := mem.ReadAt(buf, int64(addr)) //nolint:gosec // below 1<<48
+		return buf, err == nil
+	}
+}
+
+// countRefs counts the strings stored by reference in labels the readers
+// stored (golabels.Decode's format).
+func countRefs(raw []byte) int {
+	refs := 0
+	for len(raw) > 0 {
+		if raw[0] == 0xff {
+			refs++
+			raw = raw[min(8, len(raw)):]
+			continue
+		}
+		raw = raw[min(1+int(raw[0]), len(raw)):]
+	}
+	return refs
 }

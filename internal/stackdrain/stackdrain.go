@@ -11,6 +11,7 @@ package stackdrain
 
 import (
 	"cmp"
+	"encoding/binary"
 	"slices"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
@@ -198,25 +199,25 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 	return samples, userMissing, kernelMissing
 }
 
-// UnpackAttrs returns the attribute bytes bpf/threadctx.h packed into
-// words: their count in the first, then 7 bytes a word, each word's top
-// bit set; nil when the words are not such.
+// UnpackAttrs returns the attribute bytes bpf/threadctx.h stored in words
+// (a thread_ctx_attrs value): their count in the first word, marked by its
+// top bit, then the bytes, 8 a word in memory order (both targets are
+// little endian); nil when the words are not such. Words past the count's
+// may hold anything.
 func UnpackAttrs(words []uint64) []byte {
 	const mark = 1 << 63
 	if len(words) == 0 || words[0]&mark == 0 {
 		return nil
 	}
-	n := int(words[0] &^ mark)
-	if n > 7*(len(words)-1) {
+	n := words[0] &^ mark
+	if n > 8*uint64(len(words)-1) {
 		return nil
 	}
-	out := make([]byte, 0, n)
-	for _, w := range words[1:] {
-		for j := 0; j < 7 && len(out) < n; j++ {
-			out = append(out, byte(w>>(8*j)))
-		}
+	out := make([]byte, 0, (n+7)&^7)
+	for _, w := range words[1 : 1+(n+7)/8] {
+		out = binary.LittleEndian.AppendUint64(out, w)
 	}
-	return out
+	return out[:n]
 }
 
 // compareScopes orders samples outside probe scopes first, then by probe and start.

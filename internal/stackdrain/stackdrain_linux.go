@@ -189,7 +189,7 @@ func (b *Buffers) addTraceAttrs(samples []capture.RawStack, counts map[stackKey]
 		}
 		attrs[id] = nil // evicted meanwhile: none
 		if err := b.maps.TraceAttrs.Lookup(id, words); err == nil {
-			attrs[id] = UnpackAttrs(trimStack(words))
+			attrs[id] = UnpackAttrs(words)
 		}
 	}
 	for k := range counts {

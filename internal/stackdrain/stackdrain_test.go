@@ -180,24 +180,25 @@ func TestDecodeProcessEvent(t *testing.T) {
 	}
 }
 
-// pack packs attribute bytes as bpf/threadctx.h does.
+// pack stores attribute bytes as bpf/threadctx.h does, with garbage
+// words after them as a reused per-CPU buffer leaves.
 func pack(b []byte) []uint64 {
 	const mark = 1 << 63
 	words := []uint64{mark | uint64(len(b))}
-	for i := 0; i < len(b); i += 7 {
-		w := uint64(mark)
-		for j := 0; j < 7 && i+j < len(b); j++ {
+	for i := 0; i < len(b); i += 8 {
+		var w uint64
+		for j := 0; j < 8 && i+j < len(b); j++ {
 			w |= uint64(b[i+j]) << (8 * j)
 		}
 		words = append(words, w)
 	}
-	return words
+	return append(words, 0xdeadbeef, 0)
 }
 
 func TestUnpackAttrs(t *testing.T) {
 	long := make([]byte, 616)
 	for i := range long {
-		long[i] = byte(i) // zero bytes too: no word is zero
+		long[i] = byte(i) // zero bytes too
 	}
 	tests := []struct {
 		name  string
@@ -205,11 +206,12 @@ func TestUnpackAttrs(t *testing.T) {
 		want  []byte
 	}{
 		{"one entry", pack([]byte("\x00\x09/checkout")), []byte("\x00\x09/checkout")},
-		{"seven bytes exactly", pack([]byte("\x01\x05GET/a")), []byte("\x01\x05GET/a")},
-		{"zero bytes inside", pack([]byte{0, 0, 0, 0, 0, 0, 0, 0}), []byte{0, 0, 0, 0, 0, 0, 0, 0}},
+		{"eight bytes exactly", pack([]byte("\x01\x06GET/ab")), []byte("\x01\x06GET/ab")},
+		{"a zero word inside", pack(make([]byte, 20)), make([]byte, 20)},
 		{"the most BPF keeps", pack(long), long},
 		{"no mark", []uint64{3, 1}, nil},
-		{"a count beyond the words", []uint64{1<<63 | 20, 1<<63 | 1}, nil},
+		{"a count beyond the words", []uint64{1<<63 | 17, 1, 2}, nil},
+		{"a count the words hold", []uint64{1<<63 | 16, 0x0807060504030201, 0}, []byte{1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0, 0, 0, 0, 0}},
 		{"none", nil, nil},
 	}
 	for _, tt := range tests {

@@ -61,7 +61,8 @@ func GoLabelsEntry(b *golabels.Binary) bpf.CpuGoLabelsProc {
 		TlsOffset: b.TLSOffset,
 		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
 		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
-		Layout: uint8(b.Offsets.Layout),
+		Layout:    uint8(b.Offsets.Layout),
+		StringsLo: b.StringsLo, StringsHi: b.StringsHi,
 	}
 	if b.GRegister {
 		value.G_register = 1

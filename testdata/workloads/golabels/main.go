@@ -96,10 +96,13 @@ func main() {
 			sleepInSyscall()
 		}
 	})
+	// The literals are referenced by the reader; tenant's value, made at
+	// run time (on the heap), is copied.
+	tenant := "t-" + strconv.Itoa(42)
 	for time.Now().Before(until) {
 		u := time.Millisecond + rand.N(2*time.Millisecond)
 		pprof.Do(ctx, pprof.Labels("handler", "checkout"), func(context.Context) { burnCheckout(3 * u) })
-		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", "t-42"), func(context.Context) { burnSearch(u) })
+		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", tenant), func(context.Context) { burnSearch(u) })
 		burnUnlabeled(u)
 	}
 }
