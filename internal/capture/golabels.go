@@ -3,9 +3,9 @@ package capture
 // GoLabels are the runtime/pprof labels of the goroutine a Go thread ran
 // when the sample was taken (bpf/golabels.h).
 type GoLabels struct {
-	// Data is what BPF copied (key length, key, value length, value, ...;
-	// golabels.Decode); nil: evicted before it was read. ID is where BPF
-	// keeps it.
+	// Data is what BPF stored (each key and value a length and its bytes,
+	// or a reference to a literal in the executable; golabels.Decode); nil:
+	// evicted before it was read. ID is where BPF keeps it.
 	Data []byte
 	ID   uint32
 }
