@@ -8,7 +8,9 @@ package main
 // timed in BPF. Each case's cost is its ns per read less the loop's (the
 // same calls to an empty function); cases alternate within rounds. The
 // readers' memory is warm, as it is for a thread sampled over and over: a
-// thread's first sample after a long sleep pays cache misses on top.
+// thread's first sample after a long sleep pays cache misses on top. The
+// Go cases have the thread's user registers at hand, as a CPU sample in
+// user mode has them, but one, which takes them as off-CPU samples do.
 
 import (
 	"bytes"
@@ -74,6 +76,8 @@ func readerCases() []readerCase {
 		{name: "Go labels, 8 of 41+30 bytes", outcome: 4, setup: goLabels, labels: long, mode: readbench.Read},
 		{name: "Go labels, 2, another's last on the CPU", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"},
 			mode: readbench.ReadAfter, before: readbench.Record(1, route)},
+		{name: "Go labels, 2, registers saved entering the kernel", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"},
+			mode: readbench.ReadSaved},
 		{name: "Go goroutine without labels", outcome: 5, setup: goLabels, mode: readbench.Read},
 	}
 }

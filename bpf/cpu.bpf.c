@@ -224,7 +224,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	if (sampled(cfg, &key)) {
 		/* Once, before either generation's path: finish reads them. */
 		python_walk_current(key.pid);
-		thread_ctx_read(key.pid);
+		thread_ctx_read(key.pid, user_mode_regs((const u64 *)ctx) ? (const u64 *)ctx : 0);
 		if (cfg->generation & 1)
 			record(ctx, 1, &counts_1, &stacks_1, &key);
 		else

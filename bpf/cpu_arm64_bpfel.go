@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CpuContextProc struct {
+	_        structs.HostLayout
+	Otep     CpuThreadCtxProc
+	Go       CpuGoLabelsProc
+	Sources  uint32
+	Reserved uint32
+}
+
 type CpuGoLabelsProc struct {
 	_          structs.HostLayout
 	TlsOffset  int64
@@ -196,11 +204,14 @@ type CpuThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	G_block  [512]uint8
-	Size     uint64
-	Offset   uint64
-	LastId   int32
-	Reserved uint32
+	G_block   [512]uint8
+	Size      uint64
+	Offset    uint64
+	LastWords [78]uint64
+	LastId    int32
+	LastCount uint32
+	LastHits  uint32
+	Reserved  uint32
 }
 
 type CpuUnwindMapping struct {
@@ -266,9 +277,9 @@ type CpuWalkState struct {
 const (
 	CpuMapComms            = "comms"
 	CpuMapConfig           = "config"
+	CpuMapContextProcs     = "context_procs"
 	CpuMapCounts0          = "counts_0"
 	CpuMapCounts1          = "counts_1"
-	CpuMapGoLabelsProcs    = "go_labels_procs"
 	CpuMapHotspotProcs     = "hotspot_procs"
 	CpuMapInflight         = "inflight"
 	CpuMapNewPids          = "new_pids"
@@ -286,7 +297,6 @@ const (
 	CpuMapStats            = "stats"
 	CpuMapTargetPids       = "target_pids"
 	CpuMapThreadCtxAttrs   = "thread_ctx_attrs"
-	CpuMapThreadCtxProcs   = "thread_ctx_procs"
 	CpuMapThreadCtxResults = "thread_ctx_results"
 	CpuMapThreadCtxScratch = "thread_ctx_scratch"
 	CpuMapUnwindFiles      = "unwind_files"
@@ -359,9 +369,9 @@ type CpuProgramSpecs struct {
 type CpuMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
-	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -379,7 +389,6 @@ type CpuMapSpecs struct {
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -422,9 +431,9 @@ func (o *CpuObjects) Close() error {
 type CpuMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
-	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -442,7 +451,6 @@ type CpuMaps struct {
 	Stats            *ebpf.Map `ebpf:"stats"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
@@ -457,9 +465,9 @@ func (m *CpuMaps) Close() error {
 	return _CpuClose(
 		m.Comms,
 		m.Config,
+		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,
-		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,
@@ -477,7 +485,6 @@ func (m *CpuMaps) Close() error {
 		m.Stats,
 		m.TargetPids,
 		m.ThreadCtxAttrs,
-		m.ThreadCtxProcs,
 		m.ThreadCtxResults,
 		m.ThreadCtxScratch,
 		m.UnwindFiles,

@@ -29,6 +29,7 @@ func TestCpuSpecLayout(t *testing.T) {
 		{CpuMapInflight, ebpf.PerCPUArray, 4, unsafe.Sizeof(CpuInflightSeq{})},
 		{CpuMapPythonProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuPythonProc{})},
 		{CpuMapOpenScopes, ebpf.LRUHash, 4, unsafe.Sizeof(CpuOpenScope{})},
+		{CpuMapContextProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuContextProc{})},
 	})
 	if got := unsafe.Sizeof(CpuPythonProc{}); got != 56 {
 		t.Errorf("python_proc is %d bytes, want 56 (explicit padding only)", got)
@@ -38,6 +39,9 @@ func TestCpuSpecLayout(t *testing.T) {
 	}
 	if got := unsafe.Sizeof(CpuThreadCtxProc{}); got != 16 {
 		t.Errorf("thread_ctx_proc is %d bytes, want 16", got)
+	}
+	if got := unsafe.Sizeof(CpuContextProc{}); got != 16+56+8 {
+		t.Errorf("context_proc is %d bytes, want 80 (thread_ctx_proc, go_labels_proc, sources)", got)
 	}
 	// recorded, lost_map_full, user and kernel stack losses by reason
 	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason

@@ -4,8 +4,8 @@
  * SetGoroutineLabels): from the thread's g (the register Go code keeps it
  * in, r14 or x28, when the thread's stack is g's; else TLS) to g.m.curg,
  * the user goroutine even on the system or signal stack, to curg.labels.
- * User space fills go_labels_procs[pid] from the executable's Go version
- * (internal/golabels). The labels are copied as klen, key, vlen, value
+ * User space fills context_procs[pid].go (threadctx.h) from the
+ * executable's Go version (internal/golabels). The labels are copied as klen, key, vlen, value
  * bytes, a literal string by reference, for threadctx.h to store.
  */
 #ifndef BPFPROFILER_GOLABELS_H
@@ -48,13 +48,6 @@ struct go_labels_proc {
 	u64 strings_lo, strings_hi;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u32); /* pid as the collector sees it */
-	__type(value, struct go_labels_proc);
-} go_labels_procs SEC(".maps");
-
 /* A Go string header pair: one label. */
 struct go_label {
 	u64 key, key_len, value, value_len;
@@ -80,14 +73,20 @@ struct go_hmap {
 };
 
 /*
- * The g register Go code keeps (r14, x28) and the stack pointer, as the
- * thread saved them entering the kernel; 0 when they cannot be read (a
- * kernel before bpf_task_pt_regs, unless g is in x28 only).
+ * The g register Go code keeps (r14, x28) and the stack pointer: from
+ * uregs, the user registers a sample in user mode has, else as the thread
+ * saved them entering the kernel; 0 when they cannot be read (a kernel
+ * before bpf_task_pt_regs, unless g is in x28 only).
  */
-static __always_inline int go_register_g(const struct go_labels_proc *p, u64 *g, u64 *sp)
+static __always_inline int go_register_g(const struct go_labels_proc *p, const u64 *uregs, u64 *g, u64 *sp)
 {
 	u64 base;
 
+	if (uregs) {
+		*g = uregs[UREGS_GO_G / 8];
+		*sp = uregs[UREGS_SP / 8];
+		return 1;
+	}
 	if (have_task_pt_regs) {
 		const u64 *regs = (const u64 *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
@@ -247,7 +246,6 @@ static __always_inline int go_map_labels(u64 set, struct go_label *labels, struc
  */
 #define GO_STRING_REF 0xff
 #define GO_STRING_REF_SIZE 8
-#define GO_STRING_REF_LIMIT (1ULL << 48)
 
 /*
  * Stores the string at addr of len bytes (cut to max) to raw at off: a
@@ -266,7 +264,7 @@ static __always_inline int go_copy_string(const struct go_labels_proc *p, u8 *ra
 		len = max;
 	}
 	if (len && addr >= p->strings_lo && addr + len <= p->strings_hi) {
-		/* user space keeps strings_hi within GO_STRING_REF_LIMIT: the address fits 6 bytes */
+		/* user space keeps strings_hi below 2^48: the address fits 6 bytes */
 		*(u64 *)(raw + o) = GO_STRING_REF | addr << 8;
 		raw[o + 7] = len;
 		return (o + GO_STRING_REF_SIZE) & GO_RAW_MASK;

@@ -206,7 +206,7 @@ __attribute__((noinline)) int python_walk_global(u32 pid)
  */
 __attribute__((noinline)) int thread_ctx_read_global(u32 pid)
 {
-	thread_ctx_read(pid);
+	thread_ctx_read(pid, 0); /* in the kernel: its saved registers */
 	return 0;
 }
 

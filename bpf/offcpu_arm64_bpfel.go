@@ -13,21 +13,31 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type OffcpuGoLabelsProc struct {
-	_          structs.HostLayout
-	TlsOffset  int64
-	G_m        uint32
-	G_labels   uint32
-	G_goid     uint32
-	M_g0       uint32
-	M_gsignal  uint32
-	M_curg     uint32
-	Layout     uint8
-	G_register uint8
-	Reserved   uint16
-	Reserved2  uint32
-	StringsLo  uint64
-	StringsHi  uint64
+type OffcpuContextProc struct {
+	_    structs.HostLayout
+	Otep struct {
+		_      structs.HostLayout
+		Offset int64
+		Module uint64
+	}
+	Go struct {
+		_          structs.HostLayout
+		TlsOffset  int64
+		G_m        uint32
+		G_labels   uint32
+		G_goid     uint32
+		M_g0       uint32
+		M_gsignal  uint32
+		M_curg     uint32
+		Layout     uint8
+		G_register uint8
+		Reserved   uint16
+		Reserved2  uint32
+		StringsLo  uint64
+		StringsHi  uint64
+	}
+	Sources  uint32
+	Reserved uint32
 }
 
 type OffcpuHotspotProc struct {
@@ -203,12 +213,6 @@ type OffcpuThreadComm struct {
 	Comm [16]int8
 }
 
-type OffcpuThreadCtxProc struct {
-	_      structs.HostLayout
-	Offset int64
-	Module uint64
-}
-
 type OffcpuThreadCtxResult struct {
 	_           structs.HostLayout
 	TraceId     [16]uint8
@@ -243,11 +247,14 @@ type OffcpuThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	G_block  [512]uint8
-	Size     uint64
-	Offset   uint64
-	LastId   int32
-	Reserved uint32
+	G_block   [512]uint8
+	Size      uint64
+	Offset    uint64
+	LastWords [78]uint64
+	LastId    int32
+	LastCount uint32
+	LastHits  uint32
+	Reserved  uint32
 }
 
 type OffcpuUnwindMapping struct {
@@ -290,10 +297,10 @@ type OffcpuV8Proc struct {
 const (
 	OffcpuMapComms            = "comms"
 	OffcpuMapConfig           = "config"
+	OffcpuMapContextProcs     = "context_procs"
 	OffcpuMapCounts0          = "counts_0"
 	OffcpuMapCounts1          = "counts_1"
 	OffcpuMapExcludedPids     = "excluded_pids"
-	OffcpuMapGoLabelsProcs    = "go_labels_procs"
 	OffcpuMapHotspotProcs     = "hotspot_procs"
 	OffcpuMapInflight         = "inflight"
 	OffcpuMapNewPids          = "new_pids"
@@ -313,7 +320,6 @@ const (
 	OffcpuMapStats            = "stats"
 	OffcpuMapTargetPids       = "target_pids"
 	OffcpuMapThreadCtxAttrs   = "thread_ctx_attrs"
-	OffcpuMapThreadCtxProcs   = "thread_ctx_procs"
 	OffcpuMapThreadCtxResults = "thread_ctx_results"
 	OffcpuMapThreadCtxScratch = "thread_ctx_scratch"
 	OffcpuMapUnwindFiles      = "unwind_files"
@@ -387,10 +393,10 @@ type OffcpuProgramSpecs struct {
 type OffcpuMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
-	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -410,7 +416,6 @@ type OffcpuMapSpecs struct {
 	Stats            *ebpf.MapSpec `ebpf:"stats"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -454,10 +459,10 @@ func (o *OffcpuObjects) Close() error {
 type OffcpuMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
-	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -477,7 +482,6 @@ type OffcpuMaps struct {
 	Stats            *ebpf.Map `ebpf:"stats"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
@@ -492,10 +496,10 @@ func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
 		m.Comms,
 		m.Config,
+		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
-		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,
@@ -515,7 +519,6 @@ func (m *OffcpuMaps) Close() error {
 		m.Stats,
 		m.TargetPids,
 		m.ThreadCtxAttrs,
-		m.ThreadCtxProcs,
 		m.ThreadCtxResults,
 		m.ThreadCtxScratch,
 		m.UnwindFiles,

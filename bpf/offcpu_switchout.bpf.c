@@ -190,7 +190,7 @@ static __always_inline void capture_thread_ctx(struct offcpu_sleep *s, u32 pid)
 	struct thread_ctx_result *r;
 	u32 zero = 0;
 
-	thread_ctx_read(pid);
+	thread_ctx_read(pid, 0); /* in the kernel: its saved registers */
 	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
 	if (r)
 		s->thread_ctx = *r;

@@ -13,21 +13,31 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type OffcpuSwitchoutGoLabelsProc struct {
-	_          structs.HostLayout
-	TlsOffset  int64
-	G_m        uint32
-	G_labels   uint32
-	G_goid     uint32
-	M_g0       uint32
-	M_gsignal  uint32
-	M_curg     uint32
-	Layout     uint8
-	G_register uint8
-	Reserved   uint16
-	Reserved2  uint32
-	StringsLo  uint64
-	StringsHi  uint64
+type OffcpuSwitchoutContextProc struct {
+	_    structs.HostLayout
+	Otep struct {
+		_      structs.HostLayout
+		Offset int64
+		Module uint64
+	}
+	Go struct {
+		_          structs.HostLayout
+		TlsOffset  int64
+		G_m        uint32
+		G_labels   uint32
+		G_goid     uint32
+		M_g0       uint32
+		M_gsignal  uint32
+		M_curg     uint32
+		Layout     uint8
+		G_register uint8
+		Reserved   uint16
+		Reserved2  uint32
+		StringsLo  uint64
+		StringsHi  uint64
+	}
+	Sources  uint32
+	Reserved uint32
 }
 
 type OffcpuSwitchoutHotspotProc struct {
@@ -190,12 +200,6 @@ type OffcpuSwitchoutThreadComm struct {
 	Comm [16]int8
 }
 
-type OffcpuSwitchoutThreadCtxProc struct {
-	_      structs.HostLayout
-	Offset int64
-	Module uint64
-}
-
 type OffcpuSwitchoutThreadCtxResult struct {
 	_           structs.HostLayout
 	TraceId     [16]uint8
@@ -230,11 +234,14 @@ type OffcpuSwitchoutThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	G_block  [512]uint8
-	Size     uint64
-	Offset   uint64
-	LastId   int32
-	Reserved uint32
+	G_block   [512]uint8
+	Size      uint64
+	Offset    uint64
+	LastWords [78]uint64
+	LastId    int32
+	LastCount uint32
+	LastHits  uint32
+	Reserved  uint32
 }
 
 type OffcpuSwitchoutUnwindMapping struct {
@@ -277,10 +284,10 @@ type OffcpuSwitchoutV8Proc struct {
 const (
 	OffcpuSwitchoutMapComms             = "comms"
 	OffcpuSwitchoutMapConfig            = "config"
+	OffcpuSwitchoutMapContextProcs      = "context_procs"
 	OffcpuSwitchoutMapCounts0           = "counts_0"
 	OffcpuSwitchoutMapCounts1           = "counts_1"
 	OffcpuSwitchoutMapExcludedPids      = "excluded_pids"
-	OffcpuSwitchoutMapGoLabelsProcs     = "go_labels_procs"
 	OffcpuSwitchoutMapHotspotProcs      = "hotspot_procs"
 	OffcpuSwitchoutMapInflight          = "inflight"
 	OffcpuSwitchoutMapNewPids           = "new_pids"
@@ -300,7 +307,6 @@ const (
 	OffcpuSwitchoutMapSwitchNow         = "switch_now"
 	OffcpuSwitchoutMapTargetPids        = "target_pids"
 	OffcpuSwitchoutMapThreadCtxAttrs    = "thread_ctx_attrs"
-	OffcpuSwitchoutMapThreadCtxProcs    = "thread_ctx_procs"
 	OffcpuSwitchoutMapThreadCtxResults  = "thread_ctx_results"
 	OffcpuSwitchoutMapThreadCtxScratch  = "thread_ctx_scratch"
 	OffcpuSwitchoutMapUnwindFiles       = "unwind_files"
@@ -379,10 +385,10 @@ type OffcpuSwitchoutProgramSpecs struct {
 type OffcpuSwitchoutMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
-	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -402,7 +408,6 @@ type OffcpuSwitchoutMapSpecs struct {
 	SwitchNow        *ebpf.MapSpec `ebpf:"switch_now"`
 	TargetPids       *ebpf.MapSpec `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -447,10 +452,10 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 type OffcpuSwitchoutMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
-	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -470,7 +475,6 @@ type OffcpuSwitchoutMaps struct {
 	SwitchNow        *ebpf.Map `ebpf:"switch_now"`
 	TargetPids       *ebpf.Map `ebpf:"target_pids"`
 	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
@@ -486,10 +490,10 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 	return _OffcpuSwitchoutClose(
 		m.Comms,
 		m.Config,
+		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
-		m.GoLabelsProcs,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,
@@ -509,7 +513,6 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.SwitchNow,
 		m.TargetPids,
 		m.ThreadCtxAttrs,
-		m.ThreadCtxProcs,
 		m.ThreadCtxResults,
 		m.ThreadCtxScratch,
 		m.UnwindFiles,

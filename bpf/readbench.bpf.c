@@ -7,11 +7,13 @@
  * loop, so the readers' cost per sample can be measured apart from the rest
  * of a sample (bench suite readers) and what they read can be checked
  * against a process whose memory the test wrote (readbench_linux_test.go).
- * args[0] is the pid key of thread_ctx_procs and go_labels_procs; args[2]
- * what each call does (readbench.Mode): 1 read, 2 one 8-byte read of user
- * memory at args[3] to the stack, 3 the same to a map value, 4 a read
- * after another context on the CPU (its stored id args[3]), 0 nothing
- * (the loop's own cost).
+ * args[0] is the pid key of context_procs; args[2] what each call does
+ * (readbench.Mode): 1 read with the user registers at hand, as a CPU
+ * sample in user mode has them, 2 one 8-byte read of user memory at
+ * args[3] to the stack, 3 the same to a map value, 4 a read (registers at
+ * hand) after another context on the CPU (its stored id args[3]), 5 a read
+ * taking the registers the thread saved entering the kernel, as off-CPU
+ * samples do, 0 nothing (the loop's own cost).
  */
 #include "threadctx.h"
 
@@ -38,9 +40,32 @@ struct {
 	__type(value, struct readbench_result);
 } readbench_results SEC(".maps");
 
-__attribute__((noinline)) int readbench_read(u32 pid)
+/* The calling thread's user registers through the stack pointer, copied once a run. */
+#define READBENCH_REGS (UREGS_SP / 8 + 1)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64[READBENCH_REGS]);
+} readbench_regs SEC(".maps");
+
+/*
+ * The user registers run_readbench copied, as a CPU sample in user mode
+ * has its own (at_hand), else 0: those the thread saved entering the
+ * kernel, as off-CPU samples take them.
+ */
+static __always_inline const u64 *readbench_regs_at_hand(int at_hand)
 {
-	thread_ctx_read(pid);
+	u32 zero = 0;
+
+	return at_hand ? bpf_map_lookup_elem(&readbench_regs, &zero) : 0;
+}
+
+/* A read, the registers at hand or not. */
+__attribute__((noinline)) int readbench_read(u32 pid, int at_hand)
+{
+	thread_ctx_read(pid, readbench_regs_at_hand(at_hand));
 	return 0;
 }
 
@@ -72,7 +97,8 @@ __attribute__((noinline)) int readbench_read_after(u32 pid, u64 id)
 	if (!sc)
 		return 0;
 	sc->last_id = id;
-	thread_ctx_read(pid);
+	sc->last_count = 0; /* its words are not these */
+	thread_ctx_read(pid, readbench_regs_at_hand(1));
 	return 0;
 }
 
@@ -87,16 +113,29 @@ __attribute__((noinline)) int readbench_call(u32 mode, u32 pid, u64 addr)
 {
 	switch (mode) {
 	case 1:
-		return readbench_read(pid);
+		return readbench_read(pid, 1);
 	case 2:
 		return readbench_one_read(addr);
 	case 3:
 		return readbench_one_read_map(addr);
 	case 4:
 		return readbench_read_after(pid, addr);
+	case 5:
+		return readbench_read(pid, 0);
 	default:
 		return readbench_empty(pid);
 	}
+}
+
+/* Copies the calling thread's user registers, as saved entering the kernel, to readbench_regs. */
+static __always_inline void readbench_copy_regs(void)
+{
+	u32 zero = 0;
+	u64 *regs = bpf_map_lookup_elem(&readbench_regs, &zero);
+	u64 base = saved_user_regs_base((struct task_struct *)bpf_get_current_task());
+
+	if (regs && base)
+		bpf_probe_read_kernel(regs, READBENCH_REGS * 8, (void *)base); /* else zeros: g found in TLS */
 }
 
 SEC("raw_tp")
@@ -110,6 +149,7 @@ int run_readbench(u64 *ctx)
 
 	if (!res)
 		return 1;
+	readbench_copy_regs();
 	start = bpf_ktime_get_ns();
 	for (u32 i = 0; i < READBENCH_MAX_READS && i < reads; i++) {
 		readbench_call(mode, pid, addr);

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ReadbenchContextProc struct {
+	_        structs.HostLayout
+	Otep     ReadbenchThreadCtxProc
+	Go       ReadbenchGoLabelsProc
+	Sources  uint32
+	Reserved uint32
+}
+
 type ReadbenchGoLabelsProc struct {
 	_          structs.HostLayout
 	TlsOffset  int64
@@ -110,11 +118,14 @@ type ReadbenchThreadCtxScratch struct {
 		Values   [8][2]uint64
 		Overflow uint64
 	}
-	G_block  [512]uint8
-	Size     uint64
-	Offset   uint64
-	LastId   int32
-	Reserved uint32
+	G_block   [512]uint8
+	Size      uint64
+	Offset    uint64
+	LastWords [78]uint64
+	LastId    int32
+	LastCount uint32
+	LastHits  uint32
+	Reserved  uint32
 }
 
 type ReadbenchUnwindMapping struct {
@@ -155,11 +166,11 @@ type ReadbenchV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ReadbenchMapGoLabelsProcs    = "go_labels_procs"
+	ReadbenchMapContextProcs     = "context_procs"
 	ReadbenchMapHotspotProcs     = "hotspot_procs"
+	ReadbenchMapReadbenchRegs    = "readbench_regs"
 	ReadbenchMapReadbenchResults = "readbench_results"
 	ReadbenchMapThreadCtxAttrs   = "thread_ctx_attrs"
-	ReadbenchMapThreadCtxProcs   = "thread_ctx_procs"
 	ReadbenchMapThreadCtxResults = "thread_ctx_results"
 	ReadbenchMapThreadCtxScratch = "thread_ctx_scratch"
 	ReadbenchMapUnwindFiles      = "unwind_files"
@@ -221,11 +232,11 @@ type ReadbenchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ReadbenchMapSpecs struct {
-	GoLabelsProcs    *ebpf.MapSpec `ebpf:"go_labels_procs"`
+	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
+	ReadbenchRegs    *ebpf.MapSpec `ebpf:"readbench_regs"`
 	ReadbenchResults *ebpf.MapSpec `ebpf:"readbench_results"`
 	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.MapSpec `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.MapSpec `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.MapSpec `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
@@ -263,11 +274,11 @@ func (o *ReadbenchObjects) Close() error {
 //
 // It can be passed to LoadReadbenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ReadbenchMaps struct {
-	GoLabelsProcs    *ebpf.Map `ebpf:"go_labels_procs"`
+	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
+	ReadbenchRegs    *ebpf.Map `ebpf:"readbench_regs"`
 	ReadbenchResults *ebpf.Map `ebpf:"readbench_results"`
 	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
-	ThreadCtxProcs   *ebpf.Map `ebpf:"thread_ctx_procs"`
 	ThreadCtxResults *ebpf.Map `ebpf:"thread_ctx_results"`
 	ThreadCtxScratch *ebpf.Map `ebpf:"thread_ctx_scratch"`
 	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
@@ -278,11 +289,11 @@ type ReadbenchMaps struct {
 
 func (m *ReadbenchMaps) Close() error {
 	return _ReadbenchClose(
-		m.GoLabelsProcs,
+		m.ContextProcs,
 		m.HotspotProcs,
+		m.ReadbenchRegs,
 		m.ReadbenchResults,
 		m.ThreadCtxAttrs,
-		m.ThreadCtxProcs,
 		m.ThreadCtxResults,
 		m.ThreadCtxScratch,
 		m.UnwindFiles,

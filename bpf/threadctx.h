@@ -5,19 +5,19 @@
  * thread works for. User space finds where the pointer is for a process
  * (internal/threadctx.Location: an offset from the thread pointer, or a
  * module's block in the thread's dynamic thread vector) and fills
- * thread_ctx_procs[pid]; a sample reads the pointer and the record while
+ * context_procs[pid]; a sample reads the pointer and the record while
  * the thread is stopped, and puts its trace and span ids into the key and
  * its attributes (a size word, then the bytes as read) into
  * thread_ctx_attrs under their hash: the key's trace_attrs_id. That map is
  * not drained by generation: attributes repeat, an LRU keeps the recent.
  * A Go process's goroutine labels (golabels.h) take the same way, to the
  * key's go_labels_id; a process has one or the other, the OTEP's first.
+ * One entry a process holds where both are: one lookup a sample.
  */
 #ifndef BPFPROFILER_THREADCTX_H
 #define BPFPROFILER_THREADCTX_H
 
 #include "common.h"
-#include "stackstore.h"
 #include "arch.h"
 
 /* Attribute bytes kept per record: the OTEP's 640-byte record less its 28 and a word's tail. */
@@ -39,12 +39,26 @@ struct thread_ctx_proc {
 	u64 module; /* 0: static TLS; else the module's index in the thread's vector */
 };
 
+/* What a process publishes (context_proc.sources). */
+enum context_source {
+	CONTEXT_OTEP = 1, /* an OTEP 4947 variable: otep */
+	CONTEXT_GO = 2,	  /* goroutine labels: go */
+};
+
+/* Where a process publishes its context: each source it has. */
+struct context_proc {
+	struct thread_ctx_proc otep;
+	struct go_labels_proc go;
+	u32 sources; /* enum context_source bits */
+	u32 reserved;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u32); /* pid as the collector sees it */
-	__type(value, struct thread_ctx_proc);
-} thread_ctx_procs SEC(".maps");
+	__type(value, struct context_proc);
+} context_procs SEC(".maps");
 
 /*
  * An OTEP record: trace id (16 bytes), span id (8), valid (1), trace flags
@@ -67,9 +81,19 @@ struct thread_ctx_scratch {
 	u8 g_block[GO_G_BLOCK]; /* golabels.h: g.m to g.labels */
 	u64 size;		/* the bytes of raw to store, read back (thread_ctx_read) */
 	u64 offset;		/* go_labels_copy's offset in raw, read back */
-	s32 last_id;		/* the id this CPU stored or found last; 0: none yet */
+	/* What this CPU stored or found last: its words under last_id (last_count of them; 0: none). */
+	u64 last_words[THREAD_CTX_ATTR_WORDS];
+	s32 last_id;
+	u32 last_count;
+	u32 last_hits; /* found in last_words since the map was last looked up */
 	u32 reserved;
 };
+
+/*
+ * A CPU's last words are found in its copy but every this many times in
+ * the map: that lookup keeps them recent in its LRU.
+ */
+#define THREAD_CTX_TOUCH_EVERY 16
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -136,6 +160,17 @@ static __always_inline s32 thread_ctx_hash(const u64 *words, u32 count)
 	}
 	a ^= b * 0x165667b19e3779f9ULL;
 	return (s32)((a ^ (a >> 32)) & 0x7fffffff);
+}
+
+/* Copies the first count words of src to dst. */
+static __always_inline void thread_ctx_copy(u64 *dst, const u64 *src, u32 count)
+{
+#pragma clang loop unroll(disable)
+	for (u32 i = 0; i < THREAD_CTX_ATTR_WORDS; i++) {
+		if (i >= count)
+			break;
+		dst[i] = src[i];
+	}
 }
 
 /* Whether a and b have the same first count words. */
@@ -241,17 +276,18 @@ static __always_inline u32 thread_ctx_record(const struct thread_ctx_proc *p, st
 
 /*
  * Copies the labels of the goroutine the current thread runs, in process
- * p, into sc->raw (klen, key, vlen, value, ...);
- * returns how many bytes.
+ * p, into sc->raw (klen, key, vlen, value, ...); uregs are the thread's
+ * user registers when the caller has them (go_register_g). Returns how
+ * many bytes.
  */
-static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct thread_ctx_result *r,
+static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, const u64 *uregs, struct thread_ctx_result *r,
 					  struct thread_ctx_scratch *sc)
 {
 	u64 g = 0, sp = 0, curg = GO_NO_GOROUTINE, set = 0;
 	int off = 0, next, from_register;
 
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
-	from_register = go_register_g(p, &g, &sp);
+	from_register = go_register_g(p, uregs, &g, &sp);
 	if (from_register)
 		curg = go_user_goroutine(p, g, sp, 1, sc->g_block, &set);
 	if (curg == GO_NO_GOROUTINE && !p->g_register) {
@@ -315,17 +351,17 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, struct
 /*
  * Reads the current thread's context, when process pid publishes one (an
  * OTEP record, else Go labels), into this CPU's thread_ctx_results, and
- * stores its attributes packed in thread_ctx_attrs. Once per sample: the
- * packing loop is verified at each call site.
+ * stores its attributes in thread_ctx_attrs. uregs: the thread's user
+ * registers when the caller has them (a sample in user mode), else 0.
+ * Once per sample: the store is verified at each call site.
  */
-static __always_inline void thread_ctx_read(u32 pid)
+static __always_inline void thread_ctx_read(u32 pid, const u64 *uregs)
 {
-	struct thread_ctx_proc *p = bpf_map_lookup_elem(&thread_ctx_procs, &pid);
-	struct go_labels_proc *gp = 0;
+	const struct context_proc *p = bpf_map_lookup_elem(&context_procs, &pid);
 	struct thread_ctx_scratch *sc;
 	struct thread_ctx_result *r;
+	u32 zero = 0, n, count, otep;
 	const u64 *old;
-	u32 zero = 0, n, count;
 	s32 hash;
 
 	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
@@ -334,45 +370,47 @@ static __always_inline void thread_ctx_read(u32 pid)
 	__builtin_memset(r, 0, sizeof(*r));
 	r->attrs_id = -1;
 	r->outcome = NR_THREAD_CTX;
-	if (!p) {
-		gp = bpf_map_lookup_elem(&go_labels_procs, &pid);
-		if (!gp)
-			return;
-	}
+	if (!p || !(p->sources & (CONTEXT_OTEP | CONTEXT_GO)))
+		return;
 	sc = bpf_map_lookup_elem(&thread_ctx_scratch, &zero);
 	if (!sc)
 		return;
+	otep = p->sources & CONTEXT_OTEP;
 	/*
-	 * Read back from the map: the verifier then checks the packing for
-	 * one range of sizes, not once for each range the reads left.
+	 * Read back from the map: the verifier then checks the store for one
+	 * range of sizes, not once for each range the reads left.
 	 */
-	sc->size = p ? thread_ctx_record(p, r, sc) : go_labels_copy(gp, r, sc);
+	sc->size = otep ? thread_ctx_record(&p->otep, r, sc) : go_labels_copy(&p->go, uregs, r, sc);
 	n = *(volatile u64 *)&sc->size;
 	if (!n || n > THREAD_CTX_ATTRS_MAX)
 		return;
 	count = thread_ctx_seal(sc, n);
 	/*
-	 * A thread sampled again mostly has what it had: the words stored
-	 * under this CPU's last id, compared, spare the hash. A map stores
-	 * words only under their hash, so the id is theirs.
+	 * A thread sampled again mostly has what it had: the words this CPU
+	 * stored or found last, compared, spare the hash and the map. A map
+	 * stores words only under their hash, so the id is theirs.
 	 */
 	hash = sc->last_id;
-	old = hash > 0 ? bpf_map_lookup_elem(&thread_ctx_attrs, &hash) : 0;
-	if (!old || !thread_ctx_same(old, &sc->size_word, count)) {
+	if (hash <= 0 || sc->last_count != count || !(++sc->last_hits % THREAD_CTX_TOUCH_EVERY) ||
+	    !thread_ctx_same(sc->last_words, &sc->size_word, count)) {
 		hash = thread_ctx_hash(&sc->size_word, count);
 		old = bpf_map_lookup_elem(&thread_ctx_attrs, &hash);
-		if ((!p && !hash) || (old ? !thread_ctx_same(old, &sc->size_word, count)
-					  : bpf_map_update_elem(&thread_ctx_attrs, &hash, &sc->size_word, BPF_ANY))) {
+		if ((!otep && !hash) ||
+		    (old ? !thread_ctx_same(old, &sc->size_word, count)
+			 : bpf_map_update_elem(&thread_ctx_attrs, &hash, &sc->size_word, BPF_ANY))) {
 			/* another record's attributes have the hash, or the map refused (or 0, none, for Go) */
-			if (p)
+			if (otep)
 				r->lost = 1;
 			else
 				r->go_lost = 1;
 			return;
 		}
 		sc->last_id = hash;
+		sc->last_count = count;
+		sc->last_hits = 0;
+		thread_ctx_copy(sc->last_words, &sc->size_word, count);
 	}
-	if (p)
+	if (otep)
 		r->attrs_id = hash;
 	else
 		r->go_labels_id = hash;

@@ -85,7 +85,7 @@ func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
 	return b, nil
 }
 
-// refLimit bounds the addresses of a reference (GO_STRING_REF_LIMIT: 6
+// refLimit bounds the addresses of a reference (go_copy_string stores 6
 // bytes of it).
 const refLimit = 1 << 48
 

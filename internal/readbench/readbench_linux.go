@@ -22,6 +22,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
+	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
@@ -39,11 +40,11 @@ type Result = bpf.ReadbenchReadbenchResult
 // objects are the program and the maps it uses; the object's other maps
 // (the unwinder's, which golabels.h includes) are never created.
 type objects struct {
-	Run         *ebpf.Program `ebpf:"run_readbench"`
-	Results     *ebpf.Map     `ebpf:"readbench_results"`
-	ContextProc *ebpf.Map     `ebpf:"thread_ctx_procs"`
-	GoProcs     *ebpf.Map     `ebpf:"go_labels_procs"`
-	Attrs       *ebpf.Map     `ebpf:"thread_ctx_attrs"`
+	Run     *ebpf.Program `ebpf:"run_readbench"`
+	Results *ebpf.Map     `ebpf:"readbench_results"`
+	Procs   *ebpf.Map     `ebpf:"context_procs"`
+	Regs    *ebpf.Map     `ebpf:"readbench_regs"`
+	Attrs   *ebpf.Map     `ebpf:"thread_ctx_attrs"`
 }
 
 // Reader is the loaded program, keyed by this process's pid.
@@ -51,6 +52,10 @@ type Reader struct {
 	objs objects
 	pid  uint32
 	page []byte // the published slot and record (Publish), outside Go's heap; what OneRead reads
+	// loc and labels are what the readers take, as the loader has them
+	// take a process's (nil: not read).
+	loc    *threadctx.Location
+	labels *golabels.Binary
 }
 
 // Open loads the program.
@@ -77,8 +82,8 @@ func Open() (*Reader, error) {
 
 // Close releases the program, its maps and the published record.
 func (r *Reader) Close() error {
-	errs := []error{r.objs.Run.Close(), r.objs.Results.Close(), r.objs.ContextProc.Close(),
-		r.objs.GoProcs.Close(), r.objs.Attrs.Close()}
+	errs := []error{r.objs.Run.Close(), r.objs.Results.Close(), r.objs.Procs.Close(),
+		r.objs.Regs.Close(), r.objs.Attrs.Close()}
 	return errors.Join(append(errs, unix.Munmap(r.page))...)
 }
 
@@ -87,10 +92,11 @@ type Mode uint64
 
 const (
 	Loop       Mode = iota // an empty function: the loop's own cost
-	Read                   // the readers, as a sample calls them
+	Read                   // the readers, as a CPU sample in user mode calls them (its registers at hand)
 	OneRead                // one 8-byte bpf_probe_read_user to the stack
 	OneReadMap             // the same read to a per-CPU map value
-	ReadAfter              // the readers after another context on the CPU (RunAfter)
+	ReadAfter              // Read after another context on the CPU (RunAfter)
+	ReadSaved              // the readers taking the registers the thread saved entering the kernel, as off-CPU samples do
 )
 
 // Run calls mode's function reads times (at most MaxReads) on the calling
@@ -132,8 +138,14 @@ func (r *Reader) Publish(record []byte) error {
 	base := uint64(uintptr(unsafe.Pointer(&r.page[0])))
 	copy(r.page[64:], record)
 	binary.NativeEndian.PutUint64(r.page, base+64)
-	loc := bpf.ReadbenchThreadCtxProc{Offset: int64(base - res.ThreadPointer)} //nolint:gosec // wraps as the program adds it
-	return r.objs.ContextProc.Put(&r.pid, &loc)
+	r.loc = &threadctx.Location{Offset: int64(base - res.ThreadPointer)} //nolint:gosec // wraps as the program adds it
+	return r.put()
+}
+
+// put writes this process's entry as the loader writes a process's.
+func (r *Reader) put() error {
+	value := unwinder.ContextEntry(r.loc, r.labels)
+	return r.objs.Procs.Put(&r.pid, &value)
 }
 
 // Unpublish clears the slot: the thread runs no span.
@@ -158,14 +170,14 @@ func (r *Reader) ReadGoLabels() (*golabels.Binary, error) {
 	if err != nil {
 		return nil, err
 	}
-	value := unwinder.GoLabelsEntry(b) // as the loader fills it for a Go process
-	return b, r.objs.GoProcs.Put(&r.pid, &value)
+	r.labels = b
+	return b, r.put()
 }
 
-// Forget removes this process's entries: the readers find nothing to read.
+// Forget removes this process's entry: the readers find nothing to read.
 func (r *Reader) Forget() {
-	_ = r.objs.ContextProc.Delete(&r.pid) // absent already: nothing to do
-	_ = r.objs.GoProcs.Delete(&r.pid)
+	r.loc, r.labels = nil, nil
+	_ = r.objs.Procs.Delete(&r.pid) // absent already: nothing to do
 }
 
 // Attributes returns the bytes stored under id in the attributes map

@@ -62,6 +62,8 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 		{name: "go labels, a value on the heap", labels: []string{"handler", "checkout", "tenant", heapValue}, outcome: goFound,
 			goLabels: map[string]string{"handler": "checkout", "tenant": "t-42"}, refs: 3},
 		{name: "go without labels", labels: []string{}, outcome: goNone},
+		{name: "a record and go labels: the record", record: Record(1, route), labels: []string{"handler", "checkout"},
+			outcome: linked, attrs: route},
 		{name: "go labels cut at 8", labels: manyLabels, outcome: goFound, truncated: 1, refs: -1,
 			goLabels: map[string]string{"k0": "v", "k1": "v", "k2": "v", "k3": "v", "k4": "v", "k5": "v", "k6": "v", "k7": "v"}},
 	}
@@ -69,10 +71,13 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 	var bin *golabels.Binary
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			// A subtest is a goroutine of its own: the record published is
+			// this thread's, and the reads must run on it.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			r.Forget()
 			r.Unpublish()
-			switch {
-			case tt.record != nil:
+			if tt.record != nil {
 				rec := tt.record
 				if len(rec) == 0 {
 					rec = Record(1, nil) // then unpublished: a null slot
@@ -88,7 +93,8 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 				if len(tt.record) == 0 {
 					r.Unpublish()
 				}
-			case tt.labels != nil:
+			}
+			if tt.labels != nil {
 				b, err := r.ReadGoLabels()
 				if err != nil {
 					t.Fatal(err)
@@ -99,8 +105,14 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 					where = "g in x28"
 				}
 			}
-			var res Result
-			run := func(context.Context) { res, err = r.Run(3, Read) }
+			// The registers at hand (a CPU sample in user mode), then as
+			// saved entering the kernel (off-CPU): the same answer.
+			var res, saved Result
+			run := func(context.Context) {
+				if res, err = r.Run(3, Read); err == nil {
+					saved, err = r.Run(3, ReadSaved)
+				}
+			}
 			if len(tt.labels) > 0 {
 				pprof.Do(context.Background(), pprof.Labels(tt.labels...), run)
 			} else {
@@ -112,6 +124,12 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 			if res.Reads != 3 || res.Outcome != tt.outcome || res.Truncated != tt.truncated || res.Lost != 0 {
 				t.Fatalf("reads %d outcome %d truncated %d lost %d, want 3, %d, %d, 0", res.Reads, res.Outcome,
 					res.Truncated, res.Lost, tt.outcome, tt.truncated)
+			}
+			if saved.Outcome != res.Outcome || saved.AttrsId != res.AttrsId || saved.GoLabelsId != res.GoLabelsId ||
+				saved.Truncated != res.Truncated || saved.Lost != res.Lost {
+				t.Errorf("with the saved registers: outcome %d, ids %d %d, truncated %d, lost %d; at hand: %d, %d %d, %d, %d",
+					saved.Outcome, saved.AttrsId, saved.GoLabelsId, saved.Truncated, saved.Lost,
+					res.Outcome, res.AttrsId, res.GoLabelsId, res.Truncated, res.Lost)
 			}
 			wantIDs := tt.outcome == linked
 			if gotIDs := res.TraceId[0] == 1 && res.TraceId[15] == 16 && res.SpanId[7] == 0xa8; gotIDs != wantIDs {

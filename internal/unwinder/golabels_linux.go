@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 
-	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 )
 
@@ -23,7 +22,7 @@ type GoLabelStats struct {
 // detectGoLabels returns what reading the labels of ef's processes needs
 // when ef is a Go executable, nil otherwise.
 func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
-	if l.maps.GoLabels == nil || l.noGoLabels {
+	if l.maps.Contexts == nil || l.noGoLabels {
 		return nil
 	}
 	var b *golabels.Binary
@@ -47,34 +46,10 @@ func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
 	if lp.goLabels != nil {
 		return
 	}
-	value := GoLabelsEntry(b)
-	if err := l.maps.GoLabels.Put(&lp.pid, &value); err != nil {
-		l.stats.GoLabels.Failed++
-		return
-	}
 	lp.goLabels = b
-}
-
-// GoLabelsEntry is go_labels_procs' entry for a process of executable b.
-func GoLabelsEntry(b *golabels.Binary) bpf.CpuGoLabelsProc {
-	value := bpf.CpuGoLabelsProc{
-		TlsOffset: b.TLSOffset,
-		G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
-		M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
-		Layout:    uint8(b.Offsets.Layout),
-		StringsLo: b.StringsLo, StringsHi: b.StringsHi,
-	}
-	if b.GRegister {
-		value.G_register = 1
-	}
-	return value
-}
-
-// dropGoLabels deletes lp's entry unless kept (the process's entries now)
-// has one too.
-func (l *Loader) dropGoLabels(lp, kept *loadedProcess) {
-	if lp.goLabels != nil && (kept == nil || kept.goLabels == nil) {
-		_ = l.maps.GoLabels.Delete(&lp.pid) // gone already: nothing to do
+	if err := l.putContext(lp); err != nil {
+		lp.goLabels = nil
+		l.stats.GoLabels.Failed++
 	}
 }
 

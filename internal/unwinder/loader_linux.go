@@ -34,12 +34,10 @@ type Maps struct {
 	// Runtimes are the maps the runtimes' walkers read per process, by
 	// runtime name (internal/runtimes: Runtime.ProcMap).
 	Runtimes map[string]*ebpf.Map
-	// ThreadCtx (nil: not read) is where each process's threads keep their
-	// OpenTelemetry thread context: pid -> bpf.CpuThreadCtxProc.
-	ThreadCtx *ebpf.Map
-	// GoLabels (nil: not read) is where each Go process's threads find
-	// their goroutines' pprof labels: pid -> bpf.CpuGoLabelsProc.
-	GoLabels *ebpf.Map
+	// Contexts (nil: not read) is where each process's threads keep their
+	// OpenTelemetry thread context, and Go processes' threads find their
+	// goroutines' pprof labels: pid -> bpf.CpuContextProc.
+	Contexts *ebpf.Map
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps
@@ -87,9 +85,10 @@ type loadedProcess struct {
 	// those not ready for it yet.
 	runtimes []*runtimes.Runtime
 	waiting  []waitingRuntime
-	// threadCtx is the module whose thread context location is loaded;
-	// threadCtxWaiting one whose location is not written yet.
+	// threadCtx is the module whose thread context location, threadCtxLoc,
+	// is loaded; threadCtxWaiting one whose location is not written yet.
 	threadCtx        *threadctx.Module
+	threadCtxLoc     threadctx.Location
 	threadCtxWaiting *waitingThreadCtx
 	// goLabels is the Go executable whose label offsets are loaded.
 	goLabels *golabels.Binary
@@ -379,11 +378,8 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		}
 	}
 	l.dropRuntimes(lp, kept)
-	if l.maps.ThreadCtx != nil {
-		l.dropThreadCtx(lp, kept)
-	}
-	if l.maps.GoLabels != nil {
-		l.dropGoLabels(lp, kept)
+	if l.maps.Contexts != nil {
+		l.dropContext(lp, kept)
 	}
 	for _, key := range lp.files {
 		t := l.files[key]

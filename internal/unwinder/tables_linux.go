@@ -101,10 +101,7 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 	if maps.Used, err = create(us, "unwind table use"); err != nil {
 		return nil, err
 	}
-	if maps.ThreadCtx, err = create(spec.Maps[bpf.CpuMapThreadCtxProcs].Copy(), "thread context processes"); err != nil {
-		return nil, err
-	}
-	if maps.GoLabels, err = create(spec.Maps[bpf.CpuMapGoLabelsProcs].Copy(), "Go labels processes"); err != nil {
+	if maps.Contexts, err = create(spec.Maps[bpf.CpuMapContextProcs].Copy(), "context processes"); err != nil {
 		return nil, err
 	}
 	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
@@ -150,7 +147,7 @@ func (t *Tables) sweep() {
 		case <-tick.C:
 			t.loader.Sweep()
 			t.loader.retryRuntimes()
-			if t.maps.ThreadCtx != nil {
+			if t.maps.Contexts != nil {
 				t.loader.retryThreadCtx()
 			}
 		case <-t.prune:
@@ -168,10 +165,8 @@ func (t *Tables) Close() error {
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
 	}
-	for _, m := range []*ebpf.Map{t.maps.ThreadCtx, t.maps.GoLabels} {
-		if m != nil {
-			errs = append(errs, m.Close())
-		}
+	if t.maps.Contexts != nil {
+		errs = append(errs, t.maps.Contexts.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -227,11 +222,8 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 			repl[rt.ProcMap] = tables.maps.Runtimes[rt.Name]
 		}
 	}
-	if _, ok := spec.Maps[bpf.CpuMapThreadCtxProcs]; ok && tables.maps.ThreadCtx != nil {
-		repl[bpf.CpuMapThreadCtxProcs] = tables.maps.ThreadCtx
-	}
-	if _, ok := spec.Maps[bpf.CpuMapGoLabelsProcs]; ok && tables.maps.GoLabels != nil {
-		repl[bpf.CpuMapGoLabelsProcs] = tables.maps.GoLabels
+	if _, ok := spec.Maps[bpf.CpuMapContextProcs]; ok && tables.maps.Contexts != nil {
+		repl[bpf.CpuMapContextProcs] = tables.maps.Contexts
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 
-	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 )
@@ -23,7 +22,7 @@ type ThreadContextStats struct {
 // detectThreadCtx returns what locating otel_thread_ctx_v1 in processes
 // needs when ef defines it, nil otherwise.
 func (l *Loader) detectThreadCtx(ef *elf.File) *threadctx.Module {
-	if l.maps.ThreadCtx == nil || l.noThreadCtx {
+	if l.maps.Contexts == nil || l.noThreadCtx {
 		return nil
 	}
 	var m *threadctx.Module
@@ -69,12 +68,11 @@ func (l *Loader) locateThreadCtx(pid uint32, m *threadctx.Module, bias uint64) (
 }
 
 func (l *Loader) putThreadCtx(lp *loadedProcess, m *threadctx.Module, loc threadctx.Location) {
-	value := bpf.CpuThreadCtxProc{Offset: loc.Offset, Module: loc.Module}
-	if err := l.maps.ThreadCtx.Put(&lp.pid, &value); err != nil {
+	lp.threadCtx, lp.threadCtxLoc = m, loc
+	if err := l.putContext(lp); err != nil {
+		lp.threadCtx = nil
 		l.stats.ThreadContexts.Failed++
-		return
 	}
-	lp.threadCtx = m
 }
 
 // waitingThreadCtx is a process whose variable's location is not written yet.
@@ -112,14 +110,6 @@ func (l *Loader) retryThreadCtx() {
 			l.putThreadCtx(a.lp, a.w.module, loc)
 		}
 		l.mu.Unlock()
-	}
-}
-
-// dropThreadCtx deletes lp's location unless kept (the process's entries
-// now) has one too.
-func (l *Loader) dropThreadCtx(lp, kept *loadedProcess) {
-	if lp.threadCtx != nil && (kept == nil || kept.threadCtx == nil) {
-		_ = l.maps.ThreadCtx.Delete(&lp.pid) // gone already: nothing to do
 	}
 }
 
