@@ -39,11 +39,22 @@ type Binary struct {
 	// unless GRegister: then it is in x28 only (arm64 without cgo).
 	TLSOffset int64
 	GRegister bool
-	// StringsLo and StringsHi are the addresses of the executable's
+	// StringsLo and StringsHi are the file addresses of the executable's
 	// .rodata, where its string literals are, loaded read-only (0, 0: not
-	// known, a position-independent executable): the samplers store a
+	// known); a process has them at StringsAt, and the samplers store a
 	// label's string there by reference (Decode).
 	StringsLo, StringsHi uint64
+}
+
+// StringsAt returns where a process that loaded b with bias (0 unless b is
+// position independent) has b's literals, or 0, 0: none known, or beyond
+// what a reference holds.
+func (b *Binary) StringsAt(bias uint64) (lo, hi uint64) {
+	lo, hi = b.StringsLo+bias, b.StringsHi+bias
+	if b.StringsHi == 0 || lo < bias || hi < lo || hi > refLimit {
+		return 0, 0
+	}
+	return lo, hi
 }
 
 // Prepare reads what the samplers need from the executable f (its bytes
@@ -89,13 +100,12 @@ func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
 // bytes of it).
 const refLimit = 1 << 48
 
-// readOnlySegment returns the addresses of f's .rodata, where the Go
-// linker puts string literals, when f is loaded where it says (not position
-// independent) and a segment maps it read-only (alone, or with the code
-// when linked externally), within a reference's bounds.
+// readOnlySegment returns the file addresses of f's .rodata, where the Go
+// linker puts string literals, when a segment maps it read-only (alone, or
+// with the code when linked externally), within a reference's bounds.
 func readOnlySegment(f *elf.File) (lo, hi uint64) {
 	ro := f.Section(".rodata")
-	if f.Type != elf.ET_EXEC || ro == nil || ro.Type != elf.SHT_PROGBITS || ro.Size == 0 ||
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN || ro == nil || ro.Type != elf.SHT_PROGBITS || ro.Size == 0 ||
 		ro.Addr+ro.Size < ro.Addr || ro.Addr+ro.Size > refLimit {
 		return 0, 0
 	}

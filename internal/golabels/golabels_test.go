@@ -121,14 +121,43 @@ func TestPrepare(t *testing.T) {
 
 // A position-independent executable is loaded elsewhere than its
 // addresses say: its strings are copied, never referenced.
-func TestPreparePIEHasNoStringRange(t *testing.T) {
+// TestPreparePIE: a position-independent executable's literals are at
+// its file addresses moved by the process's load bias.
+func TestPreparePIE(t *testing.T) {
 	f, ef := buildDir(t, "testdata/labels", runtime.GOARCH, false, "", "-buildmode=pie")
 	b, err := Prepare(f, ef)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.StringsLo != 0 || b.StringsHi != 0 {
-		t.Errorf("read-only segment %#x-%#x, want none", b.StringsLo, b.StringsHi)
+	ro := ef.Section(".rodata")
+	if ef.Type != elf.ET_DYN || ro == nil || b.StringsLo != ro.Addr || b.StringsHi != ro.Addr+ro.Size {
+		t.Fatalf("%v: read-only segment %#x-%#x, want .rodata's", ef.Type, b.StringsLo, b.StringsHi)
+	}
+	const bias = 0x55d0_0000_0000
+	if lo, hi := b.StringsAt(bias); lo != ro.Addr+bias || hi != ro.Addr+ro.Size+bias {
+		t.Errorf("at bias %#x: %#x-%#x, want .rodata's moved by it", uint64(bias), lo, hi)
+	}
+}
+
+func TestStringsAt(t *testing.T) {
+	tests := []struct {
+		name           string
+		lo, hi, bias   uint64
+		wantLo, wantHi uint64
+	}{
+		{"not position independent", 0x4a0000, 0x4c0000, 0, 0x4a0000, 0x4c0000},
+		{"moved", 0x1000, 0x3000, 0x5600_0000_0000, 0x5600_0000_1000, 0x5600_0000_3000},
+		{"none", 0, 0, 0x5600_0000_0000, 0, 0},
+		{"past a reference's 6 bytes", 0x1000, 0x3000, 1<<48 - 0x2000, 0, 0},
+		{"wrapping", 0x1000, 0x3000, ^uint64(0) - 0x1800, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &Binary{StringsLo: tt.lo, StringsHi: tt.hi}
+			if lo, hi := b.StringsAt(tt.bias); lo != tt.wantLo || hi != tt.wantHi {
+				t.Errorf("%#x-%#x, want %#x-%#x", lo, hi, tt.wantLo, tt.wantHi)
+			}
+		})
 	}
 }
 

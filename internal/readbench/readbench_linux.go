@@ -21,6 +21,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
@@ -52,10 +53,11 @@ type Reader struct {
 	objs objects
 	pid  uint32
 	page []byte // the published slot and record (Publish), outside Go's heap; what OneRead reads
-	// loc and labels are what the readers take, as the loader has them
-	// take a process's (nil: not read).
+	// loc and labels (at bias) are what the readers take, as the loader
+	// has them take a process's (nil: not read).
 	loc    *threadctx.Location
 	labels *golabels.Binary
+	bias   uint64
 }
 
 // Open loads the program.
@@ -144,7 +146,7 @@ func (r *Reader) Publish(record []byte) error {
 
 // put writes this process's entry as the loader writes a process's.
 func (r *Reader) put() error {
-	value := unwinder.ContextEntry(r.loc, r.labels)
+	value := unwinder.ContextEntry(r.loc, r.labels, r.bias)
 	return r.objs.Procs.Put(&r.pid, &value)
 }
 
@@ -170,8 +172,35 @@ func (r *Reader) ReadGoLabels() (*golabels.Binary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.bias, err = ownBias(ef); err != nil {
+		return nil, err
+	}
 	r.labels = b
 	return b, r.put()
+}
+
+// ownBias returns where this process loaded its executable ef, as the
+// loader finds a process's: from its executable mapping.
+func ownBias(ef *elf.File) (uint64, error) {
+	exe, err := os.Readlink("/proc/self/exe")
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	maps, err := procfs.ParseExecMaps(f)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range maps {
+		if m.Path == exe {
+			return unwinder.MappedBias(ef, m)
+		}
+	}
+	return 0, fmt.Errorf("no executable mapping of %s", exe)
 }
 
 // Forget removes this process's entry: the readers find nothing to read.

@@ -121,16 +121,19 @@ type GoBuild struct {
 	Toolchain string // e.g. go1.23.12; "" the go command's own
 	Cgo       bool
 	LDFlags   string // e.g. "-s -w": no symbol table, no DWARF
+	PIE       bool   // -buildmode=pie: loaded at a bias
 }
 
 // GoLabelBuilds are the builds of the golabels workload the Go labels
 // tests profile: the two newest Go releases the module proxy serves and
 // one whose labels are a map (before go1.24), each static and stripped (as
-// images ship them) and with cgo (dynamic, linked by the C toolchain).
+// images ship them) and with cgo (dynamic, linked by the C toolchain);
+// go1.26.8's static build is position independent (as distributions build
+// theirs).
 var GoLabelBuilds = []GoBuild{
 	{Toolchain: "go1.27.3", LDFlags: "-s -w"},
 	{Toolchain: "go1.27.3", Cgo: true},
-	{Toolchain: "go1.26.8", LDFlags: "-s -w"},
+	{Toolchain: "go1.26.8", LDFlags: "-s -w", PIE: true},
 	{Toolchain: "go1.26.8", Cgo: true},
 	{Toolchain: "go1.23.12", LDFlags: "-s -w"},
 	{Toolchain: "go1.23.12", Cgo: true},
@@ -154,10 +157,14 @@ func GoLabelBuildsHere() []GoBuild {
 
 // Name says which build b is: "go1.23.12 cgo", "go1.27.3 static".
 func (b GoBuild) Name() string {
+	name := b.Toolchain + " static"
 	if b.Cgo {
-		return b.Toolchain + " cgo"
+		name = b.Toolchain + " cgo"
 	}
-	return b.Toolchain + " static"
+	if b.PIE {
+		name += " pie"
+	}
+	return name
 }
 
 // FileName is the name of dir's binary built as b among prebuilt workloads.
@@ -205,7 +212,11 @@ func CrossBuildGo(src, out, arch string, b GoBuild) error {
 	if err := os.WriteFile(filepath.Join(work, "go.mod"), []byte("module "+filepath.Base(src)+"\n\ngo 1.21\n"), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command("go", "build", "-ldflags="+b.LDFlags, "-o", out, ".")
+	args := []string{"build", "-ldflags=" + b.LDFlags, "-o", out}
+	if b.PIE {
+		args = append(args, "-buildmode=pie")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Dir = work
 	cgo, cc := "0", "gcc"
 	if b.Cgo {

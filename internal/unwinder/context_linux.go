@@ -14,10 +14,16 @@ const (
 	contextGo   = 2
 )
 
+// unknownBias is the load bias of an executable whose segments do not
+// say it: no literal is found there (golabels.Binary.StringsAt), so the
+// samplers copy every label's string.
+const unknownBias = ^uint64(0)
+
 // ContextEntry is context_procs' entry for a process whose threads keep
-// an OpenTelemetry thread context at loc and run the Go executable b
-// (either nil: not read). The samplers read the context first.
-func ContextEntry(loc *threadctx.Location, b *golabels.Binary) bpf.CpuContextProc {
+// an OpenTelemetry thread context at loc and run the Go executable b,
+// loaded with bias (either nil: not read). The samplers read the context
+// first.
+func ContextEntry(loc *threadctx.Location, b *golabels.Binary, bias uint64) bpf.CpuContextProc {
 	var value bpf.CpuContextProc
 	if loc != nil {
 		value.Sources |= contextOTEP
@@ -29,9 +35,9 @@ func ContextEntry(loc *threadctx.Location, b *golabels.Binary) bpf.CpuContextPro
 			TlsOffset: b.TLSOffset,
 			G_m:       b.Offsets.GM, G_labels: b.Offsets.GLabels, G_goid: b.Offsets.GGoid,
 			M_g0: b.Offsets.MG0, M_gsignal: b.Offsets.MGsignal, M_curg: b.Offsets.MCurg,
-			Layout:    uint8(b.Offsets.Layout),
-			StringsLo: b.StringsLo, StringsHi: b.StringsHi,
+			Layout: uint8(b.Offsets.Layout),
 		}
+		value.Go.StringsLo, value.Go.StringsHi = b.StringsAt(bias)
 		if b.GRegister {
 			value.Go.G_register = 1
 		}
@@ -49,7 +55,7 @@ func (l *Loader) putContext(lp *loadedProcess) error {
 	if lp.threadCtx != nil {
 		loc = &lp.threadCtxLoc
 	}
-	value := ContextEntry(loc, lp.goLabels)
+	value := ContextEntry(loc, lp.goLabels, lp.goBias)
 	return l.maps.Contexts.Put(&lp.pid, &value)
 }
 

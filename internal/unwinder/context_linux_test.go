@@ -21,19 +21,24 @@ func TestContextEntry(t *testing.T) {
 		name       string
 		loc        *threadctx.Location
 		bin        *golabels.Binary
+		bias       uint64
 		sources    uint32
 		gRegister  uint8
 		wantOffset int64
+		strings    [2]uint64
 	}{
 		{name: "nothing", sources: 0},
 		{name: "thread context", loc: loc, sources: contextOTEP, wantOffset: -0x40},
-		{name: "go labels", bin: bin, sources: contextGo},
-		{name: "go labels, g in x28 only", bin: &arm, sources: contextGo, gRegister: 1},
-		{name: "both", loc: loc, bin: bin, sources: contextOTEP | contextGo, wantOffset: -0x40},
+		{name: "go labels", bin: bin, sources: contextGo, strings: [2]uint64{0x400000, 0x500000}},
+		{name: "go labels, position independent", bin: bin, bias: 0x5600_0000_0000, sources: contextGo,
+			strings: [2]uint64{0x5600_0040_0000, 0x5600_0050_0000}},
+		{name: "go labels, bias unknown", bin: bin, bias: unknownBias, sources: contextGo},
+		{name: "go labels, g in x28 only", bin: &arm, sources: contextGo, gRegister: 1, strings: [2]uint64{0x400000, 0x500000}},
+		{name: "both", loc: loc, bin: bin, sources: contextOTEP | contextGo, wantOffset: -0x40, strings: [2]uint64{0x400000, 0x500000}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := ContextEntry(tt.loc, tt.bin)
+			e := ContextEntry(tt.loc, tt.bin, tt.bias)
 			if e.Sources != tt.sources || e.Otep.Offset != tt.wantOffset || e.Go.G_register != tt.gRegister {
 				t.Fatalf("sources %d, offset %d, g register %d; want %d, %d, %d", e.Sources, e.Otep.Offset,
 					e.Go.G_register, tt.sources, tt.wantOffset, tt.gRegister)
@@ -49,7 +54,7 @@ func TestContextEntry(t *testing.T) {
 			}
 			g := e.Go
 			if g.TlsOffset != -8 || g.G_m != 48 || g.G_labels != 352 || g.G_goid != 152 || g.M_gsignal != 72 ||
-				g.M_curg != 184 || g.Layout != uint8(golabels.LabelSlice) || g.StringsLo != 0x400000 || g.StringsHi != 0x500000 {
+				g.M_curg != 184 || g.Layout != uint8(golabels.LabelSlice) || [2]uint64{g.StringsLo, g.StringsHi} != tt.strings {
 				t.Errorf("go fields %+v", g)
 			}
 		})

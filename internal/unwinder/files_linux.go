@@ -76,3 +76,10 @@ func buildID(f *elf.File) string {
 	}
 	return hex.EncodeToString(note[desc : desc+uint64(descsz)])
 }
+
+// MappedBias returns the load bias of f in a process that maps its
+// executable segment at m: the loader's, for what others read of a
+// process as it does.
+func MappedBias(f *elf.File, m procfs.Map) (uint64, error) {
+	return loadBias(progHeaders(f), m.Start, m.Offset)
+}

@@ -41,12 +41,13 @@ func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
 	return nil
 }
 
-// addGoLabels loads where pid's threads find their goroutines' labels.
-func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary) {
+// addGoLabels loads where pid's threads find their goroutines' labels,
+// in executable b loaded with bias.
+func (l *Loader) addGoLabels(lp *loadedProcess, b *golabels.Binary, bias uint64) {
 	if lp.goLabels != nil {
 		return
 	}
-	lp.goLabels = b
+	lp.goLabels, lp.goBias = b, bias
 	if err := l.putContext(lp); err != nil {
 		lp.goLabels = nil
 		l.stats.GoLabels.Failed++

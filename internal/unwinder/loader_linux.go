@@ -90,8 +90,10 @@ type loadedProcess struct {
 	threadCtx        *threadctx.Module
 	threadCtxLoc     threadctx.Location
 	threadCtxWaiting *waitingThreadCtx
-	// goLabels is the Go executable whose label offsets are loaded.
+	// goLabels is the Go executable whose label offsets are loaded, at
+	// goBias.
 	goLabels *golabels.Binary
+	goBias   uint64
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
@@ -199,7 +201,11 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 					l.addThreadCtx(lp, t.threadCtx, bias)
 				}
 				if t.goLabels != nil {
-					l.addGoLabels(lp, t.goLabels)
+					goBias := bias
+					if err != nil {
+						goBias = unknownBias
+					}
+					l.addGoLabels(lp, t.goLabels, goBias)
 				}
 			}
 		}
