@@ -65,6 +65,8 @@ func readerCases() []readerCase {
 		{name: "process publishing nothing", outcome: 7, setup: nothing, mode: readbench.Read},
 		{name: "OTEP record, 2 attributes (20 bytes)", outcome: 0, setup: publish(readbench.Record(1, route)), mode: readbench.Read},
 		{name: "OTEP record, attributes at the bound (616 bytes)", outcome: 0, setup: publish(readbench.Record(1, full)), mode: readbench.Read},
+		{name: "OTEP record, 2 attributes, another's last on the CPU", outcome: 0, setup: publish(readbench.Record(1, route)),
+			mode: readbench.ReadAfter, before: readbench.Record(1, full)},
 		{name: "OTEP record at the bound, another's last on the CPU", outcome: 0, setup: publish(readbench.Record(1, full)),
 			mode: readbench.ReadAfter, before: readbench.Record(1, route)},
 		{name: "OTEP slot null (no span)", outcome: 1, setup: func(r *readbench.Reader) error {
