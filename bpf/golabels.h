@@ -5,8 +5,9 @@
  * in, r14 or x28, when the thread's stack is g's; else TLS) to g.m.curg,
  * the user goroutine even on the system or signal stack, to curg.labels.
  * User space fills context_procs[pid].go (threadctx.h) from the
- * executable's Go version (internal/golabels). The labels are copied as klen, key, vlen, value
- * bytes, a literal string by reference, for threadctx.h to store.
+ * executable's Go version (internal/golabels). The labels are copied as
+ * klen, key, vlen, value bytes, a literal string by reference, for
+ * threadctx.h to store.
  */
 #ifndef BPFPROFILER_GOLABELS_H
 #define BPFPROFILER_GOLABELS_H
