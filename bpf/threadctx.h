@@ -398,7 +398,12 @@ static __always_inline void thread_ctx_read(u32 pid, const u64 *uregs)
 		if ((!otep && !hash) ||
 		    (old ? !thread_ctx_same(old, &sc->size_word, count)
 			 : bpf_map_update_elem(&thread_ctx_attrs, &hash, &sc->size_word, BPF_ANY))) {
-			/* another record's attributes have the hash, or the map refused (or 0, none, for Go) */
+			/*
+			 * Another record's attributes have the hash, or the map
+			 * refused (or 0, none, for Go): no id, and none from the
+			 * copy either until words are stored again.
+			 */
+			sc->last_id = 0;
 			if (otep)
 				r->lost = 1;
 			else

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -194,5 +196,55 @@ func ownStrings(t *testing.T, lo, hi uint64) golabels.ReadString {
 		buf := make([]byte, n)
 		_, err := mem.ReadAt(buf, int64(addr)) //nolint:gosec // below 1<<48
 		return buf, err == nil
+	}
+}
+
+// TestReadersDropAReplacedID: a CPU compares a thread's words with its
+// copy of those it stored last, and with the map every 16th read. When the
+// map holds other words under that id (evicted, then another record's of
+// the same hash), that read finds it, and no read after gives the id until
+// the words are stored again.
+func TestReadersDropAReplacedID(t *testing.T) {
+	testutil.RequireBPF(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var was, cpu0 unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		t.Fatal(err)
+	}
+	cpu0.Set(0) // every run on one CPU: its copy is the one compared
+	if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &was) //nolint:errcheck // the thread is unlocked after
+	r, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Publish(Record(1, Attribute(0, "/api/checkout"))); errors.Is(err, ErrNoThreadPointer) {
+		t.Skip(err) // arm64 without cgo
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Run(1, Read)
+	if err != nil || res.Outcome != linked || res.AttrsId < 0 {
+		t.Fatalf("outcome %d, attributes id %d (%v); want linked with an id", res.Outcome, res.AttrsId, err)
+	}
+	id := uint32(res.AttrsId)
+	other := make([]uint64, r.objs.Attrs.ValueSize()/8)
+	other[0], other[1] = 1<<63|3, 0x636261 // "abc": a colliding record's
+	if err := r.objs.Attrs.Put(id, other); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = r.Run(20, Read); err != nil || res.Reads != 20 || res.AttrsId != -1 || res.Lost != 1 {
+		t.Errorf("the 20th read after the words changed: %d reads, id %d, lost %d (%v); want no id, lost",
+			res.Reads, res.AttrsId, res.Lost, err)
+	}
+	if err := r.objs.Attrs.Delete(id); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = r.Run(20, Read); err != nil || res.AttrsId != int32(id) || res.Lost != 0 { //nolint:gosec // an id is below 2^31
+		t.Errorf("after the map let them go: id %d, lost %d (%v); want %d again", res.AttrsId, res.Lost, err, id)
 	}
 }
