@@ -186,12 +186,7 @@ func ownBias(ef *elf.File) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	maps, err := procfs.ParseExecMaps(f)
+	maps, err := procfs.Default.ExecMaps(uint32(os.Getpid())) //nolint:gosec // a pid
 	if err != nil {
 		return 0, err
 	}
