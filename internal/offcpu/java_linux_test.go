@@ -29,9 +29,10 @@ func testJavaOffCPU(t *testing.T, mech Mechanism) {
 	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaSleep.java")
-			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+			// Measured from its first nap: before it, a JVM on a cold
+			// machine spends seconds compiling the source and loading classes.
+			cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
 			pid := uint32(cmd.Process.Pid)
-			time.Sleep(2 * time.Second) // the JVM started
 			tables, err := unwinder.OpenTables(procfs.FS{Root: "/proc"}, 0)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, tables.Close()) }()

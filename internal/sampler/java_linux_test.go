@@ -33,7 +33,7 @@ func TestJavaLeafNamed(t *testing.T) {
 	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
-			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "30")
+			cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "30")
 			pid := uint32(cmd.Process.Pid)
 			time.Sleep(4 * time.Second) // compiled by then
 			s := openSampler(t, Options{SamplesPerSecond: 99, TargetPIDs: []uint32{pid}})
@@ -74,7 +74,7 @@ func TestJavaStacksWhole(t *testing.T) {
 	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
-			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+			cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
 			pid := uint32(cmd.Process.Pid)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
 			defer sym.Close()
@@ -176,7 +176,7 @@ func TestJavaInlinedFramesAndLines(t *testing.T) {
 	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaInline.java")
-			cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m",
+			cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m",
 				"-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn", src, "60")
 			pid := uint32(cmd.Process.Pid)
 			sym := symbolize.New(symbolize.Options{Proc: procfs.FS{Root: "/proc"}})
@@ -227,9 +227,9 @@ func TestJavaStartedAfterProfiler(t *testing.T) {
 	ut := openTables(t, true)
 	s := openSampler(t, Options{SamplesPerSecond: 99, Unwind: ut})
 	src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
-	cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
-	pid := uint32(cmd.Process.Pid)
 	began := time.Now()
+	cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+	pid := uint32(cmd.Process.Pid)
 	require.Eventually(t, func() bool { return ut.Stats().Runtimes["jvm"].Processes >= 1 }, 30*time.Second, 50*time.Millisecond)
 	t.Logf("the JVM's walker entry %v after its start", time.Since(began).Round(time.Millisecond))
 	time.Sleep(3 * time.Second) // compiled by then
@@ -255,7 +255,7 @@ func TestJavaSplitAndInterpreted(t *testing.T) {
 			defer sym.Close()
 			t.Run("split", func(t *testing.T) {
 				src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaSplit.java")
-				cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
+				cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
 				byLeaf := javaLeaves(t, sym, uint32(cmd.Process.Pid))
 				a, b := byLeaf["JavaSplit.workA"], byLeaf["JavaSplit.workB"]
 				t.Logf("workA %d, workB %d samples: %.3f", a, b, float64(a)/float64(a+b))
@@ -264,7 +264,7 @@ func TestJavaSplitAndInterpreted(t *testing.T) {
 			})
 			t.Run("interpreted", func(t *testing.T) {
 				src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
-				cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xint", "-Xmx64m", src, "60")
+				cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xint", "-Xmx64m", src, "60")
 				pid := uint32(cmd.Process.Pid)
 				raw := sampleJava(t, pid)
 				c := chain{callers: []string{"JavaBurn.spin", "JavaBurn.main", "JavaCalls::call_helper", "JavaMain"}, roots: threadRoots}

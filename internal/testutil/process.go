@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,6 +26,33 @@ func StartWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	return cmd
+}
+
+// StartReadyWorkload starts bin with args like StartWorkload and returns
+// once it has written its "ready" line to stdout: the point its workload
+// says it reached (a JVM compiling a source file on a cold machine takes
+// seconds before its first line of main runs).
+func StartReadyWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = t.TempDir()
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("%s %v: first line %q, %v", bin, args, line, err)
+	}
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,24 +78,7 @@ const DebianPython = "/usr/bin/python3.11"
 // for its "ready" line and returns the process (killed at cleanup).
 func StartPython(t testing.TB, in Interpreter, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(in.Path, append([]string{Workload(t, "pywork.py")}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", in.Path, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("%s pywork.py %v: %q, %v", in.Path, args, line, err)
-	}
-	return cmd
+	return StartReadyWorkload(t, in.Path, append([]string{Workload(t, "pywork.py")}, args...)...)
 }
 
 var lineMarker = regexp.MustCompile(`#\s*line:(\w+)\s*$`)

@@ -1,5 +1,6 @@
 // JavaSplit.java: two Java threads taking turns burning CPU 3:1, thread a
-// in workA, thread b in workB (java JavaSplit.java SECONDS).
+// in workA, thread b in workB (java JavaSplit.java SECONDS); prints "ready"
+// once both started.
 import java.util.concurrent.Semaphore;
 
 public class JavaSplit {
@@ -53,7 +54,18 @@ public class JavaSplit {
         }, "b");
         a.start();
         b.start();
+        ready();
         a.join();
         b.join();
+    }
+
+    static boolean said;
+
+    static void ready() {
+        if (!said) {
+            said = true;
+            System.out.println("ready");
+            System.out.flush();
+        }
     }
 }
