@@ -277,6 +277,7 @@ type CpuWalkState struct {
 const (
 	CpuMapComms            = "comms"
 	CpuMapConfig           = "config"
+	CpuMapContextPids      = "context_pids"
 	CpuMapContextProcs     = "context_procs"
 	CpuMapCounts0          = "counts_0"
 	CpuMapCounts1          = "counts_1"
@@ -369,6 +370,7 @@ type CpuProgramSpecs struct {
 type CpuMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
@@ -431,6 +433,7 @@ func (o *CpuObjects) Close() error {
 type CpuMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextPids      *ebpf.Map `ebpf:"context_pids"`
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
@@ -465,6 +468,7 @@ func (m *CpuMaps) Close() error {
 	return _CpuClose(
 		m.Comms,
 		m.Config,
+		m.ContextPids,
 		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,

@@ -30,7 +30,11 @@ func TestCpuSpecLayout(t *testing.T) {
 		{CpuMapPythonProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuPythonProc{})},
 		{CpuMapOpenScopes, ebpf.LRUHash, 4, unsafe.Sizeof(CpuOpenScope{})},
 		{CpuMapContextProcs, ebpf.Hash, 4, unsafe.Sizeof(CpuContextProc{})},
+		{CpuMapContextPids, ebpf.Array, 4, 8},
 	})
+	if m := spec.Maps[CpuMapContextPids]; m != nil && m.MaxEntries != 1<<22/64 {
+		t.Errorf("context_pids has %d words, want PID_MAX_LIMIT's %d", m.MaxEntries, 1<<22/64)
+	}
 	if got := unsafe.Sizeof(CpuPythonProc{}); got != 56 {
 		t.Errorf("python_proc is %d bytes, want 56 (explicit padding only)", got)
 	}

@@ -297,6 +297,7 @@ type OffcpuV8Proc struct {
 const (
 	OffcpuMapComms            = "comms"
 	OffcpuMapConfig           = "config"
+	OffcpuMapContextPids      = "context_pids"
 	OffcpuMapContextProcs     = "context_procs"
 	OffcpuMapCounts0          = "counts_0"
 	OffcpuMapCounts1          = "counts_1"
@@ -393,6 +394,7 @@ type OffcpuProgramSpecs struct {
 type OffcpuMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
@@ -459,6 +461,7 @@ func (o *OffcpuObjects) Close() error {
 type OffcpuMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextPids      *ebpf.Map `ebpf:"context_pids"`
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
@@ -496,6 +499,7 @@ func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
 		m.Comms,
 		m.Config,
+		m.ContextPids,
 		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,

@@ -284,6 +284,7 @@ type OffcpuSwitchoutV8Proc struct {
 const (
 	OffcpuSwitchoutMapComms             = "comms"
 	OffcpuSwitchoutMapConfig            = "config"
+	OffcpuSwitchoutMapContextPids       = "context_pids"
 	OffcpuSwitchoutMapContextProcs      = "context_procs"
 	OffcpuSwitchoutMapCounts0           = "counts_0"
 	OffcpuSwitchoutMapCounts1           = "counts_1"
@@ -385,6 +386,7 @@ type OffcpuSwitchoutProgramSpecs struct {
 type OffcpuSwitchoutMapSpecs struct {
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
+	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
@@ -452,6 +454,7 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 type OffcpuSwitchoutMaps struct {
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
+	ContextPids      *ebpf.Map `ebpf:"context_pids"`
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
@@ -490,6 +493,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 	return _OffcpuSwitchoutClose(
 		m.Comms,
 		m.Config,
+		m.ContextPids,
 		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,

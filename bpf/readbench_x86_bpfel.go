@@ -166,6 +166,7 @@ type ReadbenchV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ReadbenchMapContextPids      = "context_pids"
 	ReadbenchMapContextProcs     = "context_procs"
 	ReadbenchMapHotspotProcs     = "hotspot_procs"
 	ReadbenchMapReadbenchRegs    = "readbench_regs"
@@ -232,6 +233,7 @@ type ReadbenchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ReadbenchMapSpecs struct {
+	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	ReadbenchRegs    *ebpf.MapSpec `ebpf:"readbench_regs"`
@@ -274,6 +276,7 @@ func (o *ReadbenchObjects) Close() error {
 //
 // It can be passed to LoadReadbenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ReadbenchMaps struct {
+	ContextPids      *ebpf.Map `ebpf:"context_pids"`
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	ReadbenchRegs    *ebpf.Map `ebpf:"readbench_regs"`
@@ -289,6 +292,7 @@ type ReadbenchMaps struct {
 
 func (m *ReadbenchMaps) Close() error {
 	return _ReadbenchClose(
+		m.ContextPids,
 		m.ContextProcs,
 		m.HotspotProcs,
 		m.ReadbenchRegs,

@@ -12,7 +12,8 @@
  * not drained by generation: attributes repeat, an LRU keeps the recent.
  * A Go process's goroutine labels (golabels.h) take the same way, to the
  * key's go_labels_id; a process has one or the other, the OTEP's first.
- * One entry a process holds where both are: one lookup a sample.
+ * One entry a process holds where both are: one lookup a sample, none
+ * for a process that publishes nothing (context_pids).
  */
 #ifndef BPFPROFILER_THREADCTX_H
 #define BPFPROFILER_THREADCTX_H
@@ -59,6 +60,31 @@ struct {
 	__type(key, u32); /* pid as the collector sees it */
 	__type(value, struct context_proc);
 } context_procs SEC(".maps");
+
+/* PID_MAX_LIMIT's words of context_pids. */
+#define CONTEXT_PID_WORDS 65536
+
+/*
+ * A bit a pid (pid / 64's word, pid % 64's bit), set while context_procs
+ * holds the pid's entry: a sample of a process that publishes nothing
+ * looks no further (an array's lookup is inlined, no helper call). User
+ * space sizes it to pid_max; a pid past it is looked up in context_procs.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CONTEXT_PID_WORDS);
+	__type(key, u32);
+	__type(value, u64);
+} context_pids SEC(".maps");
+
+/* Whether pid may have an entry in context_procs. */
+static __always_inline int context_may_publish(u32 pid)
+{
+	u32 word = pid / 64;
+	const u64 *bits = bpf_map_lookup_elem(&context_pids, &word);
+
+	return !bits || (*bits >> (pid & 63)) & 1;
+}
 
 /*
  * An OTEP record: trace id (16 bytes), span id (8), valid (1), trace flags
@@ -357,7 +383,7 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, const 
  */
 static __always_inline void thread_ctx_read(u32 pid, const u64 *uregs)
 {
-	const struct context_proc *p = bpf_map_lookup_elem(&context_procs, &pid);
+	const struct context_proc *p = 0;
 	struct thread_ctx_scratch *sc;
 	struct thread_ctx_result *r;
 	u32 zero = 0, n, count, otep;
@@ -370,6 +396,8 @@ static __always_inline void thread_ctx_read(u32 pid, const u64 *uregs)
 	__builtin_memset(r, 0, sizeof(*r));
 	r->attrs_id = -1;
 	r->outcome = NR_THREAD_CTX;
+	if (context_may_publish(pid))
+		p = bpf_map_lookup_elem(&context_procs, &pid);
 	if (!p || !(p->sources & (CONTEXT_OTEP | CONTEXT_GO)))
 		return;
 	sc = bpf_map_lookup_elem(&thread_ctx_scratch, &zero);

@@ -44,6 +44,7 @@ type objects struct {
 	Run     *ebpf.Program `ebpf:"run_readbench"`
 	Results *ebpf.Map     `ebpf:"readbench_results"`
 	Procs   *ebpf.Map     `ebpf:"context_procs"`
+	PIDs    *ebpf.Map     `ebpf:"context_pids"`
 	Regs    *ebpf.Map     `ebpf:"readbench_regs"`
 	Attrs   *ebpf.Map     `ebpf:"thread_ctx_attrs"`
 }
@@ -84,7 +85,7 @@ func Open() (*Reader, error) {
 
 // Close releases the program, its maps and the published record.
 func (r *Reader) Close() error {
-	errs := []error{r.objs.Run.Close(), r.objs.Results.Close(), r.objs.Procs.Close(),
+	errs := []error{r.objs.Run.Close(), r.objs.Results.Close(), r.objs.Procs.Close(), r.objs.PIDs.Close(),
 		r.objs.Regs.Close(), r.objs.Attrs.Close()}
 	return errors.Join(append(errs, unix.Munmap(r.page))...)
 }
@@ -147,7 +148,7 @@ func (r *Reader) Publish(record []byte) error {
 // put writes this process's entry as the loader writes a process's.
 func (r *Reader) put() error {
 	value := unwinder.ContextEntry(r.loc, r.labels, r.bias)
-	return r.objs.Procs.Put(&r.pid, &value)
+	return unwinder.PutContext(r.objs.Procs, r.objs.PIDs, r.pid, &value)
 }
 
 // Unpublish clears the slot: the thread runs no span.
@@ -201,7 +202,7 @@ func ownBias(ef *elf.File) (uint64, error) {
 // Forget removes this process's entry: the readers find nothing to read.
 func (r *Reader) Forget() {
 	r.loc, r.labels = nil, nil
-	_ = r.objs.Procs.Delete(&r.pid) // absent already: nothing to do
+	_ = unwinder.DeleteContext(r.objs.Procs, r.objs.PIDs, r.pid) // absent already: nothing to do
 }
 
 // Attributes returns the bytes stored under id in the attributes map

@@ -253,3 +253,54 @@ func TestReadersDropAReplacedID(t *testing.T) {
 		t.Errorf("after the map let them go: id %d, lost %d (%v); want %d again", res.AttrsId, res.Lost, err, id)
 	}
 }
+
+// TestReadersLookUpOnlyProcessesWithTheirBit: the readers look a process
+// up only when its bit in context_pids is set, which PutContext sets and
+// DeleteContext clears; an entry without its bit is not read (what makes
+// a process that publishes nothing cost no lookup).
+func TestReadersLookUpOnlyProcessesWithTheirBit(t *testing.T) {
+	testutil.RequireBPF(t)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Publish(Record(1, nil)); errors.Is(err, ErrNoThreadPointer) {
+		t.Skip(err) // arm64 without cgo
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	word, bit := r.pid/64, uint64(1)<<(r.pid%64)
+	bits := func() uint64 {
+		var w uint64
+		if err := r.objs.PIDs.Lookup(word, &w); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	outcome := func() uint32 {
+		res, err := r.Run(1, Read)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Outcome
+	}
+	if bits() != bit || outcome() != linked {
+		t.Fatalf("published: word %#x, outcome %d; want %#x (this pid's bit alone), linked", bits(), outcome(), bit)
+	}
+	if err := r.objs.PIDs.Put(word, uint64(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := outcome(); got != unpublished {
+		t.Errorf("the entry without its bit: outcome %d, want %d (not looked up)", got, unpublished)
+	}
+	if err := r.put(); err != nil {
+		t.Fatal(err)
+	}
+	r.Forget()
+	if bits() != 0 || outcome() != unpublished {
+		t.Errorf("forgotten: word %#x, outcome %d; want 0, %d", bits(), outcome(), unpublished)
+	}
+}

@@ -3,6 +3,13 @@
 package unwinder
 
 import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
@@ -56,13 +63,66 @@ func (l *Loader) putContext(lp *loadedProcess) error {
 		loc = &lp.threadCtxLoc
 	}
 	value := ContextEntry(loc, lp.goLabels, lp.goBias)
-	return l.maps.Contexts.Put(&lp.pid, &value)
+	return PutContext(l.maps.Contexts, l.maps.ContextPIDs, lp.pid, &value)
 }
 
 // dropContext deletes lp's entry unless kept (the process's entries now,
 // written over lp's) has one.
 func (l *Loader) dropContext(lp, kept *loadedProcess) {
 	if lp.publishes() && (kept == nil || !kept.publishes()) {
-		_ = l.maps.Contexts.Delete(&lp.pid) // gone already: nothing to do
+		_ = DeleteContext(l.maps.Contexts, l.maps.ContextPIDs, lp.pid) // gone already: nothing to do
 	}
+}
+
+// PutContext writes pid's entry in procs (context_procs), then sets its
+// bit in pids (context_pids; nil: none kept), for the samplers to look
+// it up. Callers serialize their writes to pids.
+func PutContext(procs, pids *ebpf.Map, pid uint32, value *bpf.CpuContextProc) error {
+	if err := procs.Put(&pid, value); err != nil {
+		return err
+	}
+	return setContextPID(pids, pid, true)
+}
+
+// DeleteContext clears pid's bit in pids, then deletes its entry in procs.
+func DeleteContext(procs, pids *ebpf.Map, pid uint32) error {
+	if err := setContextPID(pids, pid, false); err != nil {
+		return err
+	}
+	return procs.Delete(&pid)
+}
+
+// setContextPID sets or clears pid's bit in pids: bit pid%64 of word
+// pid/64. A pid past the words pids has (pid_max raised since it was
+// made) needs none: the samplers look such a pid up.
+func setContextPID(pids *ebpf.Map, pid uint32, on bool) error {
+	word, bit := pid/64, uint64(1)<<(pid%64)
+	if pids == nil || word >= pids.MaxEntries() {
+		return nil
+	}
+	var bits uint64
+	if err := pids.Lookup(&word, &bits); err != nil {
+		return fmt.Errorf("context pids word %d: %w", word, err)
+	}
+	if on {
+		bits |= bit
+	} else {
+		bits &^= bit
+	}
+	return pids.Put(&word, &bits)
+}
+
+// contextPIDWords is the words context_pids needs for the system's
+// pid_max (file: /proc/sys/kernel/pid_max), within [1, limit]: limit
+// when the file cannot be read.
+func contextPIDWords(file string, limit uint32) uint32 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return limit
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil || n == 0 {
+		return limit
+	}
+	return min(uint32((n+63)/64), limit) //nolint:gosec // below 2^26
 }

@@ -3,6 +3,8 @@
 package unwinder
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
@@ -56,6 +58,38 @@ func TestContextEntry(t *testing.T) {
 			if g.TlsOffset != -8 || g.G_m != 48 || g.G_labels != 352 || g.G_goid != 152 || g.M_gsignal != 72 ||
 				g.M_curg != 184 || g.Layout != uint8(golabels.LabelSlice) || [2]uint64{g.StringsLo, g.StringsHi} != tt.strings {
 				t.Errorf("go fields %+v", g)
+			}
+		})
+	}
+}
+
+// TestContextPIDWords sizes context_pids from pid_max: a bit a pid, within
+// the object's words, all of them when the file says nothing.
+func TestContextPIDWords(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		name, content string
+		want          uint32
+	}{
+		{"default 32768", "32768\n", 512},
+		{"a partial word", "32769\n", 513},
+		{"systemd's 4194304", "4194304\n", 65536},
+		{"past the limit", "8388608\n", 65536},
+		{"zero", "0\n", 65536},
+		{"not a number", "many\n", 65536},
+		{"no file", "", 65536},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(dir, "absent")
+			if tt.content != "" {
+				file = filepath.Join(dir, tt.name)
+				if err := os.WriteFile(file, []byte(tt.content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := contextPIDWords(file, 65536); got != tt.want {
+				t.Errorf("%d words, want %d", got, tt.want)
 			}
 		})
 	}

@@ -38,6 +38,9 @@ type Maps struct {
 	// OpenTelemetry thread context, and Go processes' threads find their
 	// goroutines' pprof labels: pid -> bpf.CpuContextProc.
 	Contexts *ebpf.Map
+	// ContextPIDs (with Contexts) has a pid's bit set while Contexts holds
+	// its entry: samples of other processes skip the lookup.
+	ContextPIDs *ebpf.Map
 }
 
 // fileKey identifies a mapped file (device and inode, as /proc/<pid>/maps

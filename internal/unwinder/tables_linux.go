@@ -104,6 +104,11 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 	if maps.Contexts, err = create(spec.Maps[bpf.CpuMapContextProcs].Copy(), "context processes"); err != nil {
 		return nil, err
 	}
+	cp := spec.Maps[bpf.CpuMapContextPids].Copy()
+	cp.MaxEntries = contextPIDWords("/proc/sys/kernel/pid_max", cp.MaxEntries)
+	if maps.ContextPIDs, err = create(cp, "context pids"); err != nil {
+		return nil, err
+	}
 	if maps.Runtimes, err = newRuntimeMaps(spec); err != nil {
 		for _, c := range created {
 			_ = c.Close()
@@ -166,7 +171,7 @@ func (t *Tables) Close() error {
 		errs = append(errs, m.Close())
 	}
 	if t.maps.Contexts != nil {
-		errs = append(errs, t.maps.Contexts.Close())
+		errs = append(errs, t.maps.Contexts.Close(), t.maps.ContextPIDs.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -224,6 +229,12 @@ func Prepare(spec *ebpf.CollectionSpec, tables *Tables) (*ebpf.CollectionOptions
 	}
 	if _, ok := spec.Maps[bpf.CpuMapContextProcs]; ok && tables.maps.Contexts != nil {
 		repl[bpf.CpuMapContextProcs] = tables.maps.Contexts
+		ms, ok := spec.Maps[bpf.CpuMapContextPids]
+		if !ok {
+			return nil, fmt.Errorf("BPF collection has no map %s", bpf.CpuMapContextPids)
+		}
+		ms.MaxEntries = tables.maps.ContextPIDs.MaxEntries()
+		repl[bpf.CpuMapContextPids] = tables.maps.ContextPIDs
 	}
 	return &ebpf.CollectionOptions{MapReplacements: repl}, nil
 }
