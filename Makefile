@@ -77,15 +77,24 @@ test: $(COLLECTOR) test-tools
 
 # Every fuzz target of the repository (found by name, so a new one is
 # included), each its seed corpus then FUZZTIME of fuzzing; none needs root.
-# A failing input is written to the package's testdata/fuzz.
+# A failing input is written to the package's testdata/fuzz. A run that
+# fails with "context deadline exceeded" and writes no failing input is
+# Go 1.26's fuzz coordinator racing its own -fuzztime deadline
+# (golang/go#75804, fixed in go1.27), not a finding: it is reported and
+# passes. Any other failure fails.
 FUZZTIME ?= 10s
 fuzz:
-	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' bench bpf internal receiver test | sort); do \
+	@set -e; out=$$(mktemp); trap 'rm -f $$out' EXIT; \
+	for file in $$(grep -rl --include='*_test.go' '^func Fuzz' bench bpf internal receiver test | sort); do \
 		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
 			echo "== fuzz $$target in ./$$(dirname $$file) for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$(dirname $$file) || \
-			{ echo "retrying $$target once (the fuzz engine can time out at its deadline while minimizing)"; \
-			  $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$(dirname $$file); }; \
+			if $(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s ./$$(dirname $$file) >$$out 2>&1; \
+			then cat $$out; \
+			else cat $$out; \
+				if grep -q 'context deadline exceeded' $$out && ! grep -q 'Failing input written' $$out; then \
+					echo "$$target: the fuzz coordinator's deadline race (golang/go#75804), no failing input written: passes"; \
+				else exit 1; fi; \
+			fi; \
 		done; \
 	done
 

@@ -74,14 +74,16 @@ func (l *Loader) dropContext(lp, kept *loadedProcess) {
 	}
 }
 
-// PutContext writes pid's entry in procs (context_procs), then sets its
-// bit in pids (context_pids; nil: none kept), for the samplers to look
-// it up. Callers serialize their writes to pids.
+// PutContext sets pid's bit in pids (context_pids; nil: none kept), for
+// the samplers to look it up, then writes its entry in procs
+// (context_procs). An error leaves the entry as it was; a bit without a
+// new entry costs its samples a lookup, nothing else. Callers serialize
+// their writes to pids.
 func PutContext(procs, pids *ebpf.Map, pid uint32, value *bpf.CpuContextProc) error {
-	if err := procs.Put(&pid, value); err != nil {
+	if err := setContextPID(pids, pid, true); err != nil {
 		return err
 	}
-	return setContextPID(pids, pid, true)
+	return procs.Put(&pid, value)
 }
 
 // DeleteContext clears pid's bit in pids, then deletes its entry in procs.
