@@ -29,7 +29,7 @@ func testJavaOffCPU(t *testing.T, mech Mechanism) {
 	for _, jdk := range testutil.JDKs(t) {
 		t.Run(filepath.Base(jdk), func(t *testing.T) {
 			src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaSleep.java")
-			// Measured from its first nap: before it, a JVM on a cold
+			// Measured from main's start: before it, a JVM on a cold
 			// machine spends seconds compiling the source and loading classes.
 			cmd := testutil.StartReadyWorkload(t, filepath.Join(jdk, "bin", "java"), "-Xmx64m", src, "60")
 			pid := uint32(cmd.Process.Pid)

@@ -30,11 +30,7 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 	testutil.RequireBPF(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	r, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openReader(t)
 
 	route := append(Attribute(0, "/api/checkout"), Attribute(1, "GET")...)
 	long := bytes.Repeat(Attribute(2, strings.Repeat("v", 98)), 7) // 700 bytes: cut at 616
@@ -110,6 +106,7 @@ func TestReadersReadWhatTheThreadPublishes(t *testing.T) {
 			// The registers at hand (a CPU sample in user mode), then as
 			// saved entering the kernel (off-CPU): the same answer.
 			var res, saved Result
+			var err error
 			run := func(context.Context) {
 				if res, err = r.Run(3, Read); err == nil {
 					saved, err = r.Run(3, ReadSaved)
@@ -222,16 +219,8 @@ func TestReadersDropAReplacedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.SchedSetaffinity(0, &was) //nolint:errcheck // the thread is unlocked after
-	r, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.Publish(Record(1, Attribute(0, "/api/checkout"))); errors.Is(err, ErrNoThreadPointer) {
-		t.Skip(err) // arm64 without cgo
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t)
+	publishOrSkip(t, r, Record(1, Attribute(0, "/api/checkout")))
 	res, err := r.Run(1, Read)
 	if err != nil || res.Outcome != linked || res.AttrsId < 0 {
 		t.Fatalf("outcome %d, attributes id %d (%v); want linked with an id", res.Outcome, res.AttrsId, err)
@@ -262,16 +251,8 @@ func TestReadersLookUpOnlyProcessesWithTheirBit(t *testing.T) {
 	testutil.RequireBPF(t)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	r, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.Publish(Record(1, nil)); errors.Is(err, ErrNoThreadPointer) {
-		t.Skip(err) // arm64 without cgo
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	r := openReader(t)
+	publishOrSkip(t, r, Record(1, nil))
 	word, bit := r.pid/64, uint64(1)<<(r.pid%64)
 	bits := func() uint64 {
 		var w uint64
@@ -302,5 +283,28 @@ func TestReadersLookUpOnlyProcessesWithTheirBit(t *testing.T) {
 	r.Forget()
 	if bits() != 0 || outcome() != unpublished {
 		t.Errorf("forgotten: word %#x, outcome %d; want 0, %d", bits(), outcome(), unpublished)
+	}
+}
+
+// openReader loads the readers' program, closed when t ends.
+func openReader(t *testing.T) *Reader {
+	t.Helper()
+	r, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// publishOrSkip publishes record as the calling thread's context; a thread
+// without a thread pointer (arm64 without cgo: no SDK could publish one
+// there) skips the test.
+func publishOrSkip(t *testing.T, r *Reader, record []byte) {
+	t.Helper()
+	if err := r.Publish(record); errors.Is(err, ErrNoThreadPointer) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
 	}
 }

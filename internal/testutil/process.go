@@ -16,44 +16,43 @@ import (
 func StartWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	// What a workload writes to its working directory (node writes V8 logs
-	// there with --perf-basic-prof) stays out of the source tree.
-	cmd.Dir = t.TempDir()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	start(t, cmd)
 	return cmd
 }
 
 // StartReadyWorkload starts bin with args like StartWorkload and returns
 // once it has written its "ready" line to stdout: the point its workload
 // says it reached (a JVM compiling a source file on a cold machine takes
-// seconds before its first line of main runs).
+// seconds before its main runs).
 func StartReadyWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = t.TempDir()
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	start(t, cmd)
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
 		t.Fatalf("%s %v: first line %q, %v", bin, args, line, err)
 	}
 	return cmd
+}
+
+// start starts cmd in a temporary directory and kills it at cleanup. What
+// a workload writes to its working directory (node writes V8 logs there
+// with --perf-basic-prof) stays out of the source tree.
+func start(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Dir = t.TempDir()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
 }
 
 // ProcessCPU sums the on-CPU time of every thread of pid from

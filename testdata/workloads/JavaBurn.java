@@ -1,5 +1,5 @@
 // JavaBurn.java SECONDS: a JVM burning CPU in one method, run with no flag; the
-// sampled leaf is spin's compiled code; prints "ready" after the first call.
+// sampled leaf is spin's compiled code; prints "ready" as main begins.
 public class JavaBurn {
     static long spin(long n) {
         long x = 0;
@@ -14,18 +14,11 @@ public class JavaBurn {
         long sink = 0;
         while (System.nanoTime() < end) {
             sink += spin(10_000_000L);
-            ready();
         }
         System.out.println(sink);
     }
 
-    static boolean said;
-
-    static void ready() {
-        if (!said) {
-            said = true;
-            System.out.println("ready");
-            System.out.flush();
-        }
+    static { // class initialization: main runs next (the source compiled, the class loaded)
+        System.out.println("ready");
     }
 }

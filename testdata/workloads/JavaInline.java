@@ -1,6 +1,6 @@
 // java -XX:CompileCommand=dontinline,JavaInline::burn JavaInline.java SECONDS:
 // compiled burn <- step (inlined into loop) <- loop <- main, at known lines;
-// prints "ready" after the first loop.
+// prints "ready" as main begins.
 public class JavaInline {
     static long burn(long x) {
         for (int i = 0; i < 1000; i++) {
@@ -26,18 +26,11 @@ public class JavaInline {
         long sink = 0;
         while (System.nanoTime() < end) {
             sink += loop(100_000L); // line 28: main_call
-            ready();
         }
         System.out.println(sink);
     }
 
-    static boolean said;
-
-    static void ready() {
-        if (!said) {
-            said = true;
-            System.out.println("ready");
-            System.out.flush();
-        }
+    static { // class initialization: main runs next (the source compiled, the class loaded)
+        System.out.println("ready");
     }
 }

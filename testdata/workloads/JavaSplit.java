@@ -1,6 +1,6 @@
 // JavaSplit.java: two Java threads taking turns burning CPU 3:1, thread a
 // in workA, thread b in workB (java JavaSplit.java SECONDS); prints "ready"
-// once both started.
+// as main begins.
 import java.util.concurrent.Semaphore;
 
 public class JavaSplit {
@@ -54,18 +54,11 @@ public class JavaSplit {
         }, "b");
         a.start();
         b.start();
-        ready();
         a.join();
         b.join();
     }
 
-    static boolean said;
-
-    static void ready() {
-        if (!said) {
-            said = true;
-            System.out.println("ready");
-            System.out.flush();
-        }
+    static { // class initialization: main runs next (the source compiled, the class loaded)
+        System.out.println("ready");
     }
 }
