@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -48,28 +49,49 @@ func linkConfigs(e env, bin string) map[string]collectorConfig {
 // samplerStats sums the kernel's run time and run count of the CPU
 // sampler's programs loaded now (one collector runs at a time).
 func samplerStats() (runtime time.Duration, runs uint64, err error) {
+	return samplerStatsOf(nil)
+}
+
+// samplerStatsOf is samplerStats of the programs in ids alone (nil: all).
+func samplerStatsOf(ids map[ebpf.ProgramID]bool) (runtime time.Duration, runs uint64, err error) {
+	err = eachSamplerProgram(func(id ebpf.ProgramID, p *ebpf.Program, first bool) {
+		if ids != nil && !ids[id] {
+			return
+		}
+		if st, err := p.Stats(); err == nil {
+			runtime += st.Runtime
+			if first {
+				runs += st.RunCount
+			}
+		}
+	})
+	return runtime, runs, err
+}
+
+// samplerProgramIDs are the CPU sampler's programs loaded now.
+func samplerProgramIDs() map[ebpf.ProgramID]bool {
+	ids := map[ebpf.ProgramID]bool{}
+	_ = eachSamplerProgram(func(id ebpf.ProgramID, _ *ebpf.Program, _ bool) { ids[id] = true })
+	return ids
+}
+
+// eachSamplerProgram calls f with each loaded program named in
+// samplerPrograms (first: named by the first, which counts samples).
+func eachSamplerProgram(f func(id ebpf.ProgramID, p *ebpf.Program, first bool)) error {
 	var id ebpf.ProgramID
 	for {
+		var err error
 		id, err = ebpf.ProgramGetNextID(id)
 		if err != nil {
-			return runtime, runs, nil // no more programs
+			return nil // no more programs
 		}
 		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
 			continue // gone meanwhile
 		}
-		info, err := p.Info()
-		if err == nil {
-			for i, name := range samplerPrograms {
-				if info.Name != name {
-					continue
-				}
-				if st, err := p.Stats(); err == nil {
-					runtime += st.Runtime
-					if i == 0 {
-						runs += st.RunCount
-					}
-				}
+		if info, err := p.Info(); err == nil {
+			if i := slices.Index(samplerPrograms, info.Name); i >= 0 {
+				f(id, p, i == 0)
 			}
 		}
 		_ = p.Close()

@@ -75,6 +75,8 @@ func readerCases() []readerCase {
 			return err
 		}, mode: readbench.Read},
 		{name: "Go labels, 2 (handler, tenant)", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"}, mode: readbench.Read},
+		{name: "Go labels, 2, a value on the heap", outcome: 4, setup: goLabels,
+			labels: []string{"handler", "checkout", "tenant", strings.Clone("t-42")}, mode: readbench.Read},
 		{name: "Go labels, 8 of 41+30 bytes", outcome: 4, setup: goLabels, labels: long, mode: readbench.Read},
 		{name: "Go labels, 2, another's last on the CPU", outcome: 4, setup: goLabels, labels: []string{"handler", "checkout", "tenant", "t-42"},
 			mode: readbench.ReadAfter, before: readbench.Record(1, route)},
