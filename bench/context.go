@@ -131,7 +131,7 @@ func runContextPair(ctx context.Context, e env, wl contextWorkload, onFirst bool
 		}
 	}
 	for _, s := range sides {
-		s.rt0, s.runs0, _ = samplerStatsOf(s.ids)
+		s.rt0, s.runs0 = samplerStatsOf(s.ids)
 		if s.cpu0, err = readCPU(s.c.pid()); err != nil {
 			return off, on, err
 		}
@@ -143,7 +143,7 @@ func runContextPair(ctx context.Context, e env, wl contextWorkload, onFirst bool
 	case <-time.After(contextWindow):
 	}
 	for _, s := range sides {
-		rt, runs, _ := samplerStatsOf(s.ids)
+		rt, runs := samplerStatsOf(s.ids)
 		cpu1, err := readCPU(s.c.pid())
 		if err != nil {
 			return off, on, err

@@ -49,12 +49,13 @@ func linkConfigs(e env, bin string) map[string]collectorConfig {
 // samplerStats sums the kernel's run time and run count of the CPU
 // sampler's programs loaded now (one collector runs at a time).
 func samplerStats() (runtime time.Duration, runs uint64, err error) {
-	return samplerStatsOf(nil)
+	runtime, runs = samplerStatsOf(nil)
+	return runtime, runs, nil
 }
 
 // samplerStatsOf is samplerStats of the programs in ids alone (nil: all).
-func samplerStatsOf(ids map[ebpf.ProgramID]bool) (runtime time.Duration, runs uint64, err error) {
-	err = eachSamplerProgram(func(id ebpf.ProgramID, p *ebpf.Program, first bool) {
+func samplerStatsOf(ids map[ebpf.ProgramID]bool) (runtime time.Duration, runs uint64) {
+	eachSamplerProgram(func(id ebpf.ProgramID, p *ebpf.Program, first bool) {
 		if ids != nil && !ids[id] {
 			return
 		}
@@ -65,25 +66,25 @@ func samplerStatsOf(ids map[ebpf.ProgramID]bool) (runtime time.Duration, runs ui
 			}
 		}
 	})
-	return runtime, runs, err
+	return runtime, runs
 }
 
 // samplerProgramIDs are the CPU sampler's programs loaded now.
 func samplerProgramIDs() map[ebpf.ProgramID]bool {
 	ids := map[ebpf.ProgramID]bool{}
-	_ = eachSamplerProgram(func(id ebpf.ProgramID, _ *ebpf.Program, _ bool) { ids[id] = true })
+	eachSamplerProgram(func(id ebpf.ProgramID, _ *ebpf.Program, _ bool) { ids[id] = true })
 	return ids
 }
 
 // eachSamplerProgram calls f with each loaded program named in
 // samplerPrograms (first: named by the first, which counts samples).
-func eachSamplerProgram(f func(id ebpf.ProgramID, p *ebpf.Program, first bool)) error {
+func eachSamplerProgram(f func(id ebpf.ProgramID, p *ebpf.Program, first bool)) {
 	var id ebpf.ProgramID
 	for {
 		var err error
 		id, err = ebpf.ProgramGetNextID(id)
 		if err != nil {
-			return nil // no more programs
+			return // no more programs
 		}
 		p, err := ebpf.NewProgramFromID(id)
 		if err != nil {
