@@ -32,7 +32,7 @@ func CrossCompileC(goarch, src, out string, extraFlags ...string) error {
 	if strings.HasSuffix(src, ".cpp") {
 		compiler = prefix + "g++"
 	}
-	if b, err := exec.Command(compiler, args...).CombinedOutput(); err != nil {
+	if b, err := RunWithin(exec.Command(compiler, args...), BuildTimeout); err != nil {
 		return fmt.Errorf("%s %v: %w\n%s", compiler, args, err, b)
 	}
 	return nil

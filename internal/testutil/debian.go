@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -80,7 +79,7 @@ func debianPackage(dir, arch, pkg string) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if out, err := exec.Command("dpkg-deb", "-x", deb, tmp).CombinedOutput(); err != nil {
+	if out, err := RunWithin(exec.Command("dpkg-deb", "-x", deb, tmp), BuildTimeout); err != nil {
 		return "", fmt.Errorf("dpkg-deb -x %s: %w\n%s", deb, err, out)
 	}
 	return root, os.Rename(tmp, root)
@@ -109,10 +108,8 @@ func downloadDeb(dir, arch, pkg string) (string, error) {
 			"-o", "APT::Sandbox::User=root",
 		}, cmd...)...)
 		c.Dir = debs
-		var stderr bytes.Buffer
-		c.Stderr = &stderr
-		if err := c.Run(); err != nil {
-			return fmt.Errorf("apt-get %s: %w\n%s", strings.Join(cmd, " "), err, stderr.String())
+		if out, err := RunWithin(c, BuildTimeout); err != nil {
+			return fmt.Errorf("apt-get %s: %w\n%s", strings.Join(cmd, " "), err, out)
 		}
 		return nil
 	}

