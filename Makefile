@@ -20,7 +20,7 @@ export GOFLAGS ?= -mod=mod
 # COLLECTOR_CORE, COLLECTOR_STABLE, COLLECTOR_CONTRIB, MDATAGEN_VERSION.
 include collector-release.mk
 
-.PHONY: all build run test unit fuzz bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
+.PHONY: all build run test unit fuzz check-runtimes bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -97,6 +97,15 @@ fuzz:
 			fi; \
 		done; \
 	done
+
+# The runtime tests on the newest release of each runtime the tests pin
+# (node's majors from the npm registry, the Go toolchains' minors from the
+# module proxy: internal/testutil's NodeReleases and GoLabelBuilds): prints
+# each pin beside the newest, then runs the tests those releases change.
+# Not part of make test, which stays on the pins; moving a pin is a commit
+# that says what was measured. RUNTIMEFLAGS=-always runs them anyway.
+check-runtimes: $(COLLECTOR) test-tools
+	BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_OCB=$(OCB) $(GO) run ./tools/checkruntimes $(RUNTIMEFLAGS)
 
 unit: test-tools
 	$(GO) test -race -count=1 ./...

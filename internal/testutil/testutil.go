@@ -168,6 +168,22 @@ func (b GoBuild) Name() string {
 	return name
 }
 
+// GoToolchainsEnv replaces pinned Go toolchains for one run:
+// "go1.27.3=go1.27.4,go1.23.12=go1.23.13" (make check-runtimes sets it to
+// the newest patch of each pinned minor).
+const GoToolchainsEnv = "BPFPROFILER_GO_TOOLCHAINS"
+
+// GoToolchain is the toolchain the tests build with where pinned says:
+// pinned itself unless GoToolchainsEnv replaces it.
+func GoToolchain(pinned string) string {
+	for _, kv := range strings.Split(os.Getenv(GoToolchainsEnv), ",") {
+		if from, to, ok := strings.Cut(strings.TrimSpace(kv), "="); ok && from == pinned && to != "" {
+			return to
+		}
+	}
+	return pinned
+}
+
 // FileName is the name of dir's binary built as b among prebuilt workloads.
 func (b GoBuild) FileName(dir string) string {
 	return filepath.Base(dir) + "-" + strings.ReplaceAll(b.Name(), " ", "-")
@@ -183,6 +199,7 @@ func BuildGoWith(t testing.TB, dir string, b GoBuild) string {
 		return filepath.Join(pre, b.FileName(dir))
 	}
 	out := filepath.Join(t.TempDir(), filepath.Base(dir))
+	b.Toolchain = GoToolchain(b.Toolchain)
 	if err := CrossBuildGo(Workload(t, dir), out, runtime.GOARCH, b); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@
 package v8
 
 import (
-	"bufio"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -61,6 +60,10 @@ var configs = []config{
 	{name: "debugger", env: "NAMES_DEBUG"},
 }
 
+// nodeReady bounds how long a node takes to print READY: under a second
+// on an idle machine.
+var nodeReady = testutil.Patient(time.Minute)
+
 // startNode runs names.js under node as c says and reads what it prints
 // up to READY.
 func startNode(t *testing.T, node string, c config) *liveNode {
@@ -72,19 +75,11 @@ func startNode(t *testing.T, node string, c config) *liveNode {
 	if c.env != "" {
 		cmd.Env = append(os.Environ(), c.env+"=1")
 	}
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	n := &liveNode{pid: cmd.Process.Pid, script: script}
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	child := testutil.StartChild(t, cmd)
+	n := &liveNode{pid: child.Pid(), script: script}
 	inSpin, inFunction := false, false
-	for sc.Scan() {
-		line := sc.Text()
+	for _, line := range child.Until(t, nodeReady, func(l string) bool { return l == "READY" }) {
 		switch {
-		case line == "READY":
-			return n
 		case strings.HasPrefix(line, "LINE "):
 			v, _ := strconv.ParseInt(line[len("LINE "):], 10, 64)
 			n.lines = append(n.lines, v)
@@ -111,8 +106,7 @@ func startNode(t *testing.T, node string, c config) *liveNode {
 			n.spinPositions = append(n.spinPositions, [2]int{off, pos})
 		}
 	}
-	t.Fatalf("node %s ended before READY: %v", node, sc.Err())
-	return nil
+	return n
 }
 
 // lineAt is the 1-based line of source position pos of the script.
