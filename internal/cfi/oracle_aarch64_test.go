@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,7 +95,7 @@ var (
 // are both "u". (A later restore of x30 is not followed; real files do not
 // have one.)
 func markUndefinedRA(t *testing.T, readelf, path string, fdes []*readelfFDE) {
-	out, err := exec.Command(readelf, "--debug-dump=frames", "--debug-dump=no-follow-links", path).Output()
+	out, err := testutil.OutputWithin(exec.Command(readelf, "--debug-dump=frames", "--debug-dump=no-follow-links", path), testutil.Patient(2*time.Minute))
 	require.NoError(t, err)
 	type key struct {
 		section    string

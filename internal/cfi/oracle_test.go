@@ -79,7 +79,7 @@ func TestReadelfOracleDebugFrame(t *testing.T) {
 		{"cc", "-o", bin, filepath.Join(dir, "a.o"), filepath.Join(dir, "b.o")},
 	}
 	for _, args := range steps {
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		out, err := testutil.RunWithin(exec.Command(args[0], args[1:]...), testutil.Patient(testutil.BuildTimeout))
 		require.NoError(t, err, "%v: %s", args, out)
 	}
 	f, err := elf.Open(bin)
@@ -115,7 +115,7 @@ func checkAgainstReadelf(t *testing.T, readelf, path string) map[string]int {
 	}
 	checkInvariants(t, table)
 
-	out, err := exec.Command(readelf, "--debug-dump=frames-interp", "--debug-dump=no-follow-links", path).Output()
+	out, err := testutil.OutputWithin(exec.Command(readelf, "--debug-dump=frames-interp", "--debug-dump=no-follow-links", path), testutil.Patient(2*time.Minute))
 	require.NoError(t, err)
 	fdes := parseReadelf(t, out)
 	regs, ok := readelfArches[f.Machine]

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 func TestReleaseMinor(t *testing.T) {
@@ -57,7 +59,7 @@ func buildDir(t *testing.T, dir, arch string, cgo bool, ldflags string, flags ..
 	if cgo {
 		cmd.Env = append(cmd.Env, "CGO_ENABLED=1")
 	}
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if b, err := testutil.RunWithin(cmd, testutil.Patient(testutil.BuildTimeout)); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
 	f, err := os.Open(out)

@@ -3,7 +3,7 @@
 package offcpu
 
 import (
-	"bufio"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -65,22 +65,9 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	stdout := bufio.NewReader(stdoutPipe)
+	c := testutil.StartChild(t, cmd)
 	r := &sleepersRun{truth: map[string]uint64{}, sleeps: map[string]int64{}, over: map[string]uint64{}, overN: map[string]int64{}}
-	pid, err := strconv.ParseUint(strings.TrimSpace(readLine(t, stdout)), 10, 32)
+	pid, err := strconv.ParseUint(strings.TrimSpace(c.Line(t, testutil.Patient(time.Minute))), 10, 32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,15 +90,19 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 		t.Fatal(err)
 	}
 
+	wait := testutil.Patient(2 * time.Minute)
 	lines := make(chan string)
+	feed := &lineFeed{TB: t}
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
 		defer close(lines)
 		for {
-			line, err := stdout.ReadString('\n')
-			if err != nil {
+			select {
+			case lines <- strings.TrimSpace(c.Line(feed, wait)):
+			case <-stop:
 				return
 			}
-			lines <- strings.TrimSpace(line)
 		}
 	}()
 	var tick <-chan time.Time
@@ -120,7 +111,7 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 		defer ticker.Stop()
 		tick = ticker.C
 	}
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(wait)
 	for done := false; !done; {
 		select {
 		case <-tick:
@@ -129,7 +120,7 @@ func runSleepers(t *testing.T, mode string, iterations int, opts Options, drainE
 			t.Fatal("workload did not finish")
 		case line, ok := <-lines:
 			if !ok {
-				t.Fatal("workload exited early")
+				t.Fatalf("workload exited early: %s", feed.failure)
 			}
 			done = parseResult(t, r, line)
 		}
@@ -182,13 +173,17 @@ func pendingWaits(t *testing.T, tr *Tracer) int {
 	return n
 }
 
-func readLine(t *testing.T, r *bufio.Reader) string {
-	t.Helper()
-	line, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("read workload output: %v", err)
-	}
-	return line
+// lineFeed is the testing.TB a goroutine reads a Child's lines with: a
+// failed read ends that goroutine (not the test's) and leaves its message
+// for the test to fail with.
+type lineFeed struct {
+	testing.TB
+	failure string
+}
+
+func (f *lineFeed) Fatalf(format string, args ...any) {
+	f.failure = fmt.Sprintf(format, args...)
+	runtime.Goexit()
 }
 
 // parseResult records one result line of the workload; it reports "done".

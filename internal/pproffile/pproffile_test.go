@@ -1,7 +1,6 @@
 package pproffile
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 var (
@@ -322,11 +322,9 @@ func TestGoToolPprof(t *testing.T) {
 		t.Run(string(tt.kind), func(t *testing.T) {
 			path, err := Write(t.TempDir(), testProfile(tt.kind))
 			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, goBin, "tool", "pprof", "-top", path)
+			cmd := exec.Command(goBin, "tool", "pprof", "-top", path)
 			cmd.Env = append(os.Environ(), "PPROF_BINARY_PATH="+t.TempDir())
-			out, err := cmd.Output()
+			out, err := testutil.RunWithin(cmd, testutil.Patient(2*time.Minute))
 			require.NoError(t, err, "go tool pprof -top: %s", out)
 			for _, w := range tt.want {
 				assert.Contains(t, string(out), w)

@@ -31,8 +31,7 @@ func TestAttacherRetryDecision(t *testing.T) {
 	cmd := exec.Command(bin, filepath.Join(t.TempDir(), "measured"), "stdin")
 	_, err := cmd.StdinPipe() // scopes waits for a line
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.StartChild(t, cmd)
 	require.Eventually(t, func() bool {
 		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
 		return p == bin

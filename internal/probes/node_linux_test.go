@@ -50,15 +50,9 @@ func TestNodeCallbackScope(t *testing.T) {
 		MainThreadOnly: true,
 		MinDuration:    100 * time.Millisecond,
 	}})
-	cmd := testutil.StartWorkload(t, node, script)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("node script did not finish")
-	}
+	child := testutil.StartWorkloadChild(t, node, script)
+	cmd := child.Cmd
+	require.NoError(t, child.Wait(t, testutil.Patient(30*time.Second)), "node script")
 	// Records reach Run within the reader's poll interval; on a busy
 	// machine give them time.
 	var recs []capture.RawScope

@@ -30,8 +30,7 @@ func TestScopesChildPIDNamespace(t *testing.T) {
 	cmd := exec.Command("unshare", append([]string{"--pid", "--fork", "--mount-proc", "chrt"}, realtime(bin, out, "stdin")...)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.StartChild(t, cmd)
 
 	// The workload is unshare's child (host pid), once it has exec'ed bin.
 	var child uint32

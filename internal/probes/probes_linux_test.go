@@ -244,8 +244,7 @@ func TestScopesRunningProcess(t *testing.T) {
 	cmd := exec.Command("chrt", realtime(bin, out, "stdin")...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.StartChild(t, cmd)
 	// Wait until the executable is mapped (it is from exec on).
 	require.Eventually(t, func() bool {
 		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))

@@ -3,7 +3,6 @@
 package probes
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,10 +30,7 @@ func TestRateLimitedProbe(t *testing.T) {
 	cmd := exec.Command(bin, strconv.Itoa(seconds), "stdin")
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	child := testutil.StartChild(t, cmd)
 	require.Eventually(t, func() bool {
 		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
 		return p == bin
@@ -49,8 +45,7 @@ func TestRateLimitedProbe(t *testing.T) {
 
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err)
+	line := child.Line(t, testutil.Patient(seconds*time.Second+time.Minute))
 	var calls, first, last uint64
 	_, err = fmt.Sscanf(line, "calls %d %d %d", &calls, &first, &last)
 	require.NoError(t, err, "workload output %q", line)

@@ -42,16 +42,19 @@ func TestOpenScopesAndEntryStacks(t *testing.T) {
 
 			callers := callerRanges(t, bin)
 			// 2 cycles: 8 slow scopes of 50 ms, 6 fast ones of 1 ms.
-			cmd := testutil.StartWorkload(t, bin, "2", "150")
+			child := testutil.StartWorkloadChild(t, bin, "2", "150")
+			cmd := child.Cmd
 			var base uint64           // where bin is loaded
 			seen := map[uint64]bool{} // starts of the open scopes seen
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			wait := testutil.Patient(time.Minute)
+			deadline := time.After(wait)
 			for running := true; running; {
 				select {
-				case err := <-done:
-					require.NoError(t, err)
+				case <-child.Exited():
+					require.NoError(t, child.Wait(t, wait))
 					running = false
+				case <-deadline:
+					t.Fatalf("workload did not exit within %v", wait)
 				case <-time.After(5 * time.Millisecond):
 					if base == 0 {
 						base = loadBase(cmd.Process.Pid, bin)

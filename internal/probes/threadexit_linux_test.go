@@ -3,7 +3,6 @@
 package probes
 
 import (
-	"bufio"
 	"io"
 	"os/exec"
 	"regexp"
@@ -49,17 +48,13 @@ func TestThreadExitInsideScope(t *testing.T) {
 	cmd := exec.Command("chrt", realtime(bin)...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
+	child := testutil.StartChild(t, cmd)
 	next := func(prefix string) []string {
 		t.Helper()
-		require.True(t, lines.Scan(), "workload output ended before %q: %v", prefix, lines.Err())
-		f := strings.Fields(lines.Text())
+		line := child.Line(t, testutil.Patient(time.Minute))
+		f := strings.Fields(line)
 		require.NotEmpty(t, f)
-		require.Equal(t, prefix, f[0], "workload said %q", lines.Text())
+		require.Equal(t, prefix, f[0], "workload said %q", line)
 		return f[1:]
 	}
 	send := func() {
@@ -96,7 +91,7 @@ func TestThreadExitInsideScope(t *testing.T) {
 	start, _ := strconv.ParseUint(f[1], 10, 64)
 	end, _ := strconv.ParseUint(f[2], 10, 64)
 	next("done")
-	require.NoError(t, cmd.Wait())
+	require.NoError(t, child.Wait(t, testutil.Patient(time.Minute)))
 
 	require.Eventually(t, func() bool { return len(c.byProbe(0)) >= 1 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive

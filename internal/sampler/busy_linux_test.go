@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -97,9 +96,7 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 		argv := rt.argv(dir)
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a shell's pipeline goes with it
-		require.NoError(t, cmd.Start(), rt.name)
-		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+		testutil.StartChild(t, cmd) // in a group of its own: a shell's pipeline goes with it
 		pids[rt.name] = cmd.Process.Pid
 		started = append(started, rt.name)
 	}

@@ -3,7 +3,6 @@
 package sampler
 
 import (
-	"bufio"
 	"math"
 	"os/exec"
 	"strings"
@@ -134,15 +133,8 @@ func burnAndDrain(t *testing.T, bin string, opts Options) (uint32, []capture.Raw
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	pid := uint32(cmd.Process.Pid)
+	child := testutil.StartChild(t, cmd)
+	pid := uint32(child.Pid())
 
 	opts.TargetPIDs = []uint32{pid}
 	s := openSampler(t, opts)
@@ -156,9 +148,8 @@ func burnAndDrain(t *testing.T, bin string, opts Options) (uint32, []capture.Raw
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "done") {
-		t.Fatalf("workload: %q, %v", line, err)
+	if line := child.Line(t, testutil.Patient(2*time.Second+time.Minute)); !strings.HasPrefix(line, "done") {
+		t.Fatalf("workload: %q", line)
 	}
 	cpu := testutil.ProcessCPU(t, int(pid)) - cpuBefore
 	samples, st, err := s.Drain()

@@ -332,8 +332,7 @@ func TestJavaInPIDNamespace(t *testing.T) {
 	java := filepath.Join(testutil.JDKs(t)[0], "bin", "java")
 	src := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "JavaBurn.java")
 	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", java, "-Xmx64m", src, "60")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	testutil.StartChild(t, cmd)
 	// The JVM is unshare's child (host pid), once it has exec'ed java.
 	pid := unshareChild(t, cmd, func(exe string) bool { return strings.HasSuffix(exe, "/bin/java") })
 	defer func() { _ = syscall.Kill(int(pid), syscall.SIGKILL) }()

@@ -22,13 +22,9 @@ func TestNewProcesses(t *testing.T) {
 	s := openSampler(t, Options{SamplesPerSecond: 99})
 	bin := testutil.BuildC(t, "cpuburn.c")
 
-	cmd := testutil.StartWorkload(t, bin, "0.2")
-	pid := uint32(cmd.Process.Pid)
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
+	child := testutil.StartWorkloadChild(t, bin, "0.2")
+	pid := uint32(child.Pid())
+	exited := child.Exited()
 
 	announced, exits, others := 0, 0, 0
 	announcedWhileRunning := false
@@ -106,11 +102,10 @@ func TestExecAnnounced(t *testing.T) {
 	// The shell burns CPU in its own loop (no child process: a loop on
 	// date spent its time in the children, and the shell was sometimes
 	// never sampled), about a second, then becomes cpuburn.
-	cmd := testutil.StartWorkload(t, "sh", "-c",
+	child := testutil.StartWorkloadChild(t, "sh", "-c",
 		`i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done; exec "$0" 0.5`, bin)
-	pid := uint32(cmd.Process.Pid)
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	pid := uint32(child.Pid())
+	exited := child.Exited()
 
 	var got []capture.ProcessEvent
 	timeout := time.After(15 * time.Second)

@@ -29,15 +29,11 @@ func TestRescanLoadsLibraryLoadedLater(t *testing.T) {
 	}
 	cmd := exec.Command(bin, lib, "60", "stdin")
 	cmd.Dir = t.TempDir()
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var line [16]byte
-	n, _ := out.Read(line[:]) // its pid: it runs and burns its own code for a second
-	require.NotZero(t, n)
+	child := testutil.StartChild(t, cmd)
+	// Its pid: it runs and burns its own code for a second.
+	require.NotEmpty(t, child.Line(t, testutil.Patient(time.Minute)))
 	pid := uint32(cmd.Process.Pid)
 
 	tables := openTables(t, true)

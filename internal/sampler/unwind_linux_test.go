@@ -237,19 +237,19 @@ func TestUnwindTablesDebianBinaries(t *testing.T) {
 func compressForever(t *testing.T, bin string, args ...string) uint32 {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { devnull.Close() })
+	cmd.Stdout = devnull // the compressed stream
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testutil.StartChild(t, cmd)
 	done := make(chan struct{})
-	t.Cleanup(func() {
-		close(done)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
+	t.Cleanup(func() { close(done) }) // before the Child's kill
 	go func() {
 		defer in.Close()
 		buf := make([]byte, 1<<16)
@@ -271,7 +271,7 @@ func compressForever(t *testing.T, bin string, args ...string) uint32 {
 			}
 		}
 	}()
-	return uint32(cmd.Process.Pid)
+	return uint32(child.Pid())
 }
 
 // A non-PIE build, a stripped build (whose own functions have no names:
@@ -282,7 +282,7 @@ func TestUnwindTablesBuildsAndExec(t *testing.T) {
 	testutil.RequireBPF(t)
 	pie := testutil.BuildC(t, "nofp.c")
 	stripped := filepath.Join(t.TempDir(), "nofp-stripped")
-	out, err := exec.Command("strip", "-o", stripped, pie).CombinedOutput()
+	out, err := testutil.RunWithin(exec.Command("strip", "-o", stripped, pie), testutil.Patient(time.Minute))
 	require.NoError(t, err, "%s", out)
 	shell := func(bin string) []string {
 		return []string{"/bin/sh", "-c", "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done; exec " + bin + " 60"}
@@ -379,9 +379,10 @@ func TestUnwindDepthAgainstPerfDwarf(t *testing.T) {
 	}
 
 	data := filepath.Join(t.TempDir(), "perf.data")
-	out, err := exec.Command(perf, "record", "-q", "-F", "99", "--call-graph", "dwarf", "-p", fmt.Sprint(pid), "-o", data, "--", "sleep", "3").CombinedOutput()
+	out, err := testutil.RunWithin(exec.Command(perf, "record", "-q", "-F", "99", "--call-graph", "dwarf", "-p", fmt.Sprint(pid), "-o", data, "--", "sleep", "3"),
+		testutil.Patient(3*time.Second+time.Minute))
 	require.NoError(t, err, "perf record: %s", out)
-	script, err := exec.Command(perf, "script", "-i", data, "-F", "comm,tid,ip,sym").Output()
+	script, err := testutil.OutputWithin(exec.Command(perf, "script", "-i", data, "-F", "comm,tid,ip,sym"), testutil.Patient(time.Minute))
 	require.NoError(t, err, "perf script")
 	var theirs, theirsN float64
 	for _, block := range strings.Split(string(script), "\n\n") {

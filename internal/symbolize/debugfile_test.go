@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // debugFixture is debugprog.c built with -g, its debug file split off with
@@ -125,7 +127,7 @@ func smallDebugFile(tb testing.TB) ([]byte, error) {
 		{"cc", "-shared", "-fPIC", "-O0", "-g", "-o", lib, src},
 		{"objcopy", "--only-keep-debug", lib, debug},
 	} {
-		if err := exec.Command(cmd[0], cmd[1:]...).Run(); err != nil {
+		if _, err := testutil.RunWithin(exec.Command(cmd[0], cmd[1:]...), testutil.Patient(testutil.BuildTimeout)); err != nil {
 			return nil, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // buildDynLib compiles testdata/dynlib.c into a shared library with the
@@ -27,7 +29,7 @@ func buildDynLib(tb testing.TB, hashStyle string, flags ...string) ([]byte, erro
 	out := filepath.Join(tb.TempDir(), "libdyn-"+hashStyle+".so")
 	args := append([]string{"-shared", "-fPIC", "-O0", "-Wl,--hash-style=" + hashStyle, "-o", out, src}, flags...)
 	cmd := exec.Command("cc", args...)
-	if b, err := cmd.CombinedOutput(); err != nil {
+	if b, err := testutil.RunWithin(cmd, testutil.Patient(testutil.BuildTimeout)); err != nil {
 		return nil, &exec.Error{Name: string(b), Err: err}
 	}
 	return os.ReadFile(out)

@@ -1,15 +1,17 @@
 package symbolize
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // build runs a compiler command in dir and fails the test on error.
@@ -18,7 +20,7 @@ func build(t *testing.T, dir string, env []string, name string, args ...string) 
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
+	out, err := testutil.RunWithin(cmd, testutil.Patient(testutil.BuildTimeout))
 	require.NoError(t, err, "%s %v: %s", name, args, out)
 }
 
@@ -52,28 +54,21 @@ func runFixture(t *testing.T, bin string) (uint32, map[string]uint64) {
 	cmd := exec.Command(bin)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	c := testutil.StartChild(t, cmd)
 	t.Cleanup(func() {
 		stdin.Close()
-		_ = cmd.Wait()
+		_ = c.Wait(t, testutil.Patient(time.Minute))
 	})
 	addrs := map[string]uint64{}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "ready") {
-			return uint32(cmd.Process.Pid), addrs
-		}
+	lines := c.Until(t, testutil.Patient(time.Minute), func(line string) bool { return strings.HasPrefix(line, "ready") })
+	for _, line := range lines[:len(lines)-1] {
 		k, v, ok := strings.Cut(line, "=")
 		require.True(t, ok, "unexpected fixture output %q", line)
 		a, err := strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
 		require.NoError(t, err, line)
 		addrs[k] = a
 	}
-	t.Fatalf("fixture %s exited before ready: %v", bin, sc.Err())
-	return 0, nil
+	return uint32(c.Pid()), addrs
 }
 
 func testBinary() (string, error) { return os.Executable() }

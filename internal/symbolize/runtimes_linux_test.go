@@ -3,11 +3,11 @@
 package symbolize
 
 import (
-	"bufio"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -32,20 +32,15 @@ c = Box.method.__code__
 print(id(c), min(dis.findlinestarts(c))[1], flush=True)
 sys.stdin.read()
 `
-	sleeper := exec.Command("sleep", "60")
-	require.NoError(t, sleeper.Start())
-	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+	sleeper := testutil.StartChild(t, exec.Command("sleep", "60"))
 	for _, in := range testutil.Interpreters(t) {
 		t.Run(in.Name, func(t *testing.T) {
 			cmd := exec.Command(in.Path, "-c", script)
 			stdin, err := cmd.StdinPipe()
 			require.NoError(t, err)
-			out, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-			line, err := bufio.NewReader(out).ReadString('\n')
-			require.NoError(t, err)
+			c := testutil.StartChild(t, cmd)
+			t.Cleanup(func() { _ = stdin.Close(); _ = c.Wait(t, testutil.Patient(time.Minute)) })
+			line := c.Line(t, testutil.Patient(time.Minute))
 			f := strings.Fields(line)
 			require.Len(t, f, 2, line)
 			addr, _ := strconv.ParseUint(f[0], 10, 64)
@@ -53,7 +48,7 @@ sys.stdin.read()
 
 			s := New(Options{Proc: procfs.FS{Root: "/proc"}})
 			defer s.Close()
-			pid := uint32(cmd.Process.Pid)
+			pid := uint32(c.Pid())
 			want := "Box.method"
 			if strings.HasPrefix(in.Name, "3.9") || strings.HasPrefix(in.Name, "3.10") {
 				want = "method" // no co_qualname before 3.11
@@ -63,7 +58,7 @@ sys.stdin.read()
 				require.Equal(t, report.Frame{Address: addr, Function: want, File: "<string>", Line: int64(line0), Type: report.FramePython}, got)
 			}
 			require.Empty(t, s.Runtime(pid, cpython, addr+8, 0, 0)[0].Function, "an address inside the code object")
-			require.Empty(t, s.Runtime(uint32(sleeper.Process.Pid), cpython, addr, 0, 0)[0].Function, "a process without CPython")
+			require.Empty(t, s.Runtime(uint32(sleeper.Pid()), cpython, addr, 0, 0)[0].Function, "a process without CPython")
 			st := s.Stats()
 			require.Equal(t, uint64(2), st.RuntimeFrames[cpython])
 			require.Equal(t, map[string]uint64{RuntimeBadObject: 1, RuntimeNoInterpreter: 1}, st.RuntimeUnsymbolized[cpython])

@@ -1,7 +1,6 @@
 package symbolize
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 func TestUserNative(t *testing.T) {
@@ -303,19 +303,16 @@ func TestPrefetchResolvesAfterExit(t *testing.T) {
 	cmd := exec.Command(bin)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	c := testutil.StartChild(t, cmd)
 	var leaf uint64
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() && !strings.HasPrefix(sc.Text(), "ready") {
-		if v, ok := strings.CutPrefix(sc.Text(), "leaf_func="); ok {
+	for _, line := range c.Until(t, testutil.Patient(time.Minute), func(line string) bool { return strings.HasPrefix(line, "ready") }) {
+		if v, ok := strings.CutPrefix(line, "leaf_func="); ok {
 			leaf, err = strconv.ParseUint(strings.TrimPrefix(v, "0x"), 16, 64)
 			require.NoError(t, err)
 		}
 	}
 	require.NotZero(t, leaf)
-	pid := uint32(cmd.Process.Pid)
+	pid := uint32(c.Pid())
 
 	prefetched := New(Options{Proc: procfs.FS{Root: "/proc"}})
 	defer prefetched.Close()
@@ -324,7 +321,7 @@ func TestPrefetchResolvesAfterExit(t *testing.T) {
 	defer late.Close()
 
 	require.NoError(t, stdin.Close())
-	require.NoError(t, cmd.Wait())
+	require.NoError(t, c.Wait(t, testutil.Patient(time.Minute)))
 	require.NoError(t, os.Remove(bin))
 
 	assert.Equal(t, "leaf_func", prefetched.User(pid, []uint64{leaf})[0].Function)

@@ -36,8 +36,10 @@ type Child struct {
 	waitErr error
 }
 
-// StartChild starts cmd as a Child. cmd.Stdout and cmd.Stderr must be unset
-// (the Child reads them); cmd.Stdin may be a pipe the caller made.
+// StartChild starts cmd as a Child. cmd.Stderr must be unset (the Child
+// reads it), and so should cmd.Stdout unless it is a file the child's
+// output goes to instead (a compressor's stream to /dev/null: then the
+// Child has no lines); cmd.Stdin may be a pipe the caller made.
 func StartChild(t testing.TB, cmd *exec.Cmd) *Child {
 	t.Helper()
 	c, err := startChild(cmd)
@@ -56,34 +58,50 @@ func StartChild(t testing.TB, cmd *exec.Cmd) *Child {
 }
 
 func startChild(cmd *exec.Cmd) (*Child, error) {
-	if cmd.Stdout != nil || cmd.Stderr != nil {
-		return nil, fmt.Errorf("%v: a Child reads stdout and stderr itself", cmd.Args)
+	_, stdoutFile := cmd.Stdout.(*os.File)
+	if cmd.Stderr != nil || cmd.Stdout != nil && !stdoutFile {
+		return nil, fmt.Errorf("%v: a Child reads stderr, and stdout unless it is a file", cmd.Args)
 	}
 	c := &Child{Cmd: cmd, name: strings.Join(cmd.Args, " "), more: make(chan struct{}, 1), exited: make(chan struct{})}
-	setChildAttr(cmd)
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return nil, err
+	OwnGroup(cmd)
+	// Files, not writers: exec copies nothing, so Wait returns when the
+	// process exits and what it wrote stays readable here.
+	var outR, outW *os.File
+	if !stdoutFile {
+		var err error
+		if outR, outW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		cmd.Stdout = outW
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
+		if outR != nil {
+			outR.Close()
+			outW.Close()
+		}
 		return nil, err
 	}
-	// Files, not writers: exec copies nothing, so Wait returns when the
-	// process exits and what it wrote stays readable here.
-	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.Stderr = errW
 	err = cmd.Start()
-	outW.Close()
 	errW.Close()
+	if outW != nil {
+		outW.Close()
+	}
 	if err != nil {
-		outR.Close()
 		errR.Close()
+		if outR != nil {
+			outR.Close()
+		}
 		return nil, fmt.Errorf("start %s: %w", c.name, err)
 	}
-	c.readers.Add(2)
-	go c.read(outR, true)
+	if outR != nil {
+		c.readers.Add(1)
+		go c.read(outR, true)
+	} else {
+		c.eof = true
+	}
+	c.readers.Add(1)
 	go c.read(errR, false)
 	go func() {
 		c.waitErr = cmd.Wait()
@@ -210,7 +228,7 @@ func (c *Child) Exited() <-chan struct{} { return c.exited }
 // waits up to timeout for the child to be reaped. Killing a child that has
 // exited is not an error.
 func (c *Child) Kill(timeout time.Duration) error {
-	killGroup(c.Cmd.Process)
+	KillGroup(c.Cmd.Process)
 	select {
 	case <-c.exited:
 		return nil
@@ -236,20 +254,35 @@ func (c *Child) lastOutput() string {
 // tests run a command to completion (compilers, go build, apt-get).
 func RunWithin(cmd *exec.Cmd, timeout time.Duration) ([]byte, error) {
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	err := runWithin(cmd, &out, &out, timeout)
+	return out.Bytes(), err
+}
+
+// OutputWithin is RunWithin for a command whose stdout a test parses: it
+// returns stdout alone, and stderr in the error when the command fails.
+func OutputWithin(cmd *exec.Cmd, timeout time.Duration) ([]byte, error) {
+	var out, stderr bytes.Buffer
+	if err := runWithin(cmd, &out, &stderr, timeout); err != nil {
+		return out.Bytes(), fmt.Errorf("%w\n%s", err, stderr.Bytes())
+	}
+	return out.Bytes(), nil
+}
+
+func runWithin(cmd *exec.Cmd, stdout, stderr io.Writer, timeout time.Duration) error {
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = 5 * time.Second // a descendant holding the output open ends no wait
-	setChildAttr(cmd)
+	OwnGroup(cmd)
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		return out.Bytes(), err
+		return err
 	case <-time.After(timeout):
-		killGroup(cmd.Process)
+		KillGroup(cmd.Process)
 		<-done
-		return out.Bytes(), fmt.Errorf("%v: killed after %v", cmd.Args, timeout)
+		return fmt.Errorf("%v: killed after %v", cmd.Args, timeout)
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"syscall"
 )
 
-// setChildAttr puts cmd's process in a process group of its own (killGroup
+// OwnGroup puts cmd's process in a process group of its own (KillGroup
 // kills what it started too) and has the kernel kill it when the thread
 // that started it exits (Pdeathsig): a test binary killed by its timeout
 // leaves no child behind. Go's runtime does not end its threads while the
 // process lives, except one a goroutine locked and did not unlock.
-func setChildAttr(cmd *exec.Cmd) {
+func OwnGroup(cmd *exec.Cmd) {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
@@ -19,9 +19,9 @@ func setChildAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
 
-// killGroup sends SIGKILL to p's process group, and to p itself in case it
+// KillGroup sends SIGKILL to p's process group, and to p itself in case it
 // has left the group.
-func killGroup(p *os.Process) {
+func KillGroup(p *os.Process) {
 	_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	_ = p.Kill()
 }

@@ -7,8 +7,8 @@ import (
 	"os/exec"
 )
 
-// setChildAttr leaves cmd as it is: process groups and Pdeathsig are
+// OwnGroup leaves cmd as it is: process groups and Pdeathsig are
 // Linux's here, and the tests that start children are Linux tests.
-func setChildAttr(*exec.Cmd) {}
+func OwnGroup(*exec.Cmd) {}
 
-func killGroup(p *os.Process) { _ = p.Kill() }
+func KillGroup(p *os.Process) { _ = p.Kill() }

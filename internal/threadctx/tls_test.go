@@ -1,7 +1,6 @@
 package threadctx
 
 import (
-	"bufio"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -36,7 +35,7 @@ func buildSpans(t *testing.T, cc string) []spansBuild {
 	src, dir := testutil.Workload(t, "spans.c"), t.TempDir()
 	run := func(args ...string) {
 		t.Helper()
-		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		if out, err := testutil.RunWithin(exec.Command(cc, args...), testutil.Patient(testutil.BuildTimeout)); err != nil {
 			t.Fatalf("%s %v: %v\n%s", cc, args, err, out)
 		}
 	}
@@ -65,16 +64,11 @@ func buildSpans(t *testing.T, cc string) []spansBuild {
 func TestResolveInProcess(t *testing.T) {
 	for _, b := range buildSpans(t, "cc") {
 		t.Run(b.name, func(t *testing.T) {
-			cmd := exec.Command(b.program, "30", "where")
-			out, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			line, err := bufio.NewReader(out).ReadString('\n')
-			require.NoError(t, err)
+			c := testutil.StartChild(t, exec.Command(b.program, "30", "where"))
+			line := c.Line(t, testutil.Patient(time.Minute))
 			var pid int
 			var tp, want uint64
-			_, err = fmt.Sscanf(strings.TrimSpace(line), "%d tp=%v var=%v", &pid, &tp, &want)
+			_, err := fmt.Sscanf(strings.TrimSpace(line), "%d tp=%v var=%v", &pid, &tp, &want)
 			require.NoError(t, err, "line %q", line)
 
 			mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
@@ -131,11 +125,13 @@ func TestResolveExecutableARM64(t *testing.T) {
 		testutil.SkipOrFail(t, "no qemu-aarch64-static: %v", err)
 	}
 	builds := buildSpans(t, "aarch64-linux-gnu-gcc")
-	out, err := exec.Command("qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu", builds[0].program, "0", "where").Output()
-	require.NoError(t, err)
+	// Stdout only, as Output read it: qemu's warnings go to stderr.
+	c := testutil.StartChild(t, exec.Command("qemu-aarch64-static", "-L", "/usr/aarch64-linux-gnu", builds[0].program, "0", "where"))
+	out := c.Line(t, testutil.Patient(time.Minute))
+	require.NoError(t, c.Wait(t, testutil.Patient(time.Minute)))
 	var pid int
 	var tp, addr uint64
-	_, err = fmt.Sscanf(strings.TrimSpace(string(out)), "%d tp=%v var=%v", &pid, &tp, &addr)
+	_, err := fmt.Sscanf(strings.TrimSpace(out), "%d tp=%v var=%v", &pid, &tp, &addr)
 	require.NoError(t, err, "output %q", out)
 	f, err := elf.Open(builds[0].program)
 	require.NoError(t, err)

@@ -26,10 +26,8 @@ import (
 func TestLoaderColdTables(t *testing.T) {
 	proc := procfs.FS{Root: "/proc"}
 	a := uint32(testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60").Process.Pid)
-	py := exec.Command("/usr/bin/python3.11", "-c", "import time; time.sleep(60)")
-	require.NoError(t, py.Start())
-	t.Cleanup(func() { _ = py.Process.Kill(); _ = py.Wait() })
-	b := uint32(py.Process.Pid)
+	py := testutil.StartChild(t, exec.Command("/usr/bin/python3.11", "-c", "import time; time.sleep(60)"))
+	b := uint32(py.Pid())
 	waitMapped(t, a, "/libc")
 	waitMapped(t, b, "/libc")
 	// rows loads pid alone: the rows of its tables, and of its smallest

@@ -26,8 +26,8 @@ func TestLoaderIdleTables(t *testing.T) {
 	copyExecutable(t, testutil.BuildC(t, "nofp.c"), bin)
 	run := func() {
 		t.Helper()
-		cmd := testutil.StartWorkload(t, bin, "60")
-		pid := uint32(cmd.Process.Pid)
+		c := testutil.StartWorkloadChild(t, bin, "60")
+		pid := uint32(c.Pid())
 		// Loaded once the dynamic loader has mapped libc: before, a run
 		// would find fewer files than the next.
 		require.Eventually(t, func() bool {
@@ -41,8 +41,7 @@ func TestLoaderIdleTables(t *testing.T) {
 		}, 5*time.Second, 5*time.Millisecond)
 		require.NoError(t, l.Load(pid))
 		require.Greater(t, l.Stats().Tables, uint64(1))
-		require.NoError(t, cmd.Process.Kill())
-		_ = cmd.Wait()
+		require.NoError(t, c.Kill(testutil.Patient(30*time.Second)))
 		l.Forget(pid)
 	}
 	run()

@@ -186,15 +186,14 @@ func TestLoaderMatchesTheTable(t *testing.T) {
 func TestLoaderPrune(t *testing.T) {
 	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
-	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
-	require.Eventually(t, func() bool { return l.Load(uint32(cmd.Process.Pid)) == nil && l.Stats().Tables > 0 },
+	c := testutil.StartWorkloadChild(t, testutil.BuildC(t, "nofp.c"), "60")
+	require.Eventually(t, func() bool { return l.Load(uint32(c.Pid())) == nil && l.Stats().Tables > 0 },
 		5*time.Second, 10*time.Millisecond)
 	require.NoError(t, l.Load(uint32(os.Getpid())))
 	require.Equal(t, uint64(2), l.Stats().Processes)
 	l.Prune()
 	assert.Equal(t, uint64(2), l.Stats().Processes, "both live")
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
+	require.NoError(t, c.Kill(testutil.Patient(30*time.Second)))
 	l.Prune()
 	assert.Equal(t, uint64(1), l.Stats().Processes, "the killed workload is forgotten")
 	l.Forget(uint32(os.Getpid()))

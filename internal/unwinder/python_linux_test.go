@@ -3,11 +3,11 @@
 package unwinder
 
 import (
-	"bufio"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
@@ -32,16 +32,13 @@ sys.stdin.read()
 `)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
+	c := testutil.StartChild(t, cmd)
+	t.Cleanup(func() { _ = stdin.Close(); _ = c.Wait(t, testutil.Patient(time.Minute)) })
+	line := c.Line(t, testutil.Patient(time.Minute))
 	want, err := strconv.ParseUint(strings.TrimSpace(line), 10, 64)
 	require.NoError(t, err, line)
 
-	pid := uint32(cmd.Process.Pid)
+	pid := uint32(c.Pid())
 	cpython := capture.CPython.Name()
 	for _, rows := range []uint64{1 << 20, 16} {
 		maps := newTestMaps(t, maxTables)

@@ -74,7 +74,8 @@ func TestProbeLogsOfScopes(t *testing.T) {
 	// begin 500 ms later, when the probes are attached.
 	// SCHED_FIFO keeps other load on the machine out of the scopes' timing.
 	work := exec.Command("chrt", "-f", "10", bin, out, "500")
-	require.NoError(t, work.Run())
+	b, err := testutil.RunWithin(work, testutil.Patient(time.Minute))
+	require.NoError(t, err, "%s", b)
 	measured := readMeasuredScopes(t, out)
 
 	var wantTimed []measuredScope

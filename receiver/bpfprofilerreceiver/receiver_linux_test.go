@@ -247,7 +247,8 @@ func TestShortLivedProcessIsSymbolized(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
 
 	work := exec.Command(bin, "1")
-	require.NoError(t, work.Run())
+	b, err := testutil.RunWithin(work, testutil.Patient(time.Minute))
+	require.NoError(t, err, "%s", b)
 	require.NoError(t, os.Remove(bin))
 	require.Eventually(t, func() bool { return len(sink.AllProfiles()) > 0 }, 10*time.Second, 50*time.Millisecond)
 

@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/collector/component/componenttest"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // /proc is a directory no one, root included, can create files in.
@@ -32,7 +34,7 @@ func TestWarnsOnceWhenEveryTargetExited(t *testing.T) {
 	first, second := startSleep(t), startSleep(t)
 	cfg := createDefaultConfig().(*Config)
 	cfg.ReportInterval = 100 * time.Millisecond
-	cfg.Targets.PIDs = []uint32{uint32(second.Process.Pid), uint32(first.Process.Pid)}
+	cfg.Targets.PIDs = []uint32{uint32(second.Pid()), uint32(first.Pid())}
 	src := &fakeSource{}
 	rcv, logs := newObservedReceiver(t, cfg, src)
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
@@ -59,19 +61,15 @@ func TestWarnsOnceWhenEveryTargetExited(t *testing.T) {
 	waitReports(3)
 	warned := gone()
 	require.Len(t, warned, 1, "warned once")
-	assert.Equal(t, []any{uint32(first.Process.Pid), uint32(second.Process.Pid)}, warned[0].ContextMap()["targets::pids"])
+	assert.Equal(t, []any{uint32(first.Pid()), uint32(second.Pid())}, warned[0].ContextMap()["targets::pids"])
 }
 
-func startSleep(t *testing.T) *exec.Cmd {
+func startSleep(t *testing.T) *testutil.Child {
 	t.Helper()
-	cmd := exec.Command("sleep", "60")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { stop(cmd) })
-	return cmd
+	return testutil.StartChild(t, exec.Command("sleep", "60"))
 }
 
-// stop kills cmd and reaps it, so that its /proc entry is gone.
-func stop(cmd *exec.Cmd) {
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
+// stop kills c and reaps it, so that its /proc entry is gone.
+func stop(c *testutil.Child) {
+	_ = c.Kill(testutil.Patient(30 * time.Second))
 }

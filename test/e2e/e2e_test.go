@@ -87,10 +87,15 @@ func startStoppableCollector(t *testing.T, bin, config string) (out *syncBuffer,
 // runStoppableCollector starts cmd and returns stop, which sends SIGTERM
 // and waits for it to exit; it kills it after 20 s and then returns an
 // error. Cleanup calls stop too; a second call returns the first's result.
+// The collector's output goes to the buffer the tests search, so it is no
+// testutil.Child; it runs in its own process group (testutil.OwnGroup), killed with
+// what it started once it exited or at the deadline.
 func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() error) {
 	t.Helper()
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
+	testutil.OwnGroup(cmd)
+	cmd.WaitDelay = 5 * time.Second // a descendant holding the output open ends no wait
 	require.NoError(t, cmd.Start())
 	var (
 		once    sync.Once
@@ -103,9 +108,15 @@ func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() err
 			go func() { _ = cmd.Wait(); close(done) }()
 			select {
 			case <-done:
+				testutil.KillGroup(cmd.Process) // what it started and left behind
 			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
+				testutil.KillGroup(cmd.Process)
+				select {
+				case <-done:
+				case <-time.After(testutil.Patient(30 * time.Second)):
+					stopErr = fmt.Errorf("the collector (pid %d) not reaped after SIGKILL", cmd.Process.Pid)
+					return
+				}
 				stopErr = fmt.Errorf("the collector did not exit within 20 s of SIGTERM")
 			}
 		})
@@ -127,9 +138,7 @@ func TestCollectorEndToEnd(t *testing.T) {
 	pprofDir := t.TempDir()
 	metricsPort := freePort(t)
 
-	work := exec.Command(burner, "60")
-	require.NoError(t, work.Start())
-	t.Cleanup(func() { _ = work.Process.Kill(); _ = work.Wait() })
+	work := testutil.StartChild(t, exec.Command(burner, "60"))
 
 	config := fmt.Sprintf(`
 receivers:
@@ -156,7 +165,7 @@ service:
       receivers: [bpfprofiler]
       processors: [memory_limiter]
       exporters: [debug, otlp_grpc]
-`, work.Process.Pid, pprofDir, addr, metricsPort)
+`, work.Pid(), pprofDir, addr, metricsPort)
 	out := startCollector(t, bin, config)
 
 	// ~2000 samples: the share's standard error is about 1 point.
@@ -265,7 +274,7 @@ service:
 `
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
-	out, err := exec.Command(bin, "--config", path, "--feature-gates=service.profilesSupport").CombinedOutput()
+	out, err := testutil.RunWithin(exec.Command(bin, "--config", path, "--feature-gates=service.profilesSupport"), testutil.Patient(2*time.Minute))
 	require.Error(t, err)
 	assert.True(t, strings.Contains(string(out), "cpu::samples_per_second"), string(out))
 }

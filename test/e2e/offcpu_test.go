@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -32,12 +31,9 @@ func TestCollectorOffCPUProfile(t *testing.T) {
 	work := exec.Command(testutil.BuildC(t, "sleepers.c"), "ratio", "100")
 	stdin, err := work.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := work.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, work.Start())
-	t.Cleanup(func() { _ = stdin.Close(); _ = work.Process.Kill(); _ = work.Wait() })
-	lines := bufio.NewScanner(stdout)
-	require.True(t, lines.Scan(), "the workload printed no pid")
+	c := testutil.StartChild(t, work)
+	t.Cleanup(func() { _ = stdin.Close() })  // before the Child's kill
+	c.Line(t, testutil.Patient(time.Minute)) // the workload's pid
 
 	out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
@@ -61,8 +57,10 @@ service:
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)
 	truth := map[string]int64{} // blocked ns the workload measured, by function
-	for lines.Scan() && lines.Text() != "done" {
-		f := strings.Fields(lines.Text())
+	// 100 sleeps of 30 ms, then the results.
+	results := c.Until(t, testutil.Patient(time.Minute), func(line string) bool { return line == "done" })
+	for _, line := range results[:len(results)-1] {
+		f := strings.Fields(line)
 		if len(f) >= 2 {
 			truth[f[0]], _ = strconv.ParseInt(f[1], 10, 64)
 		}

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,12 +47,19 @@ service:
 	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "sh", "-c",
 		fmt.Sprintf("%s 60 >/dev/null & exec %s --config %s --feature-gates=service.profilesSupport", jit, bin, cfgPath))
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	testutil.OwnGroup(cmd)
+	cmd.WaitDelay = 5 * time.Second
 	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {
 		// Killing the namespace's init (the collector) ends the workload too.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+		testutil.KillGroup(cmd.Process)
+		select {
+		case <-done:
+		case <-time.After(testutil.Patient(30 * time.Second)):
+			t.Errorf("unshare (pid %d) not reaped %v after SIGKILL", cmd.Process.Pid, testutil.Patient(30*time.Second))
+		}
 		if t.Failed() {
 			t.Logf("collector output:\n%s", out.String())
 		}

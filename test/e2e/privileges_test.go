@@ -168,7 +168,8 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 		}, 30*time.Second, 200*time.Millisecond, "profiles with symbolized user and kernel frames")
 		require.Eventually(t, func() bool { return strings.Contains(out.String(), "probes attached") },
 			10*time.Second, 100*time.Millisecond)
-		require.NoError(t, exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "0").Run())
+		b, err := testutil.RunWithin(exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "0"), testutil.Patient(time.Minute))
+		require.NoError(t, err, "%s", b)
 		require.Eventually(t, func() bool { return strings.Contains(out.String(), "the collector lacks CAP_SYS_ADMIN") },
 			10*time.Second, 100*time.Millisecond, "a probe attach refused for want of CAP_SYS_ADMIN says so")
 		text := out.String()
@@ -184,7 +185,8 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 			30*time.Second, 100*time.Millisecond)
 		// Started now, as root: attached through its exec event, within the
 		// second scopes waits before its first call.
-		require.NoError(t, exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "1000").Run())
+		b, err := testutil.RunWithin(exec.Command(s.scopes, filepath.Join(t.TempDir(), "measured"), "1000"), testutil.Patient(time.Minute))
+		require.NoError(t, err, "%s", b)
 		durations := regexp.MustCompile(`probe\.duration_ns: Int\(\d+\)`)
 		// scopes.c's main thread runs timed_scope 5 times for at least 10 ms
 		// (and an 8 ms call may last 10 on a loaded machine).
@@ -211,9 +213,7 @@ func TestCollectorWithLeastPrivilege(t *testing.T) {
 					caps = append(caps, c)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			b, err := asNobody(ctx, caps, s.collectorArgs(s.config(t, []int{os.Getpid()}, false))...).CombinedOutput()
+			b, err := testutil.RunWithin(asNobody(context.Background(), caps, s.collectorArgs(s.config(t, []int{os.Getpid()}, false))...), testutil.Patient(time.Minute))
 			out := string(b)
 			require.Error(t, err, "the collector must not start")
 			assert.Contains(t, out, `failed to start "bpfprofiler" receiver`)

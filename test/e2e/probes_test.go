@@ -52,7 +52,8 @@ service:
 	// the 3 s the workload waits before its first scope (emulated kernels of
 	// the kernel matrix are slow).
 	measured := filepath.Join(t.TempDir(), "measured")
-	require.NoError(t, exec.Command(scopes, measured, "3000").Run())
+	b, err := testutil.RunWithin(exec.Command(scopes, measured, "3000"), testutil.Patient(time.Minute))
+	require.NoError(t, err, "%s", b)
 
 	// scopes.c's main thread runs timed_scope for 12, 30, 50, 25 and 15 ms
 	// (and shorter ones, which min_duration drops).

@@ -141,10 +141,8 @@ service:
 	// child pid namespace (with one interpreter, it runs both).
 	direct, nested := interpreters[max(len(interpreters)-2, 0)], interpreters[len(interpreters)-1]
 	p1 := testutil.StartPython(t, direct, "fib", "60")
-	unshare := exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60")
-	require.NoError(t, unshare.Start())
-	t.Cleanup(func() { _ = unshare.Process.Kill(); _ = unshare.Wait() })
-	p2 := childOf(t, unshare.Process.Pid)
+	unshare := testutil.StartChild(t, exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60"))
+	p2 := childOf(t, unshare.Pid())
 	// Killing unshare leaves its child running (the guests' busybox unshare
 	// has no --kill-child): it would burn a CPU under the next tests.
 	t.Cleanup(func() { _ = syscall.Kill(p2, syscall.SIGKILL) })

@@ -56,7 +56,8 @@ service:
 	// 10 cycles: 40 slow scopes of 50 ms; the calls start 3 s after the
 	// exec event attached the probe (emulated kernels are slow).
 	cmd := exec.Command(work, "10", "3000")
-	require.NoError(t, cmd.Run())
+	b, err := testutil.RunWithin(cmd, testutil.Patient(2*time.Minute))
+	require.NoError(t, err, "%s", b)
 	pid := cmd.Process.Pid
 	time.Sleep(2 * time.Second) // the last samples reach a report
 	require.NoError(t, stop())

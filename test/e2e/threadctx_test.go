@@ -45,7 +45,7 @@ func spansProgram(t *testing.T, dialect string) string {
 		{"-O1", "-shared", "-fPIC", "-mtls-dialect=" + dialect, "-DSPANS_SDK_ONLY", "-o", lib, src},
 		{"-O1", "-DSPANS_PROGRAM_ONLY", "-o", prog, src, "-L" + dir, "-lspans", "-Wl,-rpath," + dir},
 	} {
-		if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		if out, err := testutil.RunWithin(exec.Command("cc", args...), testutil.Patient(testutil.BuildTimeout)); err != nil {
 			t.Fatalf("cc %v: %v\n%s", args, err, out)
 		}
 	}

@@ -107,9 +107,7 @@ func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	otlp, addr := startOTLPServer(t)
 	// Long enough for an emulated guest, whose collector takes 40 s to start
 	// while the workload's threads take its one CPU; killed at the end.
-	work := exec.Command(nofp, strconv.Itoa(int(testutil.Patient(240*time.Second).Seconds())))
-	require.NoError(t, work.Start())
-	t.Cleanup(func() { _ = work.Process.Kill(); _ = work.Wait() })
+	work := testutil.StartChild(t, exec.Command(nofp, strconv.Itoa(int(testutil.Patient(240*time.Second).Seconds()))))
 
 	startCollector(t, bin, fmt.Sprintf(`
 receivers:
@@ -127,7 +125,7 @@ service:
     metrics: {level: none}
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, work.Process.Pid, addr))
+`, work.Pid(), addr))
 
 	chain := chainCheck{"chain_leaf", []string{"chain_c", "chain_b", "chain_a", "main"}, []string{"__libc_start_call_main", "__libc_start_main", "_start"}, nil}
 	sorter := chainCheck{"compare_slow", []string{"~qsort", "sort_round", "sorter"}, []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}, nil}

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -101,18 +100,19 @@ func buildUserManifest(t *testing.T, ocb, root string) string {
 	path := filepath.Join(t.TempDir(), "manifest.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	// One deadline for the build and the check, as ocb's first build
+	// downloads and compiles the collector's modules.
+	deadline := time.Now().Add(testutil.Patient(20 * time.Minute))
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, ocb, "--config", path)
+	cmd := exec.Command(ocb, "--config", path)
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-	output, err := cmd.CombinedOutput()
+	output, err := testutil.RunWithin(cmd, time.Until(deadline))
 	require.NoError(t, err, "ocb:\n%s", output)
 	t.Logf("ocb built the user manifest in %s", time.Since(start).Round(time.Second))
 
-	check := exec.CommandContext(ctx, "go", "run", "./tools/collectorrelease", "-check-module", out)
+	check := exec.Command("go", "run", "./tools/collectorrelease", "-check-module", out)
 	check.Dir = root
-	output, err = check.CombinedOutput()
+	output, err = testutil.RunWithin(check, time.Until(deadline))
 	require.NoError(t, err, "the user collector's modules:\n%s", output)
 	t.Logf("%s", strings.TrimSpace(string(output)))
 	return filepath.Join(out, "otelcol-user")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
@@ -19,7 +20,7 @@ func TestELFLibrariesAsLDD(t *testing.T) {
 	if a == nil || !exists(bin) {
 		testutil.SkipOrFail(t, "no Debian CPython of a known architecture here (make test-tools installs it)")
 	}
-	out, err := exec.Command("ldd", bin).Output()
+	out, err := testutil.OutputWithin(exec.Command("ldd", bin), testutil.Patient(time.Minute))
 	if err != nil {
 		testutil.SkipOrFail(t, "ldd: %v", err)
 	}

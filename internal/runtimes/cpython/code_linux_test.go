@@ -1,7 +1,6 @@
 package cpython
 
 import (
-	"bufio"
 	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
@@ -114,20 +113,12 @@ func startWorkload(t *testing.T, python, script string) (int, workloadReport) {
 	cmd := exec.Command(python, script)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	cmd.Stderr = os.Stderr
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
-	require.NoError(t, err)
+	c := testutil.StartChild(t, cmd)
+	t.Cleanup(func() { stdin.Close() }) // runs before the Child's kill
+	line := c.Line(t, testutil.Patient(time.Minute))
 	var r workloadReport
-	require.NoError(t, json.Unmarshal(line, &r))
-	return cmd.Process.Pid, r
+	require.NoError(t, json.Unmarshal([]byte(line), &r))
+	return c.Pid(), r
 }
 
 func markedLine(t *testing.T, src []byte, marker string) int {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -236,7 +237,7 @@ func gdbPrint(t *testing.T, gdb, file string, exprs []string) []uint64 {
 	for _, e := range exprs {
 		args = append(args, "-ex", "print "+e)
 	}
-	out, err := exec.Command(gdb, append(args, file)...).CombinedOutput()
+	out, err := testutil.RunWithin(exec.Command(gdb, append(args, file)...), testutil.Patient(2*time.Minute))
 	require.NoError(t, err, "%s", out)
 	values := make([]uint64, len(exprs))
 	matches := gdbValue.FindAllStringSubmatch(string(out), -1)

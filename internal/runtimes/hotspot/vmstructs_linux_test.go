@@ -29,9 +29,7 @@ func startJVM(t *testing.T, jdk string) int {
 	require.NoError(t, err)
 	cmd := exec.Command(filepath.Join(jdk, "bin", "java"), "-Xmx64m", src)
 	cmd.Dir = t.TempDir()
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd.Process.Pid
+	return testutil.StartChild(t, cmd).Pid()
 }
 
 // libjvmOf finds pid's libjvm mapping: its file and load bias.
