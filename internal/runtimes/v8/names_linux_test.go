@@ -66,6 +66,13 @@ var nodeReady = testutil.Patient(time.Minute)
 
 // startNode runs names.js under node as c says and reads what it prints
 // up to READY.
+//
+// Its stdout is a file, not a pipe: node makes its stdout non-blocking
+// (libuv), and V8's %DebugPrint and --print-bytecode write to the same
+// descriptor without retrying on EAGAIN. With a pipe (64 KiB) and a reader
+// that fell behind for a moment (a loaded machine, -race), the rest of a
+// print was dropped, READY was glued to the cut line, and the test waited
+// for a READY line forever: 6 configs of 6 on node 24 with a reader 1 s late.
 func startNode(t *testing.T, node string, c config) *liveNode {
 	t.Helper()
 	script, err := filepath.Abs("testdata/names.js")
@@ -75,10 +82,16 @@ func startNode(t *testing.T, node string, c config) *liveNode {
 	if c.env != "" {
 		cmd.Env = append(os.Environ(), c.env+"=1")
 	}
+	outPath := filepath.Join(t.TempDir(), "node.out")
+	out, err := os.Create(outPath)
+	require.NoError(t, err)
+	cmd.Stdout = out
 	child := testutil.StartChild(t, cmd)
+	require.NoError(t, out.Close())
 	n := &liveNode{pid: child.Pid(), script: script}
+	lines := readyLines(t, child, outPath)
 	inSpin, inFunction := false, false
-	for _, line := range child.Until(t, nodeReady, func(l string) bool { return l == "READY" }) {
+	for _, line := range lines {
 		switch {
 		case strings.HasPrefix(line, "LINE "):
 			v, _ := strconv.ParseInt(line[len("LINE "):], 10, 64)
@@ -107,6 +120,33 @@ func startNode(t *testing.T, node string, c config) *liveNode {
 		}
 	}
 	return n
+}
+
+// readyLines polls node's output file until it holds a READY line and
+// returns the lines before it; the test fails past nodeReady or when node
+// exits first, with the end of what it printed.
+func readyLines(t *testing.T, child *testutil.Child, path string) []string {
+	t.Helper()
+	deadline := time.Now().Add(nodeReady)
+	for {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		text := string(b)
+		if before, _, ok := strings.Cut("\n"+text, "\nREADY\n"); ok {
+			return strings.Split(strings.TrimPrefix(before, "\n"), "\n")
+		}
+		exited := false
+		select {
+		case <-child.Exited():
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
+			tail := text[max(0, len(text)-2000):]
+			t.Fatalf("node %v: no READY line (exited: %v) within %v; %d bytes printed, ending:\n%s", child.Cmd.Args, exited, nodeReady, len(text), tail)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // lineAt is the 1-based line of source position pos of the script.
