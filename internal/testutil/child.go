@@ -282,7 +282,6 @@ func runWithin(cmd *exec.Cmd, stdout, stderr io.Writer, timeout time.Duration) e
 		return err
 	case <-time.After(timeout):
 		KillGroup(cmd.Process)
-		<-done
-		return fmt.Errorf("%v: killed after %v", cmd.Args, timeout)
+		return fmt.Errorf("%v: killed after %v (%w)", cmd.Args, timeout, <-done)
 	}
 }
