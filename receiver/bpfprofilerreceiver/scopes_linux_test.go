@@ -57,12 +57,12 @@ func runWithScopes(t *testing.T, cfg *Config, workload string, args ...string) s
 	}
 	t.Cleanup(stop)
 
-	cmd := testutil.StartWorkload(t, workload, args...)
-	require.NoError(t, cmd.Wait())
+	child := testutil.StartWorkloadChild(t, workload, args...)
+	require.NoError(t, child.Wait(t, testutil.Patient(2*time.Minute)))
 	time.Sleep(cfg.ReportInterval) // the last samples reach a report
 	stop()
 
-	run := scopeRun{pid: cmd.Process.Pid, profiles: profs.AllProfiles(), records: map[pdata.ScopeLink]plog.LogRecord{}}
+	run := scopeRun{pid: child.Pid(), profiles: profs.AllProfiles(), records: map[pdata.ScopeLink]plog.LogRecord{}}
 	for _, l := range logs.AllLogs() {
 		for _, rl := range l.ResourceLogs().All() {
 			for _, sl := range rl.ScopeLogs().All() {
