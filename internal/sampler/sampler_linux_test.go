@@ -4,7 +4,9 @@ package sampler
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -256,8 +258,18 @@ func pidCounts(samples []capture.RawStack) map[uint32]uint64 {
 // exited every recorded sample must have been drained exactly once.
 func TestDrainLosesNothing(t *testing.T) {
 	testutil.RequireBPF(t)
-	pid := startWorkload(t, "cpuburn", 1.5)
+	// The burn starts once the sampler is open (Open took 2 s here, longer
+	// than the burn): the shell waits for a line, then becomes cpuburn.
+	cmd := exec.Command("sh", "-c", `read line && exec "$0" 1.5`, testutil.BuildC(t, "cpuburn.c"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(testutil.StartChild(t, cmd).Pid())
 	s := openSampler(t, Options{SamplesPerSecond: 999, TargetPIDs: []uint32{pid}})
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
 
 	var drained, recorded uint64
 	deadline := time.Now().Add(10 * time.Second)
