@@ -334,9 +334,14 @@ func testMinBlock(t *testing.T, mech Mechanism) {
 	if r.overN["sleep_tiny"] == 0 && tiny != 0 {
 		t.Errorf("sleep_tiny (100 µs blocks) has %v off-CPU with min_block 1ms, want none", time.Duration(tiny))
 	}
-	if float64(tiny) > 1.05*float64(r.over["sleep_tiny"]) {
-		t.Errorf("sleep_tiny has %v off-CPU, more than the %v its sleeps of >= 1ms took",
-			time.Duration(tiny), time.Duration(r.over["sleep_tiny"]))
+	// Beyond its sleeps of >= 1ms the profile may hold a few blocks the
+	// workload's clocks do not see as such (a fresh machine's CI run had
+	// 1.1 and 3.1 ms more, out of 31 and 28 ms of sleeps under 1ms): a
+	// min_block that did not filter would add all of those.
+	under := float64(r.truth["sleep_tiny"] - r.over["sleep_tiny"])
+	if float64(tiny) > 1.05*float64(r.over["sleep_tiny"])+0.25*under {
+		t.Errorf("sleep_tiny has %v off-CPU, more than the %v its sleeps of >= 1ms took and a quarter of the %v of the others",
+			time.Duration(tiny), time.Duration(r.over["sleep_tiny"]), time.Duration(under))
 	}
 	if r.overN["sleep_tiny"] > r.sleeps["sleep_tiny"]/10 {
 		t.Errorf("%d of %d 100 µs sleeps took >= 1ms: the machine is too busy for this test",
