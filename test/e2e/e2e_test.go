@@ -75,6 +75,16 @@ func runCollector(t *testing.T, cmd *exec.Cmd) *syncBuffer {
 	return out
 }
 
+// waitReady waits for the collector to log that it is running: on an
+// emulated 5.10 guest loading its programs takes a minute or two, longer
+// than a check's own wait for data, which starts from here.
+func waitReady(t *testing.T, out *syncBuffer) {
+	t.Helper()
+	wait := testutil.Patient(5 * time.Minute)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
+		wait, 100*time.Millisecond, "the collector did not start within %v", wait)
+}
+
 // startStoppableCollector runs the collector on config; stop ends it before
 // cleanup does (see runStoppableCollector).
 func startStoppableCollector(t *testing.T, bin, config string) (out *syncBuffer, stop func() error) {

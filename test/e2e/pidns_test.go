@@ -65,6 +65,7 @@ service:
 		}
 	})
 
+	waitReady(t, out)
 	require.Eventually(t, func() bool {
 		// The debug exporter prints the dictionary's string table one per line.
 		return regexp.MustCompile(`(?m)^\s+jit_hot_loop$`).MatchString(out.String())

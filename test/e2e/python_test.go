@@ -124,8 +124,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, dir, addr, metricsPort))
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
-		60*time.Second, 100*time.Millisecond, "the collector did not start")
+	waitReady(t, out)
 	t.Cleanup(func() {
 		if t.Failed() { // how the walks of the CPython frames ended
 			text := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))

@@ -109,7 +109,7 @@ func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	// while the workload's threads take its one CPU; killed at the end.
 	work := testutil.StartChild(t, exec.Command(nofp, strconv.Itoa(int(testutil.Patient(240*time.Second).Seconds()))))
 
-	startCollector(t, bin, fmt.Sprintf(`
+	out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
   bpfprofiler:
     report_interval: 2s
@@ -126,6 +126,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, work.Pid(), addr))
+	waitReady(t, out)
 
 	chain := chainCheck{"chain_leaf", []string{"chain_c", "chain_b", "chain_a", "main"}, []string{"__libc_start_call_main", "__libc_start_main", "_start"}, nil}
 	sorter := chainCheck{"compare_slow", []string{"~qsort", "sort_round", "sorter"}, []string{"start_thread", "__clone3", "clone3", "__clone", "clone"}, nil}
