@@ -148,7 +148,8 @@ func TestCollectorEndToEnd(t *testing.T) {
 	pprofDir := t.TempDir()
 	metricsPort := freePort(t)
 
-	work := testutil.StartChild(t, exec.Command(burner, "60"))
+	// It outlives every wait below; cleanup stops it.
+	work := testutil.StartChild(t, exec.Command(burner, fmt.Sprint(testutil.Patient(10*time.Minute).Seconds())))
 
 	config := fmt.Sprintf(`
 receivers:
@@ -177,12 +178,13 @@ service:
       exporters: [debug, otlp_grpc]
 `, work.Pid(), pprofDir, addr, metricsPort)
 	out := startCollector(t, bin, config)
+	waitReady(t, out)
 
 	// ~2000 samples: the share's standard error is about 1 point.
 	require.Eventually(t, func() bool {
 		hot, cold := hotCold(otlp)
 		return hot+cold >= 2000
-	}, 60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples")
+	}, testutil.Patient(90*time.Second), 500*time.Millisecond, "the OTLP endpoint received too few samples")
 
 	t.Run("debug exporter shows resource profiles", func(t *testing.T) {
 		assert.Contains(t, out.String(), `"resource profiles": 1`)

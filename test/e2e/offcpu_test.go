@@ -51,8 +51,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [debug]}
 `, work.Process.Pid, pprofDir))
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "bpfprofiler started") },
-		60*time.Second, 100*time.Millisecond, "the collector did not start")
+	waitReady(t, out)
 
 	_, err = stdin.Write([]byte("go\n"))
 	require.NoError(t, err)

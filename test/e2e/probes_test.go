@@ -45,6 +45,7 @@ service:
   pipelines:
     logs: {receivers: [bpfprofiler], processors: [batch], exporters: [debug]}
 `, regexp.QuoteMeta(scopes)))
+	waitReady(t, out)
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "probes attached") },
 		30*time.Second, 100*time.Millisecond, "the collector did not attach the probes")
 

@@ -50,6 +50,7 @@ service:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
     logs: {receivers: [bpfprofiler], exporters: [debug]}
 `, regexp.QuoteMeta(work), addr))
+	waitReady(t, out)
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "probes attached") },
 		30*time.Second, 100*time.Millisecond, "the collector did not attach the probes")
 

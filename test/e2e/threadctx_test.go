@@ -79,11 +79,12 @@ func testThreadContextLinks(t *testing.T, builds []threadCtxBuild) {
 	for _, tt := range builds {
 		t.Run(tt.name, func(t *testing.T) {
 			prog := spansProgram(t, tt.dialect)
-			work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(60*time.Second).Seconds()))
+			// It outlives the collector's start and every wait below.
+			work := testutil.StartWorkload(t, prog, fmt.Sprint(testutil.Patient(5*time.Minute).Seconds()))
 			pid := work.Process.Pid
 			pprofDir := t.TempDir()
 			otlp, addr := startOTLPServer(t)
-			startCollector(t, bin, fmt.Sprintf(`
+			out := startCollector(t, bin, fmt.Sprintf(`
 receivers:
   bpfprofiler:
     report_interval: 2s
@@ -101,6 +102,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, pid, pprofDir, addr))
+			waitReady(t, out)
 
 			var a, b, gap, gapLinked, wrong, routed int64
 			count := func(received []pprofile.Profiles) {
