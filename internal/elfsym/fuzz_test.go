@@ -55,3 +55,20 @@ func FuzzLookup(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDefines looks names up through made-up GNU and System V hash tables over a table
+// of one symbol, "abc": never a panic or an endless chain, and a name is
+// found only if it is that symbol's.
+func FuzzDefines(f *testing.F) {
+	h := gnuHashOf("abc")
+	f.Add(gnuHashBytes(1, 1, 1, 6, []uint64{^uint64(0)}, []uint32{1}, []uint32{h | 1}), "abc")
+	f.Add(gnuHashBytes(3, 0, 2, 40, []uint64{1, 2}, []uint32{0, 1, 9}, []uint32{0, 0, 1}), "x")
+	f.Fuzz(func(t *testing.T, hash []byte, name string) {
+		for _, f := range []*elf.File{withGNUHash(t, hash), withSysVHash(t, hash)} {
+			ok, err := Defines(f, name)
+			if ok && (err != nil || name != "abc") {
+				t.Fatalf("Defines(%q) = %v, %v", name, ok, err)
+			}
+		}
+	})
+}

@@ -10,8 +10,11 @@ package runtimes
 
 import (
 	"debug/elf"
+	"errors"
 	"io"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
 
 // Runtime describes one runtime: what the profiler needs to know of it, and
@@ -32,12 +35,34 @@ type Runtime struct {
 	// run): a stack's runs take the place of its calls, in order from the
 	// leaf. "" when the walker puts the runtime's frames in place.
 	EntryFunction string
-	// LooksLike is a cheap test of a mapped file's path, made before the
-	// file is opened: whether it may hold the runtime.
-	LooksLike func(path string) bool
+	// Exports are symbols a file holding the runtime defines in its
+	// dynamic symbol table, one at least: a file defining none holds none,
+	// whatever its name or path (a renamed node, a single executable
+	// application, libnode, a relocated libjvm). MayHold looks them up.
+	Exports []string
+	// Static says the runtime may be linked into an executable without
+	// dynamic symbols (CPython built static): Detect reads such a file's
+	// own symbol table.
+	Static bool
 	// Detect returns the runtime in the ELF file f, nil when f holds none,
 	// or an error naming the version or build it cannot walk.
 	Detect func(f *elf.File) (Interpreter, error)
+}
+
+// MayHold says whether f may hold rt, from what it is, never its name:
+// whether its dynamic symbol hash table has one of rt.Exports (a few reads
+// whatever the table's size). A file without a hash table, or with a
+// malformed one, may: Detect reads its symbol tables, bounded.
+func (rt *Runtime) MayHold(f *elf.File) bool {
+	ok, err := elfsym.Defines(f, rt.Exports...)
+	switch {
+	case errors.Is(err, elf.ErrNoSymbols):
+		// A Go program without dynamic symbols links no interpreter.
+		return rt.Static && f.Section(".go.buildinfo") == nil
+	case err != nil:
+		return true
+	}
+	return ok
 }
 
 // Interpreter is a runtime found in one file, shared by the processes that

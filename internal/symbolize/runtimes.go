@@ -132,7 +132,7 @@ func (s *Symbolizer) runtimeProcess(pid uint32, p *process, runtime string) *run
 	var in runtimes.Interpreter
 	var bias uint64
 	for _, m := range p.maps {
-		if !m.FileBacked() || !rt.LooksLike(m.Path) {
+		if !m.FileBacked() {
 			continue
 		}
 		ef, _ := s.elf(pid, m)
@@ -180,7 +180,7 @@ type fileInterpreter struct {
 }
 
 // interpreter returns the interpreter of rt in ef, or nil; found once per
-// file.
+// file, from what the file is (its dynamic symbols), whatever its name.
 func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 	if fi, ok := ef.interps[rt]; ok {
 		return fi.in
@@ -189,7 +189,7 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 	if ef.mapped != nil {
 		if ferr := withFaultPanic(func() {
 			var f *elf.File
-			if f, fi.err = elf.NewFile(bytes.NewReader(ef.mapped.data)); fi.err == nil {
+			if f, fi.err = elf.NewFile(bytes.NewReader(ef.mapped.data)); fi.err == nil && rt.MayHold(f) {
 				fi.in, fi.err = rt.Detect(f)
 			}
 		}); ferr != nil {

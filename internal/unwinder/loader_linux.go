@@ -465,7 +465,7 @@ func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, er
 	if t := l.byBuild[id]; id != "" && t != nil {
 		return t, stamp, nil
 	}
-	interp, tc, gl := l.detectRuntime(m.Path, ef), l.detectThreadCtx(ef), l.detectGoLabels(f, ef)
+	interp, tc, gl := l.detectRuntime(ef), l.detectThreadCtx(ef), l.detectGoLabels(f, ef)
 	// Without a table the file is walked with frame pointers, but its
 	// interpreter, thread context and Go labels, if any, are still read.
 	noTable := &fileTable{progs: progHeaders(ef), runtime: interp, threadCtx: tc, goLabels: gl}

@@ -20,11 +20,13 @@ type fileRuntime struct {
 	in runtimes.Interpreter
 }
 
-// detectRuntime returns the interpreter of a runtime in ef, mapped from
-// path, or nil; one of a version its walker does not know is counted.
-func (l *Loader) detectRuntime(path string, ef *elf.File) *fileRuntime {
+// detectRuntime returns the interpreter of a runtime in ef, or nil,
+// found from what the file is, not its name (a table is shared by the
+// copies of a file under other names); one of a version its walker does
+// not know is counted.
+func (l *Loader) detectRuntime(ef *elf.File) *fileRuntime {
 	for _, rt := range all.Runtimes {
-		if !rt.LooksLike(path) {
+		if !rt.MayHold(ef) {
 			continue
 		}
 		var in runtimes.Interpreter

@@ -26,7 +26,7 @@ func TestRuntimesDescribed(t *testing.T) {
 		if rt.ProcMap != "" {
 			require.True(t, frameNames[rt.Name], "no capture.Runtime named %s", rt.Name)
 		}
-		require.NotNil(t, rt.LooksLike, rt.Name)
+		require.NotEmpty(t, rt.Exports, rt.Name)
 		require.NotNil(t, rt.Detect, rt.Name)
 		require.Same(t, rt, ByName(rt.Name))
 	}

@@ -11,8 +11,6 @@ package cpython
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
 )
 
 // Version is a CPython version.
@@ -108,13 +106,3 @@ var ErrNotPython = errors.New("not a CPython interpreter")
 // walk; the message names the version or the kind of build.
 var ErrUnsupported = errors.New("unsupported CPython")
 
-// pythonFileName matches the base names of CPython executables and shared
-// libraries: python, python3, python3.12, python3.13t, libpython3.12.so.1.0.
-var pythonFileName = regexp.MustCompile(`^(python\d*(\.\d+)?[a-z]?|libpython\d+\.\d+[a-z]*\.so(\.[\d.]+)?)$`)
-
-// LooksLikePython is a cheap test on a mapped file's path, made before
-// opening the file: whether its base name is one CPython's executable or
-// shared library has.
-func LooksLikePython(path string) bool {
-	return pythonFileName.MatchString(filepath.Base(path))
-}

@@ -15,7 +15,10 @@ var Runtime = &runtimes.Runtime{
 	Name:          "cpython",
 	ProcMap:       "python_procs",
 	EntryFunction: evalFunction,
-	LooksLike:     LooksLikePython,
+	// The executable or libpython, under any name; a static build has
+	// it in its own symbol table.
+	Exports: []string{symRuntime},
+	Static:  true,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		in, err := Detect(f)
 		if errors.Is(err, ErrNotPython) {

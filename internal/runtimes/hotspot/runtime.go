@@ -16,7 +16,7 @@ var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
 	ProcMap:   "hotspot_procs",
 	NamesCode: true,
-	LooksLike: IsJVM,
+	Exports:   []string{"gHotSpotVMStructs"}, // libjvm's, in any JDK layout
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		if err := runtimes.RequireX86(f, "the HotSpot walker"); err != nil {
 			return nil, err

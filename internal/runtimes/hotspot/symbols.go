@@ -4,13 +4,9 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
-	"path"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
-
-// IsJVM says whether a mapped file is HotSpot's libjvm.
-func IsJVM(file string) bool { return path.Base(file) == "libjvm.so" }
 
 // ExportedSymbols returns the file virtual addresses of Symbols that f (a
 // libjvm) exports; the run-time address is the value plus the mapping's

@@ -43,7 +43,7 @@ func libjvmOf(t *testing.T, pid int) (*elf.File, uint64, bool) {
 	sc := bufio.NewScanner(maps)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) < 6 || !IsJVM(f[5]) {
+		if len(f) < 6 || filepath.Base(f[5]) != "libjvm.so" {
 			continue
 		}
 		start, _ := strconv.ParseUint(strings.Split(f[0], "-")[0], 16, 64)

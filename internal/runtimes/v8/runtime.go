@@ -4,8 +4,6 @@ import (
 	"debug/elf"
 	"errors"
 	"io"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
@@ -18,7 +16,9 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:      "v8js",
 	ProcMap:   "v8_procs",
-	LooksLike: IsNode,
+	// node, nodejs, libnode and any binary embedding them export V8's
+	// version (for native addons), under any name.
+	Exports: []string{symMajor},
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
 		if err := runtimes.RequireX86(f, "the V8 walker"); err != nil {
 			return nil, err
@@ -32,12 +32,6 @@ var Runtime = &runtimes.Runtime{
 		}
 		return &interpreter{layout: l}, nil
 	},
-}
-
-// IsNode says whether path may be a node binary or libnode.
-func IsNode(path string) bool {
-	base := filepath.Base(path)
-	return base == "node" || base == "nodejs" || strings.HasPrefix(base, "libnode.so")
 }
 
 // interpreter is the V8 of one node binary.
