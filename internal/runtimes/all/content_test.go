@@ -21,7 +21,7 @@ func TestRecognisedByContent(t *testing.T) {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	files := map[string][]string{
-		"": {"/usr/bin/xz", "/usr/bin/gzip", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/aarch64-linux-gnu/libc.so.6", self},
+		"":     {"/usr/bin/xz", "/usr/bin/gzip", "/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/aarch64-linux-gnu/libc.so.6", self},
 		"v8js": {"/usr/bin/node", testutil.Node(t, 24)},
 	}
 	for _, jdk := range testutil.JDKs(t) {

@@ -105,4 +105,3 @@ var ErrNotPython = errors.New("not a CPython interpreter")
 // ErrUnsupported wraps the error of an interpreter this package cannot
 // walk; the message names the version or the kind of build.
 var ErrUnsupported = errors.New("unsupported CPython")
-

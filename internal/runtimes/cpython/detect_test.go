@@ -250,7 +250,6 @@ func gdbPrint(t *testing.T, gdb, file string, exprs []string) []uint64 {
 	return values
 }
 
-
 func TestVersionString(t *testing.T) {
 	require.Equal(t, "3.12.1", Version{3, 12, 1}.String())
 }

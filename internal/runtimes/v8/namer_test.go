@@ -107,4 +107,3 @@ func TestProcessCacheBound(t *testing.T) {
 	_, ok := p.Cached(sfi, uint32(maxNamed+9), now)
 	assert.True(t, ok)
 }
-

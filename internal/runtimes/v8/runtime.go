@@ -14,8 +14,8 @@ import (
 // function and bytecode offset; the frames are named from the function's
 // SharedFunctionInfo.
 var Runtime = &runtimes.Runtime{
-	Name:      "v8js",
-	ProcMap:   "v8_procs",
+	Name:    "v8js",
+	ProcMap: "v8_procs",
 	// node, nodejs, libnode and any binary embedding them export V8's
 	// version (for native addons), under any name.
 	Exports: []string{symMajor},
