@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,13 +23,23 @@ import (
 // step (which the JIT inlined) <- loop <- main at the lines of their calls,
 // with profile.frame.type jvm and the file JavaInline.java, above the JVM's
 // native frames down to the thread's root.
+// javaInlineFlags are the JVM flags JavaInline runs with: burn stays a
+// method of its own (a leaf the checks find), step is inlined into loop.
+var javaInlineFlags = []string{"-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn"}
+
+// javaInlineChain are JavaInline's frames above burn, at their lines.
+var javaInlineChain = []pdata.NamedFrame{
+	{Function: "JavaInline.step", Line: 13},
+	{Function: "JavaInline.loop", Line: 19},
+	{Function: "JavaInline.main", Line: 28},
+}
+
 func TestCollectorJavaFrames(t *testing.T) {
 	testutil.RequireBPF(t)
 	bin := collectorBinary(t)
 	java := filepath.Join(testutil.JDKs(t)[0], "bin", "java")
 	otlp, addr := startOTLPServer(t)
-	args := append([]string{"-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn"},
-		testutil.JavaWorkload(t, "JavaInline")...)
+	args := append(slices.Clone(javaInlineFlags), testutil.JavaWorkload(t, "JavaInline")...)
 	cmd := testutil.StartWorkload(t, java, append(args, "600")...)
 	pid := cmd.Process.Pid
 	out := startCollector(t, bin, fmt.Sprintf(`
@@ -47,11 +58,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, pid, addr))
-	want := []pdata.NamedFrame{
-		{Function: "JavaInline.step", Line: 13},
-		{Function: "JavaInline.loop", Line: 19},
-		{Function: "JavaInline.main", Line: 28},
-	}
+	want := javaInlineChain
 	// The first reports come before the JVM's code is compiled and its
 	// walker entry made (slowly on an emulated kernel): they are left out.
 	require.Eventually(t, func() bool {

@@ -147,7 +147,8 @@ service:
 		}},
 		{"node", []string{node, script, seconds}, mainThread, names("v8js", "spin")},
 		{"node --perf-basic-prof", []string{node, "--perf-basic-prof", script, seconds}, mainThread, names("v8js", "spin")},
-		{"OpenJDK 17", []string{filepath.Join(jdk, "bin", "java"), "-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn", "-cp", classes, "JavaInline", seconds}, javaThreads, names("jvm", "JavaInline.burn")},
+		{"OpenJDK 17", append(append([]string{filepath.Join(jdk, "bin", "java")}, javaInlineFlags...), "-cp", classes, "JavaInline", seconds),
+			javaThreads, names("jvm", "JavaInline.burn")},
 	}
 	for _, v := range []string{"debian-3.11", "3.12.1", "3.13.0"} {
 		if path, ok := pythons[v]; ok {

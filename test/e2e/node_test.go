@@ -23,6 +23,9 @@ type jsBody struct {
 	first, last int64
 }
 
+// nodechainBodies are nodechain.js's main <- work <- spin, the leaf first.
+var nodechainBodies = []jsBody{{"spin", 4, 10}, {"work", 12, 18}, {"main", 25, 32}}
+
 // A node process started with no flag (node 22), profiled by the
 // collector: at least 90% of the samples naming spin show spin <- work <-
 // main as JavaScript frames (profile.frame.type v8js) of nodechain.js at
@@ -52,7 +55,7 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, pid, addr))
-	want := []jsBody{{"spin", 4, 10}, {"work", 12, 18}, {"main", 25, 32}}
+	want := nodechainBodies
 	// The first samples come before node's tables are loaded: left out.
 	require.Eventually(t, func() bool {
 		share, _, _ := nodeChain(otlp.all(), pid, want)

@@ -74,6 +74,16 @@ func pythonWhole(frames []pdata.NamedFrame, fibLine int64, want []pdata.NamedFra
 	return true
 }
 
+// pyworkChain are pywork.py's frames above fib in its fib mode, at the
+// lines of lines (testutil.PythonLines).
+func pyworkChain(lines map[string]int) []pdata.NamedFrame {
+	return []pdata.NamedFrame{
+		{Function: "work", Line: int64(lines["work_call"])},
+		{Function: "main", Line: int64(lines["module_call"])},
+		{Function: "<module>", Line: int64(lines["module_main"])},
+	}
+}
+
 func describeFrames(frames []pdata.NamedFrame) string {
 	var b strings.Builder
 	for i, f := range frames {
@@ -146,11 +156,7 @@ service:
 	// has no --kill-child): it would burn a CPU under the next tests.
 	t.Cleanup(func() { _ = syscall.Kill(p2, syscall.SIGKILL) })
 
-	want := []pdata.NamedFrame{
-		{Function: "work", Line: int64(lines["work_call"])},
-		{Function: "main", Line: int64(lines["module_call"])},
-		{Function: "<module>", Line: int64(lines["module_main"])},
-	}
+	want := pyworkChain(lines)
 	fibLine := int64(lines["fib_recurse"])
 	// The first samples of a process come before its tables and
 	// interpreter are loaded: the reports of the first 4 s are left out.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -51,9 +51,8 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 		cmd := testutil.StartWorkload(t, path, args...)
 		procs = append(procs, runtimeUnderTest{name, cmd.Process.Pid, chain})
 	}
-	jsWant := []jsBody{{"spin", 4, 10}, {"work", 12, 18}, {"main", 25, 32}}
 	js := func(received []pprofile.Profiles, pid int) (float64, int64, string) {
-		return nodeChain(received, pid, jsWant)
+		return nodeChain(received, pid, nodechainBodies)
 	}
 	myservice := copyExecutable(t, node, filepath.Join(dir, "opt", "app", "bin", "myservice"))
 	worker := copyExecutable(t, node, filepath.Join(dir, "srv", "worker"))
@@ -62,13 +61,8 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 	start("node beside a copy, plain", js, node, script, "600")
 	start("node copied as worker, --perf-basic-prof", js, worker, "--perf-basic-prof", script, "600")
 
-	pyWant := []pdata.NamedFrame{
-		{Function: "work", Line: int64(lines["work_call"])},
-		{Function: "main", Line: int64(lines["module_call"])},
-		{Function: "<module>", Line: int64(lines["module_main"])},
-	}
 	py := func(received []pprofile.Profiles, pid int) (float64, int64, string) {
-		return pythonChain(received, pid, int64(lines["fib_recurse"]), pyWant)
+		return pythonChain(received, pid, int64(lines["fib_recurse"]), pyworkChain(lines))
 	}
 	pywork := testutil.Workload(t, "pywork.py")
 	// Debian's holds CPython in its executable, pyenv's in libpython
@@ -79,19 +73,13 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 		start(pyenv.Name+" copied as pyworker", py, copyExecutable(t, pyenv.Path, filepath.Join(dir, "home", "app", "bin", "pyworker")), pywork, "fib", "600")
 	}
 
-	javaWant := []pdata.NamedFrame{
-		{Function: "JavaInline.step", Line: 13},
-		{Function: "JavaInline.loop", Line: 19},
-		{Function: "JavaInline.main", Line: 28},
-	}
 	movedJDK := filepath.Join(dir, "opt", "runtime")
 	copyTree(t, jdk, movedJDK)
 	launcher := filepath.Join(movedJDK, "bin", "myapp")
 	require.NoError(t, os.Rename(filepath.Join(movedJDK, "bin", "java"), launcher))
 	start("a moved JDK's launcher as myapp", func(received []pprofile.Profiles, pid int) (float64, int64, string) {
-		return javaChain(received, pid, javaWant)
-	}, launcher, append([]string{"-Xmx64m", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,JavaInline::burn"},
-		append(testutil.JavaWorkload(t, "JavaInline"), "600")...)...)
+		return javaChain(received, pid, javaInlineChain)
+	}, launcher, append(slices.Clone(javaInlineFlags), append(testutil.JavaWorkload(t, "JavaInline"), "600")...)...)
 
 	pids := make([]string, len(procs))
 	for i, p := range procs {
