@@ -163,6 +163,12 @@ func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, file
 // their turn (in a mix of processes started together, xz's liblzma waited
 // 1.3 s behind three CPythons' libraries).
 func (l *Loader) queueBuild(pb *pendingBuild) {
+	if l.buildsClosed { // no table: walked with frame pointers
+		pb.f.Close()
+		pb.t.building = nil
+		delete(l.buildingByID, pb.id)
+		return
+	}
 	ln := smallFiles
 	if pb.large {
 		ln = largeFiles
@@ -193,7 +199,7 @@ func (l *Loader) RunBuilds() {
 func (l *Loader) runBuilds(ln lane) {
 	for {
 		l.mu.Lock()
-		if len(l.buildQueue[ln]) == 0 {
+		if len(l.buildQueue[ln]) == 0 || l.buildsClosed {
 			l.mu.Unlock()
 			return
 		}
@@ -235,11 +241,13 @@ func (l *Loader) runBuilds(ln lane) {
 	}
 }
 
-// CloseBuilds closes the files of the builds still queued (the loader is
+// CloseBuilds ends the builds: a build running finishes, the files of
+// those still queued are closed and none is built after (the loader is
 // being closed).
 func (l *Loader) CloseBuilds() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.buildsClosed = true
 	for ln, q := range l.buildQueue {
 		for _, pb := range q {
 			pb.f.Close()

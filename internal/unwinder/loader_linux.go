@@ -141,6 +141,7 @@ type Loader struct {
 	buildQueue   [lanes][]*pendingBuild
 	buildingByID map[string]*pendingBuild
 	buildWake    [lanes]chan struct{}
+	buildsClosed bool // CloseBuilds was called
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity

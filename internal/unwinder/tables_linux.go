@@ -188,10 +188,10 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
+	t.loader.CloseBuilds() // a build running finishes, no other starts
 	for range lanes {
 		<-t.built
 	}
-	t.loader.CloseBuilds()
 	errs := []error{t.maps.Files.Close(), t.maps.Mappings.Close(), t.maps.Used.Close()}
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
