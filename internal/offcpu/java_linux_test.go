@@ -37,7 +37,9 @@ func testJavaOffCPU(t *testing.T, mech Mechanism) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, tables.Close()) }()
 			tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech, TargetPIDs: []uint32{pid}, Unwind: tables})
-			require.Eventually(t, func() bool { return tables.Stats().Runtimes["jvm"].Processes == 1 }, time.Minute, 20*time.Millisecond)
+			// The walker entry, and the tables (built after it).
+			require.Eventually(t, func() bool { return tables.Stats().Runtimes["jvm"].Processes == 1 && tables.Loaded(pid) },
+				time.Minute, 20*time.Millisecond)
 			_, _, err = tr.Drain()
 			require.NoError(t, err)
 			time.Sleep(2 * time.Second)
