@@ -48,8 +48,12 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 
 	var procs []runtimeUnderTest
 	start := func(name string, chain func([]pprofile.Profiles, int) (float64, int64, string), path string, args ...string) {
-		cmd := testutil.StartWorkload(t, path, args...)
-		procs = append(procs, runtimeUnderTest{name, cmd.Process.Pid, chain})
+		// In a directory of its own: node with --perf-basic-prof writes
+		// an isolate log where it runs.
+		cmd := exec.Command(path, args...)
+		cmd.Dir = t.TempDir()
+		c := testutil.StartChild(t, cmd)
+		procs = append(procs, runtimeUnderTest{name, c.Pid(), chain})
 	}
 	js := func(received []pprofile.Profiles, pid int) (float64, int64, string) {
 		return nodeChain(received, pid, nodechainBodies)
