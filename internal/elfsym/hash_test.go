@@ -125,16 +125,19 @@ func gnuHashBytes(nbuckets, symoffset, bloomWords, shift uint32, bloom []uint64,
 	return b
 }
 
-// withGNUHash is table's file of one symbol, "abc", with hash as its
-// .gnu.hash section.
-func withGNUHash(t *testing.T, hash []byte) *elf.File {
+// withHash is table's file of one symbol, "abc", with hash as its hash
+// section of type typ (SHT_GNU_HASH or SHT_HASH).
+func withHash(t *testing.T, typ elf.SectionType, hash []byte) *elf.File {
 	f := table(t, "\x00abc\x00", 1)
 	f.Sections = append(f.Sections, &elf.Section{
-		SectionHeader: elf.SectionHeader{Name: ".gnu.hash", Type: elf.SHT_GNU_HASH, Link: 1, Size: uint64(len(hash))},
+		SectionHeader: elf.SectionHeader{Name: typ.String(), Type: typ, Link: 1, Size: uint64(len(hash))},
 		ReaderAt:      bytes.NewReader(hash),
 	})
 	return f
 }
+
+func withGNUHash(t *testing.T, hash []byte) *elf.File  { return withHash(t, elf.SHT_GNU_HASH, hash) }
+func withSysVHash(t *testing.T, hash []byte) *elf.File { return withHash(t, elf.SHT_HASH, hash) }
 
 // hashTables returns f as each of its hash tables alone would have it
 // looked up: a table's type set to SHT_NULL hides it.
@@ -174,17 +177,6 @@ func sysvHashBytes(buckets, chains []uint32) []byte {
 		b = binary.LittleEndian.AppendUint32(b, v)
 	}
 	return b
-}
-
-// withSysVHash is table's file of one symbol, "abc", with hash as its
-// .hash section.
-func withSysVHash(t *testing.T, hash []byte) *elf.File {
-	f := table(t, "\x00abc\x00", 1)
-	f.Sections = append(f.Sections, &elf.Section{
-		SectionHeader: elf.SectionHeader{Name: ".hash", Type: elf.SHT_HASH, Link: 1, Size: uint64(len(hash))},
-		ReaderAt:      bytes.NewReader(hash),
-	})
-	return f
 }
 
 func TestDefinesSysV(t *testing.T) {

@@ -37,7 +37,7 @@ func testJavaOffCPU(t *testing.T, mech Mechanism) {
 			require.NoError(t, err)
 			defer func() { require.NoError(t, tables.Close()) }()
 			tr := openTracer(t, Options{MinBlock: time.Millisecond, Mechanism: mech, TargetPIDs: []uint32{pid}, Unwind: tables})
-			// The walker entry, and the tables (built after it).
+			// The walker entry, and the tables.
 			require.Eventually(t, func() bool { return tables.Stats().Runtimes["jvm"].Processes == 1 && tables.Loaded(pid) },
 				time.Minute, 20*time.Millisecond)
 			_, _, err = tr.Drain()
