@@ -34,6 +34,16 @@ func (d *Deadline) InFlight() int {
 	return len(d.inflight)
 }
 
+// Busy says whether a call for key has not returned yet (one that missed
+// its deadline): what it works on is still in its hands. Once Busy is
+// false, what the call did happened before.
+func (d *Deadline) Busy(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.inflight[key]
+	return ok
+}
+
 func (d *Deadline) start(key string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -99,8 +99,8 @@ type Process interface {
 	// recent enough; it reads nothing.
 	Cached(object uint64, position uint32, now time.Time) (Frame, bool)
 	// Read names the frame, reading the process's memory. The caller may
-	// run it under a deadline and, when that passes, abandon the Process
-	// (never call it again).
+	// run it under a deadline, and call it again (for another frame) once
+	// a call that missed the deadline has returned.
 	Read(object uint64, position uint32, now time.Time) (Frame, error)
 }
 

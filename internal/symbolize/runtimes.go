@@ -28,7 +28,60 @@ type runtimeProcess struct {
 	frames runtimes.Process // nil: no interpreter found, or no memory
 	mem    *os.File         // /proc/<pid>/mem
 	err    string           // why there is no frames
+	// A read of mem that did not answer in time (a loaded node, or memory
+	// the process holds: userfaultfd, a stuck fault) stops its reads until
+	// quietUntil; quiet doubles with each such read, from firstQuiet to
+	// maxQuiet, and is cleared by one that answers. A read still stuck is
+	// not started again (procfs.Deadline), so no goroutine piles up.
+	quietUntil time.Time
+	quiet      time.Duration
 }
+
+const (
+	firstQuiet = time.Second
+	maxQuiet   = time.Minute
+)
+
+// usable says whether rp's frames may be asked at now: not while its
+// memory is waited out, nor while a read that missed its deadline still
+// runs (it holds rp.frames).
+func (rp *runtimeProcess) usable(d *procfs.Deadline, now time.Time) bool {
+	return !now.Before(rp.quietUntil) && !d.Busy(rp.mem.Name())
+}
+
+// noAnswer notes that a read of rp's memory did not answer in time (err):
+// its reads wait a while, logged once per process and runtime.
+func (s *Symbolizer) noAnswer(rp *runtimeProcess, pid uint32, runtime string, err error, now time.Time) {
+	rp.quiet = min(max(2*rp.quiet, firstQuiet), maxQuiet)
+	rp.quietUntil = now.Add(rp.quiet)
+	if s.once.first(fmt.Sprintf("rtquiet:%d:%s", pid, runtime)) {
+		s.log.Info("a process's memory did not answer in time; its runtime frames stay unnamed while it is waited out",
+			zap.Uint32("pid", pid), zap.String("runtime", runtime), zap.Duration("first_wait", rp.quiet), zap.Error(err))
+	}
+}
+
+// ask names a frame through rp: from what it read before, else by a read
+// of its memory under the deadline (errQuiet while that memory is waited
+// out).
+func (s *Symbolizer) ask(rp *runtimeProcess, pid uint32, runtime string, now time.Time,
+	cached func() (runtimes.Frame, bool), read func() (runtimes.Frame, error)) (runtimes.Frame, error) {
+	if !rp.usable(s.deadline, now) {
+		return runtimes.Frame{}, errQuiet
+	}
+	if named, ok := cached(); ok {
+		return named, nil
+	}
+	named, err := procfs.Within(s.deadline, rp.mem.Name(), read, nil)
+	if procfs.RefusalReason(err) != "" {
+		s.noAnswer(rp, pid, runtime, err, now)
+	} else {
+		rp.quiet = 0
+	}
+	return named, err
+}
+
+// errQuiet is a read not started: the process's memory is waited out.
+var errQuiet = &procfs.RefusedError{Reason: procfs.ReasonStuck, Detail: "an earlier read did not answer in time"}
 
 // Runtime symbolizes a frame of runtime (internal/runtimes) in process
 // pid: the object at object, at position; native is, for a frame the walk
@@ -50,21 +103,11 @@ func (s *Symbolizer) Runtime(pid uint32, runtime string, object uint64, position
 			cached = func(o uint64, p uint32, now time.Time) (runtimes.Frame, bool) { return pcp.CachedPC(o, p, native, now) }
 			read = func(o uint64, p uint32, now time.Time) (runtimes.Frame, error) { return pcp.ReadPC(o, p, native, now) }
 		}
-		named, ok := cached(object, position, now)
-		var err error
-		if !ok {
-			// Reads run under the deadline, off the caller's goroutine.
-			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
-				return read(object, position, now)
-			}, nil)
-		}
+		named, err := s.ask(rp, pid, runtime, now, func() (runtimes.Frame, bool) { return cached(object, position, now) },
+			func() (runtimes.Frame, error) { return read(object, position, now) })
 		switch {
 		case procfs.RefusalReason(err) != "":
-			// The process holds its memory (userfaultfd, a stuck page
-			// fault): none of it is read again.
-			rp.err, reason = RuntimeMemory, RuntimeMemory
-			s.log.Info("a process's memory does not answer; its runtime frames stay unnamed",
-				zap.Uint32("pid", pid), zap.String("runtime", runtime), zap.Error(err))
+			reason = RuntimeMemory
 		case err != nil:
 			reason = RuntimeBadObject
 			if s.once.first(fmt.Sprintf("rtobject:%d", pid)) {
@@ -217,20 +260,10 @@ func (s *Symbolizer) codeFrames(pid uint32, p *process, addr, la uint64) ([]repo
 			continue
 		}
 		now := s.now()
-		named, ok := rp.frames.Cached(la, 0, now)
-		if !ok {
-			var err error
-			named, err = procfs.Within(s.deadline, rp.mem.Name(), func() (runtimes.Frame, error) {
-				return rp.frames.Read(la, 0, now)
-			}, nil)
-			if procfs.RefusalReason(err) != "" {
-				rp.err, rp.frames = RuntimeMemory, nil // abandoned: never asked again
-				s.log.Info("a process's memory does not answer; its JIT code stays unnamed",
-					zap.Uint32("pid", pid), zap.String("runtime", rt.Name), zap.Error(err))
-			}
-			if err != nil {
-				continue // not its code, or not readable: perf maps may know it
-			}
+		named, err := s.ask(rp, pid, rt.Name, now, func() (runtimes.Frame, bool) { return rp.frames.Cached(la, 0, now) },
+			func() (runtimes.Frame, error) { return rp.frames.Read(la, 0, now) })
+		if err != nil {
+			continue // not its code, or not readable: perf maps may know it
 		}
 		s.countRuntime(rt.Name, "")
 		out := make([]report.Frame, 0, len(named.Inlined)+1)

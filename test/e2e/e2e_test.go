@@ -107,6 +107,8 @@ func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() err
 	testutil.OwnGroup(cmd)
 	cmd.WaitDelay = 5 * time.Second // a descendant holding the output open ends no wait
 	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	var (
 		once    sync.Once
 		stopErr error
@@ -114,15 +116,13 @@ func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() err
 	stop := func() error {
 		once.Do(func() {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(done) }()
 			select {
-			case <-done:
+			case <-exited:
 				testutil.KillGroup(cmd.Process) // what it started and left behind
 			case <-time.After(20 * time.Second):
 				testutil.KillGroup(cmd.Process)
 				select {
-				case <-done:
+				case <-exited:
 				case <-time.After(testutil.Patient(30 * time.Second)):
 					stopErr = fmt.Errorf("the collector (pid %d) not reaped after SIGKILL", cmd.Process.Pid)
 					return
@@ -133,6 +133,15 @@ func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() err
 		return stopErr
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			// Its goroutines' stacks say where it stood (SIGQUIT: Go
+			// prints them and exits).
+			_ = cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-exited:
+			case <-time.After(testutil.Patient(5 * time.Second)):
+			}
+		}
 		_ = stop()
 		if t.Failed() {
 			t.Logf("collector output:\n%s", out.String())

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
@@ -58,13 +57,17 @@ service:
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, pid, addr))
+	waitReady(t, out)
 	want := javaInlineChain
 	// The first reports come before the JVM's code is compiled and its
 	// walker entry made (slowly on an emulated kernel): they are left out.
-	require.Eventually(t, func() bool {
+	first := testutil.Patient(3 * time.Minute)
+	if !assert.Eventually(t, func() bool {
 		share, _, _ := javaChain(otlp.all(), pid, want)
 		return share > 0.5
-	}, 5*time.Minute, 500*time.Millisecond, "no whole Java stacks; collector output:\n%s", out)
+	}, first, 500*time.Millisecond) {
+		t.Fatalf("no whole Java stacks in %v; e.g. %s", first, javaExample(otlp.all(), pid))
+	}
 	skip := len(otlp.all())
 	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
 	var n int64
@@ -98,6 +101,23 @@ func javaChain(received []pprofile.Profiles, pid int, want []pdata.NamedFrame) (
 		}
 	}
 	return ratio(whole, all), all, example
+}
+
+// javaExample describes the newest stack of pid whose leaf is
+// JavaInline.burn, else the newest stack of pid.
+func javaExample(received []pprofile.Profiles, pid int) string {
+	other := fmt.Sprintf("no stack of pid %d (%d reports)", pid, len(received))
+	for i := len(received) - 1; i >= 0; i-- {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(received[i], "samples"), pid)) {
+			if len(st.Frames) > 0 && st.Frames[0].Function == "JavaInline.burn" {
+				return describeFrames(st.Frames)
+			}
+			if strings.HasPrefix(other, "no stack") {
+				other = "none with JavaInline.burn as its leaf; newest: " + describeFrames(st.Frames)
+			}
+		}
+	}
+	return other
 }
 
 func javaWhole(frames, want []pdata.NamedFrame) bool {

@@ -61,7 +61,7 @@ var checks = []check{
 // the 5 minutes (times the architecture's patience) every other has: the
 // Go labels check may wait 2 minutes for the collector and then up to
 // 220 s for its samples, under emulation beside four CPU-bound workloads.
-var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8}
+var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8, "TestCollectorJavaFrames": 8}
 
 // minutes is c's go test timeout, before patience.
 func (c check) minutes() int {
