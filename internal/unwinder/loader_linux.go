@@ -6,16 +6,12 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
-	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -60,6 +56,7 @@ type fileTable struct {
 	keys       []fileKey         // the files (device, inode) it serves
 	buildID    string            // GNU build id, "" if the file has none
 	runtime    *fileRuntime      // the interpreter of a runtime in the file, if any
+	building   *pendingBuild     // its build while queued or running (build_linux.go)
 	threadCtx  *threadctx.Module // the file defines otel_thread_ctx_v1
 	goLabels   *golabels.Binary  // the file is a Go executable
 	// idleSince is when its last process was forgotten (zero: in use);
@@ -97,6 +94,8 @@ type loadedProcess struct {
 	// goBias.
 	goLabels *golabels.Binary
 	goBias   uint64
+	// building counts the mappings waiting for their file's table.
+	building int
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
@@ -133,6 +132,16 @@ type Loader struct {
 	noThreadCtx bool
 	// noGoLabels: goroutine labels are not read (go_labels::enabled false).
 	noGoLabels bool
+	// runtimeRetry is when the first runtime not ready is due to be asked
+	// again (zero: none waits).
+	runtimeRetry time.Time
+	// buildQueue are the tables to build (RunBuilds), buildingByID those
+	// queued or being built by build id; buildWake is signalled when one
+	// is queued.
+	buildQueue   [lanes][]*pendingBuild
+	buildingByID map[string]*pendingBuild
+	buildWake    [lanes]chan struct{}
+	buildsClosed bool // CloseBuilds was called
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity
@@ -148,14 +157,19 @@ func NewLoader(maps Maps, proc procfs.FS, capacity uint64) *Loader {
 		byBuild:  make(map[string]*fileTable),
 		procs:    make(map[uint32]*loadedProcess),
 		stats:    Stats{RowCapacity: capacity},
+
+		buildingByID: make(map[string]*pendingBuild),
+		buildWake:    [lanes]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)},
 	}
 }
 
-// Load (re)loads the executable mappings of pid: the tables of the files
-// it maps (built the first time a file is seen) and a map entry per
-// mapping. A mapping without a table (no CFI, anonymous JIT code, a file
-// that cannot be read) is walked with frame pointers.
-func (l *Loader) Load(pid uint32) error {
+// LoadSoon (re)loads the executable mappings of pid: a map entry per
+// mapping, the runtimes, thread context and Go labels its files hold, and
+// the tables of the files (built the first time a file is seen) queued
+// for RunBuilds. A mapping without a table (no CFI, anonymous JIT code, a
+// file that cannot be read, or one whose table is still to build) is
+// walked with frame pointers.
+func (l *Loader) LoadSoon(pid uint32) error {
 	maps, err := l.proc.ExecMaps(pid)
 	var start uint64
 	if err == nil {
@@ -170,6 +184,14 @@ func (l *Loader) Load(pid uint32) error {
 	return l.load(pid, start, maps)
 }
 
+// Load (re)loads the executable mappings of pid as LoadSoon does, and
+// builds the tables of its files before it returns.
+func (l *Loader) Load(pid uint32) error {
+	err := l.LoadSoon(pid)
+	l.RunBuilds()
+	return err
+}
+
 func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 	old := l.procs[pid]
 	lp := &loadedProcess{start: start, mapped: fingerprint(maps), pid: pid}
@@ -182,34 +204,45 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		}
 		l.stats.Processes = uint64(len(l.procs))
 	}()
+	// Every entry goes in now, walked with frame pointers where its
+	// file's table is still to build: the builds are queued (runBuilds).
+	rank := 0
 	for _, m := range maps {
 		if !m.Executable() {
 			continue
 		}
 		value := bpf.CpuUnwindMapping{Table: anonTable}
 		var file fileKey
+		var waiting *pendingBuild
+		var waitingBias uint64
 		if m.FileBacked() {
 			value.Table = 0
-			if t, key := l.table(pid, m); t != nil {
-				lp.files = append(lp.files, key)
-				bias, err := loadBias(t.progs, m.Start, m.Offset)
-				if t.rows > 0 && err == nil {
-					value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
-					file = key
+			t, key := l.table(pid, m, &rank)
+			lp.files = append(lp.files, key)
+			bias, err := loadBias(t.progs, m.Start, m.Offset)
+			switch {
+			case t.rows > 0 && err == nil:
+				value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
+				file = key
+			case err == nil:
+				waiting, waitingBias = t.building, bias
+			}
+			if t.runtime != nil && err == nil {
+				l.addRuntime(lp, t.runtime, bias)
+			}
+			if t.threadCtx != nil && err == nil {
+				l.addThreadCtx(lp, t.threadCtx, bias)
+			}
+			if t.goLabels != nil {
+				goBias := bias
+				if err != nil {
+					goBias = unknownBias
 				}
-				if t.runtime != nil && err == nil {
-					l.addRuntime(lp, t.runtime, bias)
-				}
-				if t.threadCtx != nil && err == nil {
-					l.addThreadCtx(lp, t.threadCtx, bias)
-				}
-				if t.goLabels != nil {
-					goBias := bias
-					if err != nil {
-						goBias = unknownBias
-					}
-					l.addGoLabels(lp, t.goLabels, goBias)
-				}
+				l.addGoLabels(lp, t.goLabels, goBias)
+			}
+			if waiting != nil {
+				waiting.waiters = append(waiting.waiters, waiter{lp: lp, first: len(lp.keys), bias: waitingBias, key: key})
+				lp.building++
 			}
 		}
 		for _, b := range blocks(m.Start, m.End) {
@@ -221,16 +254,20 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 			lp.keys = append(lp.keys, key)
 			lp.keyFiles = append(lp.keyFiles, file)
 		}
+		if waiting != nil {
+			waiting.waiters[len(waiting.waiters)-1].end = len(lp.keys)
+		}
 	}
 	return nil
 }
 
-// Loaded says whether pid's mappings are in the maps (its tables loaded).
+// Loaded says whether pid's mappings are in the maps and the tables of
+// their files built.
 func (l *Loader) Loaded(pid uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.procs[pid]
-	return ok
+	lp, ok := l.procs[pid]
+	return ok && lp.building == 0
 }
 
 // Forget removes pid's entries and releases the tables no process maps
@@ -242,11 +279,20 @@ func (l *Loader) Forget(pid uint32) {
 	l.stats.Processes = uint64(len(l.procs))
 }
 
-// Rescan reads pid's mappings again and reloads them if its executable
+// Rescan is RescanSoon, and builds the tables of the files it found
+// before it returns.
+func (l *Loader) Rescan(pid uint32) (changed bool, err error) {
+	changed, err = l.RescanSoon(pid)
+	l.RunBuilds()
+	return changed, err
+}
+
+// RescanSoon reads pid's mappings again and reloads them if its executable
 // mappings changed since they were loaded (a library loaded with dlopen,
 // new JIT code): the kernel asks for it when a walk of the process finds an
-// address in no mapping it knows. A process not loaded yet is loaded.
-func (l *Loader) Rescan(pid uint32) (changed bool, err error) {
+// address in no mapping it knows. A process not loaded yet is loaded. New
+// files' tables are queued for RunBuilds.
+func (l *Loader) RescanSoon(pid uint32) (changed bool, err error) {
 	maps, err := l.proc.ExecMaps(pid)
 	var start uint64
 	if err == nil {
@@ -399,123 +445,6 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 			continue
 		}
 		l.retire(t)
-	}
-}
-
-// table returns the table of the file of m, with a reference taken for the
-// caller: the one of this file (device and inode), else the one of a copy
-// of it (same build id, e.g. the same library in two container images),
-// else one built now. A file that cannot be read gets an empty table
-// (counted), so it is not tried again while mapped.
-func (l *Loader) table(pid uint32, m procfs.Map) (*fileTable, fileKey) {
-	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
-	t, ok := l.files[key]
-	if ok && !t.idleSince.IsZero() && !l.revive(pid, m, key, t) {
-		ok = false // another file has its device and inode now
-	}
-	if !ok {
-		var err error
-		var stamp fileStamp
-		if t, stamp, err = l.buildTable(pid, m); err != nil {
-			l.stats.countFailure(err)
-		}
-		if t == nil {
-			t = &fileTable{}
-		}
-		if !t.idleSince.IsZero() { // an idle copy with the same build id
-			t.idleSince, t.usedAt = time.Time{}, time.Now() // in use again: not cold
-			l.stats.IdleReused++
-		}
-		t.keys = append(t.keys, key)
-		if stamp != (fileStamp{}) {
-			if t.stamps == nil {
-				t.stamps = map[fileKey]fileStamp{}
-			}
-			t.stamps[key] = stamp
-		}
-		l.files[key] = t
-	}
-	t.refs++
-	return t, key
-}
-
-// buildTable builds the table of the file of m and writes its rows, or
-// returns the table of a file with the same build id. With an error it may
-// return a table without rows that still knows the file's layout and
-// interpreter.
-func (l *Loader) buildTable(pid uint32, m procfs.Map) (*fileTable, fileStamp, error) {
-	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
-	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
-		func(f *os.File) { f.Close() })
-	if err != nil {
-		return nil, fileStamp{}, &Failure{Reason: capture.TableOpenFailed, Err: err}
-	}
-	defer f.Close()
-	stamp, _ := stampOf(f)
-	var ef *elf.File
-	var id string
-	if err := noPanic(func() (err error) {
-		if ef, err = elf.NewFile(f); err == nil {
-			id = buildID(ef)
-		}
-		return err
-	}); err != nil {
-		return nil, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
-	}
-	if t := l.byBuild[id]; id != "" && t != nil {
-		return t, stamp, nil
-	}
-	interp, tc, gl := l.detectRuntime(ef), l.detectThreadCtx(ef), l.detectGoLabels(f, ef)
-	// Without a table the file is walked with frame pointers, but its
-	// interpreter, thread context and Go labels, if any, are still read.
-	noTable := &fileTable{progs: progHeaders(ef), runtime: interp, threadCtx: tc, goLabels: gl}
-	began := time.Now()
-	var rows []bpf.CpuUnwindRow
-	var base uint64
-	err = noPanic(func() (err error) { rows, base, err = l.build(ef); return err })
-	l.stats.BuildTime += time.Since(began)
-	if err != nil {
-		return noTable, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
-	}
-	t := &fileTable{base: base, progs: progHeaders(ef), buildID: id, runtime: interp, threadCtx: tc, goLabels: gl}
-	if len(rows) == 0 {
-		l.stats.NoCFI++
-		l.shareByBuildID(t)
-		return t, stamp, nil
-	}
-	if len(rows) > maxSearchRows {
-		return noTable, stamp, &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
-	}
-	slot, ok := l.allocEvicting(uint32(len(rows)))
-	if !ok {
-		return noTable, stamp, &Failure{Reason: capture.TableSpaceFull,
-			Err: fmt.Errorf("%d rows do not fit (%d of %d in use)", len(rows), l.budget.used, l.budget.capacity)}
-	}
-	if err := l.addTable(slot, rows); err != nil {
-		l.budget.releaseRows(uint32(len(rows)))
-		l.budget.releaseSlot(slot)
-		return noTable, stamp, &Failure{Reason: capture.TableMapFailed, Err: err}
-	}
-	t.slot, t.rows, t.usedAt = slot, uint32(len(rows)), time.Now()
-	l.shareByBuildID(t)
-	if len(rows) >= returnMemoryRows {
-		// Building it took several times its size in garbage (node:
-		// 70 MiB for 372k rows): give it back to the system now, before
-		// the next table's build adds to it.
-		rows = nil
-		debug.FreeOSMemory()
-	}
-	return t, stamp, nil
-}
-
-// returnMemoryRows is the size of a table from which its build's garbage
-// is returned to the system at once.
-const returnMemoryRows = 64 << 10
-
-// shareByBuildID offers t to the copies of its file.
-func (l *Loader) shareByBuildID(t *fileTable) {
-	if t.buildID != "" {
-		l.byBuild[t.buildID] = t
 	}
 }
 

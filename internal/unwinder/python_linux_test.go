@@ -3,6 +3,7 @@
 package unwinder
 
 import (
+	"debug/elf"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -53,4 +54,20 @@ sys.stdin.read()
 		assert.ErrorIs(t, maps.Runtimes[cpython].Lookup(&pid, &got), ebpf.ErrKeyNotExist)
 		assert.Zero(t, l.Stats().Runtimes[cpython].Processes)
 	}
+
+	// The interpreter's entry is in before any table is built.
+	maps := newTestMaps(t, maxTables)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
+	build := l.build
+	builds := 0
+	l.build = func(f *elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
+		if builds++; builds == 1 {
+			var got bpf.CpuPythonProc
+			assert.NoError(t, maps.Runtimes[cpython].Lookup(&pid, &got), "the entry when the first table is built")
+		}
+		return build(f)
+	}
+	require.NoError(t, l.Load(pid))
+	require.NotZero(t, builds)
+	l.Forget(pid)
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -44,14 +45,15 @@ func (l *Loader) detectRuntime(ef *elf.File) *fileRuntime {
 // addRuntime tells the runtime's BPF walker where pid's interpreter is;
 // bias is the load bias of the file holding it. It reports whether the
 // entry was added; a process whose runtime is not ready (a JVM still
-// making its code cache) is noted in lp, asked again at the next sweeps.
+// making its code cache) is noted in lp, asked again soon (retryRuntimes).
 func (l *Loader) addRuntime(lp *loadedProcess, fr *fileRuntime, bias uint64) bool {
 	if slices.Contains(lp.runtimes, fr.rt) || slices.ContainsFunc(lp.waiting, func(w waitingRuntime) bool { return w.fr == fr }) {
 		return false
 	}
 	value, err := l.walkerProc(lp.pid, fr, bias)
 	if err != nil {
-		lp.waiting = append(lp.waiting, waitingRuntime{fr: fr, bias: bias})
+		now := time.Now()
+		l.waitRuntime(lp, waitingRuntime{fr: fr, bias: bias, since: now, next: now.Add(runtimeRetryFirst)})
 		return false
 	}
 	return l.putRuntime(lp, fr, value)
@@ -129,36 +131,62 @@ func (l *Loader) addCodeRanges(lp *loadedProcess, ranges [][2]uint64) {
 	}
 }
 
-// waitingRuntime is a runtime of a process not ready for its walker yet.
+// waitingRuntime is a runtime of a process not ready for its walker yet:
+// asked first since, next at next.
 type waitingRuntime struct {
-	fr    *fileRuntime
-	bias  uint64
-	tries int
+	fr          *fileRuntime
+	bias        uint64
+	tries       int
+	since, next time.Time
 }
 
-// maxRuntimeTries bounds the sweeps that ask a process's runtime again
-// (a minute at sweepInterval): a JVM makes its code cache at start-up.
-const maxRuntimeTries = 12
+// A runtime not ready is asked again after runtimeRetryFirst, then twice
+// as long after each try, at most sweepInterval apart, for maxRuntimeWait:
+// a JVM makes its code cache in its first tenths of a second, and a walker
+// entry a sweep late loses that long of its samples.
+const (
+	runtimeRetryFirst = 100 * time.Millisecond
+	maxRuntimeWait    = time.Minute
+)
+
+// waitRuntime notes w in lp, due at w.next.
+func (l *Loader) waitRuntime(lp *loadedProcess, w waitingRuntime) {
+	lp.waiting = append(lp.waiting, w)
+	if l.runtimeRetry.IsZero() || w.next.Before(l.runtimeRetry) {
+		l.runtimeRetry = w.next
+	}
+}
 
 // retryRuntimes asks the runtimes of the processes that were not ready
-// again, reading their memory outside the lock; a process loaded again
-// meanwhile is left to its new load.
+// again once due, reading their memory outside the lock; a process loaded
+// again meanwhile is left to its new load. It returns at once while none
+// is due: it is called often (Tables.sweep).
 func (l *Loader) retryRuntimes() {
 	type ask struct {
 		lp *loadedProcess
 		w  waitingRuntime
 	}
 	var asks []ask
+	now := time.Now()
 	l.mu.Lock()
+	if l.runtimeRetry.IsZero() || now.Before(l.runtimeRetry) {
+		l.mu.Unlock()
+		return
+	}
+	l.runtimeRetry = time.Time{}
 	for _, lp := range l.procs {
-		for _, w := range lp.waiting {
-			if w.tries++; w.tries <= maxRuntimeTries {
-				asks = append(asks, ask{lp, w})
-			} else {
+		waiting := lp.waiting
+		lp.waiting = nil
+		for _, w := range waiting {
+			switch {
+			case now.Before(w.next):
+				l.waitRuntime(lp, w)
+			case now.Sub(w.since) > maxRuntimeWait:
 				l.countRuntime(w.fr.rt, func(s *RuntimeStats) { s.NotReady++ })
+			default:
+				asks = append(asks, ask{lp, w})
 			}
 		}
-		lp.waiting = nil
 	}
 	l.mu.Unlock()
 	for _, a := range asks {
@@ -167,7 +195,9 @@ func (l *Loader) retryRuntimes() {
 		switch {
 		case l.procs[a.lp.pid] != a.lp:
 		case err != nil:
-			a.lp.waiting = append(a.lp.waiting, a.w)
+			a.w.tries++
+			a.w.next = time.Now().Add(min(runtimeRetryFirst<<a.w.tries, sweepInterval))
+			l.waitRuntime(a.lp, a.w)
 		default:
 			l.putRuntime(a.lp, a.w.fr, value)
 		}

@@ -51,6 +51,7 @@ type Tables struct {
 	stop   chan struct{}
 	done   chan struct{}
 	prune  chan struct{} // a Prune is due: announcements were lost
+	built  chan struct{} // each buildTables sends one when it returns
 
 	mu       sync.Mutex
 	reported capture.TableFailures // failures already handed to a source's stats
@@ -115,8 +116,12 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 		}
 		return nil, err
 	}
-	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1)}
+	t := &Tables{maps: maps, loader: NewLoader(maps, proc, memory/RowBytes), stop: make(chan struct{}), done: make(chan struct{}), prune: make(chan struct{}, 1),
+		built: make(chan struct{}, lanes)}
 	go t.sweep()
+	for ln := range lanes {
+		go t.buildTables(ln)
+	}
 	return t, nil
 }
 
@@ -141,17 +146,34 @@ func newRuntimeMaps(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
 	return out, nil
 }
 
-func (t *Tables) sweep() {
-	defer close(t.done)
-	tick := time.NewTicker(sweepInterval)
-	defer tick.Stop()
+// buildTables builds the tables the loader queues in lane ln, one at a
+// time, until the tables are closed.
+func (t *Tables) buildTables(ln lane) {
+	defer func() { t.built <- struct{}{} }()
 	for {
 		select {
 		case <-t.stop:
 			return
+		case <-t.loader.buildWake[ln]:
+			t.loader.runBuilds(ln)
+		}
+	}
+}
+
+func (t *Tables) sweep() {
+	defer close(t.done)
+	tick := time.NewTicker(sweepInterval)
+	defer tick.Stop()
+	retry := time.NewTicker(runtimeRetryFirst)
+	defer retry.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-retry.C:
+			t.loader.retryRuntimes()
 		case <-tick.C:
 			t.loader.Sweep()
-			t.loader.retryRuntimes()
 			if t.maps.Contexts != nil {
 				t.loader.retryThreadCtx()
 			}
@@ -166,6 +188,10 @@ func (t *Tables) sweep() {
 func (t *Tables) Close() error {
 	close(t.stop)
 	<-t.done
+	t.loader.CloseBuilds() // a build running finishes, no other starts
+	for range lanes {
+		<-t.built
+	}
 	errs := []error{t.maps.Files.Close(), t.maps.Mappings.Close(), t.maps.Used.Close()}
 	for _, m := range t.maps.Runtimes {
 		errs = append(errs, m.Close())
@@ -290,7 +316,7 @@ func (f *Follower) run(in <-chan capture.ProcessEvent) {
 			}
 		case now := <-timer.C:
 			for _, pid := range f.deferred.take(now) {
-				_ = f.tables.loader.Load(pid) // counted in the loader's stats
+				_ = f.tables.loader.LoadSoon(pid) // counted in the loader's stats
 			}
 		}
 		if at, ok := f.deferred.next(); ok {
@@ -314,11 +340,11 @@ func (f *Follower) handle(ev capture.ProcessEvent, now time.Time) {
 			f.tables.loader.countHeldBack()
 			return
 		}
-		changed, err := f.tables.loader.Rescan(ev.PID) // counted in the loader's stats
+		changed, err := f.tables.loader.RescanSoon(ev.PID) // counted in the loader's stats
 		f.backoffs.done(ev.PID, now, changed || err != nil)
 	default:
 		if !f.deferred.add(ev.PID, now) {
-			_ = f.tables.loader.Load(ev.PID)
+			_ = f.tables.loader.LoadSoon(ev.PID)
 		}
 	}
 }

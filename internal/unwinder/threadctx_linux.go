@@ -82,6 +82,10 @@ type waitingThreadCtx struct {
 	tries  int
 }
 
+// maxThreadCtxTries bounds the sweeps that ask a process's thread context
+// location again (a minute at sweepInterval).
+const maxThreadCtxTries = 12
+
 // retryThreadCtx asks the processes whose location was not written again,
 // reading their memory outside the lock.
 func (l *Loader) retryThreadCtx() {
@@ -93,7 +97,7 @@ func (l *Loader) retryThreadCtx() {
 	l.mu.Lock()
 	for _, lp := range l.procs {
 		if w := lp.threadCtxWaiting; w != nil {
-			if w.tries++; w.tries <= maxRuntimeTries {
+			if w.tries++; w.tries <= maxThreadCtxTries {
 				asks = append(asks, ask{lp, *w})
 			} else {
 				l.stats.ThreadContexts.Unresolved++

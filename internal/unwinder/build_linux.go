@@ -1,0 +1,314 @@
+//go:build linux
+
+package unwinder
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+// A process's files are loaded in two steps: each new file is identified
+// at once (opened, its ELF headers read, its runtime, thread context and Go
+// labels found: a few reads), which is all the runtimes' walkers need, and
+// its table's build queued; RunBuilds builds a queue, each process's first
+// file before any process's second, each outside the loader's lock. The files with the most
+// CFI (node's 2.7 MB, libjvm's 1.5 MB) have a queue of their own, built
+// beside the other: a new process on a busy node has its runtime frames
+// named before the tables of the processes announced before it are built,
+// and the tables of its small files (liblzma's, libpython's) do not wait
+// for the large ones.
+
+// pendingBuild is a file identified whose table is not built yet: its
+// table (without rows until built), the open file and its ELF headers,
+// and the mappings waiting for it.
+type pendingBuild struct {
+	t       *fileTable
+	f       *os.File
+	ef      *elf.File
+	id      string // build id
+	large   bool   // built in the large files' queue
+	rank    int    // how many files of its process were queued before it
+	waiters []waiter
+}
+
+// largeCFI is the size of CFI (.eh_frame and .debug_frame) from which a
+// file's table is built in the large files' queue.
+const largeCFI = 1 << 20
+
+// lane is a build queue: the small files' (0) or the large files' (1).
+type lane int
+
+const (
+	smallFiles lane = iota
+	largeFiles
+	lanes
+)
+
+// cfiSize is the size of f's CFI sections.
+func cfiSize(f *elf.File) uint64 {
+	var n uint64
+	for _, s := range f.Sections {
+		if s.Name == ".eh_frame" || s.Name == ".debug_frame" {
+			n += s.Size
+		}
+	}
+	return n
+}
+
+// waiter is a mapping whose file's table is being built: its process's
+// entries lp.keys[first:end] get the table once built (while lp is still
+// the process's load).
+type waiter struct {
+	lp         *loadedProcess
+	first, end int
+	bias       uint64
+	key        fileKey
+}
+
+// table returns the table of the file of m, with a reference taken for the
+// caller: the one of this file (device and inode), else the one of a copy
+// of it (same build id, e.g. the same library in two container images),
+// else one identified now, whose build is queued. A file that cannot be
+// read gets an empty table (counted), so it is not tried again while
+// mapped.
+func (l *Loader) table(pid uint32, m procfs.Map, rank *int) (*fileTable, fileKey) {
+	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
+	t, ok := l.files[key]
+	if ok && !t.idleSince.IsZero() && !l.revive(pid, m, key, t) {
+		ok = false // another file has its device and inode now
+	}
+	if !ok {
+		var err error
+		var stamp fileStamp
+		if t, stamp, err = l.identify(pid, m, rank); err != nil {
+			l.stats.countFailure(err)
+		}
+		if t == nil {
+			t = &fileTable{}
+		}
+		if !t.idleSince.IsZero() { // an idle copy with the same build id
+			t.idleSince, t.usedAt = time.Time{}, time.Now() // in use again: not cold
+			l.stats.IdleReused++
+		}
+		t.keys = append(t.keys, key)
+		if stamp != (fileStamp{}) {
+			if t.stamps == nil {
+				t.stamps = map[fileKey]fileStamp{}
+			}
+			t.stamps[key] = stamp
+		}
+		l.files[key] = t
+	}
+	t.refs++
+	return t, key
+}
+
+// identify opens the file of m and finds what it holds, queueing its
+// table's build, or returns the table of a file with the same build id
+// (built or being built).
+func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, fileStamp, error) {
+	name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
+	f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
+		func(f *os.File) { f.Close() })
+	if err != nil {
+		return nil, fileStamp{}, &Failure{Reason: capture.TableOpenFailed, Err: err}
+	}
+	stamp, _ := stampOf(f)
+	var ef *elf.File
+	var id string
+	if err := noPanic(func() (err error) {
+		if ef, err = elf.NewFile(f); err == nil {
+			id = buildID(ef)
+		}
+		return err
+	}); err != nil {
+		f.Close()
+		return nil, stamp, &Failure{Reason: capture.TableMalformed, Err: err}
+	}
+	if t := l.byBuild[id]; id != "" && t != nil {
+		f.Close()
+		return t, stamp, nil
+	}
+	if pb := l.buildingByID[id]; id != "" && pb != nil {
+		f.Close()
+		return pb.t, stamp, nil
+	}
+	// Until its rows are built (or without them) the file is walked with
+	// frame pointers, and its interpreter, thread context and Go labels,
+	// if any, are read already.
+	t := &fileTable{progs: progHeaders(ef), runtime: l.detectRuntime(ef), threadCtx: l.detectThreadCtx(ef), goLabels: l.detectGoLabels(f, ef)}
+	pb := &pendingBuild{t: t, f: f, ef: ef, id: id, large: cfiSize(ef) >= largeCFI, rank: *rank}
+	*rank++
+	t.building = pb
+	if id != "" {
+		l.buildingByID[id] = pb
+	}
+	l.queueBuild(pb)
+	return t, stamp, nil
+}
+
+// queueBuild queues pb in its lane: each process's first new file (in the
+// order of its mappings: its executable, its libraries) before any
+// process's second, and so on; the same in the order queued. A runtime's
+// walker needs no table to name its frames: the files holding one wait
+// their turn (in a mix of processes started together, xz's liblzma waited
+// 1.3 s behind three CPythons' libraries).
+func (l *Loader) queueBuild(pb *pendingBuild) {
+	if l.buildsClosed { // no table: walked with frame pointers
+		pb.f.Close()
+		pb.t.building = nil
+		delete(l.buildingByID, pb.id)
+		return
+	}
+	ln := smallFiles
+	if pb.large {
+		ln = largeFiles
+	}
+	q := l.buildQueue[ln]
+	at := len(q)
+	for at > 0 && pb.rank < q[at-1].rank {
+		at--
+	}
+	l.buildQueue[ln] = slices.Insert(q, at, pb)
+	select {
+	case l.buildWake[ln] <- struct{}{}:
+	default:
+	}
+}
+
+// RunBuilds builds the queued tables of both lanes; it returns once they
+// are empty.
+func (l *Loader) RunBuilds() {
+	for ln := range lanes {
+		l.runBuilds(ln)
+	}
+}
+
+// runBuilds builds the tables queued in lane ln, each outside the loader's
+// lock, and gives each to the mappings waiting for it; it returns once the
+// queue is empty.
+func (l *Loader) runBuilds(ln lane) {
+	for {
+		l.mu.Lock()
+		if len(l.buildQueue[ln]) == 0 || l.buildsClosed {
+			l.mu.Unlock()
+			return
+		}
+		pb := l.buildQueue[ln][0]
+		l.buildQueue[ln] = l.buildQueue[ln][1:]
+		l.mu.Unlock()
+
+		began := time.Now()
+		var rows []bpf.CpuUnwindRow
+		var base uint64
+		err := noPanic(func() (err error) { rows, base, err = l.build(pb.ef); return err })
+		pb.f.Close()
+
+		l.mu.Lock()
+		l.stats.BuildTime += time.Since(began)
+		if err != nil {
+			err = &Failure{Reason: capture.TableMalformed, Err: err}
+		} else {
+			err = l.install(pb, rows, base)
+		}
+		if err != nil {
+			l.stats.countFailure(err)
+		}
+		for _, w := range pb.waiters {
+			w.lp.building--
+		}
+		pb.t.building = nil
+		if l.buildingByID[pb.id] == pb {
+			delete(l.buildingByID, pb.id)
+		}
+		l.mu.Unlock()
+		if len(rows) >= returnMemoryRows {
+			// Building it took several times its size in garbage (node:
+			// 70 MiB for 372k rows): give it back to the system now,
+			// before the next table's build adds to it.
+			rows = nil
+			debug.FreeOSMemory()
+		}
+	}
+}
+
+// CloseBuilds ends the builds: a build running finishes, the files of
+// those still queued are closed and none is built after (the loader is
+// being closed).
+func (l *Loader) CloseBuilds() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buildsClosed = true
+	for ln, q := range l.buildQueue {
+		for _, pb := range q {
+			pb.f.Close()
+		}
+		l.buildQueue[ln] = nil
+	}
+}
+
+// install writes the table of rows built for pb, and points the mappings
+// waiting for it at it. A file no process maps any more gets none; one
+// without CFI keeps none (walked with frame pointers), and so does one
+// whose table fails (the error says why).
+func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64) error {
+	t := pb.t
+	if t.refs == 0 {
+		return nil // forgotten while it was built
+	}
+	if len(rows) == 0 {
+		l.stats.NoCFI++
+		t.buildID = pb.id
+		l.shareByBuildID(t)
+		return nil
+	}
+	if len(rows) > maxSearchRows {
+		return &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+	}
+	slot, ok := l.allocEvicting(uint32(len(rows)))
+	if !ok {
+		return &Failure{Reason: capture.TableSpaceFull,
+			Err: fmt.Errorf("%d rows do not fit (%d of %d in use)", len(rows), l.budget.used, l.budget.capacity)}
+	}
+	if err := l.addTable(slot, rows); err != nil {
+		l.budget.releaseRows(uint32(len(rows)))
+		l.budget.releaseSlot(slot)
+		return &Failure{Reason: capture.TableMapFailed, Err: err}
+	}
+	t.base, t.slot, t.rows, t.usedAt, t.buildID = base, slot, uint32(len(rows)), time.Now(), pb.id
+	l.shareByBuildID(t)
+	for _, w := range pb.waiters {
+		if l.procs[w.lp.pid] != w.lp {
+			continue // loaded again, or forgotten
+		}
+		value := bpf.CpuUnwindMapping{Bias: w.bias + t.base, Table: t.slot, Rows: t.rows}
+		for i := w.first; i < w.end; i++ {
+			if err := l.maps.Mappings.Put(&w.lp.keys[i], &value); err != nil {
+				l.stats.MappingsFull++
+				break
+			}
+			w.lp.keyFiles[i] = w.key
+		}
+	}
+	return nil
+}
+
+// returnMemoryRows is the size of a table from which its build's garbage
+// is returned to the system at once.
+const returnMemoryRows = 64 << 10
+
+// shareByBuildID offers t to the copies of its file.
+func (l *Loader) shareByBuildID(t *fileTable) {
+	if t.buildID != "" {
+		l.byBuild[t.buildID] = t
+	}
+}
