@@ -282,6 +282,10 @@ type Stats struct {
 	// drain (their mappings are walked with frame pointers).
 	UnwindTables, UnwindTableBytes uint64
 	TableFailures                  TableFailures
+	// TablesReady are how long the processes announced since the previous
+	// drain waited for the tables of all their files (a sample of them
+	// when very many started).
+	TablesReady []time.Duration
 }
 
 // TableFailure says why a file got no unwind table.
@@ -388,6 +392,7 @@ func (s Stats) Add(o Stats) Stats {
 	for i := range s.TableFailures {
 		s.TableFailures[i] += o.TableFailures[i]
 	}
+	s.TablesReady = append(s.TablesReady[:len(s.TablesReady):len(s.TablesReady)], o.TablesReady...)
 	// Gauges: the later window's.
 	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
 	s.PythonProcesses, s.JVMProcesses, s.V8Processes = o.PythonProcesses, o.JVMProcesses, o.V8Processes

@@ -223,8 +223,11 @@ func (l *Loader) runBuilds(ln lane) {
 		if err != nil {
 			l.stats.countFailure(err)
 		}
+		now := time.Now()
 		for _, w := range pb.waiters {
-			w.lp.building--
+			if w.lp.building--; l.procs[w.lp.pid] == w.lp {
+				l.noteReady(w.lp, now)
+			}
 		}
 		pb.t.building = nil
 		if l.buildingByID[pb.id] == pb {

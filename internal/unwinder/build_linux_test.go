@@ -32,9 +32,11 @@ func TestLoaderQueuesEachProcessFirstFilesFirst(t *testing.T) {
 		}, 5*time.Second, 10*time.Millisecond)
 		pids = append(pids, pid)
 	}
+	loaded := time.Now()
 	for _, pid := range pids {
 		require.NoError(t, l.LoadSoon(pid))
 	}
+	assert.Empty(t, l.takeReadyWaits(), "both wait for their tables")
 	l.mu.Lock()
 	var ranks []int
 	for _, pb := range l.buildQueue[smallFiles] {
@@ -53,11 +55,34 @@ func TestLoaderQueuesEachProcessFirstFilesFirst(t *testing.T) {
 		assert.Zero(t, m.Rows, "pid %d's executable before its table is built", pid)
 	}
 	l.RunBuilds()
+	built := time.Since(loaded)
 	for _, pid := range pids {
 		m, _, ok := lookup(t, maps, pid, exeStart(t, pid))
 		require.True(t, ok)
 		assert.NotZero(t, m.Rows, "pid %d's executable once built", pid)
 	}
+	// Each waited from its load to its last table's build, counted once:
+	// loaded again it waits no more.
+	waits := l.takeReadyWaits()
+	require.Len(t, waits, 2)
+	for _, w := range waits {
+		assert.Greater(t, w, time.Duration(0))
+		assert.LessOrEqual(t, w, built)
+	}
+	require.NoError(t, l.LoadSoon(pids[0]))
+	assert.Empty(t, l.takeReadyWaits(), "a reload is not counted again")
+	// A process whose files were all built waits 0 (its first load
+	// finds every table).
+	third := testutil.StartWorkload(t, testutil.BuildC(t, "cpuburn.c"), "60")
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(procfs.FS{Root: "/proc"}.Path(uint32(third.Process.Pid), "maps"))
+		return strings.Contains(string(b), libc)
+	}, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, l.LoadSoon(uint32(third.Process.Pid)))
+	waits = l.takeReadyWaits()
+	require.Len(t, waits, 1)
+	assert.Less(t, waits[0], built, "no build to wait for")
+	pids = append(pids, uint32(third.Process.Pid))
 	for _, pid := range pids {
 		l.Forget(pid)
 	}
@@ -80,4 +105,23 @@ func exeStart(t *testing.T, pid uint32) uint64 {
 	}
 	t.Fatalf("%s is not mapped executable by %d", exe, pid)
 	return 0
+}
+
+// Past maxReadyWaits noted between two takes, a sample of them is kept.
+func TestReadyWaitsBounded(t *testing.T) {
+	var r readyWaits
+	for i := range 3 * maxReadyWaits {
+		r.note(time.Duration(i))
+	}
+	assert.Len(t, r.waits, maxReadyWaits)
+	assert.Equal(t, 3*maxReadyWaits, r.seen)
+	late := 0
+	for _, w := range r.waits {
+		if w >= maxReadyWaits {
+			late++
+		}
+	}
+	// Two thirds of the waits came after the first maxReadyWaits: so do
+	// about two thirds of the sample (far from 0, and from all).
+	assert.InDelta(t, 2*maxReadyWaits/3, late, maxReadyWaits/10)
 }

@@ -94,8 +94,11 @@ type loadedProcess struct {
 	// goBias.
 	goLabels *golabels.Binary
 	goBias   uint64
-	// building counts the mappings waiting for their file's table.
-	building int
+	// building counts the mappings waiting for their file's table;
+	// waitingSince is when the process was first loaded, until none waits
+	// (then zero: noteReady).
+	building     int
+	waitingSince time.Time
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
@@ -142,6 +145,7 @@ type Loader struct {
 	buildingByID map[string]*pendingBuild
 	buildWake    [lanes]chan struct{}
 	buildsClosed bool // CloseBuilds was called
+	ready        readyWaits
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity
@@ -194,7 +198,10 @@ func (l *Loader) Load(pid uint32) error {
 
 func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 	old := l.procs[pid]
-	lp := &loadedProcess{start: start, mapped: fingerprint(maps), pid: pid}
+	lp := &loadedProcess{start: start, mapped: fingerprint(maps), pid: pid, waitingSince: time.Now()}
+	if old != nil && old.start == start {
+		lp.waitingSince = old.waitingSince // a reload: counted once, from the first
+	}
 	l.procs[pid] = lp
 	// What was loaded before goes once the new entries are in: entries of
 	// unchanged mappings are overwritten in place, their files' tables kept.
@@ -203,6 +210,7 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 			l.drop(old, lp)
 		}
 		l.stats.Processes = uint64(len(l.procs))
+		l.noteReady(lp, time.Now())
 	}()
 	// Every entry goes in now, walked with frame pointers where its
 	// file's table is still to build: the builds are queued (runBuilds).

@@ -356,8 +356,9 @@ func (f *Follower) Events() <-chan capture.ProcessEvent { return f.events }
 func (f *Follower) Wait() { <-f.done }
 
 // AddStats adds to st the announcements dropped since the previous call,
-// the tables' gauges, and the files left without a table since any
-// source's previous call (each failure is handed to one source only).
+// the tables' gauges, and the files left without a table and the waits for
+// tables since any source's previous call (each handed to one source
+// only).
 func (f *Follower) AddStats(st *capture.Stats) {
 	st.NewProcessDrops += f.drops.Swap(0)
 	if st.NewProcessDrops > 0 {
@@ -368,6 +369,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 		default:
 		}
 	}
+	st.TablesReady = append(st.TablesReady, f.tables.loader.takeReadyWaits()...)
 	ls := f.tables.loader.Stats()
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes

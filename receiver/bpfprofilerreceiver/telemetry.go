@@ -195,6 +195,9 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 			tel.BpfprofilerUnwindTablesFailed.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, f.Reason())))
 		}
 	}
+	for _, d := range st.TablesReady {
+		tel.BpfprofilerUnwindTablesReady.Record(ctx, d.Seconds())
+	}
 	tel.BpfprofilerUnwindTables.Add(ctx, int64(st.UnwindTables)-int64(r.unwindGauges.tables))
 	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
 	tel.BpfprofilerPythonProcesses.Add(ctx, int64(st.PythonProcesses)-int64(r.unwindGauges.python))

@@ -3,6 +3,7 @@ package bpfprofilerreceiver
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/component/componenttest"
@@ -28,6 +29,7 @@ func TestUnwindTelemetry(t *testing.T) {
 	first.UnwindEnds[capture.UnwindRoot] = 4
 	first.UnwindEnds[capture.UnwindNoMapping] = 1
 	first.TableFailures[capture.TableOpenFailed] = 2
+	first.TablesReady = []time.Duration{0, 30 * time.Millisecond, 2 * time.Second}
 	second := capture.Stats{UnwindFrames: 10, UnwindTables: 2, UnwindTableBytes: 1200}
 	second.UnwindEnds[capture.UnwindRoot] = 1
 	ctx := context.Background()
@@ -55,6 +57,12 @@ func TestUnwindTelemetry(t *testing.T) {
 		{Value: 2, Attributes: reason("open_failed")},
 	}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 4}}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerUnwindTablesReady(t, tel, []metricdata.HistogramDataPoint[float64]{{
+		Count: 3, Sum: 2.03,
+		Bounds:       []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		BucketCounts: []uint64{1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+		Min:          metricdata.NewExtrema(0.0), Max: metricdata.NewExtrema(2.0),
+	}}, metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerUnwindTableBytes(t, tel, []metricdata.DataPoint[int64]{{Value: 1500}}, metricdatatest.IgnoreTimestamp())
 
 	// With frame pointers only, the gauges stay where they are.

@@ -57,6 +57,7 @@ type TelemetryBuilder struct {
 	BpfprofilerUnwindTableBytes            metric.Int64UpDownCounter
 	BpfprofilerUnwindTables                metric.Int64UpDownCounter
 	BpfprofilerUnwindTablesFailed          metric.Int64Counter
+	BpfprofilerUnwindTablesReady           metric.Float64Histogram
 	BpfprofilerUnwindWalks                 metric.Int64Counter
 	BpfprofilerV8Frames                    metric.Int64Counter
 	BpfprofilerV8FramesUnsymbolized        metric.Int64Counter
@@ -276,6 +277,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_unwind_tables_failed",
 		metric.WithDescription("Files that got no unwind table, by reason; their code is walked with frame pointers. [Development]"),
 		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerUnwindTablesReady, err = builder.meter.Float64Histogram(
+		"otelcol_bpfprofiler_unwind_tables_ready",
+		metric.WithDescription("How long each new process waited, from its first load, for the unwind tables of all its files (its runtime frames are walked from the first load; until its tables are built its native code is walked with frame pointers). 0 when every file was built before. At most 4096 processes per report, a uniform sample of them beyond. [Development]"),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries([]float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}...),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerUnwindWalks, err = builder.meter.Int64Counter(

@@ -517,6 +517,21 @@ func AssertEqualBpfprofilerUnwindTablesFailed(t *testing.T, tt *componenttest.Te
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualBpfprofilerUnwindTablesReady(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.HistogramDataPoint[float64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_unwind_tables_ready",
+		Description: "How long each new process waited, from its first load, for the unwind tables of all its files (its runtime frames are walked from the first load; until its tables are built its native code is walked with frame pointers). 0 when every file was built before. At most 4096 processes per report, a uniform sample of them beyond. [Development]",
+		Unit:        "s",
+		Data: metricdata.Histogram[float64]{
+			Temporality: metricdata.CumulativeTemporality,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_unwind_tables_ready")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualBpfprofilerUnwindWalks(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_unwind_walks",

@@ -50,6 +50,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerUnwindTableBytes.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindTables.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindTablesFailed.Add(context.Background(), 1)
+	tb.BpfprofilerUnwindTablesReady.Record(context.Background(), 1)
 	tb.BpfprofilerUnwindWalks.Add(context.Background(), 1)
 	tb.BpfprofilerV8Frames.Add(context.Background(), 1)
 	tb.BpfprofilerV8FramesUnsymbolized.Add(context.Background(), 1)
@@ -146,6 +147,9 @@ func TestSetupTelemetry(t *testing.T) {
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerUnwindTablesFailed(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerUnwindTablesReady(t, testTel,
+		[]metricdata.HistogramDataPoint[float64]{{}}, metricdatatest.IgnoreValue(),
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerUnwindWalks(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
