@@ -24,7 +24,9 @@ type slowProcess struct {
 	reads   int
 }
 
-func (p *slowProcess) Cached(uint64, uint32, time.Time) (runtimes.Frame, bool) { return runtimes.Frame{}, false }
+func (p *slowProcess) Cached(uint64, uint32, time.Time) (runtimes.Frame, bool) {
+	return runtimes.Frame{}, false
+}
 
 func (p *slowProcess) Read(uint64, uint32, time.Time) (runtimes.Frame, error) {
 	p.mu.Lock()
