@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|gateway|all,
+// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|startup|gateway|all,
 // default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -60,7 +60,9 @@
 // time per sample with the readers on and off, see context.go.
 //
 // Suite busy (a busy node in four phases, see busy.go) also gives the OTLP
-// bytes per minute the collector's otlp_grpc exporter sends; suite gateway
+// bytes per minute the collector's otlp_grpc exporter sends; suite startup
+// (startup.go) how soon a process started under the collector is named
+// whole, on an idle host and a busy one; suite gateway
 // (gateway.go) replays a busy node's OTLP through a plain gateway collector
 // and projects both to 10,000 nodes.
 //
@@ -122,6 +124,7 @@ type options struct {
 	busyRuntimes   string
 	busyPhases     string
 	busyPeer       string
+	startupWindow  time.Duration
 	keep           bool
 	// The gateway suite (gateway.go).
 	gateway            string
@@ -133,7 +136,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), gateway (an OTLP gateway for many busy nodes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -158,6 +161,7 @@ func main() {
 	flag.StringVar(&o.busyRuntimes, "busy-runtimes", "", "busy suite: the runtimes of phase 4, comma-separated parts of their names (node, openjdk, temurin, python 3.12, xz); empty: all")
 	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
 	flag.StringVar(&o.busyPeer, "busy-peer", "", "busy suite: another profiler's command line (split at spaces; "+peerOTLP+" stands for an OTLP gRPC sink's host:port), measured in each phase after the collector, on the same load, e.g. the OpenTelemetry eBPF profiler built under /tmp")
+	flag.DurationVar(&o.startupWindow, "startup-window", 10*time.Second, "startup suite: how long each workload runs under the collector")
 	flag.StringVar(&o.gateway, "gateway", os.Getenv("BPFPROFILER_GATEWAY"), "gateway suite: the plain collector built from bench/gateway-builder.yaml (default $BPFPROFILER_GATEWAY)")
 	flag.StringVar(&o.gatewayNodes, "gateway-nodes", "50,100,200,400,800,1600", "gateway suite: node equivalents replayed, in increasing steps (one request per node per 10 s)")
 	flag.DurationVar(&o.gatewayStep, "gateway-step", 20*time.Second, "gateway suite: how long each step replays")
@@ -196,8 +200,8 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) ||
-		slices.Equal(suites, []string{suiteReaders}) {
-		o.skipPerf = true // the busy, gateway, context and readers suites do not run perf
+		slices.Equal(suites, []string{suiteReaders}) || slices.Equal(suites, []string{suiteStartup}) {
+		o.skipPerf = true // the busy, gateway, context, readers and startup suites do not run perf
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -255,6 +259,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		return runProbesSuite(ctx, e)
 	case suiteBusy:
 		return runBusySuite(ctx, e)
+	case suiteStartup:
+		return runStartupSuite(ctx, e)
 	case suiteContext:
 		return runContextSuite(ctx, e)
 	case suiteReaders:

