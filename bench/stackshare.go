@@ -59,9 +59,14 @@ func (c *collector) chainShare(pid int, chain []string) (chainCount, error) {
 // first), name chain's functions in its order, other frames allowed
 // between them.
 func countChain(prof *profile.Profile, pid int, chain []string) chainCount {
+	return countChainWhere(prof, pid, chain, func(*profile.Sample) bool { return true })
+}
+
+// countChainWhere is countChain over the samples keep keeps.
+func countChainWhere(prof *profile.Profile, pid int, chain []string, keep func(*profile.Sample) bool) chainCount {
 	var n chainCount
 	for _, s := range prof.Sample {
-		if len(s.Value) == 0 || !hasPID(s, pid) {
+		if len(s.Value) == 0 || !hasPID(s, pid) || !keep(s) {
 			continue
 		}
 		n.total += s.Value[0]
