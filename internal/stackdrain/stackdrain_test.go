@@ -2,6 +2,7 @@ package stackdrain
 
 import (
 	"bytes"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -134,7 +135,7 @@ func TestCountersAdd(t *testing.T) {
 	want.KernelStackLost[capture.StackMapFull] = 5
 	want.KernelStackLost[capture.StackHashCollision] = 6
 	want.KernelStackLost[capture.StackCaptureFailed] = 7
-	if st != want {
+	if !reflect.DeepEqual(st, want) {
 		t.Errorf("got %+v, want %+v", st, want)
 	}
 	if got := st.Add(st); got.Recorded != 22 || got.UserStackLost.Total() != 20 || got.NewProcessDrops != 16 ||
