@@ -85,6 +85,26 @@ func waitReady(t *testing.T, out *syncBuffer) {
 		wait, 100*time.Millisecond, "the collector did not start within %v", wait)
 }
 
+// profilesTo is a collector config of the receiver's settings (YAML
+// lines at the indentation under bpfprofiler:, each ending in a newline)
+// sending its profiles to the OTLP gRPC endpoint addr, with the
+// collector's own metrics off.
+func profilesTo(receiver, addr string) string {
+	return fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+%sexporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  telemetry:
+    metrics: {level: none}
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, receiver, addr)
+}
+
 // startStoppableCollector runs the collector on config; stop ends it before
 // cleanup does (see runStoppableCollector).
 func startStoppableCollector(t *testing.T, bin, config string) (out *syncBuffer, stop func() error) {

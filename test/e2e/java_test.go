@@ -41,22 +41,10 @@ func TestCollectorJavaFrames(t *testing.T) {
 	args := append(slices.Clone(javaInlineFlags), testutil.JavaWorkload(t, "JavaInline")...)
 	cmd := testutil.StartWorkload(t, java, append(args, "600")...)
 	pid := cmd.Process.Pid
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pid, addr))
+`, pid), addr))
 	waitReady(t, out)
 	want := javaInlineChain
 	// The first reports come before the JVM's code is compiled and its
@@ -155,22 +143,10 @@ func TestCollectorJavaChainOnEveryJDK(t *testing.T) {
 		pids = append(pids, cmd.Process.Pid)
 		names[cmd.Process.Pid] = filepath.Base(jdk)
 	}
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: %v}
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, strings.ReplaceAll(fmt.Sprint(pids), " ", ", "), addr))
+`, strings.ReplaceAll(fmt.Sprint(pids), " ", ", ")), addr))
 	waitReady(t, out)
 	// The first reports come before the JIT compiles spin and work.
 	first := testutil.Patient(3 * time.Minute)

@@ -104,20 +104,8 @@ func javaThreads(st pdata.NamedStack, pid int) bool {
 func TestCollectorNamesAMixFromTheStart(t *testing.T) {
 	bin := collectorBinary(t)
 	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 1s
+	out := startCollector(t, bin, profilesTo(`    report_interval: 1s
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, addr))
 	waitReady(t, out)
 

@@ -39,22 +39,10 @@ func TestCollectorNodeFrames(t *testing.T) {
 	script := filepath.Join(testutil.RepoRoot(t), "testdata", "workloads", "nodechain.js")
 	cmd := testutil.StartWorkload(t, node, script, "600")
 	pid := cmd.Process.Pid
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pid, addr))
+`, pid), addr))
 	want := nodechainBodies
 	// The first samples come before node's tables are loaded: left out.
 	require.Eventually(t, func() bool {

@@ -92,22 +92,10 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 		pids[i] = fmt.Sprint(p.pid)
 	}
 	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%s]}
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, strings.Join(pids, ", "), addr))
+`, strings.Join(pids, ", ")), addr))
 	waitReady(t, out)
 
 	// From when every process is walked (the JVM compiles its code first),
