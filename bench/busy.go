@@ -22,6 +22,8 @@ package main
 // (utime+stime of /proc/<pid>/stat over the phase), peak and final RSS, the
 // memlock of its BPF maps (from /proc/<pid>/fdinfo) and its own metrics from
 // its Prometheus endpoint (unwind tables, failures, walks over the phase).
+// With -busy-burst phase 4's runtimes are started again once each profiler
+// is ready (a deploy: all at once), and measured from -busy-settle after.
 // After phase 4 a last fresh collector is started with the runtimes running
 // and its CPU over its first 10 s is the start-up figure. -rounds does not
 // apply: every phase runs once; -busy-phases measures only some. With
@@ -170,7 +172,18 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 		fmt.Println("note: " + n)
 	}
 	fmt.Printf("runtimes: %s\n", strings.Join(rs.names(), ", "))
-	if err := phase(4, "4 runtimes"); err != nil {
+	name := "4 runtimes"
+	if e.o.busyBurst {
+		// Each profiler sees the runtimes start together, as a deploy.
+		name = "4 runtimes started together"
+		load.renew = func() error {
+			load.runtimes.stop()
+			rs, _, err := startRuntimes(e.dir, e.o.busyRuntimes)
+			load.runtimes = rs
+			return err
+		}
+	}
+	if err := phase(4, name); err != nil {
 		return err
 	}
 	var startup *busyStartup
