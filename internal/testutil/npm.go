@@ -46,7 +46,7 @@ func NPMTree(t testing.TB, name string, pkgs []NPMPackage) string {
 			if err != nil {
 				return err
 			}
-			if err := extractPackage(bytes.NewReader(data), filepath.Join(tmp, "node_modules", p.Name)); err != nil {
+			if err := extractPackage(bytes.NewReader(data), filepath.Join(tmp, "node_modules", p.Name), func(string) bool { return true }); err != nil {
 				return fmt.Errorf("%s %s: %w", p.Name, p.Version, err)
 			}
 		}
@@ -61,9 +61,10 @@ func NPMTree(t testing.TB, name string, pkgs []NPMPackage) string {
 }
 
 // extractPackage writes the regular files under package/ of the gzipped
-// tar r into dir; other entries, and names that would leave dir, are
-// refused.
-func extractPackage(r io.Reader, dir string) error {
+// tar r that keep keeps (by their path under package/) into dir,
+// executable where the archive says so; other entries, and names that
+// would leave dir, are refused.
+func extractPackage(r io.Reader, dir string, keep func(rel string) bool) error {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return err
@@ -83,16 +84,22 @@ func extractPackage(r io.Reader, dir string) error {
 			continue
 		case !ok || h.Typeflag != tar.TypeReg || !filepath.IsLocal(rel):
 			return fmt.Errorf("unexpected entry %q in the package", h.Name)
+		case !keep(rel):
+			continue
 		}
 		to := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return err
 		}
-		f, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		mode := os.FileMode(0o644)
+		if h.Mode&0o111 != 0 {
+			mode = 0o755
+		}
+		f, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
 		if err != nil {
 			return err
 		}
-		_, err = io.Copy(f, io.LimitReader(tr, 256<<20))
+		_, err = io.Copy(f, io.LimitReader(tr, 1<<30))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
