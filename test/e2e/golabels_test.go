@@ -47,24 +47,12 @@ func TestCollectorCarriesGoLabels(t *testing.T) {
 	pprofDir := t.TempDir()
 	begin := time.Now()
 	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {executables: ['/golabels[^/]*$']}
     cpu: {samples_per_second: 199}
     off_cpu: {enabled: true, min_block: 1ms}
     pprof: {directory: %s}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pprofDir, addr))
+`, pprofDir), addr))
 	require.Eventually(t, func() bool { return strings.Contains(out.String(), "bpfprofiler started") },
 		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
 	ready := time.Since(begin)

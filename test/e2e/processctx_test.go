@@ -27,22 +27,10 @@ func TestCollectorAppliesProcessContext(t *testing.T) {
 	work := testutil.StartWorkload(t, testutil.BuildC(t, "otelctx.c"), fmt.Sprint(seconds), fmt.Sprint(republish))
 	pid := int64(work.Process.Pid)
 	otlp, addr := startOTLPServer(t)
-	startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 49}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pid, addr))
+`, pid), addr))
 
 	names := func() []string {
 		var seen []string

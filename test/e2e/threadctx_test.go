@@ -84,24 +84,12 @@ func testThreadContextLinks(t *testing.T, builds []threadCtxBuild) {
 			pid := work.Process.Pid
 			pprofDir := t.TempDir()
 			otlp, addr := startOTLPServer(t)
-			out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+			out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 99}
     off_cpu: {enabled: true, min_block: 1ms}
     pprof: {directory: %s}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pid, pprofDir, addr))
+`, pid, pprofDir), addr))
 			waitReady(t, out)
 
 			var a, b, gap, gapLinked, wrong, routed int64
@@ -210,22 +198,10 @@ func TestCollectorNeverLinksATornRecord(t *testing.T) {
 	work := testutil.StartWorkload(t, testutil.BuildC(t, "spans.c"), fmt.Sprint(testutil.Patient(60*time.Second).Seconds()), "flip")
 	pid := work.Process.Pid
 	otlp, addr := startOTLPServer(t)
-	startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 999}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, pid, addr))
+`, pid), addr))
 
 	x, y := spansTrace(0x50), spansTrace(0x60)
 	var right, wrong, midWrite, midWriteLinked int64

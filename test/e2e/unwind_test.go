@@ -109,23 +109,11 @@ func TestCollectorUnwindsWithoutFramePointers(t *testing.T) {
 	// while the workload's threads take its one CPU; killed at the end.
 	work := testutil.StartChild(t, exec.Command(nofp, strconv.Itoa(int(testutil.Patient(240*time.Second).Seconds()))))
 
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(fmt.Sprintf(`    report_interval: 2s
     targets: {pids: [%d]}
     cpu: {samples_per_second: 99}
     off_cpu: {enabled: true, min_block: 1ms}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics: {level: none}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, work.Pid(), addr))
+`, work.Pid()), addr))
 	waitReady(t, out)
 
 	chain := chainCheck{"chain_leaf", []string{"chain_c", "chain_b", "chain_a", "main"}, []string{"__libc_start_call_main", "__libc_start_main", "_start"}, nil}
