@@ -155,7 +155,8 @@ func dynamicSymbols(f *elf.File, data []byte) (rawSymbols, bool, error) {
 		return rawSymbols{}, false, nil // the null symbol only
 	}
 	syms := data[symOff+uint64(entSize) : symOff+count*uint64(entSize)]
-	return rawSymbols{data: syms, strtab: strtab, entSize: entSize, typ: elf.SHT_DYNSYM, class: f.Class, bo: bo}, true, nil
+	le64 := f.Class == elf.ELFCLASS64 && bo == binary.LittleEndian
+	return rawSymbols{data: syms, strtab: strtab, entSize: entSize, typ: elf.SHT_DYNSYM, class: f.Class, bo: bo, le64: le64}, true, nil
 }
 
 // fileRange returns data[off:off+n], or false when it is out of bounds.

@@ -27,6 +27,7 @@ type rawSymbols struct {
 	typ     elf.SectionType
 	class   elf.Class
 	bo      binary.ByteOrder
+	le64    bool // 64-bit little-endian entries
 }
 
 // symbolTable is the sorted function symbols of a file, one per address.
@@ -64,7 +65,8 @@ func rawSymbolSection(f *elf.File, data []byte, typ elf.SectionType) (rawSymbols
 		return rawSymbols{}, false, nil
 	}
 	syms = syms[entSize : len(syms)-len(syms)%entSize]
-	return rawSymbols{data: syms, strtab: strs, entSize: entSize, typ: typ, class: f.Class, bo: f.ByteOrder}, true, nil
+	le64 := f.Class == elf.ELFCLASS64 && f.ByteOrder == binary.LittleEndian
+	return rawSymbols{data: syms, strtab: strs, entSize: entSize, typ: typ, class: f.Class, bo: f.ByteOrder, le64: le64}, true, nil
 }
 
 // sectionBytes returns the content of s in place in data.
@@ -90,6 +92,11 @@ type rawSym struct {
 func (r rawSymbols) len() int { return len(r.data) / r.entSize }
 
 func (r rawSymbols) sym(i int) rawSym {
+	if r.le64 { // x86-64 and arm64: no calls through the byte order
+		b := r.data[i*elf.Sym64Size : (i+1)*elf.Sym64Size]
+		return rawSym{name: binary.LittleEndian.Uint32(b), info: b[4], shndx: binary.LittleEndian.Uint16(b[6:]),
+			value: binary.LittleEndian.Uint64(b[8:]), size: binary.LittleEndian.Uint64(b[16:])}
+	}
 	b := r.data[i*r.entSize:]
 	if r.class == elf.ELFCLASS32 {
 		return rawSym{name: r.bo.Uint32(b), value: uint64(r.bo.Uint32(b[4:])), size: uint64(r.bo.Uint32(b[8:])),
@@ -142,21 +149,30 @@ func functionTable(r rawSymbols) symbolTable {
 			n++
 		}
 	}
+	// Sorted with the symbol's index in place of its name, so that an
+	// unstable sort keeps the first of the symbols with one address and
+	// size, as a stable one would, at a fraction of its cost.
 	out := make([]symEntry, 0, n)
 	for i := range r.len() {
 		s := r.sym(i)
 		if !r.isFunction(s) {
 			continue
 		}
-		out = append(out, symEntry{addr: s.value, size: uint32(min(s.size, math.MaxUint32)), name: s.name})
+		out = append(out, symEntry{addr: s.value, size: uint32(min(s.size, math.MaxUint32)), name: uint32(i)})
 	}
-	slices.SortStableFunc(out, func(a, b symEntry) int {
+	slices.SortFunc(out, func(a, b symEntry) int {
 		if c := cmp.Compare(a.addr, b.addr); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.size, a.size)
+		if c := cmp.Compare(b.size, a.size); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.name, b.name)
 	})
 	out = slices.CompactFunc(out, func(a, b symEntry) bool { return a.addr == b.addr })
+	for i := range out {
+		out[i].name = r.sym(int(out[i].name)).name
+	}
 	return symbolTable{entries: slices.Clip(out), strtab: r.strtab}
 }
 

@@ -1,11 +1,10 @@
 package cpython
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
-	"regexp"
-	"strconv"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 )
@@ -120,12 +119,7 @@ func hasSymbol(syms map[string]elf.Symbol, name string) bool {
 	return ok
 }
 
-// versionString matches PY_VERSION ("3.9.18", "3.10.0rc2", "3.9.2+") where
-// it ends a NUL-terminated string: the linker may have merged it into the
-// tail of a longer one such as the install prefix ".../versions/3.9.18".
-var versionString = regexp.MustCompile(`(?:^|[^0-9.])3\.(\d{1,2})\.(\d{1,3})(?:(?:a|b|rc)\d{1,2})?\+?\x00`)
-
-// rodataVersion returns the first version string in .rodata accept takes.
+// rodataVersion returns the first PY_VERSION string in .rodata accept takes.
 func rodataVersion(f *elf.File, accept func(Version) bool) (Version, bool) {
 	s := f.Section(".rodata")
 	if s == nil || s.Type == elf.SHT_NOBITS {
@@ -135,15 +129,70 @@ func rodataVersion(f *elf.File, accept func(Version) bool) (Version, bool) {
 	if err != nil {
 		return Version{}, false
 	}
-	for _, m := range versionString.FindAllSubmatch(data, -1) {
-		minor, _ := strconv.Atoi(string(m[1]))
-		patch, _ := strconv.Atoi(string(m[2]))
-		if v := (Version{3, minor, patch}); accept(v) {
+	return findVersion(data, accept)
+}
+
+// findVersion returns the first PY_VERSION ("3.9.18", "3.10.0rc2",
+// "3.9.2+") in data that ends a NUL-terminated string and accept takes: the
+// linker may have merged it into the tail of a longer string such as the
+// install prefix ".../versions/3.9.18". A scan for "3." rather than a
+// regular expression: .rodata is megabytes and this runs at every new
+// interpreter file.
+func findVersion(data []byte, accept func(Version) bool) (Version, bool) {
+	for i := 0; ; i++ {
+		j := bytes.Index(data[i:], []byte("3."))
+		if j < 0 {
+			return Version{}, false
+		}
+		i += j
+		if i > 0 && (isDigit(data[i-1]) || data[i-1] == '.') {
+			continue
+		}
+		if v, ok := parseVersionAt(data[i+2:]); ok && accept(v) {
 			return v, true
 		}
 	}
-	return Version{}, false
 }
+
+// parseVersionAt parses "minor.patch[{a,b,rc}N][+]\x00" at the start of b.
+func parseVersionAt(b []byte) (Version, bool) {
+	minor, b, ok := digits(b, 2)
+	if !ok || len(b) == 0 || b[0] != '.' {
+		return Version{}, false
+	}
+	patch, b, ok := digits(b[1:], 3)
+	if !ok {
+		return Version{}, false
+	}
+	for _, pre := range []string{"a", "b", "rc"} {
+		if rest, found := bytes.CutPrefix(b, []byte(pre)); found {
+			if _, b, ok = digits(rest, 2); !ok {
+				return Version{}, false
+			}
+			break
+		}
+	}
+	b, _ = bytes.CutPrefix(b, []byte("+"))
+	if len(b) == 0 || b[0] != 0 {
+		return Version{}, false
+	}
+	return Version{3, minor, patch}, true
+}
+
+// digits parses 1 to max decimal digits at the start of b.
+func digits(b []byte, max int) (n int, rest []byte, ok bool) {
+	i := 0
+	for i < len(b) && i < max && isDigit(b[i]) {
+		n = n*10 + int(b[i]-'0')
+		i++
+	}
+	if i == 0 || i < len(b) && isDigit(b[i]) {
+		return 0, b, false
+	}
+	return n, b[i:], true
+}
+
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // readFileData reads n bytes of initialised data at link-time address addr.
 func readFileData(f *elf.File, addr uint64, n int) ([]byte, error) {

@@ -270,3 +270,37 @@ func TestDetectARM64(t *testing.T) {
 	require.Equal(t, want, py.Offsets)
 	require.NotZero(t, py.RuntimeAddr)
 }
+
+func TestFindVersion(t *testing.T) {
+	acceptAll := func(Version) bool { return true }
+	for _, tc := range []struct {
+		name   string
+		data   string
+		accept func(Version) bool
+		want   Version
+		ok     bool
+	}{
+		{"alone", "\x003.9.18\x00", acceptAll, Version{3, 9, 18}, true},
+		{"at the start", "3.10.13\x00", acceptAll, Version{3, 10, 13}, true},
+		{"tail of a prefix", "/root/.pyenv/versions/3.9.18\x00", acceptAll, Version{3, 9, 18}, true},
+		{"release candidate", "\x003.10.0rc2\x00", acceptAll, Version{3, 10, 0}, true},
+		{"alpha", "\x003.8.0a4\x00", acceptAll, Version{3, 8, 0}, true},
+		{"development", "\x003.9.2+\x00", acceptAll, Version{3, 9, 2}, true},
+		{"not NUL-terminated", "\x003.9.18 (main)\x00", acceptAll, Version{}, false},
+		{"inside a number", "\x0013.9.18\x00", acceptAll, Version{}, false},
+		{"after a dot", "\x001.3.9.18\x00", acceptAll, Version{}, false},
+		{"three-digit minor", "\x003.123.1\x00", acceptAll, Version{}, false},
+		{"four-digit patch", "\x003.9.1234\x00", acceptAll, Version{}, false},
+		{"no patch", "\x003.9\x00", acceptAll, Version{}, false},
+		{"cut short", "\x003.9.", acceptAll, Version{}, false},
+		{"empty", "", acceptAll, Version{}, false},
+		{"the first accepted", "\x003.8.1\x00\x003.9.7\x00", func(v Version) bool { return v.Minor == 9 }, Version{3, 9, 7}, true},
+		{"none accepted", "\x003.8.1\x00", func(v Version) bool { return v.Minor == 9 }, Version{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, ok := findVersion([]byte(tc.data), tc.accept)
+			require.Equal(t, tc.ok, ok)
+			require.Equal(t, tc.want, v)
+		})
+	}
+}

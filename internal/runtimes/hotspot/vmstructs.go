@@ -178,15 +178,59 @@ type memReader struct {
 	mem   io.ReaderAt
 	read  int
 	names map[uint64]string // by address: type names repeat
+	// block is the last aligned block read, at blockAddr: the fields of a
+	// Method, a ConstMethod or a Symbol lie together, so one read of the
+	// process's memory answers several.
+	block     []byte
+	blockAddr uint64
 }
+
+// readBlock is the size and alignment of the blocks memReader reads.
+const readBlock = 256
 
 func (r *memReader) bytes(addr uint64, n int) ([]byte, error) {
 	if addr == 0 {
 		return nil, errors.New("NULL pointer")
 	}
-	if addr > math.MaxInt64-uint64(n) {
+	if addr > math.MaxInt64-uint64(n)-2*readBlock {
 		return nil, fmt.Errorf("address %#x out of range", addr)
 	}
+	if n <= readBlock {
+		if addr >= r.blockAddr && addr+uint64(n) <= r.blockAddr+uint64(len(r.block)) {
+			off := addr - r.blockAddr
+			return r.block[off : off+uint64(n) : off+uint64(n)], nil
+		}
+		if b, ok := r.readBlocks(addr, n); ok {
+			return b, nil
+		}
+	}
+	return r.exact(addr, n)
+}
+
+// readBlocks reads the aligned block (or two) holding n bytes at addr and
+// keeps it; false when the process's memory ends before addr+n, as it may
+// where addr is near the end of a mapping (then exact reads them alone).
+func (r *memReader) readBlocks(addr uint64, n int) ([]byte, bool) {
+	start := addr &^ (readBlock - 1)
+	size := uint64(readBlock)
+	if addr+uint64(n) > start+size {
+		size += readBlock
+	}
+	if r.read += int(size); r.read > maxReadBytes {
+		return nil, false
+	}
+	b := make([]byte, size)
+	got, _ := r.mem.ReadAt(b, int64(start))
+	if uint64(got) < addr-start+uint64(n) {
+		return nil, false
+	}
+	r.block, r.blockAddr = b[:got], start
+	off := addr - start
+	return b[off : off+uint64(n) : off+uint64(n)], true
+}
+
+// exact reads n bytes at addr, nothing more.
+func (r *memReader) exact(addr uint64, n int) ([]byte, error) {
 	if r.read += n; r.read > maxReadBytes {
 		return nil, fmt.Errorf("more than %d bytes of tables", maxReadBytes)
 	}
