@@ -2,6 +2,7 @@ package hotspot
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"testing"
 
@@ -147,6 +148,61 @@ func TestReadHostileTables(t *testing.T) {
 			_, err := Read(&im.mem, im.addr)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+// readCounter counts the reads made through it; all or nothing fails a
+// read that runs past the end of mem whole, as a kernel may.
+type readCounter struct {
+	mem          *fakeMem
+	allOrNothing bool
+	reads        int
+}
+
+func (c *readCounter) ReadAt(p []byte, off int64) (int, error) {
+	c.reads++
+	if c.allOrNothing && uint64(off)+uint64(len(p)) > c.mem.base+uint64(len(c.mem.b)) {
+		return 0, errors.New("input/output error")
+	}
+	return c.mem.ReadAt(p, off)
+}
+
+// memReader reads aligned blocks: fields that lie together cost one read
+// of the process's memory; a field near the end of its mapping, where a
+// block would run past it, is read alone; bytes come back as they are.
+func TestMemReaderBlocks(t *testing.T) {
+	mem := &fakeMem{base: 0x10000, b: make([]byte, 3*readBlock+40)}
+	for i := range mem.b {
+		mem.b[i] = byte(i * 7)
+	}
+	at := func(a uint64, n int) []byte { return mem.b[a-mem.base : a-mem.base+uint64(n)] }
+	for _, tc := range []struct {
+		name         string
+		reads        []uint64 // addresses of 8-byte reads, in order
+		allOrNothing bool
+		calls        int
+	}{
+		{"one block", []uint64{0x10000, 0x10008, 0x100f8, 0x10010}, false, 1},
+		{"two blocks", []uint64{0x10000, 0x10100, 0x10008}, false, 3}, // the third is in the first block, no longer kept
+		{"straddling", []uint64{0x100fc, 0x10100, 0x101f8}, false, 1},
+		{"the end of memory", []uint64{0x10300, 0x10320}, false, 1},                // the block's part that is there
+		{"the end of memory, all or nothing", []uint64{0x10300, 0x10320}, true, 4}, // each: the block, then alone
+		{"past the end", []uint64{0x10328}, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &readCounter{mem: mem, allOrNothing: tc.allOrNothing}
+			r := &memReader{mem: c}
+			for _, a := range tc.reads {
+				b, err := r.bytes(a, 8)
+				if a+8 > mem.base+uint64(len(mem.b)) {
+					require.Error(t, err)
+					continue
+				}
+				require.NoError(t, err)
+				require.Equal(t, at(a, 8), b, "at %#x", a)
+			}
+			require.Equal(t, tc.calls, c.reads)
 		})
 	}
 }
