@@ -241,3 +241,35 @@ func TestFileFramesSharedByProcesses(t *testing.T) {
 	}
 	assert.NotEmpty(t, first[0].Function)
 }
+
+// Between the periodic releases, every releaseAfterLookups lookups of
+// uncached addresses release the pages they read: a first report that reads
+// hundreds of names holds a few MiB of the files, not all it touched.
+func TestPagesReleasedEveryFewLookups(t *testing.T) {
+	fs := procfs.FS{Root: t.TempDir()}
+	addrs := realFileProcess(t, fs, 1, copyTestBinary(t, t.TempDir(), "a.bin"))
+	require.Greater(t, len(addrs), releaseAfterLookups+1)
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	s.pagesReleased = s.now() // no periodic release during the test
+
+	s.User(1, addrs[:1])
+	var ef *elfFile
+	s.files.each(func(_ fileKey, e *fileEntry) { ef = e.ef })
+	require.NotNil(t, ef)
+	ef.symbol(addrs[0]) // the table built now: building it releases the pages too
+	released := 0
+	ef.mapped.release = func([]byte) { released++ }
+	s.lookups = 0
+
+	s.User(1, addrs[1:releaseAfterLookups])
+	assert.Equal(t, 0, released, "%d lookups", releaseAfterLookups-1)
+	assert.True(t, ef.touched)
+	s.User(1, addrs[releaseAfterLookups:releaseAfterLookups+1])
+	assert.Equal(t, 1, released, "%d lookups", releaseAfterLookups)
+	assert.False(t, ef.touched)
+	s.User(1, addrs[1:releaseAfterLookups])
+	s.User(1, addrs[releaseAfterLookups:releaseAfterLookups+1])
+	assert.Equal(t, 1, released, "cached frames read no pages")
+	assert.Equal(t, 0, s.lookups)
+}

@@ -238,6 +238,7 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 		}); ferr != nil {
 			fi.err = ferr
 		}
+		ef.releasePages() // detection may read all its symbols
 	}
 	if ef.interps == nil {
 		ef.interps = map[*runtimes.Runtime]fileInterpreter{}

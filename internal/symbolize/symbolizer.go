@@ -83,6 +83,9 @@ const (
 	// dropped from the resident set, so that it holds the pages touched in
 	// the last interval only, not every page ever touched.
 	pageReleaseInterval = 10 * time.Second
+	// releaseAfterLookups is how many lookups of uncached addresses in
+	// mapped files release the pages they read (at most ~4 MiB then).
+	releaseAfterLookups = 64
 	logOnceSize         = 4096
 
 	// fileTimeout bounds the wait for an open or a read of a file a
@@ -128,7 +131,11 @@ type Symbolizer struct {
 	once       *onceSet
 	stats      Stats
 
-	pagesReleased    time.Time
+	pagesReleased time.Time
+	// touched are the files lookups read since their pages were last
+	// released, lookups how many reads that was (touch).
+	touched          []*elfFile
+	lookups          int
 	cachedFrames     int // entries of all processes' frame caches
 	maxProcessFrames int
 	maxCachedFrames  int
@@ -235,6 +242,26 @@ func (s *Symbolizer) maybeReleasePages() {
 			e.ef.releasePages()
 		}
 	})
+}
+
+// touch notes a lookup that read the pages of ef. Every
+// releaseAfterLookups lookups the pages of the files read are released:
+// a read maps up to the kernel's fault-around (64 KiB) of a file, so the
+// first report of a node, which reads hundreds of functions' names in a
+// dozen large files (node, libjvm, the collector itself), would otherwise
+// hold tens of MiB of them until the next pageReleaseInterval.
+func (s *Symbolizer) touch(ef *elfFile) {
+	if !ef.touched {
+		ef.touched = true
+		s.touched = append(s.touched, ef)
+	}
+	if s.lookups++; s.lookups >= releaseAfterLookups {
+		for _, t := range s.touched {
+			t.releasePages()
+		}
+		clear(s.touched)
+		s.touched, s.lookups = s.touched[:0], 0
+	}
 }
 
 // lookupAddr is the address used to find the function of stack entry i:

@@ -370,7 +370,6 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 		return r.gfs, r.name
 	}
 	built := ef.symsBuilt
-	ef.touched = true
 	err := withFaultPanic(func() {
 		if ef.gotab != nil {
 			if gfs = ef.gotab.lookup(vaddr); len(gfs) > 0 {
@@ -395,7 +394,9 @@ func (s *Symbolizer) resolveFile(ef *elfFile, key fileKey, vaddr uint64) (gfs []
 	}
 	ef.resolved[vaddr] = resolvedAddr{gfs: gfs, name: name}
 	if !built && ef.symsBuilt {
-		ef.releasePages()
+		ef.releasePages() // building the table read all its symbols
+	} else {
+		s.touch(ef)
 	}
 	if n := len(ef.resolved); !built && ef.symsBuilt || n&(n-1) == 0 {
 		s.files.setWeight(key, ef.heapCost())
