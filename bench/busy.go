@@ -96,8 +96,12 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("== suite busy: phases %s of %v after %v of settle; collector cpu 99 Hz, off_cpu min_block 1ms, report_interval %v ==\n",
-		e.o.busyPhases, e.o.busyPhase, e.o.busySettle, busyReportInterval)
+	offCPU := "off_cpu min_block 1ms"
+	if e.o.busyCPUOnly {
+		offCPU = "no off_cpu"
+	}
+	fmt.Printf("== suite busy: phases %s of %v after %v of settle; collector cpu 99 Hz, %s, report_interval %v ==\n",
+		e.o.busyPhases, e.o.busyPhase, e.o.busySettle, offCPU, busyReportInterval)
 	var load busyLoad
 	defer load.stop() // on every return, errors and interrupts included
 	var rows []busyRow
@@ -272,7 +276,7 @@ func measureBusyPhase(ctx context.Context, e env, name string, load *busyLoad) (
 // port: configured as the DaemonSet ships it (OTLP export alone, to the
 // endpoint the caller sets), as a busy node runs it.
 func busyCollectorConfig(e env, port int, settle time.Duration) collectorConfig {
-	cfg := e.collector(profileConfig{cpuHz: 99, offCPU: true, minBlock: time.Millisecond,
+	cfg := e.collector(profileConfig{cpuHz: 99, offCPU: !e.o.busyCPUOnly, minBlock: time.Millisecond,
 		reportInterval: busyReportInterval, metricsPort: port, otlpOnly: true})
 	cfg.settle = settle
 	return cfg

@@ -4,7 +4,9 @@ package main
 // OpenTelemetry eBPF profiler built from its repository, measured in each
 // phase right after the collector, on the same load, the same way: a fresh
 // process, its CPU (utime+stime) and peak RSS over the phase after the
-// settle time, and its CPU over its first busyStartupWindow.
+// settle time, and its CPU over its first busyStartupWindow. With
+// -busy-peer-ready a burst's runtimes start once the peer says it profiles,
+// as they start once the collector is ready.
 
 import (
 	"context"
@@ -48,6 +50,8 @@ var (
 	// peerStartupWindow is the window of the peer's start-up figure (a
 	// variable for tests).
 	peerStartupWindow = busyStartupWindow
+	// peerReadyTimeout bounds the wait for -busy-peer-ready.
+	peerReadyTimeout = 2 * time.Minute
 )
 
 // measureBusyPeer starts the peer, runs renew (if any), lets it settle and
@@ -70,7 +74,7 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 		return f, err
 	}
 	defer file.Close()
-	out := newLineLog(file)
+	out := newLineLogReady(file, e.o.busyPeerReady)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
 	started := time.Now()
@@ -85,23 +89,38 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 		}
 	}()
 	pid := cmd.Process.Pid
+	fail := func(err error) (peerFigures, error) {
+		return f, fmt.Errorf("peer: %w; its last output (%s):\n%s", err, logPath, out.last(20))
+	}
+	// Its start-up figure is read at peerStartupWindow after its start,
+	// whatever the phase does meanwhile.
+	startup := make(chan cpuSample, 1)
+	go func() {
+		select {
+		case <-time.After(time.Until(started.Add(peerStartupWindow))):
+		case <-exited:
+		}
+		s, _ := readCPU(pid)
+		startup <- s
+	}()
+	if e.o.busyPeerReady != "" {
+		select {
+		case <-out.ready:
+		case <-exited:
+			return fail(errors.New("exited before it was ready"))
+		case <-time.After(peerReadyTimeout):
+			return fail(fmt.Errorf("%q not printed in %v", e.o.busyPeerReady, peerReadyTimeout))
+		case <-ctx.Done():
+			return f, ctx.Err()
+		}
+	}
+	renewed := time.Now()
 	if renew != nil {
 		if err := renew(); err != nil {
 			return f, err
 		}
 	}
-	fail := func(err error) (peerFigures, error) {
-		return f, fmt.Errorf("peer: %w; its last output (%s):\n%s", err, logPath, out.last(20))
-	}
-	if err := waitWindow(ctx, time.Until(started.Add(peerStartupWindow)), exited); err != nil {
-		return fail(err)
-	}
-	first, err := readCPU(pid)
-	if err != nil {
-		return fail(err)
-	}
-	f.startup, _ = cpuPercent(cpuSample{}, first, time.Since(started))
-	if err := waitWindow(ctx, time.Until(started.Add(e.o.busySettle)), exited); err != nil {
+	if err := waitWindow(ctx, time.Until(renewed.Add(e.o.busySettle)), exited); err != nil {
 		return fail(err)
 	}
 	cpu0, err := readCPU(pid)
@@ -128,6 +147,8 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	f.cpuTicks, f.cpuSched = cpuPercent(cpu0, cpu1, elapsed)
 	f.host = hostPercent(h0, h1, elapsed)
 	f.requests = sink.counts().sub(o0).requests
+	first := <-startup
+	f.startup, _ = cpuPercent(cpuSample{}, first, peerStartupWindow)
 	if f.peakRSS, err = readVmHWM(pid); err != nil {
 		return fail(err)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -59,6 +61,34 @@ func TestMeasureBusyPeer(t *testing.T) {
 			t.Fatalf("err %v", err)
 		}
 	})
+}
+
+// With -busy-peer-ready the runtimes are renewed once the peer prints it,
+// and the settle counts from then; a peer that never prints it fails.
+func TestMeasureBusyPeerReady(t *testing.T) {
+	defer func(w, r time.Duration) { peerStartupWindow, peerReadyTimeout = w, r }(peerStartupWindow, peerReadyTimeout)
+	peerStartupWindow, peerReadyTimeout = 100*time.Millisecond, 2*time.Second
+	e := env{dir: t.TempDir(), o: options{busySettle: 200 * time.Millisecond, busyPhase: 300 * time.Millisecond,
+		busyPeerReady: "profiling now"}}
+	// peerArgs splits at spaces: the script goes through a file.
+	script := filepath.Join(e.dir, "peer.sh")
+	if err := os.WriteFile(script, []byte("sleep 0.5; echo profiling now; exec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.o.busyPeer = "sh " + script
+	start := time.Now()
+	var renewedAfter time.Duration
+	if _, err := measureBusyPeer(context.Background(), e, func() error { renewedAfter = time.Since(start); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if renewedAfter < 500*time.Millisecond || renewedAfter > 5*time.Second {
+		t.Fatalf("renewed %v after the start, want after the peer printed its line (0.5 s)", renewedAfter)
+	}
+	e.o.busyPeer = "sleep 60"
+	_, err := measureBusyPeer(context.Background(), e, func() error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "not printed") {
+		t.Fatalf("err %v, want the line not printed", err)
+	}
 }
 
 func TestPrintPeerTable(t *testing.T) {

@@ -324,18 +324,23 @@ func (c *collector) profilesMention(name string) (bool, error) {
 // lineLog is the collector's stdout and stderr: written to a file, the last
 // lines kept for error messages, and ready closed on readyMessage.
 type lineLog struct {
-	mu      sync.Mutex
-	file    *os.File
-	partial []byte
-	lines   []string // the last maxKeep lines
-	ready   chan struct{}
-	isReady bool
+	mu       sync.Mutex
+	file     *os.File
+	partial  []byte
+	lines    []string // the last maxKeep lines
+	readyMsg string   // the line part that closes ready
+	ready    chan struct{}
+	isReady  bool
 }
 
 const maxKeep = 200
 
-func newLineLog(f *os.File) *lineLog {
-	return &lineLog{file: f, ready: make(chan struct{})}
+func newLineLog(f *os.File) *lineLog { return newLineLogReady(f, readyMessage) }
+
+// newLineLogReady is a lineLog whose ready closes at the first line with
+// msg.
+func newLineLogReady(f *os.File, msg string) *lineLog {
+	return &lineLog{file: f, readyMsg: msg, ready: make(chan struct{})}
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
@@ -350,7 +355,7 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		}
 		line := string(l.partial[:i])
 		l.partial = l.partial[i+1:]
-		if !l.isReady && strings.Contains(line, readyMessage) {
+		if !l.isReady && strings.Contains(line, l.readyMsg) {
 			l.isReady = true
 			close(l.ready)
 		}

@@ -124,7 +124,9 @@ type options struct {
 	busyRuntimes   string
 	busyPhases     string
 	busyPeer       string
+	busyPeerReady  string
 	busyBurst      bool
+	busyCPUOnly    bool
 	startupWindow  time.Duration
 	keep           bool
 	// The gateway suite (gateway.go).
@@ -162,6 +164,8 @@ func main() {
 	flag.StringVar(&o.busyRuntimes, "busy-runtimes", "", "busy suite: the runtimes of phase 4, comma-separated parts of their names (node, openjdk, temurin, python 3.12, xz); empty: all")
 	flag.StringVar(&o.busyPhases, "busy-phases", "1,2,3,4", "busy suite: the phases measured, comma-separated (the load of a phase left out is still set up when a later phase needs it; the start-up figure comes with phase 4)")
 	flag.StringVar(&o.busyPeer, "busy-peer", "", "busy suite: another profiler's command line (split at spaces; "+peerOTLP+" stands for an OTLP gRPC sink's host:port), measured in each phase after the collector, on the same load, e.g. the OpenTelemetry eBPF profiler built under /tmp")
+	flag.StringVar(&o.busyPeerReady, "busy-peer-ready", "", "busy suite: what the peer prints once it profiles (the OpenTelemetry eBPF profiler: \"Attached sched monitor\"); when set, -busy-burst renews the runtimes once it is printed and the settle counts from then, as for the collector; empty: at the peer's start")
+	flag.BoolVar(&o.busyCPUOnly, "busy-cpu-only", false, "busy suite: the collector samples CPU only (no off_cpu), as a peer without off-CPU profiling does")
 	flag.BoolVar(&o.busyBurst, "busy-burst", false, "busy suite: phase 4's runtimes are started again, together, once each profiler is ready, and measured from -busy-settle after (a deploy)")
 	flag.DurationVar(&o.startupWindow, "startup-window", 10*time.Second, "startup suite: how long each workload runs under the collector")
 	flag.StringVar(&o.gateway, "gateway", os.Getenv("BPFPROFILER_GATEWAY"), "gateway suite: the plain collector built from bench/gateway-builder.yaml (default $BPFPROFILER_GATEWAY)")
