@@ -4,7 +4,6 @@ package unwinder
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
-	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/threadctx"
@@ -21,9 +19,12 @@ import (
 
 // Maps are the sampler's maps the loader fills.
 type Maps struct {
-	Files    *ebpf.Map     // array of maps: slot -> a table, an array of bpf.CpuUnwindRow
-	Table    *ebpf.MapSpec // what a table is created from (its size set per file)
-	Mappings *ebpf.Map     // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
+	Files *ebpf.Map     // array of maps: slot -> a table, an array of bpf.CpuUnwindRow
+	Table *ebpf.MapSpec // what a table is created from (its size set per file)
+	// MappedTables says tables are BPF_F_MMAPABLE: their rows are copied
+	// in through a mapping of their memory, not written by the kernel.
+	MappedTables bool
+	Mappings     *ebpf.Map // LPM trie bpf.CpuUnwindMappingKey -> bpf.CpuUnwindMapping
 	// Used (nil: not tracked) is per slot of Files non-zero once a walk
 	// used its table since the loader last read it (cold tables).
 	Used *ebpf.Map
@@ -454,34 +455,4 @@ func (l *Loader) drop(lp, kept *loadedProcess) {
 		}
 		l.retire(t)
 	}
-}
-
-// addTable creates a table holding rows and puts it in slot: written in
-// batches where the kernel has batch updates of arrays (5.6), else one by
-// one, before any walk can see it. The array of tables keeps it alive.
-func (l *Loader) addTable(slot uint32, rows []bpf.CpuUnwindRow) error {
-	spec := l.maps.Table.Copy()
-	spec.MaxEntries = uint32(len(rows))
-	m, err := ebpf.NewMap(spec)
-	if err != nil {
-		return fmt.Errorf("create a table of %d rows: %w", len(rows), memlock.Explain(err))
-	}
-	defer m.Close()
-	keys := make([]uint32, len(rows))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := m.BatchUpdate(keys, rows, nil); errors.Is(err, ebpf.ErrNotSupported) {
-		for i := range rows {
-			if err := m.Put(keys[i], &rows[i]); err != nil {
-				return fmt.Errorf("write unwind row %d: %w", i, err)
-			}
-		}
-	} else if err != nil {
-		return fmt.Errorf("write unwind rows: %w", err)
-	}
-	if err := l.maps.Files.Put(slot, m); err != nil {
-		return fmt.Errorf("put table in slot %d: %w", slot, err)
-	}
-	return nil
 }

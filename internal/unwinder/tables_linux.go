@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -92,9 +93,19 @@ func OpenTables(proc procfs.FS, memory uint64) (*Tables, error) {
 	}
 	us := spec.Maps[bpf.CpuMapUnwindTableUsed].Copy()
 	us.MaxEntries = maxTables
-	// BPF_F_INNER_MAP (tables of any size) came with Linux 5.10.
-	if maps.Files, err = create(fs, "unwind tables"); err != nil {
-		return nil, err
+	// BPF_F_INNER_MAP (tables of any size) came with Linux 5.10. Tables
+	// are mappable where the kernel takes it (rows copied in, not
+	// updated: a table's install cost as much as its build), else written
+	// by updates.
+	fs.InnerMap.Flags |= unix.BPF_F_MMAPABLE
+	if maps.Files, err = ebpf.NewMap(fs); err == nil {
+		maps.MappedTables = true
+		created = append(created, maps.Files)
+	} else {
+		fs.InnerMap.Flags &^= unix.BPF_F_MMAPABLE
+		if maps.Files, err = create(fs, "unwind tables"); err != nil {
+			return nil, err
+		}
 	}
 	if maps.Mappings, err = create(ms, "unwind mappings"); err != nil {
 		return nil, err
