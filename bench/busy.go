@@ -61,6 +61,9 @@ type busyRow struct {
 // busyFigures are the collector's figures over a phase.
 type busyFigures struct {
 	cpuTicks, cpuSched float64 // % of a core; cpuSched -1 when unavailable
+	// sinceRenew is the CPU from the renewal of the runtimes (a burst) to
+	// the end of the phase, % of a core; 0 without one.
+	sinceRenew         float64
 	peakRSS, endRSS    uint64
 	mapBytes           uint64
 	maps               int
@@ -305,7 +308,13 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew fu
 			err = stopErr
 		}
 	}()
+	var renewCPU cpuSample
+	var renewed time.Time
 	if renew != nil {
+		if renewCPU, err = readCPU(c.pid()); err != nil {
+			return f, err
+		}
+		renewed = time.Now()
 		if err := renew(); err != nil {
 			return f, err
 		}
@@ -339,6 +348,9 @@ func measureBusyCollector(ctx context.Context, e env, pacer *execPacer, renew fu
 	}
 	elapsed := time.Since(start)
 	f.cpuTicks, f.cpuSched = cpuPercent(cpu0, cpu1, elapsed)
+	if renew != nil {
+		f.sinceRenew, _ = cpuPercent(renewCPU, cpu1, time.Since(renewed))
+	}
 	f.host = hostPercent(h0, h1, elapsed)
 	if pacer != nil {
 		f.execRate = float64(pacer.count()-n0) / elapsed.Seconds()

@@ -24,6 +24,7 @@ import (
 // peerFigures are the peer's figures over a phase.
 type peerFigures struct {
 	cpuTicks, cpuSched float64 // % of a core over the phase
+	sinceRenew         float64 // % of a core from a burst's renewal to the phase's end (0: none)
 	startup            float64 // % of a core over its first busyStartupWindow
 	peakRSS, endRSS    uint64
 	host               float64 // host CPU beside it, % of a core
@@ -115,7 +116,11 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 		}
 	}
 	renewed := time.Now()
+	var renewCPU cpuSample
 	if renew != nil {
+		if renewCPU, err = readCPU(pid); err != nil {
+			return fail(err)
+		}
 		if err := renew(); err != nil {
 			return f, err
 		}
@@ -145,6 +150,9 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	}
 	elapsed := time.Since(start)
 	f.cpuTicks, f.cpuSched = cpuPercent(cpu0, cpu1, elapsed)
+	if renew != nil {
+		f.sinceRenew, _ = cpuPercent(renewCPU, cpu1, time.Since(renewed))
+	}
 	f.host = hostPercent(h0, h1, elapsed)
 	f.requests = sink.counts().sub(o0).requests
 	first := <-startup
@@ -179,8 +187,8 @@ func stopPeer(cmd *exec.Cmd, exited <-chan struct{}) error {
 
 // printPeerTable prints the collector beside the peer, phase by phase.
 func printPeerTable(w io.Writer, rows []busyRow, startup *busyStartup) {
-	fmt.Fprintln(w, "| phase | collector CPU % of a core | peer CPU % of a core (schedstat) | collector / peer CPU | collector peak RSS MiB | peer peak RSS MiB | peer RSS at end MiB | peer first 10 s CPU % | peer OTLP requests |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| phase | collector CPU % of a core | peer CPU % of a core (schedstat) | collector / peer CPU | collector peak RSS MiB | peer peak RSS MiB | peer RSS at end MiB | peer first 10 s CPU % | peer OTLP requests | collector / peer CPU % from the burst's start |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		p := r.peer
 		if p == nil {
@@ -197,8 +205,12 @@ func printPeerTable(w io.Writer, rows []busyRow, startup *busyStartup) {
 		if p.cpuSched >= 0 {
 			peerCPU += fmt.Sprintf(" (%.2f)", p.cpuSched)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.1f | %.1f | %.2f | %d |\n", r.name, cpu,
-			peerCPU, ratio, rss, mib(p.peakRSS), mib(p.endRSS), p.startup, p.requests)
+		burst := "-"
+		if c := r.col; c != nil && c.sinceRenew > 0 && p.sinceRenew > 0 {
+			burst = fmt.Sprintf("%.2f / %.2f", c.sinceRenew, p.sinceRenew)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.1f | %.1f | %.2f | %d | %s |\n", r.name, cpu,
+			peerCPU, ratio, rss, mib(p.peakRSS), mib(p.endRSS), p.startup, p.requests, burst)
 	}
 	if startup != nil {
 		fmt.Fprintf(w, "\ncollector start-up (first %v, runtimes running): %.2f%% of a core; the peer's first %v are in its column above\n",

@@ -95,12 +95,21 @@ func TestPrintPeerTable(t *testing.T) {
 	rows := []busyRow{
 		{name: "1 idle host", col: &busyFigures{cpuTicks: 0.1, peakRSS: 61 << 20},
 			peer: &peerFigures{cpuTicks: 0.4, cpuSched: 0.38, startup: 12.5, peakRSS: 77 << 20, endRSS: 70 << 20, requests: 3}},
+		{name: "4 a burst", col: &busyFigures{cpuTicks: 2, sinceRenew: 6.25, peakRSS: 75 << 20},
+			peer: &peerFigures{cpuTicks: 1, sinceRenew: 4.5, peakRSS: 80 << 20, endRSS: 60 << 20}},
 		{name: "2 without a peer", col: &busyFigures{cpuTicks: 0.1}},
 	}
 	var b bytes.Buffer
 	printPeerTable(&b, rows, nil)
-	want := "| 1 idle host | 0.10 | 0.40 (0.38) | 0.25 | 61.0 | 77.0 | 70.0 | 12.50 | 3 |"
-	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "without a peer") {
-		t.Fatalf("table:\n%s\nwant the row %s and no row of a phase without a peer", b.String(), want)
+	for _, want := range []string{
+		"| 1 idle host | 0.10 | 0.40 (0.38) | 0.25 | 61.0 | 77.0 | 70.0 | 12.50 | 3 | - |",
+		"| 4 a burst | 2.00 | 1.00 (0.00) | 2.00 | 75.0 | 80.0 | 60.0 | 0.00 | 0 | 6.25 / 4.50 |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("table:\n%s\nwant the row %s", b.String(), want)
+		}
+	}
+	if strings.Contains(b.String(), "without a peer") {
+		t.Fatalf("table:\n%s\nwant no row of a phase without a peer", b.String())
 	}
 }
