@@ -95,10 +95,11 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	}
 	// Its start-up figure is read at peerStartupWindow after its start,
 	// whatever the phase does meanwhile.
+	startupWindow := peerStartupWindow
 	startup := make(chan cpuSample, 1)
 	go func() {
 		select {
-		case <-time.After(time.Until(started.Add(peerStartupWindow))):
+		case <-time.After(time.Until(started.Add(startupWindow))):
 		case <-exited:
 		}
 		s, _ := readCPU(pid)
@@ -156,7 +157,7 @@ func measureBusyPeer(ctx context.Context, e env, renew func() error) (f peerFigu
 	f.host = hostPercent(h0, h1, elapsed)
 	f.requests = sink.counts().sub(o0).requests
 	first := <-startup
-	f.startup, _ = cpuPercent(cpuSample{}, first, peerStartupWindow)
+	f.startup, _ = cpuPercent(cpuSample{}, first, startupWindow)
 	if f.peakRSS, err = readVmHWM(pid); err != nil {
 		return fail(err)
 	}
