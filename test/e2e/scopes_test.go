@@ -81,7 +81,10 @@ service:
 	}
 	t.Logf("%d records of slow scopes, %d of fast scopes past min_duration", len(records), len(stretched))
 	require.GreaterOrEqual(t, len(records), 36, "records of the 40 slow scopes")
-	require.LessOrEqual(t, len(records), 40)
+	// A fast scope its one CPU's other tasks held past 50 ms counts here
+	// too (41 once on the emulated arm64 6.12 guest); more would be
+	// records of one scope repeated.
+	require.LessOrEqual(t, len(records), 42)
 
 	profiles, err := readReleased(sink.requests())
 	require.NoError(t, err)
