@@ -94,8 +94,9 @@ func (a *attacher) follow(stop <-chan struct{}, execs <-chan uint32, rescan time
 				execs = nil
 				continue
 			}
-			a.scanPID(pid)
-			pending = append(pending, pendingScan{pid: pid, due: time.Now().Add(execScanDelays[1]), next: 2})
+			if a.scanPID(pid) && len(execScanDelays) > 1 {
+				pending = append(pending, pendingScan{pid: pid, due: time.Now().Add(execScanDelays[1]), next: 2})
+			}
 		case <-tick.C:
 			now := time.Now()
 			kept := pending[:0]
@@ -202,6 +203,9 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	}
 	if errors.Is(err, fs.ErrNotExist) && procfs.RefusalReason(err) == "" {
 		return // the process is gone; another scan retries
+	}
+	if procfs.RefusalReason(err) == procfs.ReasonBusy {
+		return // a concurrent scan is opening the file: it attaches or notes the failure
 	}
 
 	a.mu.Lock()

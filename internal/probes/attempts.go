@@ -77,7 +77,7 @@ func retryRead(err error) bool {
 	switch procfs.RefusalReason(err) {
 	case "":
 		return transientReadError(err)
-	case procfs.ReasonTimeout, procfs.ReasonStuck:
+	case procfs.ReasonTimeout, procfs.ReasonStuck, procfs.ReasonBusy:
 		return true
 	default:
 		return false

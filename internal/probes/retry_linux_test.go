@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -33,6 +34,10 @@ func TestFailedAttachRetriedAtRescan(t *testing.T) {
 	testutil.RequireBPF(t)
 	bin := testutil.BuildC(t, "scopes.c")
 	file := "^" + regexp.QuoteMeta(bin) + "$"
+	// One scan per exec: the later ones would race with the scans below.
+	delays := execScanDelays
+	execScanDelays = execScanDelays[:1]
+	t.Cleanup(func() { execScanDelays = delays })
 	core, logs := observer.New(zapcore.DebugLevel)
 	m, err := Open([]Spec{
 		{ID: "timed", FileMatch: file, EntrySymbol: "timed_scope", Return: true},
@@ -91,6 +96,23 @@ func TestFailedAttachRetriedAtRescan(t *testing.T) {
 	// A rescan tries again, still refused: no second warning.
 	m.att.scanAll()
 	assert.Equal(t, int32(2), calls.Load())
+	assert.Equal(t, 1, m.Stats().Failed)
+
+	// A scan that finds another opening the file leaves the file to it.
+	opening, release, released := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(released)
+		_, _ = procfs.Within(m.att.deadline, m.att.proc.RootPath(pid, bin), func() (struct{}, error) {
+			close(opening)
+			<-release
+			return struct{}{}, nil
+		}, nil)
+	}()
+	<-opening
+	m.att.scanAll()
+	close(release)
+	<-released
+	assert.Equal(t, int32(2), calls.Load(), "attach tried while another scan opened the file")
 	assert.Equal(t, 1, m.Stats().Failed)
 
 	allowed.Store(true)

@@ -9,22 +9,24 @@ import (
 // Deadline bounds calls that may block on a file a process controls: a
 // FUSE server the process runs, or a dead network file system, can hold an
 // open or a read forever. A call runs on its own goroutine and the caller
-// waits at most the timeout. A call that has not returned stays in flight:
-// another call for the same key is refused (ReasonStuck) instead of
+// waits at most the timeout. A call that missed its deadline stays in
+// flight: another call for the same key is refused (ReasonStuck) instead of
 // started, so a stuck file is not tried in a loop, and at most maxInFlight
-// calls are in flight in all.
+// calls are in flight in all. A call for a key whose earlier call is still
+// within its deadline is refused too (ReasonBusy): the earlier caller gets
+// the answer and acts on it.
 type Deadline struct {
 	timeout     time.Duration
 	maxInFlight int
 
 	mu       sync.Mutex
-	inflight map[string]struct{}
+	inflight map[string]bool // key -> its call missed its deadline
 }
 
 // NewDeadline returns a Deadline waiting at most timeout per call, with at
 // most maxInFlight calls in flight.
 func NewDeadline(timeout time.Duration, maxInFlight int) *Deadline {
-	return &Deadline{timeout: timeout, maxInFlight: maxInFlight, inflight: make(map[string]struct{})}
+	return &Deadline{timeout: timeout, maxInFlight: maxInFlight, inflight: make(map[string]bool)}
 }
 
 // InFlight returns how many calls have not returned.
@@ -47,14 +49,17 @@ func (d *Deadline) Busy(key string) bool {
 func (d *Deadline) start(key string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.inflight[key]; ok {
+	if late, ok := d.inflight[key]; ok {
+		if !late {
+			return &RefusedError{Path: key, Reason: ReasonBusy, Detail: "another open or read of it is under way"}
+		}
 		return &RefusedError{Path: key, Reason: ReasonStuck, Detail: "an earlier open or read of it has not returned"}
 	}
 	if len(d.inflight) >= d.maxInFlight {
 		return &RefusedError{Path: key, Reason: ReasonStuck,
 			Detail: fmt.Sprintf("%d opens or reads of other files have not returned", len(d.inflight))}
 	}
-	d.inflight[key] = struct{}{}
+	d.inflight[key] = false
 	return nil
 }
 
@@ -106,6 +111,11 @@ func Within[T any](d *Deadline, key string, fn func() (T, error), discard func(T
 		return r.v, r.err
 	default:
 		abandoned = true
+		d.mu.Lock()
+		if _, ok := d.inflight[key]; ok {
+			d.inflight[key] = true
+		}
+		d.mu.Unlock()
 		return zero, &RefusedError{Path: key, Reason: ReasonTimeout, Detail: fmt.Sprintf("no answer within %v", d.timeout)}
 	}
 }

@@ -18,6 +18,7 @@ const (
 	ReasonTooLarge   = "too_large"   // larger than the configured bound
 	ReasonTimeout    = "timeout"     // opening or reading did not finish in time
 	ReasonStuck      = "stuck"       // an earlier open or read of the file never returned
+	ReasonBusy       = "busy"        // a concurrent open or read of the file is under way
 )
 
 // RefusedError says why a file a process controls was not read.

@@ -238,8 +238,23 @@ func TestDeadline(t *testing.T) {
 	discarded := make(chan string, 1)
 	stuck := func() (string, error) { <-release; return "late", nil }
 
+	// A second call while the first is within its deadline is refused as
+	// busy: the first caller gets the answer.
+	patient := NewDeadline(time.Minute, 2)
+	slow := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := Within(patient, "a", func() (string, error) { <-slow; return "", nil }, nil)
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return patient.Busy("a") }, 5*time.Second, time.Millisecond)
+	_, err := Within(patient, "a", func() (string, error) { return "", nil }, nil)
+	assert.Equal(t, ReasonBusy, RefusalReason(err), "%v", err)
+	close(slow)
+	require.NoError(t, <-first)
+
 	t0 := time.Now()
-	_, err := Within(d, "a", stuck, func(v string) { discarded <- v })
+	_, err = Within(d, "a", stuck, func(v string) { discarded <- v })
 	assert.Equal(t, ReasonTimeout, RefusalReason(err), "%v", err)
 	assert.Less(t, time.Since(t0), time.Second)
 	assert.Equal(t, 1, d.InFlight())
