@@ -171,7 +171,7 @@ func (s *Symbolizer) attachDebugFile(pid uint32, binPath string, ef *elfFile) {
 			continue
 		}
 		s.debugFileFailed(pid, c.path, binPath, err)
-		if r := procfs.RefusalReason(err); r == procfs.ReasonTimeout || r == procfs.ReasonStuck {
+		if r := procfs.RefusalReason(err); r == procfs.ReasonTimeout || r == procfs.ReasonStuck || r == procfs.ReasonBusy {
 			if p != nil {
 				p.debugStalled = true
 			}
