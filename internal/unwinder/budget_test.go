@@ -33,3 +33,23 @@ func TestTableBudget(t *testing.T) {
 	_, ok = b.alloc(0)
 	assert.False(t, ok, "an empty table takes no slot")
 }
+
+func TestTableBudgetChargesPages(t *testing.T) {
+	b := newTableBudget(4, 4*512)
+	b.pageRows = 512 // 4 KiB pages of 8-byte rows
+	for _, tt := range []struct {
+		rows uint32
+		want uint64
+	}{{1, 1024}, {512, 1024}, {513, 1536}} {
+		assert.Equal(t, tt.want, b.charge(tt.rows), "%d rows", tt.rows)
+	}
+	_, ok := b.alloc(1)
+	require.True(t, ok)
+	_, ok = b.alloc(513)
+	assert.False(t, ok, "a header page and two pages of rows do not fit in the three pages left")
+	_, ok = b.alloc(512)
+	require.True(t, ok)
+	assert.Equal(t, uint64(2048), b.used)
+	b.releaseRows(1)
+	assert.Equal(t, uint64(1024), b.used, "a table gives back what it was charged")
+}

@@ -5,6 +5,7 @@ package unwinder
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -152,12 +153,16 @@ type Loader struct {
 // NewLoader returns a Loader of maps whose tables hold at most capacity
 // rows in all, reading processes through proc.
 func NewLoader(maps Maps, proc procfs.FS, capacity uint64) *Loader {
+	budget := newTableBudget(maps.Files.MaxEntries(), capacity)
+	if maps.MappedTables {
+		budget.pageRows = uint64(os.Getpagesize() / RowBytes)
+	}
 	return &Loader{
 		maps:     maps,
 		proc:     proc,
 		deadline: procfs.NewDeadline(2*time.Second, 4),
 		build:    buildRows,
-		budget:   newTableBudget(maps.Files.MaxEntries(), capacity),
+		budget:   budget,
 		files:    make(map[fileKey]*fileTable),
 		byBuild:  make(map[string]*fileTable),
 		procs:    make(map[uint32]*loadedProcess),

@@ -11,7 +11,7 @@ import (
 type Stats struct {
 	Processes    uint64                // processes with mappings loaded
 	Tables       uint64                // files with a table loaded
-	RowsUsed     uint64                // rows of the tables loaded
+	RowsUsed     uint64                // rows charged for the tables loaded (with a mappable table's page rounding)
 	RowCapacity  uint64                // rows the memory budget allows
 	NoCFI        uint64                // files read that have no CFI (walked with frame pointers)
 	Failed       capture.TableFailures // files left without a table, by reason
