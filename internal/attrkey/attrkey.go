@@ -20,6 +20,12 @@ const (
 	K8sContainerName      = string(semconv.K8SContainerNameKey)
 )
 
+// ResourceKeys are the attributes a profile's resource may carry: its host,
+// and for a container its runtime and Kubernetes names.
+var ResourceKeys = []string{
+	HostName, ContainerID, ContainerRuntimeName, K8sPodUID, K8sPodName, K8sNamespaceName, K8sContainerName,
+}
+
 // Thread attributes of samples and probe records.
 const (
 	ThreadID   = string(semconv.ThreadIDKey)

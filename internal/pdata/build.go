@@ -49,6 +49,11 @@ var AllThreadAttributes = ThreadAttributes{ID: true, Name: true}
 type Builder struct {
 	Scope   Scope
 	Threads ThreadAttributes
+	// ResourceOnSamples are resource attributes (host.name, container.id,
+	// k8s.*) each sample carries too, for a backend that reads the samples'
+	// attributes but not the resource's (Grafana Pyroscope 2.2.1): one
+	// attribute table entry per value, an index per sample.
+	ResourceOnSamples []string
 }
 
 // Build converts reports as BuildProfiles does, with b's thread attributes.
@@ -66,6 +71,11 @@ func (b Builder) Build(profiles ...report.Profile) (pprofile.Profiles, error) {
 				continue
 			}
 			key, resAttrs, sampleAttrs := splitIdentity(proc.Identity)
+			for _, k := range b.ResourceOnSamples {
+				if v, ok := resAttrs[k]; ok {
+					sampleAttrs[k] = v
+				}
+			}
 			res, ok := resources[key]
 			if !ok {
 				rps := out.ResourceProfiles().AppendEmpty()

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/collector/component"
@@ -35,6 +36,10 @@ type Config struct {
 	// ThreadAttributes are the attributes of its thread each sample of an
 	// OTLP profile carries: thread.id, thread.name, both or none.
 	ThreadAttributes []string `mapstructure:"thread_attributes"`
+	// ResourceAttributesOnSamples are resource attributes (host.name,
+	// container.id, container.runtime.name, k8s.*) each sample carries too,
+	// for backends that read samples' attributes but not the resource's.
+	ResourceAttributesOnSamples []string `mapstructure:"resource_attributes_on_samples"`
 
 	// prevent unkeyed literal initialization
 	_ struct{}
@@ -258,6 +263,14 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("thread_attributes[%d]: want %s or %s, got %q", i, attrkey.ThreadID, attrkey.ThreadName, a))
 		} else if slices.Index(c.ThreadAttributes, a) != i {
 			errs = append(errs, fmt.Errorf("thread_attributes[%d]: %s is listed twice", i, a))
+		}
+	}
+	for i, a := range c.ResourceAttributesOnSamples {
+		if !slices.Contains(attrkey.ResourceKeys, a) {
+			errs = append(errs, fmt.Errorf("resource_attributes_on_samples[%d]: want one of %s, got %q",
+				i, strings.Join(attrkey.ResourceKeys, ", "), a))
+		} else if slices.Index(c.ResourceAttributesOnSamples, a) != i {
+			errs = append(errs, fmt.Errorf("resource_attributes_on_samples[%d]: %s is listed twice", i, a))
 		}
 	}
 	if !filepath.IsAbs(c.Kubernetes.HostRoot) {

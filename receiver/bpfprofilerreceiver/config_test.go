@@ -1,6 +1,7 @@
 package bpfprofilerreceiver
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/confmaptest"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
@@ -98,6 +100,16 @@ func TestLoadConfig(t *testing.T) {
 			}(),
 		},
 		{id: component.NewIDWithName(metadata.Type, "bad_thread_attribute"), errorMessage: `thread_attributes[1]: want thread.id or thread.name, got "thread.cpu"`},
+		{
+			id: component.NewIDWithName(metadata.Type, "pod_on_samples"),
+			expected: func() *Config {
+				c := createDefaultConfig().(*Config)
+				c.ResourceAttributesOnSamples = []string{"k8s.namespace.name", "k8s.pod.name", "k8s.container.name", "container.id", "host.name"}
+				return c
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "bad_resource_on_samples"), errorMessage: `resource_attributes_on_samples[1]: want one of host.name, container.id, container.runtime.name, k8s.pod.uid, k8s.pod.name, k8s.namespace.name, k8s.container.name, got "process.pid"`},
+		{id: component.NewIDWithName(metadata.Type, "twice_resource_on_samples"), errorMessage: `resource_attributes_on_samples[1]: host.name is listed twice`},
 		{id: component.NewIDWithName(metadata.Type, "bad_mechanism"), errorMessage: `off_cpu::mechanism: want auto, task_work or switch_out, got "kprobe"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_container_id"), errorMessage: `targets::container_ids[0]: want 12 to 64 lowercase hex digits, got "abc"`},
 		{id: component.NewIDWithName(metadata.Type, "bad_pod_uid"), errorMessage: `targets::k8s_pod_uids[0]: want a pod uid`},
@@ -201,4 +213,27 @@ func TestProbeSpecsLinkingAndStacks(t *testing.T) {
 	}
 	assert.Equal(t, []bool{true, false, true}, links)
 	assert.Equal(t, []bool{false, true, false}, stacks)
+}
+
+// The receiver block of the DaemonSet's ConfigMap is a valid configuration
+// of this receiver, every key known.
+func TestShippedConfigMapValid(t *testing.T) {
+	const file = "../../deploy/kubernetes/configmap.yaml"
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &cm), file)
+	var collector struct {
+		Receivers map[string]map[string]any `yaml:"receivers"`
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["collector.yaml"]), &collector), file)
+	block, ok := collector.Receivers[metadata.Type.String()]
+	require.True(t, ok, "%s: no receivers::%s", file, metadata.Type)
+	cfg := NewFactory().CreateDefaultConfig().(*Config)
+	require.NoError(t, confmap.NewFromStringMap(block).Unmarshal(cfg), file)
+	require.NoError(t, confmap.Validate(cfg), file)
+	assert.Equal(t, "/host", cfg.Kubernetes.HostRoot)
+	assert.Contains(t, cfg.ResourceAttributesOnSamples, "k8s.pod.name", "Pyroscope's pod label")
 }

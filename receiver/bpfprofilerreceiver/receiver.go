@@ -361,8 +361,9 @@ func (r *profilerReceiver) consumeProfiles(ctx context.Context, profiles []repor
 		return
 	}
 	pd, err := pdata.Builder{
-		Scope:   pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version},
-		Threads: r.cfg.threadAttributes(),
+		Scope:             pdata.Scope{Name: metadata.ScopeName, Version: r.settings.BuildInfo.Version},
+		Threads:           r.cfg.threadAttributes(),
+		ResourceOnSamples: r.cfg.ResourceAttributesOnSamples,
 	}.Build(profiles...)
 	if err != nil {
 		r.settings.Logger.Warn("build profiles", zap.Error(err))

@@ -16,7 +16,8 @@ import (
 
 // The collector names a workload's pod and container, from its cgroup and
 // the runtime's bundle file under host_root, on every resource the debug
-// exporter prints.
+// exporter prints, and on its samples those resource_attributes_on_samples
+// asks for.
 func TestCollectorReportsPodIdentity(t *testing.T) {
 	bin := collectorBinary(t)
 	pod := testutil.NewFakePod(t, "checkout-e2e")
@@ -30,6 +31,7 @@ receivers:
     targets: {container_ids: ['%s']}
     cpu: {samples_per_second: 49}
     kubernetes: {host_root: %s}
+    resource_attributes_on_samples: [k8s.pod.name, k8s.namespace.name]
 exporters:
   debug: {verbosity: detailed}
 service:
@@ -54,6 +56,12 @@ service:
 	for _, w := range want {
 		assert.Contains(t, out.String(), w)
 	}
+	// The pod's name and namespace are on the samples too (the debug
+	// exporter indents a sample's attributes further), its uid is not.
+	const onSample = "             -> "
+	assert.Contains(t, out.String(), onSample+"k8s.pod.name: Str("+pod.Name+")")
+	assert.Contains(t, out.String(), onSample+"k8s.namespace.name: Str("+pod.Namespace+")")
+	assert.NotContains(t, out.String(), onSample+"k8s.pod.uid:")
 	// The container filter keeps only the workload.
 	assert.NotContains(t, out.String(), "process.executable.name: Str(otelcol-bpfprofiler)")
 }
