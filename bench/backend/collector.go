@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,18 +11,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// The collector of a variant: host-wide, 99 Hz, off-CPU on, 10 s reports.
+// The collector of a variant: host-wide, 99 Hz, off-CPU on, 10 s reports,
+// the fake pod's runtime files under its host root, and the resource
+// attributes the variant puts on the samples.
 const collectorYAML = `receivers:
   bpfprofiler:
     report_interval: 10s
     cpu: {samples_per_second: 99}
     off_cpu: {enabled: true, min_block: 1ms}
+    kubernetes: {host_root: %s}
+    resource_attributes_on_samples: [%s]
 exporters:
 %s
 service:
@@ -33,15 +39,20 @@ service:
     profiles: {receivers: [bpfprofiler], exporters: [%s]}
 `
 
-// exporterYAML is the exporter of a variant: the exporter's defaults, or
-// the timeout, queue and retry deploy/kubernetes/configmap.yaml ships.
-func exporterYAML(transport, settings string, py *pyroscope) string {
+// onSamples are the resource attributes deploy/kubernetes/configmap.yaml
+// puts on the samples for Pyroscope.
+const onSamples = "k8s.namespace.name, k8s.pod.name, k8s.container.name, container.id, host.name"
+
+// exporterYAML is the exporter of a variant, sending to addr (Pyroscope's
+// HTTP port, or a proxy in front of it): the exporter's defaults, or the
+// timeout, queue and retry deploy/kubernetes/configmap.yaml ships.
+func exporterYAML(transport, settings, addr string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "  %s:\n", transport)
 	if transport == "otlp_grpc" {
-		fmt.Fprintf(&b, "    endpoint: %s\n    tls: {insecure: true}\n", py.grpcAddr)
+		fmt.Fprintf(&b, "    endpoint: %s\n    tls: {insecure: true}\n", addr)
 	} else {
-		fmt.Fprintf(&b, "    endpoint: %s\n", py.httpURL)
+		fmt.Fprintf(&b, "    endpoint: http://%s\n", addr)
 	}
 	if settings == "shipped" {
 		b.WriteString("    timeout: 30s\n    sending_queue: {num_consumers: 4, queue_size: 30}\n    retry_on_failure: {max_elapsed_time: 5m}\n")
@@ -59,14 +70,15 @@ type collector struct {
 	stopErr     error
 }
 
-func startCollector(ctx context.Context, bin, dir, exporter string) (*collector, error) {
+func startCollector(ctx context.Context, bin, dir, hostRoot, attrsOnSamples, exporter string) (*collector, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	transport := strings.TrimSuffix(strings.Fields(exporter)[0], ":")
 	conf := filepath.Join(dir, "collector.yaml")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(collectorYAML, exporter, port, transport)), 0o644); err != nil {
+	yaml := fmt.Sprintf(collectorYAML, hostRoot, attrsOnSamples, exporter, port, transport)
+	if err := os.WriteFile(conf, []byte(yaml), 0o644); err != nil {
 		return nil, err
 	}
 	c := &collector{metricsPort: port, done: make(chan struct{})}
@@ -126,6 +138,31 @@ func (c *collector) stop() error {
 	})
 	return c.stopErr
 }
+
+// cpuTime is the collector's user and system time so far.
+func (c *collector) cpuTime() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", c.cmd.Process.Pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime, stime
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times on Linux.
+const clockTicks = 100
 
 func (c *collector) count(s string) int {
 	c.mu.Lock()

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // pyroscope is a Pyroscope single binary on loopback with its data in a
@@ -150,13 +152,25 @@ type seen struct {
 	sleepLong    time.Duration
 	sleepShort   time.Duration
 	unknown      []string // the labels of unknown_service series
+	// resource maps each resource attribute put on the samples to the
+	// label Pyroscope shows it as and that label's values.
+	resource map[string]labelValues
+	podCPU   time.Duration // the CPU profile's total selected by the pod's label
 }
+
+type labelValues struct {
+	name   string
+	values []string
+}
+
+// resourceKeys are the resource attributes the ConfigMap puts on samples.
+var resourceKeys = strings.Split(strings.ReplaceAll(onSamples, " ", ""), ",")
 
 // read queries Pyroscope until the totals stop growing, at most 5 minutes.
 // Ingested data becomes queryable after the metastore compacts its segments
 // (those older than 36 s, at the next write), and an empty answer is cached
 // for a minute: the first query waits 90 s.
-func (p *pyroscope) read(ctx context.Context, start, end time.Time) (seen, error) {
+func (p *pyroscope) read(ctx context.Context, start, end time.Time, pod testutil.FakePod) (seen, error) {
 	var last seen
 	select {
 	case <-ctx.Done():
@@ -165,7 +179,7 @@ func (p *pyroscope) read(ctx context.Context, start, end time.Time) (seen, error
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
-		s, err := p.readOnce(ctx, start, end)
+		s, err := p.readOnce(ctx, start, end, pod)
 		if err != nil {
 			return s, err
 		}
@@ -178,8 +192,8 @@ func (p *pyroscope) read(ctx context.Context, start, end time.Time) (seen, error
 	return last, nil
 }
 
-func (p *pyroscope) readOnce(ctx context.Context, start, end time.Time) (seen, error) {
-	var s seen
+func (p *pyroscope) readOnce(ctx context.Context, start, end time.Time, pod testutil.FakePod) (seen, error) {
+	s := seen{resource: map[string]labelValues{}}
 	window := map[string]any{"start": start.UnixMilli(), "end": end.UnixMilli()}
 	var types struct {
 		ProfileTypes []struct{ ID string } `json:"profileTypes"`
@@ -207,6 +221,20 @@ func (p *pyroscope) readOnce(ctx context.Context, start, end time.Time) (seen, e
 		return s, err
 	}
 	s.services = values.Names
+	for _, key := range resourceKeys {
+		// As sent, or with dots made underscores.
+		for _, name := range []string{key, strings.ReplaceAll(key, ".", "_")} {
+			if !slices.Contains(s.labelNames, name) {
+				continue
+			}
+			var v struct{ Names []string }
+			if err := p.query(ctx, "LabelValues", merge(window, map[string]any{"name": name}), &v); err != nil {
+				return s, err
+			}
+			s.resource[key] = labelValues{name, v.Names}
+			break
+		}
+	}
 	if cpuType != "" {
 		var series struct {
 			LabelsSet []struct{} `json:"labelsSet"`
@@ -216,13 +244,21 @@ func (p *pyroscope) readOnce(ctx context.Context, start, end time.Time) (seen, e
 			return s, err
 		}
 		s.series = len(series.LabelsSet)
-		fn, err := p.functionTotals(ctx, window, cpuType, `{service_name="cpuburn"}`)
+		// cpuburn runs in the pod: its series is the container's name.
+		fn, err := p.functionTotals(ctx, window, cpuType, fmt.Sprintf(`{service_name=%q}`, pod.ContainerName))
 		if err != nil {
 			return s, err
 		}
 		s.burnCPU = time.Duration(fn[""])
 		if hot, cold := fn["burn_hot"], fn["burn_cold"]; hot+cold > 0 {
 			s.burnHot = float64(hot) / float64(hot+cold)
+		}
+		if l, ok := s.resource["k8s.pod.name"]; ok {
+			fn, err := p.functionTotals(ctx, window, cpuType, fmt.Sprintf(`{%s=%q}`, selectorName(l.name), pod.Name))
+			if err != nil {
+				return s, err
+			}
+			s.podCPU = time.Duration(fn[""])
 		}
 	}
 	if offType != "" {
@@ -310,6 +346,15 @@ func (p *pyroscope) functionTotals(ctx context.Context, window map[string]any, p
 		}
 	}
 	return out, nil
+}
+
+// selectorName writes a label name in a selector: quoted when it is not a
+// classic label name (k8s.pod.name).
+func selectorName(name string) string {
+	if strings.ContainsAny(name, ".-/") {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 func merge(a, b map[string]any) map[string]any {

@@ -35,13 +35,25 @@ func buildWorkloads(dir string) (workloads, error) {
 	return w, nil
 }
 
-// runWorkloads runs cpuburn for burnSeconds and sleepers (ratio mode, sleeps
-// per thread) beside it, and returns what they measured.
-func runWorkloads(ctx context.Context, w workloads, dir string, burnSeconds, sleeps int) (truth, error) {
+// runWorkloads runs cpuburn for burnSeconds in pod (moved into its cgroup
+// at once) and sleepers (ratio mode, sleeps per thread) beside it on the
+// host, and returns what they measured.
+func runWorkloads(ctx context.Context, w workloads, dir string, burnSeconds, sleeps int, pod testutil.FakePod) (truth, error) {
 	var t truth
 	burn := exec.CommandContext(ctx, w.cpuburn, strconv.Itoa(burnSeconds))
 	burn.Dir = dir
 	if err := burn.Start(); err != nil {
+		return t, err
+	}
+	leave, err := pod.Enter(burn.Process.Pid)
+	defer func() {
+		if err := leave(); err != nil {
+			fmt.Println("backend:", err)
+		}
+	}()
+	if err != nil {
+		_ = burn.Process.Kill()
+		_ = burn.Wait()
 		return t, err
 	}
 	sleep := exec.CommandContext(ctx, w.sleepers, "ratio", strconv.Itoa(sleeps))

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,17 +29,27 @@ type FakePod struct {
 // config.json is written under a temporary host root.
 func NewFakePod(t testing.TB, name string) FakePod {
 	t.Helper()
+	p, err := WriteFakePod(t.TempDir(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// WriteFakePod returns a pod with fresh ids whose containerd bundle
+// config.json is written under hostRoot.
+func WriteFakePod(hostRoot, name string) (FakePod, error) {
 	p := FakePod{
 		UID:           "0b5c1a7e-3f2d-4c8e-9a61-" + fmt.Sprintf("%012x", os.Getpid()),
 		Name:          name,
 		Namespace:     "payments",
 		ContainerName: name + "-app",
 		ContainerID:   strings.Repeat(fmt.Sprintf("%08x", os.Getpid()), 8),
-		HostRoot:      t.TempDir(),
+		HostRoot:      hostRoot,
 	}
 	bundle := filepath.Join(p.HostRoot, "run/containerd/io.containerd.runtime.v2.task/k8s.io", p.ContainerID)
 	if err := os.MkdirAll(bundle, 0o755); err != nil {
-		t.Fatal(err)
+		return p, err
 	}
 	spec := map[string]any{"annotations": map[string]string{
 		"io.kubernetes.cri.container-type":    "container",
@@ -48,10 +59,7 @@ func NewFakePod(t testing.TB, name string) FakePod {
 		"io.kubernetes.cri.sandbox-uid":       p.UID,
 	}}
 	b, _ := json.Marshal(spec)
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return p, os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644)
 }
 
 // CgroupPath is the pod's container cgroup relative to the v2 root, as the
@@ -67,30 +75,48 @@ func (p FakePod) CgroupPath() string {
 // cgroups it created.
 func (p FakePod) MoveInto(t testing.TB, pid int) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(CgroupV2Root, "cgroup.procs")); err != nil {
-		t.Fatalf("cgroup v2 is not mounted at %s: %v", CgroupV2Root, err)
+	undo, err := p.Enter(pid)
+	t.Cleanup(func() {
+		if err := undo(); err != nil {
+			t.Log(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+}
+
+// Enter creates the pod's cgroup hierarchy under the v2 mount and moves pid
+// into the container's leaf. undo (never nil) moves it back and removes the
+// cgroups Enter created.
+func (p FakePod) Enter(pid int) (undo func() error, err error) {
 	var created []string
+	undo = func() error {
+		// Move the process out (it may be gone already), then remove the
+		// cgroups innermost first.
+		_ = os.WriteFile(filepath.Join(CgroupV2Root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+		var errs []error
+		for i := len(created) - 1; i >= 0; i-- {
+			if err := os.Remove(created[i]); err != nil {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", created[i], err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if _, err := os.Stat(filepath.Join(CgroupV2Root, "cgroup.procs")); err != nil {
+		return undo, fmt.Errorf("cgroup v2 is not mounted at %s: %w", CgroupV2Root, err)
+	}
 	dir := CgroupV2Root
 	for _, part := range strings.Split(p.CgroupPath(), "/") {
 		dir = filepath.Join(dir, part)
 		if err := os.Mkdir(dir, 0o755); err == nil {
 			created = append(created, dir)
 		} else if !os.IsExist(err) {
-			t.Fatalf("create cgroup: %v", err)
+			return undo, fmt.Errorf("create cgroup: %w", err)
 		}
 	}
-	t.Cleanup(func() {
-		// Move the process out (it may be gone already), then remove the
-		// cgroups innermost first.
-		_ = os.WriteFile(filepath.Join(CgroupV2Root, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-		for i := len(created) - 1; i >= 0; i-- {
-			if err := os.Remove(created[i]); err != nil {
-				t.Logf("remove cgroup %s: %v", created[i], err)
-			}
-		}
-	})
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		t.Fatalf("move pid %d into %s: %v", pid, dir, err)
+		return undo, fmt.Errorf("move pid %d into %s: %w", pid, dir, err)
 	}
+	return undo, nil
 }
