@@ -141,13 +141,27 @@ type waitingRuntime struct {
 }
 
 // A runtime not ready is asked again after runtimeRetryFirst, then twice
-// as long after each try, at most sweepInterval apart, for maxRuntimeWait:
-// a JVM makes its code cache in its first tenths of a second, and a walker
-// entry a sweep late loses that long of its samples.
+// as long after each try, at most runtimeQuickGap apart for its first
+// runtimeQuickWait and sweepInterval apart after, for maxRuntimeWait: a JVM
+// makes its code cache in its first tenths of a second, a node started
+// beside busy programs its isolate in a few seconds, and a walker entry
+// asked late loses its samples until then.
 const (
 	runtimeRetryFirst = 100 * time.Millisecond
+	runtimeQuickGap   = 500 * time.Millisecond
+	runtimeQuickWait  = 10 * time.Second
 	maxRuntimeWait    = time.Minute
 )
+
+// runtimeRetryGap is how long after its tries-th failed try a runtime
+// waiting since since is asked again, at now.
+func runtimeRetryGap(tries int, since, now time.Time) time.Duration {
+	limit := sweepInterval
+	if now.Sub(since) < runtimeQuickWait {
+		limit = runtimeQuickGap
+	}
+	return min(runtimeRetryFirst<<min(tries, 8), limit)
+}
 
 // waitRuntime notes w in lp, due at w.next.
 func (l *Loader) waitRuntime(lp *loadedProcess, w waitingRuntime) {
@@ -196,7 +210,8 @@ func (l *Loader) retryRuntimes() {
 		case l.procs[a.lp.pid] != a.lp:
 		case err != nil:
 			a.w.tries++
-			a.w.next = time.Now().Add(min(runtimeRetryFirst<<a.w.tries, sweepInterval))
+			retried := time.Now()
+			a.w.next = retried.Add(runtimeRetryGap(a.w.tries, a.w.since, retried))
 			l.waitRuntime(a.lp, a.w)
 		default:
 			l.putRuntime(a.lp, a.w.fr, value)
