@@ -1,7 +1,6 @@
 package pdata
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -441,71 +440,4 @@ func TestBuilderThreadAttributes(t *testing.T) {
 		}
 		assert.Equal(t, tt.want, got, "%+v", tt.threads)
 	}
-}
-
-// Resource attributes asked on the samples are there too, one attribute
-// table entry per value whatever the number of samples; the resource keeps
-// them, and processes without them (the host's, no k8s.*) get only theirs.
-func TestBuilderResourceOnSamples(t *testing.T) {
-	pod := map[string]any{
-		attrkey.HostName: "node-1", attrkey.ContainerID: "c0ffee", attrkey.K8sPodName: "checkout-7f9",
-		attrkey.K8sNamespaceName: "payments", attrkey.K8sContainerName: "app", attrkey.ServiceName: "app",
-	}
-	host := map[string]any{attrkey.HostName: "node-1"}
-	on := []string{attrkey.K8sNamespaceName, attrkey.K8sPodName, attrkey.K8sContainerName, attrkey.ContainerID, attrkey.HostName}
-	reports := cpu(
-		process(1, pod,
-			report.Sample{TID: 1, Frames: hotStack(), Value: 3},
-			report.Sample{TID: 2, Frames: coldStack(), Value: 1}),
-		process(2, host, report.Sample{TID: 2, Frames: coldStack(), Value: 1}))
-	for _, tt := range []struct {
-		name string
-		keys []string
-		want [][]string // per resource, in order: the resource keys on its samples
-	}{
-		{"off", nil, [][]string{{}, {}}},
-		{"pod and host", on, [][]string{
-			{attrkey.ContainerID, attrkey.HostName, attrkey.K8sContainerName, attrkey.K8sNamespaceName, attrkey.K8sPodName},
-			{attrkey.HostName}}},
-		{"one key", []string{attrkey.K8sPodName}, [][]string{{attrkey.K8sPodName}, {}}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			p, err := Builder{Threads: AllThreadAttributes, ResourceOnSamples: tt.keys}.Build(reports)
-			require.NoError(t, err)
-			res := decode(t, p)
-			require.Len(t, res, 2)
-			for i, r := range res {
-				for _, s := range r.Profiles[0].Samples {
-					var got []string
-					for k, v := range s.Process {
-						if rv, ok := r.Attributes[k]; ok && k != attrkey.ServiceName {
-							assert.Equal(t, rv, v, "%s on the sample is the resource's", k)
-							got = append(got, k)
-						}
-					}
-					slices.Sort(got)
-					assert.Equal(t, tt.want[i], append([]string{}, got...), "resource %v", r.Attributes)
-				}
-				if i == 0 {
-					assert.Equal(t, "checkout-7f9", r.Attributes[attrkey.K8sPodName], "the resource keeps its attributes")
-				}
-			}
-			// One table entry per value: the pod's name once for its two samples.
-			n := 0
-			dict := p.Dictionary()
-			for _, a := range dict.AttributeTable().All() {
-				if dict.StringTable().At(int(a.KeyStrindex())) == attrkey.K8sPodName {
-					n++
-				}
-			}
-			assert.Equal(t, countKey(tt.keys, attrkey.K8sPodName), n)
-		})
-	}
-}
-
-func countKey(keys []string, k string) int {
-	if slices.Contains(keys, k) {
-		return 1
-	}
-	return 0
 }
