@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // CgroupV2Root is where this machine mounts cgroup v2 (hybrid layout).
@@ -119,4 +121,26 @@ func (p FakePod) Enter(pid int) (undo func() error, err error) {
 		return undo, fmt.Errorf("move pid %d into %s: %w", pid, dir, err)
 	}
 	return undo, nil
+}
+
+// ShippedCollectorYAML returns the collector configuration the DaemonSet's
+// ConfigMap (deploy/kubernetes/configmap.yaml) ships, as text.
+func ShippedCollectorYAML(t testing.TB) string {
+	t.Helper()
+	file := filepath.Join(RepoRoot(t), "deploy", "kubernetes", "configmap.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal(b, &cm); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	text, ok := cm.Data["collector.yaml"]
+	if !ok {
+		t.Fatalf("%s: no data.collector.yaml", file)
+	}
+	return text
 }

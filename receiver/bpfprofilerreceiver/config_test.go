@@ -1,7 +1,6 @@
 package bpfprofilerreceiver
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
 )
 
@@ -218,17 +218,11 @@ func TestProbeSpecsLinkingAndStacks(t *testing.T) {
 // The receiver block of the DaemonSet's ConfigMap is a valid configuration
 // of this receiver, every key known.
 func TestShippedConfigMapValid(t *testing.T) {
-	const file = "../../deploy/kubernetes/configmap.yaml"
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	var cm struct {
-		Data map[string]string `yaml:"data"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &cm), file)
+	const file = "deploy/kubernetes/configmap.yaml"
 	var collector struct {
 		Receivers map[string]map[string]any `yaml:"receivers"`
 	}
-	require.NoError(t, yaml.Unmarshal([]byte(cm.Data["collector.yaml"]), &collector), file)
+	require.NoError(t, yaml.Unmarshal([]byte(testutil.ShippedCollectorYAML(t)), &collector), file)
 	block, ok := collector.Receivers[metadata.Type.String()]
 	require.True(t, ok, "%s: no receivers::%s", file, metadata.Type)
 	cfg := NewFactory().CreateDefaultConfig().(*Config)

@@ -5,7 +5,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -76,19 +75,11 @@ service:
 // configuration deploy/kubernetes/configmap.yaml ships.
 func shippedExporter(t *testing.T, name string) map[string]any {
 	t.Helper()
-	const file = "../../deploy/kubernetes/configmap.yaml"
-	b, err := os.ReadFile(file)
-	require.NoError(t, err)
-	var cm struct {
-		Data map[string]string `yaml:"data"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &cm), file)
-	text, ok := cm.Data["collector.yaml"]
-	require.True(t, ok, "%s: no data.collector.yaml", file)
+	const file = "deploy/kubernetes/configmap.yaml"
 	var cfg struct {
 		Exporters map[string]map[string]any `yaml:"exporters"`
 	}
-	require.NoError(t, yaml.Unmarshal([]byte(text), &cfg), "%s: data.collector.yaml", file)
+	require.NoError(t, yaml.Unmarshal([]byte(testutil.ShippedCollectorYAML(t)), &cfg), "%s: data.collector.yaml", file)
 	block, ok := cfg.Exporters[name]
 	require.True(t, ok, "%s: no exporters::%s", file, name)
 	return block
