@@ -149,9 +149,11 @@ func TestCollectorNamesAMixFromTheStart(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { devNull.Close() })
 	programs := make([]mixProgram, len(specs))
+	work := t.TempDir() // node --perf-basic-prof writes its isolate log here
 	begin := time.Now()
 	for i, s := range specs {
 		cmd := exec.Command(s.argv[0], s.argv[1:]...)
+		cmd.Dir = work
 		cmd.Stdout = devNull // xz's output
 		testutil.StartChild(t, cmd)
 		programs[i] = mixProgram{s.name, cmd, s.thread, s.hot}
