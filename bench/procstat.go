@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 // clockTicksPerSecond is USER_HZ, the unit of utime and stime in
@@ -32,37 +33,13 @@ func readCPU(pid int) (cpuSample, error) {
 	if err != nil {
 		return cpuSample{}, err
 	}
-	utime, stime, err := parseStatTimes(data)
+	utime, stime, err := procfs.ParseStatTimes(data)
 	if err != nil {
 		return cpuSample{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	s := cpuSample{ticks: utime + stime}
 	s.schedNS, _ = readSchedRuntime(pid) // best effort: needs CONFIG_SCHEDSTATS
 	return s, nil
-}
-
-// parseStatTimes extracts utime and stime (fields 14 and 15, in clock ticks)
-// from the contents of /proc/<pid>/stat. The command name (field 2) is in
-// parentheses and may itself contain spaces and parentheses, so fields are
-// counted from the last ')'.
-func parseStatTimes(data []byte) (utime, stime uint64, err error) {
-	end := bytes.LastIndexByte(data, ')')
-	if end < 0 {
-		return 0, 0, fmt.Errorf("no ')' closing the command name")
-	}
-	// fields[0] is field 3 (state), so field n is fields[n-3].
-	fields := strings.Fields(string(data[end+1:]))
-	const utimeField, stimeField = 14, 15
-	if len(fields) < stimeField-2 {
-		return 0, 0, fmt.Errorf("only %d fields after the command name", len(fields))
-	}
-	if utime, err = strconv.ParseUint(fields[utimeField-3], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("utime: %w", err)
-	}
-	if stime, err = strconv.ParseUint(fields[stimeField-3], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("stime: %w", err)
-	}
-	return utime, stime, nil
 }
 
 // readSchedRuntime sums the on-CPU nanoseconds (first field of schedstat) of

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 func TestMedian(t *testing.T) {
@@ -57,12 +59,12 @@ func TestParseStatTimes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, s, err := parseStatTimes([]byte(tt.in))
+			u, s, err := procfs.ParseStatTimes([]byte(tt.in))
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("parseStatTimes(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
+				t.Fatalf("procfs.ParseStatTimes(%q) error = %v, wantErr %v", tt.in, err, tt.wantErr)
 			}
 			if err == nil && (u != tt.utime || s != tt.stime) {
-				t.Errorf("parseStatTimes(%q) = %d, %d, want %d, %d", tt.in, u, s, tt.utime, tt.stime)
+				t.Errorf("procfs.ParseStatTimes(%q) = %d, %d, want %d, %d", tt.in, u, s, tt.utime, tt.stime)
 			}
 		})
 	}
@@ -79,8 +81,8 @@ func TestParseStatTimesSelf(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
-	if _, _, err := parseStatTimes(data); err != nil {
-		t.Fatalf("parseStatTimes(/proc/self/stat): %v", err)
+	if _, _, err := procfs.ParseStatTimes(data); err != nil {
+		t.Fatalf("procfs.ParseStatTimes(/proc/self/stat): %v", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,11 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 // The collector of a variant: host-wide, 99 Hz, off-CPU on, 10 s reports,
@@ -145,19 +145,11 @@ func (c *collector) cpuTime() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat", c.cmd.Process.Pid)
+	utime, stime, err := procfs.ParseStatTimes(b)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", c.cmd.Process.Pid, err)
 	}
-	var ticks int64
-	for _, s := range f[11:13] { // utime, stime
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
+	ticks := utime + stime
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 )
 
@@ -14,7 +13,6 @@ type countingProxy struct {
 	ln     net.Listener
 	target string
 	sent   atomic.Int64
-	wg     sync.WaitGroup
 }
 
 func startProxy(target string) (*countingProxy, error) {
@@ -23,7 +21,6 @@ func startProxy(target string) (*countingProxy, error) {
 		return nil, err
 	}
 	p := &countingProxy{ln: ln, target: target}
-	p.wg.Add(1)
 	go p.accept()
 	return p, nil
 }
@@ -31,17 +28,12 @@ func startProxy(target string) (*countingProxy, error) {
 func (p *countingProxy) addr() string { return p.ln.Addr().String() }
 
 func (p *countingProxy) accept() {
-	defer p.wg.Done()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return // closed
 		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.forward(c)
-		}()
+		go p.forward(c)
 	}
 }
 
