@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,10 +104,11 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 	require.GreaterOrEqual(t, len(started), 10, "runtimes started: %v", started)
 	// Up once each maps its file (the shells: once their compressor runs).
 	var waiting []string
+	mappers := map[string]int{} // the process mapping each runtime's file
 	require.Eventually(t, func() bool {
 		waiting = waiting[:0]
 		for _, name := range started {
-			if !mapsFile(pids[name], files[name]) {
+			if mappers[name] = mapperOf(pids[name], files[name]); mappers[name] == 0 {
 				waiting = append(waiting, name)
 			}
 		}
@@ -115,19 +117,19 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 
 	tables := openTables(t, true)
 	s := openSampler(t, Options{SamplesPerSecond: 99, Unwind: tables})
-	// Each runtime is sampled, announced and loaded: wait until no table
-	// was built for a second.
-	began, last := time.Now(), tables.Stats()
-	for stable := 0; stable < 4 && time.Since(began) < time.Minute; {
-		time.Sleep(250 * time.Millisecond)
-		now := tables.Stats()
-		if now.Tables == last.Tables && now.BuildTime == last.BuildTime && now.Tables > 0 {
-			stable++
-		} else {
-			stable = 0
+	// Each runtime is sampled (about once a second at 1% of a core: later
+	// on a loaded machine), announced and its tables loaded.
+	began := time.Now()
+	require.Eventually(t, func() bool {
+		waiting = waiting[:0]
+		for _, name := range started {
+			if !tables.Loaded(uint32(mappers[name])) {
+				waiting = append(waiting, name)
+			}
 		}
-		last = now
-	}
+		return len(waiting) == 0
+	}, 2*time.Minute, 50*time.Millisecond, "runtimes without tables: %v", &waiting)
+	last := tables.Stats()
 	t.Logf("tables of the runtimes loaded in %v (%v building them)", time.Since(began).Round(time.Millisecond), last.BuildTime.Round(time.Millisecond))
 	cmd := testutil.StartWorkload(t, testutil.BuildC(t, "nofp.c"), "60")
 	pid := uint32(cmd.Process.Pid)
@@ -152,19 +154,20 @@ func TestUnwindTablesFitABusyNode(t *testing.T) {
 	assert.GreaterOrEqual(t, share, 0.95, "e.g. %s", strings.Join(example, " <- "))
 }
 
-// mapsFile says whether pid, or one of its children (a shell's pipeline),
-// maps path.
-func mapsFile(pid int, path string) bool {
+// mapperOf returns pid, or the child of pid (a shell's pipeline), that maps
+// path, or 0 when none does.
+func mapperOf(pid int, path string) int {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
 	if strings.Contains(string(b), path) {
-		return true
+		return pid
 	}
 	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	for _, c := range strings.Fields(string(children)) {
 		b, _ := os.ReadFile("/proc/" + c + "/maps")
 		if strings.Contains(string(b), path) {
-			return true
+			child, _ := strconv.Atoi(c)
+			return child
 		}
 	}
-	return false
+	return 0
 }
