@@ -41,8 +41,12 @@ enum python_entry {
 	PY_ENTRY_SHIM = 2,	  /* 3.12+: a frame owned by the C stack is the call's shim */
 };
 
-/* _PyInterpreterFrame.owner of a shim frame (FRAME_OWNED_BY_CSTACK). */
+/* _PyInterpreterFrame.owner of a shim frame (FRAME_OWNED_BY_CSTACK in
+ * 3.12/3.13, FRAME_OWNED_BY_INTERPRETER from 3.14: 3 in all). */
 #define PY_OWNED_BY_CSTACK 3
+
+/* A _PyStackRef's tag (3.14+); objects are at least 8-byte aligned. */
+#define PY_STACKREF_TAG_BITS 7ULL
 
 /*
  * A Python frame word (capture.RuntimeFrames): code address | instruction
@@ -194,6 +198,8 @@ static __always_inline int python_step(const struct python_proc *p, struct pytho
 	}
 	if (py_read(&code, sizeof(code), *f + p->frame_code))
 		goto fault;
+	/* From 3.14 the code object is a _PyStackRef: tag bits in the low ones. */
+	code &= ~PY_STACKREF_TAG_BITS;
 	instr = python_instruction(p, *f, code);
 	/* A frame whose first instruction has not run yet is not shown. */
 	if (instr < 0 || !code)

@@ -1,6 +1,8 @@
 package assemble
 
 import (
+	"strings"
+
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
@@ -26,7 +28,7 @@ func (a *Assembler) withRuntimes(s capture.RawStack, native []report.Frame) []re
 	}
 	out := make([]report.Frame, 0, len(native)+len(s.Frames))
 	for _, f := range native {
-		if rt, ok := entries[f.Function]; ok && !f.Inlined && len(runs[rt]) > 0 {
+		if rt, ok := entries[cloneOf(f.Function)]; ok && !f.Inlined && len(runs[rt]) > 0 {
 			run := a.runtimeFrames(s.PID, runs[rt][0])
 			runs[rt] = runs[rt][1:]
 			if named(run) {
@@ -42,6 +44,14 @@ func (a *Assembler) withRuntimes(s capture.RawStack, native []report.Frame) []re
 		}
 	}
 	return out
+}
+
+// cloneOf returns the function a compiler's clone or part of it is named
+// after: "f.cold", "f.part.0", "f.constprop.0", "f.isra.0" are f (GCC
+// names them so in a file's symbol table).
+func cloneOf(name string) string {
+	base, _, _ := strings.Cut(name, ".")
+	return base
 }
 
 // inPlace puts each runtime frame the walk read in place (capture.Frame.

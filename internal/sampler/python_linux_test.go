@@ -201,7 +201,7 @@ func testPythonSplit(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbo
 	var cpu0, cpu1 map[uint32]time.Duration
 	samples, _ := samplePython(t, uint32(pid), sym, func() { cpu0 = threadCPU(t, pid) }, func() { cpu1 = threadCPU(t, pid) })
 	// 3.11+ names methods by their qualified name.
-	qualified := !strings.HasPrefix(in.Name, "3.9") && !strings.HasPrefix(in.Name, "3.10")
+	qualified := in.Minor() >= 11
 	var byMethod [2]int64
 	tids := [2]map[uint32]bool{{}, {}}
 	for _, s := range samples {

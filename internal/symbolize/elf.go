@@ -32,6 +32,10 @@ type elfFile struct {
 	symSrc    []rawSymbols // the debug file's .symtab, then .symtab, then .dynsym
 	syms      symbolTable
 	symsBuilt bool
+	// data is the file's bytes (its mapping), parts the pieces of the
+	// runtimes' entry functions no symbol names, found with the table.
+	data  []byte
+	parts []splitPart
 
 	// hasSymtab says the file's own .symtab names functions; without it
 	// (and without a pclntab) the separate debug file is looked for.
@@ -68,7 +72,7 @@ func parseELF(data []byte) (*elfFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	ef := &elfFile{}
+	ef := &elfFile{data: data}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			ef.loads = append(ef.loads, p.ProgHeader)
@@ -132,12 +136,18 @@ func (ef *elfFile) symbol(vaddr uint64) string {
 		ef.symsBuilt = true
 		for _, src := range ef.symSrc {
 			if ef.syms = functionTable(src); len(ef.syms.entries) > 0 {
+				if f, _, err := newELF(ef.data); err == nil {
+					ef.parts = findSplitParts(f, &ef.syms, src)
+				}
 				break
 			}
 		}
 		ef.symSrc = nil
 	}
-	return ef.syms.lookup(vaddr)
+	if name := ef.syms.lookup(vaddr); name != "" || len(ef.parts) == 0 {
+		return name
+	}
+	return partAt(ef.parts, vaddr)
 }
 
 // heapCost estimates the Go heap held by ef, for the cache budget.

@@ -50,7 +50,7 @@ sys.stdin.read()
 			defer s.Close()
 			pid := uint32(c.Pid())
 			want := "Box.method"
-			if strings.HasPrefix(in.Name, "3.9") || strings.HasPrefix(in.Name, "3.10") {
+			if in.Minor() < 11 {
 				want = "method" // no co_qualname before 3.11
 			}
 			for range 2 { // read, then cached

@@ -108,14 +108,20 @@ func (r rawSymbols) sym(i int) rawSym {
 
 // find returns the value of the symbol called name.
 func (r rawSymbols) find(name string) (uint64, bool) {
+	s, ok := r.findSym(name)
+	return s.value, ok
+}
+
+// findSym returns the first symbol called name.
+func (r rawSymbols) findSym(name string) (rawSym, bool) {
 	for i := range r.len() {
 		s := r.sym(i)
 		if int(s.name)+len(name) < len(r.strtab) && r.strtab[s.name] == name[0] &&
 			string(r.strtab[s.name:int(s.name)+len(name)]) == name && r.strtab[int(s.name)+len(name)] == 0 {
-			return s.value, true
+			return s, true
 		}
 	}
-	return 0, false
+	return rawSym{}, false
 }
 
 // isFunction says whether s is a defined, named function symbol of r.

@@ -29,6 +29,38 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 `
 
+// debianSid is Debian's unstable suite, where newer runtimes are.
+const debianSid = `Types: deb
+URIs: http://deb.debian.org/debian
+Suites: sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+`
+
+// DebianSuite is where packages come from: Bookworm (the machine's own
+// release) or Sid.
+type DebianSuite struct {
+	name    string
+	sources string
+}
+
+var (
+	Bookworm = DebianSuite{"bookworm", debianBookworm}
+	Sid      = DebianSuite{"sid", debianSid}
+)
+
+// cacheDir is the suite's cache for arch under DebianCacheEnv.
+func (s DebianSuite) cacheDir(arch string) string {
+	dir := os.Getenv(DebianCacheEnv)
+	if dir == "" {
+		dir = "/var/cache/bpfprofiler-test/debian"
+	}
+	if s.name == Bookworm.name {
+		return filepath.Join(dir, arch)
+	}
+	return filepath.Join(dir, s.name+"-"+arch)
+}
+
 // DebianPackage returns the directory Debian bookworm's package pkg of
 // arch ("arm64", "amd64"...) is unpacked in (dpkg-deb -x), downloading it
 // once into DebianCacheEnv with apt-get on a private configuration, the
@@ -36,21 +68,25 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 // skipped, or fails under RequireBPFEnv.
 func DebianPackage(t testing.TB, arch, pkg string) string {
 	t.Helper()
-	dir := os.Getenv(DebianCacheEnv)
-	if dir == "" {
-		dir = "/var/cache/bpfprofiler-test/debian"
-	}
-	root, err := debianPackage(filepath.Join(dir, arch), arch, pkg)
+	return DebianRoot(t, Bookworm, arch, pkg, pkg)
+}
+
+// DebianRoot returns the directory the packages pkgs of suite and arch
+// are unpacked in together, as name (one file tree, as a machine would
+// have them installed), downloading them once as DebianPackage does.
+func DebianRoot(t testing.TB, suite DebianSuite, arch, name string, pkgs ...string) string {
+	t.Helper()
+	root, err := debianUnpack(suite, suite.cacheDir(arch), arch, name, pkgs)
 	if err != nil {
-		SkipOrFail(t, "Debian package %s:%s: %v", pkg, arch, err)
+		SkipOrFail(t, "Debian %s packages %v (%s): %v", suite.name, pkgs, arch, err)
 	}
 	return root
 }
 
-// debianPackage unpacks pkg under dir/pkg unless it is there, one process at
-// a time (apt's lists and the unpacking are shared).
-func debianPackage(dir, arch, pkg string) (string, error) {
-	root := filepath.Join(dir, "pkg", pkg)
+// debianUnpack unpacks pkgs under dir/pkg/name unless it is there, one
+// process at a time (apt's lists and the unpacking are shared).
+func debianUnpack(suite DebianSuite, dir, arch, name string, pkgs []string) (string, error) {
+	root := filepath.Join(dir, "pkg", name)
 	if _, err := os.Stat(root); err == nil {
 		return root, nil
 	}
@@ -70,17 +106,19 @@ func debianPackage(dir, arch, pkg string) (string, error) {
 	if _, err := os.Stat(root); err == nil { // unpacked while we waited
 		return root, nil
 	}
-	deb, err := downloadDeb(dir, arch, pkg)
-	if err != nil {
-		return "", err
-	}
 	tmp, err := os.MkdirTemp(filepath.Join(dir, "pkg"), ".unpack-")
 	if err != nil {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	if out, err := RunWithin(exec.Command("dpkg-deb", "-x", deb, tmp), BuildTimeout); err != nil {
-		return "", fmt.Errorf("dpkg-deb -x %s: %w\n%s", deb, err, out)
+	for _, pkg := range pkgs {
+		deb, err := downloadDeb(suite, dir, arch, pkg)
+		if err != nil {
+			return "", err
+		}
+		if out, err := RunWithin(exec.Command("dpkg-deb", "-x", deb, tmp), BuildTimeout); err != nil {
+			return "", fmt.Errorf("dpkg-deb -x %s: %w\n%s", deb, err, out)
+		}
 	}
 	return root, os.Rename(tmp, root)
 }
@@ -88,13 +126,13 @@ func debianPackage(dir, arch, pkg string) (string, error) {
 // downloadDeb returns the .deb of pkg in dir/debs, running apt-get update
 // (when there are no lists, or they are too old for the download) and
 // apt-get download when it is not there.
-func downloadDeb(dir, arch, pkg string) (string, error) {
+func downloadDeb(suite DebianSuite, dir, arch, pkg string) (string, error) {
 	debs := filepath.Join(dir, "debs")
 	if found, _ := filepath.Glob(filepath.Join(debs, pkg+"_*.deb")); len(found) > 0 {
 		return found[0], nil
 	}
 	sources := filepath.Join(dir, "sources.sources")
-	if err := os.WriteFile(sources, []byte(debianBookworm), 0o644); err != nil {
+	if err := os.WriteFile(sources, []byte(suite.sources), 0o644); err != nil {
 		return "", err
 	}
 	aptGet := func(cmd ...string) error {

@@ -1,10 +1,13 @@
 package testutil
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -16,12 +19,12 @@ type Interpreter struct {
 }
 
 // PythonVersions are the pyenv versions the Python unwinder supports.
-var PythonVersions = []string{"3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"}
+var PythonVersions = []string{"3.7.16", "3.8.18", "3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"}
 
 // Interpreters returns the supported CPython interpreters of the machine:
 // pyenv's (under $PYENV_ROOT or /root/.pyenv, as the project's machines
-// have them) and Debian's /usr/bin/python3.11 (a static, stripped build
-// that make test installs). Without pyenv, or one of PythonVersions, only
+// have them), Debian's /usr/bin/python3.11 (a static, stripped build
+// that make test installs) and Debian sid's newer ones (SidPython). Without pyenv, or one of PythonVersions, only
 // the others are tested (logged); under RequireBPFEnv (CI, on the
 // project's machines) that is a failure.
 func Interpreters(t testing.TB) []Interpreter {
@@ -61,6 +64,9 @@ func Interpreters(t testing.TB) []Interpreter {
 	} else if os.Getenv(RequireBPFEnv) == "1" {
 		t.Fatalf("Debian's CPython: %v (make test installs python3.11)", err)
 	}
+	for _, v := range SidPythonVersions {
+		out = append(out, SidPython(t, v))
+	}
 	if len(out) == 0 {
 		SkipOrFail(t, "no CPython interpreter (make test installs python3.11)")
 	}
@@ -98,3 +104,65 @@ func PythonLines(t testing.TB) map[string]int {
 	}
 	return lines
 }
+
+// SidPythonVersions are the CPython minors of Debian sid the tests run
+// (3.14.10 and 3.15.2 on 2026-11-29; sid moves, the minors stay).
+var SidPythonVersions = []string{"3.14", "3.15"}
+
+// SidPython returns Debian sid's python<version> ("3.14"): its packages and
+// sid's glibc unpacked together under DebianCacheEnv, the program pointed
+// at that glibc (patchelf: its ELF interpreter and library path), as a
+// newer distribution's CPython runs in a container. Without the packages
+// or patchelf the test is skipped, or fails under RequireBPFEnv.
+func SidPython(t testing.TB, version string) Interpreter {
+	t.Helper()
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH]
+	loader := map[string]string{"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}[runtime.GOARCH]
+	if triplet == "" {
+		SkipOrFail(t, "no Debian CPython for %s", runtime.GOARCH)
+	}
+	root := DebianRoot(t, Sid, runtime.GOARCH, "python"+version,
+		"python"+version+"-minimal", "libpython"+version+"-minimal", "libc6")
+	lib := filepath.Join(root, "usr/lib", triplet)
+	path := filepath.Join(root, "usr/bin", "python"+version)
+	if err := pointAtLibc(path, filepath.Join(lib, loader), lib); err != nil {
+		SkipOrFail(t, "sid CPython %s: %v", version, err)
+	}
+	return Interpreter{Name: "sid-" + version, Path: path}
+}
+
+// pointAtLibc sets the ELF interpreter of the program at path to loader
+// and its library path to lib, unless done: on a copy, renamed over it, so
+// a program running, or another test patching it, sees one or the other.
+func pointAtLibc(path, loader, lib string) error {
+	patchelf, err := exec.LookPath("patchelf")
+	if err != nil {
+		return fmt.Errorf("no patchelf (make test installs it): %w", err)
+	}
+	if out, err := RunWithin(exec.Command(patchelf, "--print-interpreter", path), BuildTimeout); err == nil &&
+		strings.TrimSpace(string(out)) == loader {
+		return nil
+	}
+	tmp := fmt.Sprintf("%s.patch-%d", path, os.Getpid())
+	defer os.Remove(tmp)
+	if out, err := RunWithin(exec.Command("cp", "-p", path, tmp), BuildTimeout); err != nil {
+		return fmt.Errorf("cp %s: %w\n%s", path, err, out)
+	}
+	if out, err := RunWithin(exec.Command(patchelf, "--set-interpreter", loader, "--set-rpath", lib, tmp), BuildTimeout); err != nil {
+		return fmt.Errorf("patchelf %s: %w\n%s", path, err, out)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Minor returns the interpreter's minor version, from its name ("3.12.1",
+// "debian-3.11", "sid-3.14", "python3.11"), or 0.
+func (in Interpreter) Minor() int {
+	m := minorOf.FindStringSubmatch(in.Name)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+var minorOf = regexp.MustCompile(`(?:^|[^0-9.])3\.(\d+)`)

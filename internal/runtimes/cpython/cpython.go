@@ -5,7 +5,10 @@
 // frame is at) into a function name, file name and line by reading the code
 // object from the process's memory.
 //
-// Supported: CPython 3.9 to 3.13, x86-64 and arm64 release builds (not free-threaded).
+// Supported: CPython 3.7 and later, x86-64 and arm64 release builds (not
+// free-threaded): 3.7 to 3.12 from a table of offsets, 3.13 and later from
+// the _Py_DebugOffsets the interpreter carries (a version newer than the
+// newest known is walked when they are consistent).
 package cpython
 
 import (
@@ -42,7 +45,9 @@ const (
 )
 
 // FrameOwnedByCStack is _PyInterpreterFrame.owner of an eval call's shim
-// frame (FRAME_OWNED_BY_CSTACK in enum _frameowner, 3 in 3.12 and 3.13).
+// frame: FRAME_OWNED_BY_CSTACK (3) in 3.12 and 3.13, then
+// FRAME_OWNED_BY_INTERPRETER (3; CSTACK became 4, unused, and left in
+// 3.15): the value the walk tests is 3 throughout.
 const FrameOwnedByCStack = 3
 
 // Offsets are byte offsets into CPython's structs for one version (64-bit
@@ -96,6 +101,9 @@ type Interpreter struct {
 	Version     Version
 	RuntimeAddr uint64 // link-time virtual address of _PyRuntime in the file (add the load bias for the process address)
 	Offsets     Offsets
+	// Untested is set on a version newer than the newest whose
+	// _Py_DebugOffsets layout this package knows (read with that layout).
+	Untested bool
 }
 
 // ErrNotPython means the file is not a CPython interpreter: no _PyRuntime

@@ -17,6 +17,9 @@ const (
 	symSince310      = "Py_IsNone"
 	symSince39       = "PyFrame_GetCode"
 	symRefDebugBuild = "_Py_NegativeRefcount" // only in builds with Py_REF_DEBUG (debug builds)
+	// firstDebugOffsets is the first minor version whose _PyRuntime opens
+	// with _Py_DebugOffsets.
+	firstDebugOffsets = 13
 )
 
 // Detect finds the CPython interpreter in f: ErrNotPython when f has no
@@ -40,18 +43,21 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if _, debug := syms[symRefDebugBuild]; debug {
 		return nil, fmt.Errorf("%w %s: a debug build (only release builds are supported)", ErrUnsupported, v)
 	}
-	o, ok := offsetsFor(v)
-	if !ok {
-		return nil, fmt.Errorf("%w version %s (supported: 3.9 to 3.13)", ErrUnsupported, v)
-	}
-	if v.Minor == 13 {
-		b, err := readFileData(f, runtime.Value, debugOffsetsSize)
+	if v.Major == 3 && v.Minor >= firstDebugOffsets {
+		b, err := readFileData(f, runtime.Value, debugBlockSize(v.Minor))
 		if err != nil {
-			return nil, fmt.Errorf("read _Py_DebugOffsets of %s: %w", v, err)
+			return nil, fmt.Errorf("%w %s: read _Py_DebugOffsets: %v", ErrUnsupported, v, err)
 		}
-		if o, err = applyDebugOffsets313(o, b, runtime.Size); err != nil {
+		o, err := offsetsFromDebug(v, b, runtime.Size)
+		if err != nil {
 			return nil, err
 		}
+		_, tested := debugLayoutOf(v.Minor)
+		return &Interpreter{Version: v, RuntimeAddr: runtime.Value, Offsets: o, Untested: !tested}, nil
+	}
+	o, ok := offsetsFor(v)
+	if !ok {
+		return nil, fmt.Errorf("%w version %s (supported: 3.7 and later)", ErrUnsupported, v)
 	}
 	return &Interpreter{Version: v, RuntimeAddr: runtime.Value, Offsets: o}, nil
 }
@@ -207,77 +213,6 @@ func readFileData(f *elf.File, addr uint64, n int) ([]byte, error) {
 		return b, nil
 	}
 	return nil, fmt.Errorf("%d bytes at %#x are not in the file's loaded data", n, addr)
-}
-
-// The _Py_DebugOffsets of 3.13 (Include/internal/pycore_runtime.h) open
-// _PyRuntime: the cookie "xdebugpy", PY_VERSION_HEX, free_threaded, then
-// one struct of uint64 offsets per CPython struct, each opening with that
-// struct's size. Positions read with gdb `ptype /o struct _Py_DebugOffsets`
-// on pyenv 3.13.0.
-const (
-	debugOffsetsSize         = 584
-	debugCookie              = "xdebugpy"
-	debugVersionAt           = 8
-	debugFreeThreadedAt      = 16
-	debugRuntimeSizeAt       = 24 // runtime_state.size = sizeof(_PyRuntimeState)
-	maxPlausibleStructOffset = 1 << 20
-)
-
-// applyDebugOffsets313 takes from the _Py_DebugOffsets in b the offsets it
-// has, over the table's.
-func applyDebugOffsets313(o Offsets, b []byte, runtimeSize uint64) (Offsets, error) {
-	if string(b[:len(debugCookie)]) != debugCookie {
-		return o, fmt.Errorf("%w %s: _PyRuntime does not start with the %q cookie", ErrUnsupported, o.Version, debugCookie)
-	}
-	word := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
-	if hex := word(debugVersionAt); hex>>16 != uint64(o.Version.Major<<8|o.Version.Minor) {
-		return o, fmt.Errorf("%w %s: _Py_DebugOffsets version %#x differs", ErrUnsupported, o.Version, hex)
-	}
-	if word(debugFreeThreadedAt) != 0 {
-		return o, fmt.Errorf("%w %s: a free-threaded build", ErrUnsupported, o.Version)
-	}
-	if runtimeSize != 0 && word(debugRuntimeSizeAt) != runtimeSize {
-		return o, fmt.Errorf("%w %s: _Py_DebugOffsets gives sizeof(_PyRuntimeState) %d, the symbol %d",
-			ErrUnsupported, o.Version, word(debugRuntimeSizeAt), runtimeSize)
-	}
-	for _, f := range []struct {
-		at  int
-		dst *uint32
-	}{
-		{40, &o.RuntimeInterpretersHead}, // runtime_state.interpreters_head
-		{72, &o.InterpThreadsHead},       // interpreter_state.threads_head
-		{168, &o.ThreadNext},             // thread_state.next
-		{184, &o.ThreadFrame},            // thread_state.current_frame
-		{192, &o.ThreadID},               // thread_state.thread_id
-		{232, &o.FramePrevious},          // interpreter_frame.previous
-		{240, &o.FrameCode},              // interpreter_frame.executable
-		{248, &o.FrameInstruction},       // interpreter_frame.instr_ptr
-		{264, &o.FrameOwner},             // interpreter_frame.owner
-		{280, &o.CodeFilename},           // code_object.filename
-		{288, &o.CodeName},               // code_object.name
-		{296, &o.CodeQualname},           // code_object.qualname
-		{304, &o.CodeLineTable},          // code_object.linetable
-		{312, &o.CodeFirstLineNo},        // code_object.firstlineno
-		{344, &o.CodeAdaptive},           // code_object.co_code_adaptive
-		{360, &o.ObjectType},             // pyobject.ob_type
-		{376, &o.TypeName},               // type_object.tp_name
-		{520, &o.VarObjectSize},          // bytes_object.ob_size
-		{528, &o.BytesData},              // bytes_object.ob_sval
-		{544, &o.UnicodeState},           // unicode_object.state
-		{552, &o.UnicodeLength},          // unicode_object.length
-		{560, &o.UnicodeASCIIData},       // unicode_object.asciiobject_size
-	} {
-		v := word(f.at)
-		if v >= maxPlausibleStructOffset {
-			return o, fmt.Errorf("%w %s: implausible offset %d at %d in _Py_DebugOffsets", ErrUnsupported, o.Version, v, f.at)
-		}
-		*f.dst = uint32(v)
-	}
-	o.CodeSize = o.CodeAdaptive
-	if !o.codeHeaderCovers() {
-		return o, fmt.Errorf("%w %s: code object fields beyond co_code_adaptive in _Py_DebugOffsets", ErrUnsupported, o.Version)
-	}
-	return o, nil
 }
 
 // codeHeaderCovers reports whether CodeSize bytes hold every code object

@@ -24,8 +24,53 @@ func objectLayout(o Offsets, asciiSize, compactSize uint32) Offsets {
 	return o
 }
 
-// offsetsByMinor holds the offsets of CPython 3.<minor>.
+// offsetsByMinor holds the offsets of CPython 3.<minor> before 3.13; from
+// 3.13 on they come from the interpreter's own _Py_DebugOffsets
+// (debugoffsets.go).
 var offsetsByMinor = map[int]Offsets{
+	// 3.7.16: struct pyruntimestate, struct _is, struct _ts, struct _frame,
+	// PyCodeObject; sizeof(PyASCIIObject) 48, sizeof(PyCompactUnicodeObject)
+	// 72. f_lasti and co_lnotab as in 3.9.
+	7: objectLayout(Offsets{
+		RuntimeInterpretersHead: 24,  // pyruntimestate.interpreters.head
+		InterpThreadsHead:       8,   // _is.tstate_head
+		ThreadNext:              8,   // _ts.next
+		ThreadID:                176, // _ts.thread_id
+		ThreadFrame:             24,  // _ts.frame
+		FramePrevious:           24,  // _frame.f_back
+		FrameCode:               32,  // _frame.f_code
+		FrameInstruction:        104, // _frame.f_lasti (int, bytes)
+		InstructionKind:         InstructionByteOffset,
+		EntryKind:               EntryEveryFrame,
+		CodeFilename:            96,  // co_filename
+		CodeName:                104, // co_name
+		CodeFirstLineNo:         36,  // co_firstlineno
+		CodeLineTable:           112, // co_lnotab
+		CodeCode:                40,  // co_code
+		CodeSize:                144, // sizeof(PyCodeObject)
+	}, 48, 72),
+
+	// 3.8.18: the same structs as 3.9 at the same offsets (3.8's code
+	// object gained co_posonlyargcount, 3.9's frame nothing the walk reads).
+	8: objectLayout(Offsets{
+		RuntimeInterpretersHead: 32,  // pyruntimestate.interpreters.head
+		InterpThreadsHead:       8,   // _is.tstate_head
+		ThreadNext:              8,   // _ts.next
+		ThreadID:                176, // _ts.thread_id
+		ThreadFrame:             24,  // _ts.frame
+		FramePrevious:           24,  // _frame.f_back
+		FrameCode:               32,  // _frame.f_code
+		FrameInstruction:        104, // _frame.f_lasti (int, bytes)
+		InstructionKind:         InstructionByteOffset,
+		EntryKind:               EntryEveryFrame,
+		CodeFilename:            104, // co_filename
+		CodeName:                112, // co_name
+		CodeFirstLineNo:         40,  // co_firstlineno
+		CodeLineTable:           120, // co_lnotab
+		CodeCode:                48,  // co_code
+		CodeSize:                176, // sizeof(PyCodeObject)
+	}, 48, 72),
+
 	// 3.9.18: struct pyruntimestate, struct _is, struct _ts, struct _frame
 	// (PyFrameObject), PyCodeObject; sizeof(PyASCIIObject) 48,
 	// sizeof(PyCompactUnicodeObject) 72.
@@ -119,31 +164,6 @@ var offsetsByMinor = map[int]Offsets{
 		CodeFirstLineNo:         68,  // co_firstlineno
 		CodeLineTable:           136, // co_linetable
 		CodeSize:                192, // up to co_code_adaptive
-	}, 40, 56),
-
-	// 3.13.0: struct pyruntimestate, struct _is, struct _ts (no _PyCFrame),
-	// _PyInterpreterFrame, PyCodeObject; sizeof(PyASCIIObject) 40,
-	// sizeof(PyCompactUnicodeObject) 56. Detect overrides these with the
-	// _Py_DebugOffsets the file carries (they agree for 3.13.0).
-	13: objectLayout(Offsets{
-		RuntimeInterpretersHead: 632,  // pyruntimestate.interpreters.head
-		InterpThreadsHead:       7344, // _is.threads.head
-		ThreadNext:              8,    // _ts.next
-		ThreadID:                152,  // _ts.thread_id
-		ThreadFrame:             72,   // _ts.current_frame
-		FramePrevious:           8,    // _PyInterpreterFrame.previous
-		FrameCode:               0,    // _PyInterpreterFrame.f_executable
-		FrameInstruction:        56,   // _PyInterpreterFrame.instr_ptr
-		InstructionKind:         InstructionPointer,
-		FrameOwner:              70, // _PyInterpreterFrame.owner
-		EntryKind:               EntryShimFrame,
-		CodeAdaptive:            200, // co_code_adaptive
-		CodeFilename:            112, // co_filename
-		CodeName:                120, // co_name
-		CodeQualname:            128, // co_qualname
-		CodeFirstLineNo:         68,  // co_firstlineno
-		CodeLineTable:           136, // co_linetable
-		CodeSize:                200, // up to co_code_adaptive
 	}, 40, 56),
 }
 
