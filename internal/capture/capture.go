@@ -270,6 +270,15 @@ type Stats struct {
 	// PythonProcesses is, at the drain, the processes whose CPython frames
 	// BPF reads (a gauge, like UnwindTables).
 	PythonProcesses uint64
+	// PythonVersions counts PythonProcesses by the interpreter's version
+	// ("3.14").
+	PythonVersions map[string]uint64
+	// PythonUnsupported counts the files holding a CPython interpreter the
+	// walker refused (a version or build it cannot read, inconsistent
+	// _Py_DebugOffsets) since the previous window; PythonUnsupportedErrors
+	// are why, each distinct reason once.
+	PythonUnsupported       uint64
+	PythonUnsupportedErrors []string
 	// JVMProcesses is, at the drain, the JVMs whose Java frames the walk
 	// steps through (bpf/hotspot.h; a gauge).
 	JVMProcesses uint64
@@ -393,9 +402,13 @@ func (s Stats) Add(o Stats) Stats {
 		s.TableFailures[i] += o.TableFailures[i]
 	}
 	s.TablesReady = append(s.TablesReady[:len(s.TablesReady):len(s.TablesReady)], o.TablesReady...)
+	s.PythonUnsupported += o.PythonUnsupported
+	s.PythonUnsupportedErrors = append(s.PythonUnsupportedErrors[:len(s.PythonUnsupportedErrors):len(s.PythonUnsupportedErrors)],
+		o.PythonUnsupportedErrors...)
 	// Gauges: the later window's.
 	s.UnwindTables, s.UnwindTableBytes = o.UnwindTables, o.UnwindTableBytes
 	s.PythonProcesses, s.JVMProcesses, s.V8Processes = o.PythonProcesses, o.JVMProcesses, o.V8Processes
+	s.PythonVersions = o.PythonVersions
 	return s
 }
 

@@ -81,6 +81,12 @@ type Interpreter interface {
 	Process(mem io.ReaderAt, bias uint64) Process
 }
 
+// Versioned is implemented by an Interpreter that tells its version
+// ("3.14"): processes are counted by it, so operators see what they run.
+type Versioned interface {
+	RuntimeVersion() string
+}
+
 // CodeRanges is implemented by an Interpreter whose JIT code lives in
 // address ranges that grow while the process runs (a JVM's code heaps,
 // committed as they fill): the loader maps the ranges whole, so code made

@@ -86,6 +86,7 @@ type loadedProcess struct {
 	// runtimes are the runtimes whose walker's map has its entry; waiting
 	// those not ready for it yet.
 	runtimes []*runtimes.Runtime
+	versions []string // of runtimes' interpreters, one each ("" when not told)
 	waiting  []waitingRuntime
 	// threadCtx is the module whose thread context location, threadCtxLoc,
 	// is loaded; threadCtxWaiting one whose location is not written yet.
@@ -148,6 +149,9 @@ type Loader struct {
 	buildWake    [lanes]chan struct{}
 	buildsClosed bool // CloseBuilds was called
 	ready        readyWaits
+	// unsupportedSeen are the reasons for refused interpreters already
+	// taken: each is reported once.
+	unsupportedSeen map[string]bool
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity

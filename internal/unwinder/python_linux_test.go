@@ -3,7 +3,10 @@
 package unwinder
 
 import (
+	"bytes"
 	"debug/elf"
+	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -50,9 +53,11 @@ sys.stdin.read()
 		assert.Equal(t, want, got.Runtime, "rows %d: _PyRuntime", rows)
 		assert.NotZero(t, got.ThreadId)
 		assert.Equal(t, uint64(1), l.Stats().Runtimes[cpython].Processes)
+		assert.Equal(t, map[string]uint64{fmt.Sprintf("3.%d", in.Minor()): 1}, l.Stats().Runtimes[cpython].Versions)
 		l.Forget(pid)
 		assert.ErrorIs(t, maps.Runtimes[cpython].Lookup(&pid, &got), ebpf.ErrKeyNotExist)
 		assert.Zero(t, l.Stats().Runtimes[cpython].Processes)
+		assert.Empty(t, l.Stats().Runtimes[cpython].Versions)
 	}
 
 	// The interpreter's entry is in before any table is built.
@@ -70,4 +75,42 @@ sys.stdin.read()
 	require.NoError(t, l.Load(pid))
 	require.NotZero(t, builds)
 	l.Forget(pid)
+}
+
+// A CPython interpreter the walker refuses (here: _Py_DebugOffsets without
+// their cookie) is counted, and why is taken once.
+func TestLoaderCountsRefusedInterpreters(t *testing.T) {
+	src := "/root/.pyenv/versions/3.13.0/lib/libpython3.13.so.1.0"
+	data, err := os.ReadFile(src)
+	if err != nil {
+		testutil.SkipOrFail(t, "%v", err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	require.NoError(t, err)
+	syms, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	for _, s := range syms {
+		if s.Name != "_PyRuntime" {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+				data[p.Off+s.Value-p.Vaddr] = 'y' // the cookie's first byte
+			}
+		}
+	}
+	broken, err := elf.NewFile(bytes.NewReader(data))
+	require.NoError(t, err)
+
+	l := NewLoader(newTestMaps(t, maxTables), procfs.FS{Root: "/proc"}, 1<<20)
+	cpython := capture.CPython.Name()
+	for range 2 {
+		require.Nil(t, l.detectRuntime(broken))
+	}
+	require.Equal(t, uint64(2), l.Stats().Runtimes[cpython].Unsupported)
+	errs := l.takeUnsupportedErrors(cpython)
+	require.Len(t, errs, 1)
+	require.Contains(t, errs[0], "xdebugpy")
+	require.Nil(t, l.detectRuntime(broken))
+	require.Empty(t, l.takeUnsupportedErrors(cpython), "a reason already taken")
 }

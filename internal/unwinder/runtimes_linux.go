@@ -34,7 +34,12 @@ func (l *Loader) detectRuntime(ef *elf.File) *fileRuntime {
 		err := noPanic(func() (err error) { in, err = rt.Detect(ef); return err })
 		switch {
 		case err != nil:
-			l.countRuntime(rt, func(s *RuntimeStats) { s.Unsupported++ })
+			l.countRuntime(rt, func(s *RuntimeStats) {
+				s.Unsupported++
+				if msg := err.Error(); len(s.Errors) < maxUnsupportedErrors && !slices.Contains(s.Errors, msg) && !l.unsupportedSeen[msg] {
+					s.Errors = append(s.Errors, msg)
+				}
+			})
 		case in != nil:
 			return &fileRuntime{rt, in}
 		}
@@ -107,6 +112,11 @@ func (l *Loader) putRuntime(lp *loadedProcess, fr *fileRuntime, value []byte) bo
 		return false
 	}
 	lp.runtimes = append(lp.runtimes, fr.rt)
+	version := ""
+	if v, ok := fr.in.(runtimes.Versioned); ok {
+		version = v.RuntimeVersion()
+	}
+	lp.versions = append(lp.versions, version)
 	if cr, ok := fr.in.(runtimes.CodeRanges); ok {
 		l.addCodeRanges(lp, cr.CodeRanges(value))
 	}
@@ -230,6 +240,30 @@ func (l *Loader) dropRuntimes(lp, kept *loadedProcess) {
 	}
 }
 
+// maxUnsupportedErrors bounds the reasons kept between two takes.
+const maxUnsupportedErrors = 16
+
+// takeUnsupportedErrors returns the reasons rt's interpreters were refused
+// since the previous call, each once in the loader's life (at most 1024
+// remembered).
+func (l *Loader) takeUnsupportedErrors(rt string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats.Runtimes[rt]
+	errs := s.Errors
+	s.Errors = nil
+	if l.stats.Runtimes != nil {
+		l.stats.Runtimes[rt] = s
+	}
+	for _, e := range errs {
+		if l.unsupportedSeen == nil || len(l.unsupportedSeen) >= 1024 {
+			l.unsupportedSeen = map[string]bool{}
+		}
+		l.unsupportedSeen[e] = true
+	}
+	return errs
+}
+
 // countRuntime updates the counters of rt.
 func (l *Loader) countRuntime(rt *runtimes.Runtime, update func(*RuntimeStats)) {
 	if l.stats.Runtimes == nil {
@@ -245,12 +279,18 @@ func (l *Loader) countRuntime(rt *runtimes.Runtime, update func(*RuntimeStats)) 
 func (l *Loader) runtimeStats(st map[string]RuntimeStats) map[string]RuntimeStats {
 	st = maps.Clone(st)
 	for _, lp := range l.procs {
-		for _, rt := range lp.runtimes {
+		for i, rt := range lp.runtimes {
 			if st == nil {
 				st = map[string]RuntimeStats{}
 			}
 			s := st[rt.Name]
 			s.Processes++
+			if v := lp.versions[i]; v != "" {
+				if s.Versions == nil { // the counters' own have none
+					s.Versions = map[string]uint64{}
+				}
+				s.Versions[v]++
+			}
 			st[rt.Name] = s
 		}
 	}

@@ -53,6 +53,12 @@ type Stats struct {
 // cannot walk, and the processes its full map refused.
 type RuntimeStats struct {
 	Processes, Unsupported, MapFull uint64
+	// Versions counts Processes by their interpreter's version, where it
+	// tells it (runtimes.Versioned).
+	Versions map[string]uint64
+	// Errors are the distinct reasons of Unsupported not yet taken
+	// (takeUnsupportedErrors), at most maxUnsupportedErrors.
+	Errors []string
 	// NotReady counts processes whose runtime never became ready for its
 	// walker (a JVM whose code cache could not be read for a minute).
 	NotReady uint64

@@ -58,6 +58,8 @@ type Tables struct {
 	reported capture.TableFailures // failures already handed to a source's stats
 	// reportedContext: context failures already handed to a source's stats.
 	reportedContext capture.ContextFailures
+	// reportedPythonUnsupported: likewise, refused CPython interpreters.
+	reportedPythonUnsupported uint64
 }
 
 // OpenTables creates the kernel maps, the tables in them kept within
@@ -385,6 +387,7 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.UnwindTables = ls.Tables
 	st.UnwindTableBytes = ls.RowsUsed * RowBytes
 	st.PythonProcesses = ls.Runtimes[capture.CPython.Name()].Processes
+	st.PythonVersions = ls.Runtimes[capture.CPython.Name()].Versions
 	st.JVMProcesses = ls.Runtimes[capture.HotSpot.Name()].Processes
 	st.V8Processes = ls.Runtimes[capture.V8.Name()].Processes
 	st.ThreadContextProcesses = ls.ThreadContexts.Processes
@@ -402,4 +405,8 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	}
 	st.ContextFailures = st.ContextFailures.Add(now.Sub(t.reportedContext))
 	t.reportedContext = now
+	py := ls.Runtimes[capture.CPython.Name()].Unsupported
+	st.PythonUnsupported += py - t.reportedPythonUnsupported
+	t.reportedPythonUnsupported = py
+	st.PythonUnsupportedErrors = append(st.PythonUnsupportedErrors, t.loader.takeUnsupportedErrors(capture.CPython.Name())...)
 }

@@ -66,7 +66,10 @@ type profilerReceiver struct {
 	scopes    *scopeJoin
 	lastDrain time.Time
 	// unwindGauges are the unwind table gauges last recorded.
-	unwindGauges struct{ tables, bytes, python, jvm, v8, threadCtx, goLabels uint64 }
+	unwindGauges struct {
+		tables, bytes, jvm, v8, threadCtx, goLabels uint64
+		python                                      map[string]uint64 // by version
+	}
 	// pythonUnsymbolized is the symbolizer's count of CPython frames left
 	// without a name, by reason, when last recorded; jvmNamed and v8Named
 	// its counts of Java and JavaScript frames.

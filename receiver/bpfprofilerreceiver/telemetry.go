@@ -2,9 +2,11 @@ package bpfprofilerreceiver // import "github.com/bpfprofiler/bpfprofiler/receiv
 
 import (
 	"context"
+	"maps"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
@@ -73,6 +75,8 @@ const (
 	sourceThreadContext = "thread_context"
 	sourceGoLabels      = "go_labels"
 	attrSource          = "source"
+	// python_processes: the interpreter's version
+	attrVersion = "version"
 
 	// context_processes_failed reasons
 	failureUnresolved  = "unresolved"
@@ -200,11 +204,11 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	}
 	tel.BpfprofilerUnwindTables.Add(ctx, int64(st.UnwindTables)-int64(r.unwindGauges.tables))
 	tel.BpfprofilerUnwindTableBytes.Add(ctx, int64(st.UnwindTableBytes)-int64(r.unwindGauges.bytes))
-	tel.BpfprofilerPythonProcesses.Add(ctx, int64(st.PythonProcesses)-int64(r.unwindGauges.python))
+	r.recordPythonVersions(ctx, st.PythonVersions)
 	tel.BpfprofilerJvmProcesses.Add(ctx, int64(st.JVMProcesses)-int64(r.unwindGauges.jvm))
 	tel.BpfprofilerV8Processes.Add(ctx, int64(st.V8Processes)-int64(r.unwindGauges.v8))
 	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
-	r.unwindGauges.python, r.unwindGauges.jvm, r.unwindGauges.v8 = st.PythonProcesses, st.JVMProcesses, st.V8Processes
+	r.unwindGauges.jvm, r.unwindGauges.v8 = st.JVMProcesses, st.V8Processes
 	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.ThreadContextProcesses)-int64(r.unwindGauges.threadCtx),
 		metric.WithAttributes(attribute.String(attrSource, sourceThreadContext)))
 	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.GoLabelProcesses)-int64(r.unwindGauges.goLabels),
@@ -242,6 +246,13 @@ func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute
 	}
 	if st.PythonStackLost > 0 {
 		tel.BpfprofilerPythonStacksLost.Add(ctx, int64(st.PythonStackLost), metric.WithAttributes(kind))
+	}
+	if st.PythonUnsupported > 0 {
+		tel.BpfprofilerPythonInterpretersUnsupported.Add(ctx, int64(st.PythonUnsupported))
+	}
+	for _, e := range st.PythonUnsupportedErrors {
+		r.settings.Logger.Warn("a CPython interpreter is not walked: its Python frames stay the interpreter's native ones",
+			zap.String("reason", e))
 	}
 }
 
@@ -329,4 +340,21 @@ func (n *runtimeNamed) record(ctx context.Context, st symbolize.Stats, runtime s
 // reportFailed counts one report of signal that could not be built or delivered.
 func (r *profilerReceiver) reportFailed(ctx context.Context, signal string) {
 	r.telemetry.BpfprofilerReportsFailed.Add(ctx, 1, metric.WithAttributes(attribute.String(attrSignal, signal)))
+}
+
+// recordPythonVersions moves the CPython process gauge, one series per
+// interpreter version, to now.
+func (r *profilerReceiver) recordPythonVersions(ctx context.Context, now map[string]uint64) {
+	tel := r.telemetry
+	for v, n := range now {
+		if d := int64(n) - int64(r.unwindGauges.python[v]); d != 0 {
+			tel.BpfprofilerPythonProcesses.Add(ctx, d, metric.WithAttributes(attribute.String(attrVersion, v)))
+		}
+	}
+	for v, n := range r.unwindGauges.python {
+		if _, ok := now[v]; !ok && n > 0 {
+			tel.BpfprofilerPythonProcesses.Add(ctx, -int64(n), metric.WithAttributes(attribute.String(attrVersion, v)))
+		}
+	}
+	r.unwindGauges.python = maps.Clone(now)
 }

@@ -18,17 +18,19 @@ import (
 
 // CPU and off-CPU windows of CPython processes: walks by reason, frames and
 // lost stacks add up by kind, the process gauge ends at the last window's
-// value, and unnamed frames are counted by the symbolizer's increments.
+// value by version (a version gone drops to 0), and unnamed frames are counted by the symbolizer's increments.
 func TestPythonTelemetry(t *testing.T) {
 	tel := componenttest.NewTelemetry()
 	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
 	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(tel))
 	require.NoError(t, err)
 
-	cpu := capture.Stats{PythonFrames: 70, PythonStackLost: 1, PythonProcesses: 3}
+	cpu := capture.Stats{PythonFrames: 70, PythonStackLost: 1, PythonProcesses: 3, PythonUnsupported: 2,
+		PythonUnsupportedErrors: []string{"unsupported CPython 3.16.0: inconsistent _Py_DebugOffsets"},
+		PythonVersions:          map[string]uint64{"3.14": 2, "3.11": 1}}
 	cpu.PythonEnds[capture.PythonRoot] = 5
 	cpu.PythonEnds[capture.PythonNoThread] = 2
-	offCPU := capture.Stats{PythonFrames: 9, PythonProcesses: 2}
+	offCPU := capture.Stats{PythonFrames: 9, PythonProcesses: 2, PythonVersions: map[string]uint64{"3.14": 1, "3.16": 1}}
 	offCPU.PythonEnds[capture.PythonRoot] = 3
 	ctx := context.Background()
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, cpu)
@@ -53,7 +55,14 @@ func TestPythonTelemetry(t *testing.T) {
 	metadatatest.AssertEqualBpfprofilerPythonStacksLost(t, tel, []metricdata.DataPoint[int64]{
 		{Value: 1, Attributes: kind("cpu")},
 	}, metricdatatest.IgnoreTimestamp())
-	metadatatest.AssertEqualBpfprofilerPythonProcesses(t, tel, []metricdata.DataPoint[int64]{{Value: 2}}, metricdatatest.IgnoreTimestamp())
+	version := func(v string) attribute.Set { return attribute.NewSet(attribute.String(attrVersion, v)) }
+	metadatatest.AssertEqualBpfprofilerPythonProcesses(t, tel, []metricdata.DataPoint[int64]{
+		{Value: 1, Attributes: version("3.14")},
+		{Value: 0, Attributes: version("3.11")},
+		{Value: 1, Attributes: version("3.16")},
+	}, metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerPythonInterpretersUnsupported(t, tel, []metricdata.DataPoint[int64]{{Value: 2}},
+		metricdatatest.IgnoreTimestamp())
 	metadatatest.AssertEqualBpfprofilerPythonFramesUnsymbolized(t, tel, []metricdata.DataPoint[int64]{
 		{Value: 3, Attributes: reason("bad_code")},
 		{Value: 1, Attributes: reason("memory")},

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -82,6 +83,11 @@ func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 		p.ViaCframe = 1
 	}
 	return binary.Append(nil, binary.NativeEndian, &p)
+}
+
+// RuntimeVersion is the interpreter's major and minor version ("3.14").
+func (in *Interpreter) RuntimeVersion() string {
+	return fmt.Sprintf("%d.%d", in.Version.Major, in.Version.Minor)
 }
 
 // Process returns what names the Python frames of one process running the

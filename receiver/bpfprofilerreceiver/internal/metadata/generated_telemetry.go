@@ -23,45 +23,46 @@ func Tracer(settings component.TelemetrySettings) trace.Tracer {
 // TelemetryBuilder provides an interface for components to report telemetry
 // as defined in metadata and user config.
 type TelemetryBuilder struct {
-	meter                                  metric.Meter
-	mu                                     sync.Mutex
-	registrations                          []metric.Registration
-	BpfprofilerContextProcesses            metric.Int64UpDownCounter
-	BpfprofilerContextProcessesFailed      metric.Int64Counter
-	BpfprofilerFramesUnsymbolized          metric.Int64Counter
-	BpfprofilerGoLabels                    metric.Int64Counter
-	BpfprofilerGoLabelsLost                metric.Int64Counter
-	BpfprofilerJvmFrames                   metric.Int64Counter
-	BpfprofilerJvmFramesUnsymbolized       metric.Int64Counter
-	BpfprofilerJvmProcesses                metric.Int64UpDownCounter
-	BpfprofilerNewProcessesDropped         metric.Int64Counter
-	BpfprofilerProbeRecords                metric.Int64Counter
-	BpfprofilerProbeRecordsDropped         metric.Int64Counter
-	BpfprofilerProbeSamples                metric.Int64Counter
-	BpfprofilerProbeStacksDropped          metric.Int64Counter
-	BpfprofilerProcessContexts             metric.Int64Counter
-	BpfprofilerProcessReads                metric.Int64Counter
-	BpfprofilerProcessesSeen               metric.Int64Counter
-	BpfprofilerPythonFrames                metric.Int64Counter
-	BpfprofilerPythonFramesUnsymbolized    metric.Int64Counter
-	BpfprofilerPythonProcesses             metric.Int64UpDownCounter
-	BpfprofilerPythonStacksLost            metric.Int64Counter
-	BpfprofilerPythonWalks                 metric.Int64Counter
-	BpfprofilerReportsFailed               metric.Int64Counter
-	BpfprofilerSamplesLost                 metric.Int64Counter
-	BpfprofilerSamplesRecorded             metric.Int64Counter
-	BpfprofilerStacksLost                  metric.Int64Counter
-	BpfprofilerThreadContextAttributesLost metric.Int64Counter
-	BpfprofilerThreadContexts              metric.Int64Counter
-	BpfprofilerUnwindFrames                metric.Int64Counter
-	BpfprofilerUnwindTableBytes            metric.Int64UpDownCounter
-	BpfprofilerUnwindTables                metric.Int64UpDownCounter
-	BpfprofilerUnwindTablesFailed          metric.Int64Counter
-	BpfprofilerUnwindTablesReady           metric.Float64Histogram
-	BpfprofilerUnwindWalks                 metric.Int64Counter
-	BpfprofilerV8Frames                    metric.Int64Counter
-	BpfprofilerV8FramesUnsymbolized        metric.Int64Counter
-	BpfprofilerV8Processes                 metric.Int64UpDownCounter
+	meter                                    metric.Meter
+	mu                                       sync.Mutex
+	registrations                            []metric.Registration
+	BpfprofilerContextProcesses              metric.Int64UpDownCounter
+	BpfprofilerContextProcessesFailed        metric.Int64Counter
+	BpfprofilerFramesUnsymbolized            metric.Int64Counter
+	BpfprofilerGoLabels                      metric.Int64Counter
+	BpfprofilerGoLabelsLost                  metric.Int64Counter
+	BpfprofilerJvmFrames                     metric.Int64Counter
+	BpfprofilerJvmFramesUnsymbolized         metric.Int64Counter
+	BpfprofilerJvmProcesses                  metric.Int64UpDownCounter
+	BpfprofilerNewProcessesDropped           metric.Int64Counter
+	BpfprofilerProbeRecords                  metric.Int64Counter
+	BpfprofilerProbeRecordsDropped           metric.Int64Counter
+	BpfprofilerProbeSamples                  metric.Int64Counter
+	BpfprofilerProbeStacksDropped            metric.Int64Counter
+	BpfprofilerProcessContexts               metric.Int64Counter
+	BpfprofilerProcessReads                  metric.Int64Counter
+	BpfprofilerProcessesSeen                 metric.Int64Counter
+	BpfprofilerPythonFrames                  metric.Int64Counter
+	BpfprofilerPythonFramesUnsymbolized      metric.Int64Counter
+	BpfprofilerPythonInterpretersUnsupported metric.Int64Counter
+	BpfprofilerPythonProcesses               metric.Int64UpDownCounter
+	BpfprofilerPythonStacksLost              metric.Int64Counter
+	BpfprofilerPythonWalks                   metric.Int64Counter
+	BpfprofilerReportsFailed                 metric.Int64Counter
+	BpfprofilerSamplesLost                   metric.Int64Counter
+	BpfprofilerSamplesRecorded               metric.Int64Counter
+	BpfprofilerStacksLost                    metric.Int64Counter
+	BpfprofilerThreadContextAttributesLost   metric.Int64Counter
+	BpfprofilerThreadContexts                metric.Int64Counter
+	BpfprofilerUnwindFrames                  metric.Int64Counter
+	BpfprofilerUnwindTableBytes              metric.Int64UpDownCounter
+	BpfprofilerUnwindTables                  metric.Int64UpDownCounter
+	BpfprofilerUnwindTablesFailed            metric.Int64Counter
+	BpfprofilerUnwindTablesReady             metric.Float64Histogram
+	BpfprofilerUnwindWalks                   metric.Int64Counter
+	BpfprofilerV8Frames                      metric.Int64Counter
+	BpfprofilerV8FramesUnsymbolized          metric.Int64Counter
+	BpfprofilerV8Processes                   metric.Int64UpDownCounter
 }
 
 // TelemetryBuilderOption applies changes to default builder.
@@ -201,9 +202,15 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{frame}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.BpfprofilerPythonInterpretersUnsupported, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_python_interpreters_unsupported",
+		metric.WithDescription("Files holding a CPython interpreter whose frames are not walked: a debug or free-threaded build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.BpfprofilerPythonProcesses, err = builder.meter.Int64UpDownCounter(
 		"otelcol_bpfprofiler_python_processes",
-		metric.WithDescription("Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto). [Development]"),
+		metric.WithDescription("Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version. [Development]"),
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)

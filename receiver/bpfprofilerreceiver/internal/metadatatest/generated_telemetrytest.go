@@ -309,10 +309,26 @@ func AssertEqualBpfprofilerPythonFramesUnsymbolized(t *testing.T, tt *componentt
 	metricdatatest.AssertEqual(t, want, got, opts...)
 }
 
+func AssertEqualBpfprofilerPythonInterpretersUnsupported(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
+	want := metricdata.Metrics{
+		Name:        "otelcol_bpfprofiler_python_interpreters_unsupported",
+		Description: "Files holding a CPython interpreter whose frames are not walked: a debug or free-threaded build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]",
+		Unit:        "{file}",
+		Data: metricdata.Sum[int64]{
+			Temporality: metricdata.CumulativeTemporality,
+			IsMonotonic: true,
+			DataPoints:  dps,
+		},
+	}
+	got, err := tt.GetMetric("otelcol_bpfprofiler_python_interpreters_unsupported")
+	require.NoError(t, err)
+	metricdatatest.AssertEqual(t, want, got, opts...)
+}
+
 func AssertEqualBpfprofilerPythonProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_python_processes",
-		Description: "Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto). [Development]",
+		Description: "Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version. [Development]",
 		Unit:        "{process}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

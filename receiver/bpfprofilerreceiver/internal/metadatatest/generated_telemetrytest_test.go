@@ -37,6 +37,7 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerProcessesSeen.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFrames.Add(context.Background(), 1)
 	tb.BpfprofilerPythonFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerPythonInterpretersUnsupported.Add(context.Background(), 1)
 	tb.BpfprofilerPythonProcesses.Add(context.Background(), 1)
 	tb.BpfprofilerPythonStacksLost.Add(context.Background(), 1)
 	tb.BpfprofilerPythonWalks.Add(context.Background(), 1)
@@ -107,6 +108,9 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerPythonFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPythonInterpretersUnsupported(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerPythonProcesses(t, testTel,
