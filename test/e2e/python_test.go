@@ -146,9 +146,9 @@ service:
 		}
 	})
 
-	// The newest pyenv interpreter on its own, Debian's static one in a
-	// child pid namespace (with one interpreter, it runs both).
-	direct, nested := interpreters[max(len(interpreters)-2, 0)], interpreters[len(interpreters)-1]
+	// The newest interpreter (Debian sid's) on its own, Debian 12's static
+	// one in a child pid namespace (with one interpreter, it runs both).
+	direct, nested := interpreterNamed(interpreters, "sid-"), interpreterNamed(interpreters, "debian-")
 	p1 := testutil.StartPython(t, direct, "fib", "60")
 	unshare := testutil.StartChild(t, exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60"))
 	p2 := childOf(t, unshare.Pid())
@@ -234,4 +234,15 @@ func childOf(t *testing.T, pid int) int {
 	// Give it the time to start running Python.
 	time.Sleep(500 * time.Millisecond)
 	return child
+}
+
+// interpreterNamed returns the last interpreter whose name starts with
+// prefix, or the last of all when none does.
+func interpreterNamed(interpreters []testutil.Interpreter, prefix string) testutil.Interpreter {
+	for i := len(interpreters) - 1; i >= 0; i-- {
+		if strings.HasPrefix(interpreters[i].Name, prefix) {
+			return interpreters[i]
+		}
+	}
+	return interpreters[len(interpreters)-1]
 }

@@ -73,7 +73,7 @@ func TestCollectorNamesRuntimesByContent(t *testing.T) {
 	pywork := testutil.Workload(t, "pywork.py")
 	// Debian's holds CPython in its executable, pyenv's in libpython
 	// (found by the executable's absolute run path).
-	debian, pyenv := interpreters[len(interpreters)-1], interpreters[max(len(interpreters)-2, 0)]
+	debian, pyenv := interpreterNamed(interpreters, "debian-"), interpreterNamed(interpreters, "3.")
 	start(debian.Name+" copied as pyservice", py, copyExecutable(t, debian.Path, filepath.Join(dir, "usr", "local", "bin", "pyservice")), pywork, "fib", "600")
 	if pyenv != debian {
 		start(pyenv.Name+" copied as pyworker", py, copyExecutable(t, pyenv.Path, filepath.Join(dir, "home", "app", "bin", "pyworker")), pywork, "fib", "600")
