@@ -32,7 +32,11 @@ func Interpreters(t testing.TB) []Interpreter {
 	if list := os.Getenv(PythonsEnv); list != "" {
 		var out []Interpreter
 		for _, p := range strings.Split(list, ",") {
-			out = append(out, Interpreter{Name: filepath.Base(p), Path: p})
+			name, path, named := strings.Cut(p, "=")
+			if !named {
+				name, path = filepath.Base(p), p
+			}
+			out = append(out, Interpreter{Name: name, Path: path})
 		}
 		return out
 	}
@@ -74,7 +78,8 @@ func Interpreters(t testing.TB) []Interpreter {
 }
 
 // PythonsEnv, when set, lists the interpreters Interpreters returns
-// (comma-separated paths): the kernel matrix's guests have Debian's only.
+// (comma-separated paths, each optionally named: "debian-3.11=/usr/bin/
+// python3.11"): the kernel matrix's guests have Debian's and sid's newest.
 const PythonsEnv = "BPFPROFILER_PYTHONS"
 
 // DebianPython is Debian 12's CPython.
@@ -116,19 +121,32 @@ var SidPythonVersions = []string{"3.14", "3.15"}
 // or patchelf the test is skipped, or fails under RequireBPFEnv.
 func SidPython(t testing.TB, version string) Interpreter {
 	t.Helper()
-	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[runtime.GOARCH]
-	loader := map[string]string{"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}[runtime.GOARCH]
-	if triplet == "" {
-		SkipOrFail(t, "no Debian CPython for %s", runtime.GOARCH)
+	in, _, err := SidPythonOf(runtime.GOARCH, version)
+	if err != nil {
+		SkipOrFail(t, "Debian sid's CPython %s: %v", version, err)
 	}
-	root := DebianRoot(t, Sid, runtime.GOARCH, "python"+version,
-		"python"+version+"-minimal", "libpython"+version+"-minimal", "libc6")
+	return in
+}
+
+// SidPythonOf is SidPython for the architecture arch ("amd64", "arm64"):
+// the interpreter and the directory its files (and its glibc) are in.
+func SidPythonOf(arch, version string) (Interpreter, string, error) {
+	triplet := map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}[arch]
+	loader := map[string]string{"amd64": "ld-linux-x86-64.so.2", "arm64": "ld-linux-aarch64.so.1"}[arch]
+	if triplet == "" {
+		return Interpreter{}, "", fmt.Errorf("no Debian CPython for %s", arch)
+	}
+	root, err := debianUnpack(Sid, Sid.cacheDir(arch), arch, "python"+version,
+		[]string{"python" + version + "-minimal", "libpython" + version + "-minimal", "libc6"})
+	if err != nil {
+		return Interpreter{}, "", err
+	}
 	lib := filepath.Join(root, "usr/lib", triplet)
 	path := filepath.Join(root, "usr/bin", "python"+version)
 	if err := pointAtLibc(path, filepath.Join(lib, loader), lib); err != nil {
-		SkipOrFail(t, "sid CPython %s: %v", version, err)
+		return Interpreter{}, "", err
 	}
-	return Interpreter{Name: "sid-" + version, Path: path}
+	return Interpreter{Name: "sid-" + version, Path: path}, root, nil
 }
 
 // pointAtLibc sets the ELF interpreter of the program at path to loader

@@ -199,6 +199,10 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err != nil {
 		return nil, fmt.Errorf("copy Debian's CPython: %w", err)
 	}
+	sid, err := copySidPython(root, a)
+	if err != nil {
+		return nil, fmt.Errorf("copy Debian sid's CPython %s: %w", guestSidPython, err)
+	}
 	var java []string
 	if a.host() { // the host's OpenJDK; the java check runs on amd64 alone
 		if java, err = copyJava(root); err != nil {
@@ -208,7 +212,7 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err := copyLibraries(ctx, root, u, append(append(bins, python...), java...)); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name))), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name), sid)), 0o755); err != nil {
 		return nil, err
 	}
 	p := &payload{arch: a, root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
@@ -283,6 +287,45 @@ func copyPython(root string, u userland) ([]string, error) {
 		return nil, err
 	}
 	return []string{python}, nil
+}
+
+// guestSidPython is the newer CPython of the guests: Debian sid's, with
+// sid's glibc (testutil.SidPython).
+const guestSidPython = "3.14"
+
+// copySidPython copies Debian sid's CPython guestSidPython for a, its
+// standard library and sid's glibc into root at the path they have here
+// (the interpreter names its glibc by absolute path), and returns the
+// interpreter.
+func copySidPython(root string, a *arch) (testutil.Interpreter, error) {
+	in, dir, err := testutil.SidPythonOf(a.name, guestSidPython)
+	if err != nil {
+		return in, err
+	}
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, path)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o755)
+		case d.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return copyFile(path, dst, info.Mode().Perm())
+		}
+		return nil
+	})
+	return in, err
 }
 
 // copyLibraries copies the shared libraries (and the dynamic loader) that
@@ -411,7 +454,7 @@ func testEnv(root string) []string {
 
 // initScript is the guest's /init: mount what the collector reads, run each
 // of checks' tests, print the markers, power off.
-func initScript(a *arch, checks []check) string {
+func initScript(a *arch, checks []check, sid testutil.Interpreter) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
 export PATH=/bin HOME=/tmp TMPDIR=/tmp
@@ -429,8 +472,8 @@ hostname kernel-matrix
 	for _, e := range testEnv("/") {
 		fmt.Fprintf(&b, "export %s\n", e)
 	}
-	// No pyenv in the guest: Debian's CPython only.
-	fmt.Fprintf(&b, "export %s=%s\n", testutil.PythonsEnv, guestPython)
+	// No pyenv in the guest: Debian's CPython and sid's.
+	fmt.Fprintf(&b, "export %s=debian-3.11=%s,%s=%s\n", testutil.PythonsEnv, guestPython, sid.Name, sid.Path)
 	patience := max(a.patience, 1)
 	fmt.Fprintf(&b, "export %s=%d\n", testutil.PatienceEnv, patience)
 	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)

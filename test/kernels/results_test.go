@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 func TestParseRun(t *testing.T) {
@@ -196,7 +198,7 @@ func TestInitScriptTimeouts(t *testing.T) {
 		{1, "TestCollectorCarriesGoLabels", "-test.timeout=8m -test.run '^TestCollectorCarriesGoLabels$'"},
 		{3, "TestCollectorCarriesGoLabels", "-test.timeout=24m -test.run '^TestCollectorCarriesGoLabels$'"},
 	} {
-		script := initScript(&arch{name: "amd64", patience: tc.patience}, checks)
+		script := initScript(&arch{name: "amd64", patience: tc.patience}, checks, testutil.Interpreter{Name: "sid-3.14", Path: "/sid/python3.14"})
 		if !strings.Contains(script, tc.want) {
 			t.Errorf("patience %d: the init script has no %q", tc.patience, tc.want)
 		}
