@@ -209,6 +209,11 @@ static __always_inline int python_step(const struct python_proc *p, struct pytho
 	word = (code & PY_FRAME_ADDR_MASK) | ((u64)instr << PY_FRAME_ADDR_BITS);
 	if (p->entry_kind == PY_ENTRY_EVERY_FRAME || (p->entry_kind == PY_ENTRY_FLAG && owner))
 		word |= PY_FRAME_EVAL_ENTRY;
+	/* Checked again where it is used: 5.10's verifier loses the bound of a
+	 * 32-bit value spilled to the stack (barrier: the compiler keeps this). */
+	barrier_var(count);
+	if (count >= MAX_STACK_DEPTH)
+		return 1;
 	frames[count] = word;
 	w->count = count + 1;
 next:

@@ -159,15 +159,17 @@ service:
 	want := pyworkChain(lines)
 	fibLine := int64(lines["fib_recurse"])
 	// The first samples of a process come before its tables and
-	// interpreter are loaded: the reports of the first 4 s are left out.
+	// interpreter are loaded (and, in a slow guest, while it still imports
+	// its modules): the reports up to 4 s after both were first walked
+	// whole are left out, by the windows' own times (a slow guest's
+	// reports lag behind).
 	require.Eventually(t, func() bool {
-		_, a, _ := pythonChain(otlp.all(), p1.Process.Pid, fibLine, want)
-		_, b, _ := pythonChain(otlp.all(), p2, fibLine, want)
+		a, _, _ := pythonChain(otlp.all(), p1.Process.Pid, fibLine, want)
+		b, _, _ := pythonChain(otlp.all(), p2, fibLine, want)
 		return a > 0 && b > 0
-	}, 60*time.Second, 100*time.Millisecond, "no samples of the Python processes")
-	time.Sleep(4 * time.Second)
-	skip := len(otlp.all())
-	later := func() []pprofile.Profiles { return otlp.all()[skip:] }
+	}, testutil.Patient(60*time.Second), 100*time.Millisecond, "no samples of the Python processes walked whole")
+	from := latestWindow(otlp.all()).Add(4 * time.Second)
+	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
 	require.Eventually(t, func() bool {
 		_, a, _ := pythonChain(later(), p1.Process.Pid, fibLine, want)
 		_, b, _ := pythonChain(later(), p2, fibLine, want)
@@ -245,4 +247,41 @@ func interpreterNamed(interpreters []testutil.Interpreter, prefix string) testut
 		}
 	}
 	return interpreters[len(interpreters)-1]
+}
+
+// latestWindow returns the start of the latest profile window received.
+func latestWindow(received []pprofile.Profiles) time.Time {
+	var latest time.Time
+	for _, pd := range received {
+		if t := windowOf(pd); t.After(latest) {
+			latest = t
+		}
+	}
+	return latest
+}
+
+// windowsFrom returns the reports whose window starts at from or later.
+func windowsFrom(received []pprofile.Profiles, from time.Time) []pprofile.Profiles {
+	var out []pprofile.Profiles
+	for _, pd := range received {
+		if !windowOf(pd).Before(from) {
+			out = append(out, pd)
+		}
+	}
+	return out
+}
+
+// windowOf returns the earliest start of the profiles of one report.
+func windowOf(pd pprofile.Profiles) time.Time {
+	var first time.Time
+	for _, rp := range pd.ResourceProfiles().All() {
+		for _, sp := range rp.ScopeProfiles().All() {
+			for _, prof := range sp.Profiles().All() {
+				if t := prof.Time().AsTime(); first.IsZero() || t.Before(first) {
+					first = t
+				}
+			}
+		}
+	}
+	return first
 }
