@@ -24,69 +24,57 @@ const (
 	maxStructSize = 1 << 24
 )
 
+// Groups of _Py_DebugOffsets, "name: field field ...", as more than one
+// version has them.
+const (
+	dbgRuntime    = "runtime_state: size finalizing interpreters_head"
+	dbgInterp314  = "interpreter_state: size id next threads_head threads_main gc imports_modules sysdict builtins ceval_gil gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked gil_runtime_state_holder code_object_generation tlbc_generation"
+	dbgThread313  = "thread_state: size prev next interp current_frame thread_id native_thread_id datastack_chunk status"
+	dbgFrame314   = "interpreter_frame: size previous executable instr_ptr localsplus owner stackpointer tlbc_index"
+	dbgCode314    = "code_object: size filename name qualname linetable firstlineno argcount localsplusnames localspluskinds co_code_adaptive co_tlbc"
+	dbgObject     = "pyobject: size ob_type"
+	dbgTuple      = "tuple_object: size ob_item ob_size"
+	dbgList       = "list_object: size ob_item ob_size"
+	dbgSet        = "set_object: size used table mask"
+	dbgDict       = "dict_object: size ma_keys ma_values"
+	dbgFloat      = "float_object: size ob_fval"
+	dbgLong       = "long_object: size lv_tag ob_digit"
+	dbgBytes      = "bytes_object: size ob_size ob_sval"
+	dbgGen        = "gen_object: size gi_name gi_iframe gi_frame_state"
+	dbgListNode   = "llist_node: next prev"
+	dbgDebugger   = "debugger_support: eval_breaker remote_debugger_support remote_debugging_enabled debugger_pending_call debugger_script_path debugger_script_path_size"
+	dbgType313    = "type_object: size tp_name tp_repr tp_flags"
+	dbgUnicode313 = "unicode_object: size state length asciiobject_size"
+	dbgGC313      = "gc: size collecting"
+)
+
 // debugLayouts are the groups of _Py_DebugOffsets after its header, in
-// order, by minor version; each group is "name: field field ...".
+// order, by minor version.
 var debugLayouts = map[int][]string{
 	13: {
-		"runtime_state: size finalizing interpreters_head",
+		dbgRuntime,
 		"interpreter_state: size id next threads_head gc imports_modules sysdict builtins ceval_gil gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked gil_runtime_state_holder",
-		"thread_state: size prev next interp current_frame thread_id native_thread_id datastack_chunk status",
+		dbgThread313,
 		"interpreter_frame: size previous executable instr_ptr localsplus owner",
 		"code_object: size filename name qualname linetable firstlineno argcount localsplusnames localspluskinds co_code_adaptive",
-		"pyobject: size ob_type",
-		"type_object: size tp_name tp_repr tp_flags",
-		"tuple_object: size ob_item ob_size",
-		"list_object: size ob_item ob_size",
-		"dict_object: size ma_keys ma_values",
-		"float_object: size ob_fval",
-		"long_object: size lv_tag ob_digit",
-		"bytes_object: size ob_size ob_sval",
-		"unicode_object: size state length asciiobject_size",
-		"gc: size collecting",
+		dbgObject, dbgType313, dbgTuple, dbgList, dbgDict, dbgFloat, dbgLong, dbgBytes, dbgUnicode313, dbgGC313,
 	},
 	14: {
-		"runtime_state: size finalizing interpreters_head",
-		"interpreter_state: size id next threads_head threads_main gc imports_modules sysdict builtins ceval_gil gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked gil_runtime_state_holder code_object_generation tlbc_generation",
-		"thread_state: size prev next interp current_frame thread_id native_thread_id datastack_chunk status",
-		"interpreter_frame: size previous executable instr_ptr localsplus owner stackpointer tlbc_index",
-		"code_object: size filename name qualname linetable firstlineno argcount localsplusnames localspluskinds co_code_adaptive co_tlbc",
-		"pyobject: size ob_type",
-		"type_object: size tp_name tp_repr tp_flags",
-		"tuple_object: size ob_item ob_size",
-		"list_object: size ob_item ob_size",
-		"set_object: size used table mask",
-		"dict_object: size ma_keys ma_values",
-		"float_object: size ob_fval",
-		"long_object: size lv_tag ob_digit",
-		"bytes_object: size ob_size ob_sval",
-		"unicode_object: size state length asciiobject_size",
-		"gc: size collecting",
-		"gen_object: size gi_name gi_iframe gi_frame_state",
-		"llist_node: next prev",
-		"debugger_support: eval_breaker remote_debugger_support remote_debugging_enabled debugger_pending_call debugger_script_path debugger_script_path_size",
+		dbgRuntime, dbgInterp314, dbgThread313, dbgFrame314, dbgCode314,
+		dbgObject, dbgType313, dbgTuple, dbgList, dbgSet, dbgDict, dbgFloat, dbgLong, dbgBytes, dbgUnicode313, dbgGC313,
+		dbgGen, dbgListNode, dbgDebugger,
 	},
 	15: {
-		"runtime_state: size finalizing interpreters_head",
-		"interpreter_state: size id next threads_head threads_main gc imports_modules sysdict builtins ceval_gil gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked gil_runtime_state_holder code_object_generation tlbc_generation",
+		dbgRuntime, dbgInterp314,
 		"thread_state: size prev next interp current_frame base_frame last_profiled_frame last_profiled_frame_seq thread_id native_thread_id datastack_chunk status holds_gil gil_requested current_exception exc_state",
 		"err_stackitem: exc_value",
-		"interpreter_frame: size previous executable instr_ptr localsplus owner stackpointer tlbc_index",
-		"code_object: size filename name qualname linetable firstlineno argcount localsplusnames localspluskinds co_code_adaptive co_tlbc",
-		"pyobject: size ob_type",
+		dbgFrame314, dbgCode314, dbgObject,
 		"type_object: size tp_name tp_repr tp_flags tp_basicsize tp_dictoffset",
 		"heap_type_object: size ht_cached_keys",
-		"tuple_object: size ob_item ob_size",
-		"list_object: size ob_item ob_size",
-		"set_object: size used table mask",
-		"dict_object: size ma_keys ma_values",
-		"float_object: size ob_fval",
-		"long_object: size lv_tag ob_digit",
-		"bytes_object: size ob_size ob_sval",
+		dbgTuple, dbgList, dbgSet, dbgDict, dbgFloat, dbgLong, dbgBytes,
 		"unicode_object: size state length asciiobject_size compactunicodeobject_size",
 		"gc: size collecting frame generation_stats_size generation_stats",
-		"gen_object: size gi_name gi_iframe gi_frame_state",
-		"llist_node: next prev",
-		"debugger_support: eval_breaker remote_debugger_support remote_debugging_enabled debugger_pending_call debugger_script_path debugger_script_path_size",
+		dbgGen, dbgListNode, dbgDebugger,
 	},
 }
 

@@ -52,46 +52,8 @@ var offsetsByMinor = map[int]Offsets{
 
 	// 3.8.18: the same structs as 3.9 at the same offsets (3.8's code
 	// object gained co_posonlyargcount, 3.9's frame nothing the walk reads).
-	8: objectLayout(Offsets{
-		RuntimeInterpretersHead: 32,  // pyruntimestate.interpreters.head
-		InterpThreadsHead:       8,   // _is.tstate_head
-		ThreadNext:              8,   // _ts.next
-		ThreadID:                176, // _ts.thread_id
-		ThreadFrame:             24,  // _ts.frame
-		FramePrevious:           24,  // _frame.f_back
-		FrameCode:               32,  // _frame.f_code
-		FrameInstruction:        104, // _frame.f_lasti (int, bytes)
-		InstructionKind:         InstructionByteOffset,
-		EntryKind:               EntryEveryFrame,
-		CodeFilename:            104, // co_filename
-		CodeName:                112, // co_name
-		CodeFirstLineNo:         40,  // co_firstlineno
-		CodeLineTable:           120, // co_lnotab
-		CodeCode:                48,  // co_code
-		CodeSize:                176, // sizeof(PyCodeObject)
-	}, 48, 72),
-
-	// 3.9.18: struct pyruntimestate, struct _is, struct _ts, struct _frame
-	// (PyFrameObject), PyCodeObject; sizeof(PyASCIIObject) 48,
-	// sizeof(PyCompactUnicodeObject) 72.
-	9: objectLayout(Offsets{
-		RuntimeInterpretersHead: 32,  // pyruntimestate.interpreters.head
-		InterpThreadsHead:       8,   // _is.tstate_head
-		ThreadNext:              8,   // _ts.next
-		ThreadID:                176, // _ts.thread_id
-		ThreadFrame:             24,  // _ts.frame
-		FramePrevious:           24,  // _frame.f_back
-		FrameCode:               32,  // _frame.f_code
-		FrameInstruction:        104, // _frame.f_lasti (int, bytes)
-		InstructionKind:         InstructionByteOffset,
-		EntryKind:               EntryEveryFrame,
-		CodeFilename:            104, // co_filename
-		CodeName:                112, // co_name
-		CodeFirstLineNo:         40,  // co_firstlineno
-		CodeLineTable:           120, // co_lnotab
-		CodeCode:                48,  // co_code
-		CodeSize:                176, // sizeof(PyCodeObject)
-	}, 48, 72),
+	8: offsets39,
+	9: offsets39,
 
 	// 3.10.13: the same structs as 3.9; f_lasti counts code units and
 	// co_linetable replaces co_lnotab.
@@ -166,6 +128,29 @@ var offsetsByMinor = map[int]Offsets{
 		CodeSize:                192, // up to co_code_adaptive
 	}, 40, 56),
 }
+
+// offsets39 are the offsets of 3.8 and 3.9.
+// 3.9.18: struct pyruntimestate, struct _is, struct _ts, struct _frame
+// (PyFrameObject), PyCodeObject; sizeof(PyASCIIObject) 48,
+// sizeof(PyCompactUnicodeObject) 72.
+var offsets39 = objectLayout(Offsets{
+	RuntimeInterpretersHead: 32,  // pyruntimestate.interpreters.head
+	InterpThreadsHead:       8,   // _is.tstate_head
+	ThreadNext:              8,   // _ts.next
+	ThreadID:                176, // _ts.thread_id
+	ThreadFrame:             24,  // _ts.frame
+	FramePrevious:           24,  // _frame.f_back
+	FrameCode:               32,  // _frame.f_code
+	FrameInstruction:        104, // _frame.f_lasti (int, bytes)
+	InstructionKind:         InstructionByteOffset,
+	EntryKind:               EntryEveryFrame,
+	CodeFilename:            104, // co_filename
+	CodeName:                112, // co_name
+	CodeFirstLineNo:         40,  // co_firstlineno
+	CodeLineTable:           120, // co_lnotab
+	CodeCode:                48,  // co_code
+	CodeSize:                176, // sizeof(PyCodeObject)
+}, 48, 72)
 
 // offsetsFor returns the offsets of version v.
 func offsetsFor(v Version) (Offsets, bool) {
