@@ -136,8 +136,10 @@ func (ef *elfFile) symbol(vaddr uint64) string {
 		ef.symsBuilt = true
 		for _, src := range ef.symSrc {
 			if ef.syms = functionTable(src); len(ef.syms.entries) > 0 {
-				if f, _, err := newELF(ef.data); err == nil {
-					ef.parts = findSplitParts(f, &ef.syms, src)
+				if definesEntryFunction(src) { // parsed again only for the files that need it
+					if f, _, err := newELF(ef.data); err == nil {
+						ef.parts = findSplitParts(f, &ef.syms, src)
+					}
 				}
 				break
 			}

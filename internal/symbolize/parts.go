@@ -24,6 +24,16 @@ var entryFunctions = func() []string {
 	return names
 }()
 
+// definesEntryFunction says whether src defines one of entryFunctions.
+func definesEntryFunction(src rawSymbols) bool {
+	for _, name := range entryFunctions {
+		if _, ok := src.findSym(name); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // maxEntryFunctionBytes bounds the code of an entry function decoded.
 const maxEntryFunctionBytes = 1 << 20
 
