@@ -5,10 +5,15 @@
 // so a tracer can be attached first. At exit it prints, per function, the
 // off-CPU time it measured itself: the CLOCK_MONOTONIC time around each
 // sleep less the thread's CPU time in it (the system call's own cost, large
-// under emulation), i.e. the time from going to sleep until running again:
-//   <function> <total ns> <sleeps> <ns in sleeps >= 1 ms> <sleeps >= 1 ms>
-// (the last two let a test with min_block 1ms tell which short sleeps a busy
-// machine stretched past the threshold)
+// under emulation), i.e. the time from going to sleep until running again,
+// and the wall time around the sleeps:
+//   <function> <total ns> <sleeps> <ns in sleeps >= 1 ms> <sleeps >= 1 ms> <wall ns>
+// (the middle two let a test with min_block 1ms tell which short sleeps a
+// busy machine stretched past the threshold). A tracer's switch-out to
+// switch-in time lies between the two totals: the CPU time subtracted
+// includes the scheduler's and the tracer's own work at the switch-in, which
+// the kernel charges to the thread though it was not yet running its code
+// (microseconds natively, far more under emulation).
 // and, for the migration mode, "cross_cpu_wakeups <n>"; then "done". It
 // exits when stdin is closed, so its maps stay readable until then.
 //
@@ -67,10 +72,11 @@ static inline __attribute__((always_inline)) long raw_nanosleep(const struct tim
 
 struct sleeper {
 	const char *name;
-	uint64_t (*fn)(uint64_t ns);
+	uint64_t (*fn)(uint64_t ns, uint64_t *wall);
 	uint64_t ns;
 	long iterations;
 	uint64_t total_ns;
+	uint64_t wall_ns;
 	long sleeps;
 	uint64_t over_ns; /* in sleeps of at least OVER_NS */
 	long over;
@@ -79,19 +85,21 @@ struct sleeper {
 
 /*
  * Each sleep_* blocks once for ns and returns the time it was off the CPU:
- * the wall time around the sleep less the thread's CPU time in it.
+ * the wall time around the sleep (also stored in *wall) less the thread's
+ * CPU time in it.
  */
-#define SLEEPER(name)                                                     \
-	__attribute__((noinline)) uint64_t name(uint64_t ns)              \
-	{                                                                 \
-		struct timespec req = {ns / 1000000000u, ns % 1000000000u}; \
-		uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);          \
-		uint64_t t0 = now_ns();                                   \
-		raw_nanosleep(&req);                                      \
-		uint64_t t1 = now_ns();                                   \
-		uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);          \
-		__asm__ volatile("" ::: "memory");                        \
-		return (t1 - t0) - (c1 - c0);                             \
+#define SLEEPER(name)                                                       \
+	__attribute__((noinline)) uint64_t name(uint64_t ns, uint64_t *wall) \
+	{                                                                   \
+		struct timespec req = {ns / 1000000000u, ns % 1000000000u};   \
+		uint64_t c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);            \
+		uint64_t t0 = now_ns();                                     \
+		raw_nanosleep(&req);                                        \
+		uint64_t t1 = now_ns();                                     \
+		uint64_t c1 = clock_ns(CLOCK_THREAD_CPUTIME_ID);            \
+		__asm__ volatile("" ::: "memory");                          \
+		*wall = t1 - t0;                                            \
+		return *wall > c1 - c0 ? *wall - (c1 - c0) : 0;             \
 	}
 
 SLEEPER(sleep_long)
@@ -111,8 +119,10 @@ static void *run(void *arg)
 	pthread_setschedparam(pthread_self(), SCHED_FIFO, &prio);
 	for (long i = 0; i < s->iterations; i++) {
 		int before = sched_getcpu();
-		uint64_t d = s->fn(s->ns);
+		uint64_t wall;
+		uint64_t d = s->fn(s->ns, &wall);
 		s->total_ns += d;
+		s->wall_ns += wall;
 		s->sleeps++;
 		if (d >= OVER_NS) {
 			s->over_ns += d;
@@ -195,8 +205,8 @@ int main(int argc, char **argv)
 		printf("cross_cpu_wakeups %ld\n", s[0].cross_cpu);
 	}
 	for (int i = 0; i < threads; i++)
-		printf("%s %llu %ld %llu %ld\n", s[i].name, (unsigned long long)s[i].total_ns, s[i].sleeps,
-		       (unsigned long long)s[i].over_ns, s[i].over);
+		printf("%s %llu %ld %llu %ld %llu\n", s[i].name, (unsigned long long)s[i].total_ns, s[i].sleeps,
+		       (unsigned long long)s[i].over_ns, s[i].over, (unsigned long long)s[i].wall_ns);
 	printf("done\n");
 	fflush(stdout);
 	/* Stay alive (maps readable for symbolization) until stdin closes. */
