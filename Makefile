@@ -133,15 +133,16 @@ kernel-tools:
 # debug files, libc6-dbg is libc's debug file (start_thread is only there),
 # util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
 # (the Python unwinder's tests also run pyenv's 3.7-3.13 where the machine
-# has them, and Debian sid's 3.14 and 3.15, which patchelf points at sid's
-# glibc), gdb reads CPython's struct layouts for internal/runtimes/cpython's
+# has them, Debian sid's 3.14 and 3.15, which patchelf points at sid's
+# glibc, and a free-threaded 3.14 built once with make and zlib1g-dev's
+# headers), gdb reads CPython's struct layouts for internal/runtimes/cpython's
 # oracle, openjdk-17-jdk-headless runs the Java tests (javac compiles the
 # Java workloads for the kernel matrix's guests), gcc-aarch64-linux-gnu and
 # qemu-user-static build and run the arm64 builds of the thread context and
 # Go labels fixtures. No test needs bpftool, bpftrace or clang.
 test-tools:
 	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb openjdk-17-jdk-headless \
-		gcc-aarch64-linux-gnu qemu-user-static patchelf)
+		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }

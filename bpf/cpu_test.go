@@ -35,8 +35,8 @@ func TestCpuSpecLayout(t *testing.T) {
 	if m := spec.Maps[CpuMapContextPids]; m != nil && m.MaxEntries != 1<<22/64 {
 		t.Errorf("context_pids has %d words, want PID_MAX_LIMIT's %d", m.MaxEntries, 1<<22/64)
 	}
-	if got := unsafe.Sizeof(CpuPythonProc{}); got != 56 {
-		t.Errorf("python_proc is %d bytes, want 56 (explicit padding only)", got)
+	if got := unsafe.Sizeof(CpuPythonProc{}); got != 64 {
+		t.Errorf("python_proc is %d bytes, want 64 (explicit padding only)", got)
 	}
 	if got := unsafe.Sizeof(CpuStackKey{}); got != 64 {
 		t.Errorf("stack_key is %d bytes, want 64 (explicit padding only)", got)

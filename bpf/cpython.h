@@ -76,6 +76,9 @@ struct python_proc {
 	u32 frame_instruction;
 	u32 frame_owner;
 	u32 code_adaptive;
+	/* Free-threaded builds: where a frame's copy of the bytecode is. */
+	u32 frame_tlbc_index; /* _PyInterpreterFrame.tlbc_index (int32) */
+	u32 code_tlbc;	      /* PyCodeObject.co_tlbc (_PyCodeArray *); 0: not free-threaded */
 	u8 via_cframe; /* thread_frame points at a _PyCFrame (3.11/3.12) */
 	u8 instruction_kind;
 	u8 entry_kind;
@@ -133,14 +136,41 @@ static __always_inline u64 python_thread_state(const struct python_proc *p, u64 
 	return 0;
 }
 
+/* Copies of a code object's bytecode a free-threaded build keeps, at most. */
+#define PY_MAX_TLBC (1 << 20)
+
+/*
+ * The bytecode frame f runs: the code object's own (at code_adaptive), or
+ * in a free-threaded build the copy of index tlbc_index, which its
+ * co_tlbc array (_PyCodeArray: size, then pointers) holds. 0: unreadable.
+ */
+static __always_inline u64 python_bytecode(const struct python_proc *p, u64 f, u64 code)
+{
+	u64 array = 0, base = 0;
+	s64 size = 0;
+	s32 index = 0;
+
+	if (!p->code_tlbc)
+		return code + p->code_adaptive;
+	if (py_read(&index, sizeof(index), f + p->frame_tlbc_index) || index < 0)
+		return 0;
+	if (index == 0) /* entry 0 is the code object's own */
+		return code + p->code_adaptive;
+	if (py_read(&array, sizeof(array), code + p->code_tlbc) || !array || py_read(&size, sizeof(size), array) ||
+	    size > PY_MAX_TLBC || index >= size || py_read(&base, sizeof(base), array + 8 + 8 * (u64)index))
+		return 0;
+	return base;
+}
+
 /* The instruction (code units) frame f of code object code is at; < 0: not started. */
 static __always_inline s64 python_instruction(const struct python_proc *p, u64 f, u64 code)
 {
 	s32 lasti = 0;
-	u64 ptr = 0, base = code + p->code_adaptive;
+	u64 ptr = 0, base;
 
 	if (p->instruction_kind == PY_INSTR_POINTER) {
-		if (py_read(&ptr, sizeof(ptr), f + p->frame_instruction) || ptr < base)
+		base = python_bytecode(p, f, code);
+		if (!base || py_read(&ptr, sizeof(ptr), f + p->frame_instruction) || ptr < base)
 			return -1;
 		return (ptr - base) / 2;
 	}

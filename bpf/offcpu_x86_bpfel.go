@@ -140,6 +140,8 @@ type OffcpuPythonProc struct {
 	FrameInstruction   uint32
 	FrameOwner         uint32
 	CodeAdaptive       uint32
+	FrameTlbcIndex     uint32
+	CodeTlbc           uint32
 	ViaCframe          uint8
 	InstructionKind    uint8
 	EntryKind          uint8

@@ -168,6 +168,7 @@ func TestPythonFrames(t *testing.T) {
 			t.Run("fib", func(t *testing.T) { testPythonFib(t, in, sym, lines, "fib") })
 			t.Run("pool", func(t *testing.T) { testPythonFib(t, in, sym, lines, "pool") })
 			t.Run("split", func(t *testing.T) { testPythonSplit(t, in, sym) })
+			t.Run("threads", func(t *testing.T) { testPythonThreads(t, in, sym, lines) })
 			t.Run("zlib", func(t *testing.T) { testPythonZlib(t, in, sym, lines) })
 		})
 	}
@@ -190,6 +191,45 @@ func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symboli
 	}
 	if share < 0.95 {
 		t.Errorf("%.1f%% of samples whole, want >= 95%%; e.g. %s", 100*share, example)
+	}
+}
+
+// testPythonThreads: two threads run fib at once; each one's samples show
+// fib <- work <- worker <- threading's frames at their lines.
+func testPythonThreads(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer, lines map[string]int) {
+	cmd := testutil.StartPython(t, in, "threads", "30")
+	pid := uint32(cmd.Process.Pid)
+	samples, st := samplePython(t, pid, sym)
+	thread := func(name string) pyFrame { // a method of threading.Thread, any line
+		if in.Minor() >= 11 {
+			name = "Thread." + name
+		}
+		return pyFrame{name, 0}
+	}
+	chain := pyChain{
+		leaf:   pyFrame{"fib", 0},
+		repeat: pyFrame{"fib", lines["fib_recurse"]},
+		rest: []pyFrame{{"work", lines["work_call"]}, {"worker", lines["worker_call"]},
+			thread("run"), thread("_bootstrap_inner"), thread("_bootstrap")},
+	}
+	tids := map[uint32]bool{}
+	for _, s := range samples {
+		if s.TID != pid {
+			tids[s.TID] = true
+		}
+	}
+	if len(tids) != 2 {
+		t.Fatalf("samples of threads %v besides the main thread, want 2", tids)
+	}
+	for tid := range tids {
+		share, total, example := pythonShare(samples, tid, chain)
+		t.Logf("thread %d: %.1f%% of %d samples whole; python walks %v, %d frames", tid, 100*share, total, st.PythonEnds, st.PythonFrames)
+		if total < 100 {
+			t.Errorf("thread %d: %d samples, want 100", tid, total)
+		}
+		if share < 0.95 {
+			t.Errorf("thread %d: %.1f%% of samples whole, want >= 95%%; e.g. %s", tid, 100*share, example)
+		}
 	}
 }
 

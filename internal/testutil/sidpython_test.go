@@ -20,3 +20,14 @@ func TestSidPython(t *testing.T) {
 		})
 	}
 }
+
+// The free-threaded build runs without the GIL, zlib included (the Python
+// tests compress with it).
+func TestFreeThreadedPython(t *testing.T) {
+	in := FreeThreadedPython(t)
+	out, err := RunWithin(exec.Command(in.Path, "-c",
+		"import sys, zlib, threading; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, FreeThreadedVersion+" False", strings.TrimSpace(string(out)))
+	require.Equal(t, 14, in.Minor())
+}

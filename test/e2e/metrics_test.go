@@ -37,8 +37,9 @@ func scrape(t *testing.T, url string) string {
 }
 
 // metricValue sums the Prometheus text-format samples of the metric family
-// name (counters carry a _total suffix), over all label sets.
-func metricValue(text, name string) float64 {
+// name (counters carry a _total suffix), over all label sets, or those
+// holding every one of labels (`version="3.14t"`).
+func metricValue(text, name string, labels ...string) float64 {
 	var sum float64
 	sc := bufio.NewScanner(strings.NewReader(text))
 	for sc.Scan() {
@@ -50,8 +51,8 @@ func metricValue(text, name string) float64 {
 		if !ok {
 			continue
 		}
-		base, _, _ := strings.Cut(metric, "{")
-		if base != name && base != name+"_total" {
+		base, set, _ := strings.Cut(metric, "{")
+		if base != name && base != name+"_total" || !containsAll(set, labels) {
 			continue
 		}
 		if v, err := strconv.ParseFloat(strings.Fields(value)[0], 64); err == nil {
@@ -59,4 +60,13 @@ func metricValue(text, name string) float64 {
 		}
 	}
 	return sum
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -147,11 +147,24 @@ service:
 	})
 
 	// The newest interpreter (Debian sid's) on its own, Debian 12's static
-	// one in a child pid namespace (with one interpreter, it runs both).
+	// one in a child pid namespace (with one interpreter, it runs both),
+	// and a free-threaded build where there is one (not in the kernel
+	// matrix's guests).
 	direct, nested := interpreterNamed(interpreters, "sid-"), interpreterNamed(interpreters, "debian-")
 	p1 := testutil.StartPython(t, direct, "fib", "60")
+	type walked struct {
+		name string
+		pid  int
+	}
+	processes := []walked{{direct.Name, p1.Process.Pid}}
+	freeThreaded, hasFreeThreaded := interpreterWithPrefix(interpreters, "free-threaded-")
+	if hasFreeThreaded {
+		p := testutil.StartPython(t, freeThreaded, "fib", "60")
+		processes = append(processes, walked{freeThreaded.Name, p.Process.Pid})
+	}
 	unshare := testutil.StartChild(t, exec.Command("unshare", "--pid", "--fork", nested.Path, testutil.Workload(t, "pywork.py"), "fib", "60"))
 	p2 := childOf(t, unshare.Pid())
+	processes = append(processes, walked{nested.Name + " in a pid namespace", p2})
 	// Killing unshare leaves its child running (the guests' busybox unshare
 	// has no --kill-child): it would burn a CPU under the next tests.
 	t.Cleanup(func() { _ = syscall.Kill(p2, syscall.SIGKILL) })
@@ -163,30 +176,36 @@ service:
 	// its modules): the reports up to 4 s after both were first walked
 	// whole are left out, by the windows' own times (a slow guest's
 	// reports lag behind).
-	require.Eventually(t, func() bool {
-		a, _, _ := pythonChain(otlp.all(), p1.Process.Pid, fibLine, want)
-		b, _, _ := pythonChain(otlp.all(), p2, fibLine, want)
-		return a > 0 && b > 0
-	}, testutil.Patient(60*time.Second), 100*time.Millisecond, "no samples of the Python processes walked whole")
+	everyOne := func(received func() []pprofile.Profiles, enough func(share float64, n int64) bool) func() bool {
+		return func() bool {
+			for _, p := range processes {
+				if share, n, _ := pythonChain(received(), p.pid, fibLine, want); !enough(share, n) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, everyOne(otlp.all, func(share float64, _ int64) bool { return share > 0 }),
+		testutil.Patient(60*time.Second), 100*time.Millisecond, "no samples of the Python processes walked whole")
 	from := latestWindow(otlp.all()).Add(4 * time.Second)
 	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
-	require.Eventually(t, func() bool {
-		_, a, _ := pythonChain(later(), p1.Process.Pid, fibLine, want)
-		_, b, _ := pythonChain(later(), p2, fibLine, want)
-		return a >= 300 && b >= 300
-	}, 60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the Python processes")
+	require.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= 300 }),
+		60*time.Second, 500*time.Millisecond, "the OTLP endpoint received too few samples of the Python processes")
 
 	var figures []string
-	for _, p := range []struct {
-		name string
-		pid  int
-	}{{direct.Name, p1.Process.Pid}, {nested.Name + " in a pid namespace", p2}} {
+	for _, p := range processes {
 		share, n, example := pythonChain(later(), p.pid, fibLine, want)
 		t.Logf("%s (pid %d): %.1f%% of %d samples whole", p.name, p.pid, 100*share, n)
 		figures = append(figures, fmt.Sprintf("%s %.1f%%", p.name, 100*share))
 		assert.GreaterOrEqual(t, share, 0.95, "%s: e.g. %s", p.name, example)
 	}
 	matrixFigure(t, "fib <- work <- main <- <module> whole: %s", strings.Join(figures, ", "))
+	if hasFreeThreaded { // counted under its version, t for free-threaded
+		text := scrape(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		version := fmt.Sprintf("version=%q", strings.TrimPrefix(freeThreaded.Name, "free-threaded-"))
+		assert.Equal(t, 1.0, metricValue(text, "otelcol_bpfprofiler_python_processes", version), "free-threaded processes walked")
+	}
 	checkPprofPython(t, dir, lines)
 }
 
@@ -241,12 +260,21 @@ func childOf(t *testing.T, pid int) int {
 // interpreterNamed returns the last interpreter whose name starts with
 // prefix, or the last of all when none does.
 func interpreterNamed(interpreters []testutil.Interpreter, prefix string) testutil.Interpreter {
-	for i := len(interpreters) - 1; i >= 0; i-- {
-		if strings.HasPrefix(interpreters[i].Name, prefix) {
-			return interpreters[i]
-		}
+	if in, ok := interpreterWithPrefix(interpreters, prefix); ok {
+		return in
 	}
 	return interpreters[len(interpreters)-1]
+}
+
+// interpreterWithPrefix returns the last interpreter whose name starts
+// with prefix, if one does.
+func interpreterWithPrefix(interpreters []testutil.Interpreter, prefix string) (testutil.Interpreter, bool) {
+	for i := len(interpreters) - 1; i >= 0; i-- {
+		if strings.HasPrefix(interpreters[i].Name, prefix) {
+			return interpreters[i], true
+		}
+	}
+	return testutil.Interpreter{}, false
 }
 
 // latestWindow returns the start of the latest profile window received.

@@ -5,6 +5,9 @@
 #   pool   the same, with 200 idle threads started first (CPython lists
 #          threads newest first: the main thread is the 201st)
 #   split  two threads take turns burning CPU 3:1, in hot_loop and cold_loop
+#   threads two threads recurse in fib under work under worker at once (in
+#          parallel in a free-threaded build, each on its own copy of the
+#          bytecode)
 #   zlib   the main thread compresses in compress_block (zlib's C code)
 #   sleep  the main thread sleeps in nap, 5 ms at a time
 # Lines marked "# line:NAME" are the lines the tests expect.
@@ -66,6 +69,10 @@ def nap(deadline):
         time.sleep(0.005)  # line:nap_call
 
 
+def worker(deadline):
+    work(deadline)  # line:worker_call
+
+
 def idle_threads(n):
     stop = threading.Event()
     for i in range(n):
@@ -89,6 +96,12 @@ def main():
         cold.start()
         hot.join()
         cold.join()
+    elif mode == "threads":
+        workers = [threading.Thread(target=worker, args=(deadline,), name="worker%d" % i) for i in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     elif mode == "zlib":
         compress_block(deadline)  # line:main_zlib
     elif mode == "sleep":

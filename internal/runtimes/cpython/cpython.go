@@ -72,6 +72,12 @@ type Offsets struct {
 	FrameOwner              uint32 // _PyInterpreterFrame: is_entry (3.11, bool), owner (3.12+, char); unused 3.9/3.10
 	EntryKind               EntryKind
 	CodeAdaptive            uint32 // PyCodeObject.co_code_adaptive (3.11+): instruction index = (ptr - code - CodeAdaptive) / 2
+	// A free-threaded build's frames point into their thread's copy of the
+	// bytecode: entry FrameTLBCIndex (int32) of the code object's CodeTLBC
+	// array (_PyCodeArray: size, then pointers; entry 0 is co_code_adaptive).
+	FreeThreaded   bool
+	FrameTLBCIndex uint32 // _PyInterpreterFrame.tlbc_index
+	CodeTLBC       uint32 // PyCodeObject.co_tlbc
 
 	// Symbolization (user space), PyCodeObject:
 	CodeFilename    uint32 // co_filename (str)

@@ -19,6 +19,10 @@ const (
 	debugVersionAt      = 8
 	debugFreeThreadedAt = 16
 	debugGroupsAt       = 24
+	// firstFreeThreaded is the first minor version whose free-threaded
+	// builds are walked (3.13's were experimental, with another string
+	// layout).
+	firstFreeThreaded = 14
 	// maxStructSize bounds a struct size the block gives (_PyRuntimeState,
 	// the largest, is under 1 MiB).
 	maxStructSize = 1 << 24
@@ -132,8 +136,9 @@ func offsetsFromDebug(v Version, b []byte, runtimeSize uint64) (Offsets, error) 
 	if hex := word(debugVersionAt); hex>>16 != uint64(v.Major<<8|v.Minor) {
 		return Offsets{}, fmt.Errorf("%w %s: _Py_DebugOffsets version %#x differs", ErrUnsupported, v, hex)
 	}
-	if word(debugFreeThreadedAt) != 0 {
-		return Offsets{}, fmt.Errorf("%w %s: a free-threaded build", ErrUnsupported, v)
+	freeThreaded := word(debugFreeThreadedAt) != 0
+	if freeThreaded && v.Minor < firstFreeThreaded {
+		return Offsets{}, fmt.Errorf("%w %s: a free-threaded build (walked from 3.%d on)", ErrUnsupported, v, firstFreeThreaded)
 	}
 	d := debugValues{get: func(name string) uint64 { return word(pos[name]) }}
 	o := Offsets{
@@ -160,9 +165,15 @@ func offsetsFromDebug(v Version, b []byte, runtimeSize uint64) (Offsets, error) 
 	if runtimeSize != 0 && d.get("runtime_state.size") != runtimeSize {
 		d.fail("runtime_state.size is %d, the _PyRuntime symbol %d bytes", d.get("runtime_state.size"), runtimeSize)
 	}
-	// The object headers are the stable ABI's (64-bit, with the GIL):
-	// what differs from it is a misread block.
-	o = objectLayout(o, uint32(d.get("unicode_object.asciiobject_size")), uint32(d.get("unicode_object.asciiobject_size"))+16)
+	// The object headers are the stable ABI's (64-bit, with the GIL, or
+	// their free-threaded form): what differs from it is a misread block.
+	o = objectLayout(o, 40, 56)
+	if freeThreaded {
+		o = freeThreadedObjects(o)
+		o.FreeThreaded = true
+		o.FrameTLBCIndex = d.field("interpreter_frame", "tlbc_index", 4)
+		o.CodeTLBC = d.field("code_object", "co_tlbc", 8)
+	}
 	for name, want := range map[string]uint64{
 		"pyobject.ob_type":                         uint64(o.ObjectType),
 		"type_object.tp_name":                      uint64(o.TypeName),
@@ -170,8 +181,8 @@ func offsetsFromDebug(v Version, b []byte, runtimeSize uint64) (Offsets, error) 
 		"bytes_object.ob_sval":                     uint64(o.BytesData),
 		"unicode_object.state":                     uint64(o.UnicodeState),
 		"unicode_object.length":                    uint64(o.UnicodeLength),
-		"unicode_object.asciiobject_size":          40,
-		"unicode_object.compactunicodeobject_size": 56,
+		"unicode_object.asciiobject_size":          uint64(o.UnicodeASCIIData),
+		"unicode_object.compactunicodeobject_size": uint64(o.UnicodeCompactData),
 	} {
 		if _, ok := pos[name]; ok && d.get(name) != want {
 			d.fail("%s is %d, not %d", name, d.get(name), want)

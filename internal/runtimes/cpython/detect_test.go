@@ -186,15 +186,15 @@ func TestDebugOffsets(t *testing.T) {
 			require.NoError(t, err)
 			pos, _ := debugPositions(py.Version.Minor)
 			for name, damage := range map[string]func(b []byte){
-				"cookie":        func(b []byte) { b[0] = 'y' },
-				"version":       func(b []byte) { b[debugVersionAt+2] = 12 },
-				"free-threaded": func(b []byte) { b[debugFreeThreadedAt] = 1 },
-				"runtime size":  func(b []byte) { b[pos["runtime_state.size"]] ^= 8 },
-				"misaligned":    func(b []byte) { b[pos["interpreter_frame.previous"]] |= 4 },
-				"past struct":   func(b []byte) { copy(b[pos["thread_state.thread_id"]:], b[pos["thread_state.size"]:][:8]) },
-				"huge struct":   func(b []byte) { b[pos["code_object.size"]+6] = 1 },
-				"object ABI":    func(b []byte) { b[pos["pyobject.ob_type"]] = 16 },
-				"cut short":     nil,
+				"cookie":             func(b []byte) { b[0] = 'y' },
+				"version":            func(b []byte) { b[debugVersionAt+2] = 12 },
+				"free-threaded flag": func(b []byte) { b[debugFreeThreadedAt] = 1 }, // a default build's objects
+				"runtime size":       func(b []byte) { b[pos["runtime_state.size"]] ^= 8 },
+				"misaligned":         func(b []byte) { b[pos["interpreter_frame.previous"]] |= 4 },
+				"past struct":        func(b []byte) { copy(b[pos["thread_state.thread_id"]:], b[pos["thread_state.size"]:][:8]) },
+				"huge struct":        func(b []byte) { b[pos["code_object.size"]+6] = 1 },
+				"object ABI":         func(b []byte) { b[pos["pyobject.ob_type"]] = 16 },
+				"cut short":          nil,
 			} {
 				c := append([]byte(nil), b...)
 				if damage == nil {

@@ -52,6 +52,8 @@ type walkerProc struct {
 	FrameInstruction   uint32
 	FrameOwner         uint32
 	CodeAdaptive       uint32
+	FrameTlbcIndex     uint32
+	CodeTlbc           uint32
 	ViaCframe          uint8
 	InstructionKind    uint8
 	EntryKind          uint8
@@ -76,6 +78,8 @@ func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 		FrameInstruction:   o.FrameInstruction,
 		FrameOwner:         o.FrameOwner,
 		CodeAdaptive:       o.CodeAdaptive,
+		FrameTlbcIndex:     o.FrameTLBCIndex,
+		CodeTlbc:           o.CodeTLBC,
 		InstructionKind:    uint8(o.InstructionKind),
 		EntryKind:          uint8(o.EntryKind),
 	}
@@ -85,9 +89,14 @@ func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 	return binary.Append(nil, binary.NativeEndian, &p)
 }
 
-// RuntimeVersion is the interpreter's major and minor version ("3.14").
+// RuntimeVersion is the interpreter's major and minor version, with a t
+// for a free-threaded build ("3.14", "3.14t").
 func (in *Interpreter) RuntimeVersion() string {
-	return fmt.Sprintf("%d.%d", in.Version.Major, in.Version.Minor)
+	v := fmt.Sprintf("%d.%d", in.Version.Major, in.Version.Minor)
+	if in.Offsets.FreeThreaded {
+		v += "t"
+	}
+	return v
 }
 
 // Process returns what names the Python frames of one process running the

@@ -204,13 +204,13 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerPythonInterpretersUnsupported, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_python_interpreters_unsupported",
-		metric.WithDescription("Files holding a CPython interpreter whose frames are not walked: a debug or free-threaded build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]"),
+		metric.WithDescription("Files holding a CPython interpreter whose frames are not walked: a debug build, a free-threaded 3.13 build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerPythonProcesses, err = builder.meter.Int64UpDownCounter(
 		"otelcol_bpfprofiler_python_processes",
-		metric.WithDescription("Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version. [Development]"),
+		metric.WithDescription("Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version (3.14t for a free-threaded build). [Development]"),
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)

@@ -312,7 +312,7 @@ func AssertEqualBpfprofilerPythonFramesUnsymbolized(t *testing.T, tt *componentt
 func AssertEqualBpfprofilerPythonInterpretersUnsupported(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_python_interpreters_unsupported",
-		Description: "Files holding a CPython interpreter whose frames are not walked: a debug or free-threaded build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]",
+		Description: "Files holding a CPython interpreter whose frames are not walked: a debug build, a free-threaded 3.13 build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -328,7 +328,7 @@ func AssertEqualBpfprofilerPythonInterpretersUnsupported(t *testing.T, tt *compo
 func AssertEqualBpfprofilerPythonProcesses(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_python_processes",
-		Description: "Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version. [Development]",
+		Description: "Processes whose CPython frames are read (a supported interpreter in their mappings; unwinding::method auto), by the interpreter's version (3.14t for a free-threaded build). [Development]",
 		Unit:        "{process}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,

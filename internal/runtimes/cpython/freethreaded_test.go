@@ -1,0 +1,77 @@
+package cpython
+
+import (
+	"os/exec"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A free-threaded build (3.14.7, --disable-gil, with DWARF) is detected
+// with the offsets gdb prints from its DWARF: those of its own
+// _Py_DebugOffsets, the object layout moved past the larger header, the
+// string kind bits after a whole byte of interned, and where a frame's copy
+// of the bytecode is.
+func TestFreeThreadedOffsetsMatchGDB(t *testing.T) {
+	in := testutil.FreeThreadedPython(t)
+	py, err := Detect(openELF(t, in.Path))
+	require.NoError(t, err)
+	require.True(t, py.Offsets.FreeThreaded)
+	require.False(t, py.Untested)
+	require.Equal(t, "3.14t", py.RuntimeVersion())
+	gdb, err := exec.LookPath("gdb")
+	if err != nil {
+		testutil.SkipOrFail(t, "no gdb: %v", err)
+	}
+	o := py.Offsets
+	for _, c := range []struct {
+		field string
+		got   uint32
+		expr  string
+	}{
+		{"ThreadID", o.ThreadID, "&((PyThreadState*)0)->thread_id"},
+		{"ThreadFrame", o.ThreadFrame, "&((PyThreadState*)0)->current_frame"},
+		{"FramePrevious", o.FramePrevious, "&((_PyInterpreterFrame*)0)->previous"},
+		{"FrameCode", o.FrameCode, "&((_PyInterpreterFrame*)0)->f_executable"},
+		{"FrameInstruction", o.FrameInstruction, "&((_PyInterpreterFrame*)0)->instr_ptr"},
+		{"FrameTLBCIndex", o.FrameTLBCIndex, "&((_PyInterpreterFrame*)0)->tlbc_index"},
+		{"CodeTLBC", o.CodeTLBC, "&((PyCodeObject*)0)->co_tlbc"},
+		{"CodeAdaptive", o.CodeAdaptive, "&((PyCodeObject*)0)->co_code_adaptive"},
+		{"CodeQualname", o.CodeQualname, "&((PyCodeObject*)0)->co_qualname"},
+		{"ObjectType", o.ObjectType, "&((PyObject*)0)->ob_type"},
+		{"TypeName", o.TypeName, "&((PyTypeObject*)0)->tp_name"},
+		{"VarObjectSize", o.VarObjectSize, "&((PyVarObject*)0)->ob_size"},
+		{"BytesData", o.BytesData, "&((PyBytesObject*)0)->ob_sval"},
+		{"UnicodeLength", o.UnicodeLength, "&((PyASCIIObject*)0)->length"},
+		{"UnicodeState", o.UnicodeState, "&((PyASCIIObject*)0)->state"},
+		{"UnicodeASCIIData", o.UnicodeASCIIData, "sizeof(PyASCIIObject)"},
+		{"UnicodeCompactData", o.UnicodeCompactData, "sizeof(PyCompactUnicodeObject)"},
+	} {
+		got := gdbPrint(t, gdb, in.Path, []string{"(long)" + c.expr})
+		require.Equal(t, uint64(c.got), got[0], "%s: gdb print %s", c.field, c.expr)
+	}
+	bits := stateBits(t, gdb, in.Path, o.UnicodeState)
+	require.Equal(t, map[string]uint8{"kind": o.UnicodeKindShift, "compact": o.UnicodeCompactBit, "ascii": o.UnicodeASCIIBit}, bits)
+}
+
+// stateBit matches a bit field of `ptype /o`: "/* 49: 3 | 4 */ unsigned int compact : 1;".
+var stateBit = regexp.MustCompile(`/\*\s+(\d+):\s*(\d+)\s+\|\s+\d+\s+\*/\s+unsigned int (kind|compact|ascii) :`)
+
+// stateBits returns the bit of PyASCIIObject.state (at offset state) each
+// of kind, compact and ascii starts at, from gdb's ptype /o.
+func stateBits(t *testing.T, gdb, file string, state uint32) map[string]uint8 {
+	out, err := testutil.RunWithin(exec.Command(gdb, "-batch", "-nx", "-ex", "ptype /o PyASCIIObject", file), testutil.Patient(2*time.Minute))
+	require.NoError(t, err, "%s", out)
+	bits := map[string]uint8{}
+	for _, m := range stateBit.FindAllStringSubmatch(string(out), -1) {
+		byteAt, _ := strconv.Atoi(m[1])
+		bit, _ := strconv.Atoi(m[2])
+		bits[m[3]] = uint8((byteAt-int(state))*8 + bit)
+	}
+	return bits
+}
