@@ -79,7 +79,7 @@ struct python_proc {
 	/* Free-threaded builds: where a frame's copy of the bytecode is. */
 	u32 frame_tlbc_index; /* _PyInterpreterFrame.tlbc_index (int32) */
 	u32 code_tlbc;	      /* PyCodeObject.co_tlbc (_PyCodeArray *); 0: not free-threaded */
-	u8 via_cframe; /* thread_frame points at a _PyCFrame (3.11/3.12) */
+	u8 via_cframe;	      /* thread_frame points at a _PyCFrame (3.11/3.12) */
 	u8 instruction_kind;
 	u8 entry_kind;
 	u8 reserved;
