@@ -37,10 +37,12 @@ type pyFrame struct {
 }
 
 // pyChain is the Python frames a stack must hold, leaf first: leaf, then
-// any number of repeat (recursion), then rest.
+// any number of repeat (recursion), then rest, then (with callers) any
+// frames.
 type pyChain struct {
 	leaf, repeat pyFrame
 	rest         []pyFrame
+	callers      bool
 }
 
 // pythonShare returns, of the samples of thread tid, the share (by value)
@@ -88,7 +90,7 @@ func (c pyChain) holds(frames []report.Frame) bool {
 	for len(py) > len(c.rest) && match(py[0], c.repeat) {
 		py = py[1:]
 	}
-	if len(py) != len(c.rest) {
+	if len(py) != len(c.rest) && !(c.callers && len(py) > len(c.rest)) {
 		return false
 	}
 	for i, w := range c.rest {
@@ -147,7 +149,8 @@ func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer, window ..
 	return nil, st
 }
 
-// CPython 3.9 to 3.13 (pyenv's builds and Debian's static 3.11), run
+// CPython 3.7 to 3.15 (testutil.Interpreters: pyenv's builds, Debian's
+// static 3.11, Debian sid's 3.14 and 3.15, a free-threaded 3.14), run
 // without any flag, sampled with unwind tables:
 //   - fib: at least 95% of the main thread's samples show fib (recursing at
 //     its line) <- work <- main <- <module>, each at the line it runs, in
@@ -156,8 +159,12 @@ func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer, window ..
 //     is the last of the interpreter's thread list);
 //   - split: two threads taking turns burning CPU 3:1 in two methods come
 //     out as the threads' CPU time split (75% +- 5 points);
+//   - threads: two threads running fib at once (in parallel without the
+//     GIL) each show fib <- work <- worker <- threading's frames in 95%;
 //   - zlib: zlib's native frames sit under the Python function that called
-//     zlib.compress in at least 95% of its samples.
+//     zlib.compress in at least 95% of its samples;
+//   - asyncio: a task recursing in fib shows its coroutines compute <-
+//     serve over the event loop in 95%.
 func TestPythonFrames(t *testing.T) {
 	testutil.RequireBPF(t)
 	lines := testutil.PythonLines(t)
@@ -170,6 +177,7 @@ func TestPythonFrames(t *testing.T) {
 			t.Run("split", func(t *testing.T) { testPythonSplit(t, in, sym) })
 			t.Run("threads", func(t *testing.T) { testPythonThreads(t, in, sym, lines) })
 			t.Run("zlib", func(t *testing.T) { testPythonZlib(t, in, sym, lines) })
+			t.Run("asyncio", func(t *testing.T) { testPythonAsyncio(t, in, sym, lines) })
 		})
 	}
 }
@@ -186,6 +194,28 @@ func testPythonFib(t *testing.T, in testutil.Interpreter, sym *symbolize.Symboli
 	share, total, example := pythonShare(samples, pid, chain)
 	t.Logf("%.1f%% of %d samples whole; python walks %v, %d frames; unsymbolized %v",
 		100*share, total, st.PythonEnds, st.PythonFrames, sym.Stats().RuntimeUnsymbolized)
+	if total < 150 {
+		t.Fatalf("%d samples of the main thread, want 150", total)
+	}
+	if share < 0.95 {
+		t.Errorf("%.1f%% of samples whole, want >= 95%%; e.g. %s", 100*share, example)
+	}
+}
+
+// testPythonAsyncio: a task of an event loop recursing in fib shows its
+// coroutines, compute <- serve at their lines, over the loop's frames.
+func testPythonAsyncio(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer, lines map[string]int) {
+	cmd := testutil.StartPython(t, in, "asyncio", "30")
+	pid := uint32(cmd.Process.Pid)
+	samples, st := samplePython(t, pid, sym)
+	chain := pyChain{
+		leaf:    pyFrame{"fib", 0},
+		repeat:  pyFrame{"fib", lines["fib_recurse"]},
+		rest:    []pyFrame{{"compute", lines["compute_call"]}, {"serve", lines["serve_await"]}},
+		callers: true, // the event loop's
+	}
+	share, total, example := pythonShare(samples, pid, chain)
+	t.Logf("%.1f%% of %d samples whole; python walks %v, %d frames", 100*share, total, st.PythonEnds, st.PythonFrames)
 	if total < 150 {
 		t.Fatalf("%d samples of the main thread, want 150", total)
 	}

@@ -138,8 +138,10 @@ func SidPythonOf(arch, version string) (Interpreter, string, error) {
 	if triplet == "" {
 		return Interpreter{}, "", fmt.Errorf("no Debian CPython for %s", arch)
 	}
-	root, err := debianUnpack(Sid, Sid.cacheDir(arch), arch, "python"+version,
-		[]string{"python" + version + "-minimal", "libpython" + version + "-minimal", "libc6"})
+	// The minimal packages and the rest of the standard library (asyncio
+	// is there).
+	root, err := debianUnpack(Sid, Sid.cacheDir(arch), arch, "python"+version+"-stdlib",
+		[]string{"python" + version + "-minimal", "libpython" + version + "-minimal", "libpython" + version + "-stdlib", "libc6"})
 	if err != nil {
 		return Interpreter{}, "", err
 	}

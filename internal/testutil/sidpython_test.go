@@ -14,7 +14,7 @@ func TestSidPython(t *testing.T) {
 	for _, v := range SidPythonVersions {
 		t.Run(v, func(t *testing.T) {
 			in := SidPython(t, v)
-			out, err := RunWithin(exec.Command(in.Path, "-c", "import sys, zlib, threading; print('%d.%d' % sys.version_info[:2])"), BuildTimeout)
+			out, err := RunWithin(exec.Command(in.Path, "-c", "import sys, zlib, threading, asyncio; print('%d.%d' % sys.version_info[:2])"), BuildTimeout)
 			require.NoError(t, err, "%s", out)
 			require.Equal(t, v, strings.TrimSpace(string(out)))
 		})
@@ -26,7 +26,7 @@ func TestSidPython(t *testing.T) {
 func TestFreeThreadedPython(t *testing.T) {
 	in := FreeThreadedPython(t)
 	out, err := RunWithin(exec.Command(in.Path, "-c",
-		"import sys, zlib, threading; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
+		"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
 	require.NoError(t, err, "%s", out)
 	require.Equal(t, FreeThreadedVersion+" False", strings.TrimSpace(string(out)))
 	require.Equal(t, 14, in.Minor())

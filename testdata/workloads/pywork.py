@@ -8,9 +8,12 @@
 #   threads two threads recurse in fib under work under worker at once (in
 #          parallel in a free-threaded build, each on its own copy of the
 #          bytecode)
+#   asyncio the main thread runs an event loop whose task recurses in fib
+#          under the coroutines compute under serve
 #   zlib   the main thread compresses in compress_block (zlib's C code)
 #   sleep  the main thread sleeps in nap, 5 ms at a time
 # Lines marked "# line:NAME" are the lines the tests expect.
+import asyncio
 import sys
 import threading
 import time
@@ -73,6 +76,16 @@ def worker(deadline):
     work(deadline)  # line:worker_call
 
 
+async def compute(deadline):
+    while time.time() < deadline:
+        fib(22)  # line:compute_call
+        await asyncio.sleep(0)
+
+
+async def serve(deadline):
+    await compute(deadline)  # line:serve_await
+
+
 def idle_threads(n):
     stop = threading.Event()
     for i in range(n):
@@ -102,6 +115,8 @@ def main():
             w.start()
         for w in workers:
             w.join()
+    elif mode == "asyncio":
+        asyncio.run(serve(deadline))
     elif mode == "zlib":
         compress_block(deadline)  # line:main_zlib
     elif mode == "sleep":
