@@ -136,29 +136,33 @@ static __always_inline u64 python_thread_state(const struct python_proc *p, u64 
 	return 0;
 }
 
-/* Copies of a code object's bytecode a free-threaded build keeps, at most. */
-#define PY_MAX_TLBC (1 << 20)
-
 /*
  * The bytecode frame f runs: the code object's own (at code_adaptive), or
- * in a free-threaded build the copy of index tlbc_index, which its
- * co_tlbc array (_PyCodeArray: size, then pointers) holds. 0: unreadable.
+ * in a free-threaded build the copy of index tlbc_index (1 and up: 0 is the
+ * code object's own), which its co_tlbc array (_PyCodeArray: size, then
+ * pointers) holds. 0: unreadable. Written with as few branches as it can
+ * (a failed read leaves zeros): every one multiplies the states the
+ * verifier walks through each of the walk's frames (5.10's on arm64 is
+ * near its limit).
  */
 static __always_inline u64 python_bytecode(const struct python_proc *p, u64 f, u64 code)
 {
-	u64 array = 0, base = 0;
+	u64 base = code + p->code_adaptive, array = 0;
 	s64 size = 0;
 	s32 index = 0;
 
-	if (!p->code_tlbc)
-		return code + p->code_adaptive;
-	if (py_read(&index, sizeof(index), f + p->frame_tlbc_index) || index < 0)
-		return 0;
-	if (index == 0) /* entry 0 is the code object's own */
-		return code + p->code_adaptive;
-	if (py_read(&array, sizeof(array), code + p->code_tlbc) || !array || py_read(&size, sizeof(size), array) ||
-	    size > PY_MAX_TLBC || index >= size || py_read(&base, sizeof(base), array + 8 + 8 * (u64)index))
-		return 0;
+	if (p->code_tlbc) {
+		py_read(&index, sizeof(index), f + p->frame_tlbc_index);
+		py_read(&array, sizeof(array), code + p->code_tlbc);
+		py_read(&size, sizeof(size), array);
+		/*
+		 * 1 <= index < size, in one comparison (a size read as 0 lets
+		 * any index by: then the array's entry cannot be read either,
+		 * and 0 is returned).
+		 */
+		if ((u64)((s64)index - 1) < (u64)(size - 1))
+			py_read(&base, sizeof(base), array + 8 + 8 * (u64)(s64)index);
+	}
 	return base;
 }
 
