@@ -134,8 +134,8 @@ kernel-tools:
 # util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
 # (the Python unwinder's tests also run pyenv's 3.7-3.13 where the machine
 # has them, Debian sid's 3.14 and 3.15, which patchelf points at sid's
-# glibc, and a free-threaded 3.14 built once with make and zlib1g-dev's
-# headers), gdb reads CPython's struct layouts for internal/runtimes/cpython's
+# glibc, and 3.14 built once from source, free-threaded and with a struct
+# field moved, with make and zlib1g-dev's headers), gdb reads CPython's struct layouts for internal/runtimes/cpython's
 # oracle, openjdk-17-jdk-headless runs the Java tests (javac compiles the
 # Java workloads for the kernel matrix's guests), gcc-aarch64-linux-gnu and
 # qemu-user-static build and run the arm64 builds of the thread context and

@@ -159,7 +159,7 @@ func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer, window ..
 //     is the last of the interpreter's thread list);
 //   - split: two threads taking turns burning CPU 3:1 in two methods come
 //     out as the threads' CPU time split (75% +- 5 points);
-//   - threads: two threads running fib at once (in parallel without the
+//   - threads: four threads running fib at once (in parallel without the
 //     GIL) each show fib <- work <- worker <- threading's frames in 95%;
 //   - zlib: zlib's native frames sit under the Python function that called
 //     zlib.compress in at least 95% of its samples;
@@ -224,7 +224,7 @@ func testPythonAsyncio(t *testing.T, in testutil.Interpreter, sym *symbolize.Sym
 	}
 }
 
-// testPythonThreads: two threads run fib at once; each one's samples show
+// testPythonThreads: four threads run fib at once; each one's samples show
 // fib <- work <- worker <- threading's frames at their lines.
 func testPythonThreads(t *testing.T, in testutil.Interpreter, sym *symbolize.Symbolizer, lines map[string]int) {
 	cmd := testutil.StartPython(t, in, "threads", "30")
@@ -248,8 +248,8 @@ func testPythonThreads(t *testing.T, in testutil.Interpreter, sym *symbolize.Sym
 			tids[s.TID] = true
 		}
 	}
-	if len(tids) != 2 {
-		t.Fatalf("samples of threads %v besides the main thread, want 2", tids)
+	if len(tids) != 4 {
+		t.Fatalf("samples of threads %v besides the main thread, want 4", tids)
 	}
 	for tid := range tids {
 		share, total, example := pythonShare(samples, tid, chain)

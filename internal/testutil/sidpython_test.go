@@ -28,6 +28,15 @@ func TestFreeThreadedPython(t *testing.T) {
 	out, err := RunWithin(exec.Command(in.Path, "-c",
 		"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
 	require.NoError(t, err, "%s", out)
-	require.Equal(t, FreeThreadedVersion+" False", strings.TrimSpace(string(out)))
+	require.Equal(t, CPythonBuildVersion+" False", strings.TrimSpace(string(out)))
 	require.Equal(t, 14, in.Minor())
+}
+
+// The build with a field added to PyThreadState runs.
+func TestMovedFieldPython(t *testing.T) {
+	in := MovedFieldPython(t)
+	out, err := RunWithin(exec.Command(in.Path, "-c",
+		"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
+	require.NoError(t, err, "%s", out)
+	require.Equal(t, CPythonBuildVersion+" True", strings.TrimSpace(string(out)))
 }

@@ -59,6 +59,20 @@ func TestFreeThreadedOffsetsMatchGDB(t *testing.T) {
 	require.Equal(t, map[string]uint8{"kind": o.UnicodeKindShift, "compact": o.UnicodeCompactBit, "ascii": o.UnicodeASCIIBit}, bits)
 }
 
+// A build with a field added to PyThreadState (a patched source) is read
+// through its own _Py_DebugOffsets: the thread state's fields where that
+// build has them, MovedFieldBytes past a release's (Debian sid's 3.14).
+func TestMovedFieldOffsets(t *testing.T) {
+	moved, err := Detect(openELF(t, testutil.MovedFieldPython(t).Path))
+	require.NoError(t, err)
+	release, err := Detect(openELF(t, testutil.SidPython(t, "3.14").Path))
+	require.NoError(t, err)
+	require.Equal(t, release.Offsets.ThreadID+testutil.MovedFieldBytes, moved.Offsets.ThreadID)
+	require.Equal(t, release.Offsets.ThreadFrame+testutil.MovedFieldBytes, moved.Offsets.ThreadFrame)
+	require.Equal(t, release.Offsets.ThreadNext, moved.Offsets.ThreadNext)
+	require.Equal(t, release.Offsets.FrameCode, moved.Offsets.FrameCode)
+}
+
 // stateBit matches a bit field of `ptype /o`: "/* 49: 3 | 4 */ unsigned int compact : 1;".
 var stateBit = regexp.MustCompile(`/\*\s+(\d+):\s*(\d+)\s+\|\s+\d+\s+\*/\s+unsigned int (kind|compact|ascii) :`)
 
