@@ -35,18 +35,12 @@ const cpythonBuildTimeout = 30 * time.Minute
 // skipped, or fails under RequireBPFEnv.
 func FreeThreadedPython(t testing.TB) Interpreter {
 	t.Helper()
-	in, _, err := FreeThreadedPythonBuild()
+	minor := CPythonBuildVersion[:len("3.14")]
+	in, err := cpythonBuild("free-threaded-"+minor+"t", CPythonBuildVersion+"t", []string{"--disable-gil"}, nil)
 	if err != nil {
 		SkipOrFail(t, "free-threaded CPython %s: %v", CPythonBuildVersion, err)
 	}
 	return in
-}
-
-// FreeThreadedPythonBuild is FreeThreadedPython for callers without a
-// test: the interpreter and its build directory.
-func FreeThreadedPythonBuild() (Interpreter, string, error) {
-	minor := CPythonBuildVersion[:len("3.14")]
-	return cpythonBuild("free-threaded-"+minor+"t", CPythonBuildVersion+"t", []string{"--disable-gil"}, nil)
 }
 
 // MovedFieldPython returns CPython CPythonBuildVersion (a default build)
@@ -57,7 +51,7 @@ func FreeThreadedPythonBuild() (Interpreter, string, error) {
 func MovedFieldPython(t testing.TB) Interpreter {
 	t.Helper()
 	minor := CPythonBuildVersion[:len("3.14")]
-	in, _, err := cpythonBuild("moved-field-"+minor, CPythonBuildVersion+"-moved", nil, moveThreadStateFields)
+	in, err := cpythonBuild("moved-field-"+minor, CPythonBuildVersion+"-moved", nil, moveThreadStateFields)
 	if err != nil {
 		SkipOrFail(t, "CPython %s with a field added: %v", CPythonBuildVersion, err)
 	}
@@ -88,7 +82,7 @@ func moveThreadStateFields(src string) error {
 // CPythonCacheEnv unless it is there, and returns its interpreter (run
 // from the build directory, which finds its standard library beside it:
 // no install, no byte-compiling of the library).
-func cpythonBuild(name, dirName string, args []string, patch func(src string) error) (Interpreter, string, error) {
+func cpythonBuild(name, dirName string, args []string, patch func(src string) error) (Interpreter, error) {
 	cache := os.Getenv(CPythonCacheEnv)
 	if cache == "" {
 		cache = "/var/cache/bpfprofiler-test/cpython"
@@ -96,33 +90,33 @@ func cpythonBuild(name, dirName string, args []string, patch func(src string) er
 	dir := filepath.Join(cache, dirName)
 	in := Interpreter{Name: name, Path: filepath.Join(dir, "python")}
 	if _, err := os.Stat(in.Path); err == nil {
-		return in, dir, nil
+		return in, nil
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return in, dir, err
+		return in, err
 	}
 	lock, err := os.OpenFile(filepath.Join(cache, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return in, dir, err
+		return in, err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return in, dir, err
+		return in, err
 	}
 	if _, err := os.Stat(in.Path); err == nil { // built while we waited
-		return in, dir, nil
+		return in, nil
 	}
 	build, err := buildCPython(cache, args, patch)
 	if build != "" {
 		defer os.RemoveAll(build)
 	}
 	if err != nil {
-		return in, dir, err
+		return in, err
 	}
 	if err := os.RemoveAll(dir); err != nil { // a build of another layout
-		return in, dir, err
+		return in, err
 	}
-	return in, dir, os.Rename(build, dir)
+	return in, os.Rename(build, dir)
 }
 
 // buildCPython copies the source into a new directory under cache,

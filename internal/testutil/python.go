@@ -24,11 +24,11 @@ var PythonVersions = []string{"3.7.16", "3.8.18", "3.9.18", "3.10.13", "3.11.7",
 // Interpreters returns the supported CPython interpreters of the machine:
 // pyenv's (under $PYENV_ROOT or /root/.pyenv, as the project's machines
 // have them), Debian's /usr/bin/python3.11 (a static, stripped build
-// that make test installs), Debian sid's newer ones (SidPython) and a
+// that make test installs), Debian sid's newer ones (SidPython), a
 // free-threaded build (FreeThreadedPython) and one with a struct field
-// moved (MovedFieldPython). Without pyenv, or one of
-// PythonVersions, only the others are tested (logged); under RequireBPFEnv
-// (CI, on the project's machines) that is a failure.
+// moved (MovedFieldPython). Without pyenv, or one of PythonVersions, only
+// the others are tested (logged); under RequireBPFEnv (CI, on the
+// project's machines) that is a failure.
 func Interpreters(t testing.TB) []Interpreter {
 	t.Helper()
 	if list := os.Getenv(PythonsEnv); list != "" {

@@ -21,22 +21,25 @@ func TestSidPython(t *testing.T) {
 	}
 }
 
-// The free-threaded build runs without the GIL, zlib included (the Python
-// tests compress with it).
-func TestFreeThreadedPython(t *testing.T) {
-	in := FreeThreadedPython(t)
-	out, err := RunWithin(exec.Command(in.Path, "-c",
-		"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
-	require.NoError(t, err, "%s", out)
-	require.Equal(t, CPythonBuildVersion+" False", strings.TrimSpace(string(out)))
-	require.Equal(t, 14, in.Minor())
-}
-
-// The build with a field added to PyThreadState runs.
-func TestMovedFieldPython(t *testing.T) {
-	in := MovedFieldPython(t)
-	out, err := RunWithin(exec.Command(in.Path, "-c",
-		"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
-	require.NoError(t, err, "%s", out)
-	require.Equal(t, CPythonBuildVersion+" True", strings.TrimSpace(string(out)))
+// The builds from source run, with their whole standard library (the
+// Python tests compress with zlib and run asyncio), the free-threaded one
+// without the GIL.
+func TestCPythonBuilds(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		build func(testing.TB) Interpreter
+		gil   string
+	}{
+		{"free-threaded", FreeThreadedPython, "False"},
+		{"a PyThreadState field added", MovedFieldPython, "True"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := c.build(t)
+			out, err := RunWithin(exec.Command(in.Path, "-c",
+				"import sys, zlib, threading, asyncio; print('%d.%d.%d' % sys.version_info[:3], sys._is_gil_enabled())"), BuildTimeout)
+			require.NoError(t, err, "%s", out)
+			require.Equal(t, CPythonBuildVersion+" "+c.gil, strings.TrimSpace(string(out)))
+			require.Equal(t, 14, in.Minor())
+		})
+	}
 }
