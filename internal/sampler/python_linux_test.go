@@ -150,7 +150,7 @@ func samplePython(t *testing.T, pid uint32, sym *symbolize.Symbolizer, window ..
 }
 
 // CPython 3.7 to 3.15 (testutil.Interpreters: pyenv's builds, Debian's
-// static 3.11, Debian sid's 3.14 and 3.15, 3.14 built free-threaded and
+// static 3.11, Debian sid's 3.14 and 3.15, 3.13 and 3.14 built free-threaded, 3.14
 // with a PyThreadState field added), run
 // without any flag, sampled with unwind tables:
 //   - fib: at least 95% of the main thread's samples show fib (recursing at

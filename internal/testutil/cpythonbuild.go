@@ -22,6 +22,13 @@ import (
 // checksum database: the pin is the version.
 const CPythonBuildVersion = "3.14.7"
 
+// CPython313BuildVersion is the newest 3.13 tag the proxy served that day,
+// built free-threaded too (3.13's experimental free-threaded build).
+const CPython313BuildVersion = "3.13.15"
+
+// FreeThreadedVersions are the releases FreeThreadedPythons builds.
+var FreeThreadedVersions = []string{CPython313BuildVersion, CPythonBuildVersion}
+
 // CPythonCacheEnv names the directory CPython builds are kept in (default
 // /var/cache/bpfprofiler-test/cpython).
 const CPythonCacheEnv = "BPFPROFILER_CPYTHON_CACHE"
@@ -29,18 +36,29 @@ const CPythonCacheEnv = "BPFPROFILER_CPYTHON_CACHE"
 // cpythonBuildTimeout bounds a build: 3.5 minutes on two idle cores.
 const cpythonBuildTimeout = 30 * time.Minute
 
-// FreeThreadedPython returns CPython CPythonBuildVersion built
-// free-threaded ("python3.14t"), building it once under CPythonCacheEnv.
-// Without the go command, a C compiler or the module proxy, the test is
-// skipped, or fails under RequireBPFEnv.
-func FreeThreadedPython(t testing.TB) Interpreter {
+// FreeThreadedPython returns CPython release (one of
+// FreeThreadedVersions) built free-threaded ("python3.14t"), building it
+// once under CPythonCacheEnv. Without the go command, a C compiler or the
+// module proxy, the test is skipped, or fails under RequireBPFEnv.
+func FreeThreadedPython(t testing.TB, release string) Interpreter {
 	t.Helper()
-	minor := CPythonBuildVersion[:len("3.14")]
-	in, err := cpythonBuild("free-threaded-"+minor+"t", CPythonBuildVersion+"t", []string{"--disable-gil"}, nil)
+	minor := release[:len("3.14")]
+	in, err := cpythonBuild("free-threaded-"+minor+"t", release, release+"t", []string{"--disable-gil"}, nil)
 	if err != nil {
-		SkipOrFail(t, "free-threaded CPython %s: %v", CPythonBuildVersion, err)
+		SkipOrFail(t, "free-threaded CPython %s: %v", release, err)
 	}
 	return in
+}
+
+// FreeThreadedPythons returns every release of FreeThreadedVersions built
+// free-threaded, oldest first.
+func FreeThreadedPythons(t testing.TB) []Interpreter {
+	t.Helper()
+	var out []Interpreter
+	for _, v := range FreeThreadedVersions {
+		out = append(out, FreeThreadedPython(t, v))
+	}
+	return out
 }
 
 // MovedFieldPython returns CPython CPythonBuildVersion (a default build)
@@ -51,7 +69,7 @@ func FreeThreadedPython(t testing.TB) Interpreter {
 func MovedFieldPython(t testing.TB) Interpreter {
 	t.Helper()
 	minor := CPythonBuildVersion[:len("3.14")]
-	in, err := cpythonBuild("moved-field-"+minor, CPythonBuildVersion+"-moved", nil, moveThreadStateFields)
+	in, err := cpythonBuild("moved-field-"+minor, CPythonBuildVersion, CPythonBuildVersion+"-moved", nil, moveThreadStateFields)
 	if err != nil {
 		SkipOrFail(t, "CPython %s with a field added: %v", CPythonBuildVersion, err)
 	}
@@ -77,12 +95,12 @@ func moveThreadStateFields(src string) error {
 	return os.WriteFile(path, []byte(patched), 0o644)
 }
 
-// cpythonBuild builds CPython CPythonBuildVersion's source, patched by
+// cpythonBuild builds CPython release's source, patched by
 // patch when set, configured with args, in the directory dirName under
 // CPythonCacheEnv unless it is there, and returns its interpreter (run
 // from the build directory, which finds its standard library beside it:
 // no install, no byte-compiling of the library).
-func cpythonBuild(name, dirName string, args []string, patch func(src string) error) (Interpreter, error) {
+func cpythonBuild(name, release, dirName string, args []string, patch func(src string) error) (Interpreter, error) {
 	cache := os.Getenv(CPythonCacheEnv)
 	if cache == "" {
 		cache = "/var/cache/bpfprofiler-test/cpython"
@@ -106,7 +124,7 @@ func cpythonBuild(name, dirName string, args []string, patch func(src string) er
 	if _, err := os.Stat(in.Path); err == nil { // built while we waited
 		return in, nil
 	}
-	build, err := buildCPython(cache, args, patch)
+	build, err := buildCPython(cache, release, args, patch)
 	if build != "" {
 		defer os.RemoveAll(build)
 	}
@@ -119,10 +137,10 @@ func cpythonBuild(name, dirName string, args []string, patch func(src string) er
 	return in, os.Rename(build, dir)
 }
 
-// buildCPython copies the source into a new directory under cache,
+// buildCPython copies release's source into a new directory under cache,
 // patches it and builds it there, and returns the directory.
-func buildCPython(cache string, args []string, patch func(src string) error) (string, error) {
-	src, err := cpythonSource(cache)
+func buildCPython(cache, release string, args []string, patch func(src string) error) (string, error) {
+	src, err := cpythonSource(cache, release)
 	if err != nil {
 		return "", err
 	}
@@ -162,13 +180,13 @@ func buildCPython(cache string, args []string, patch func(src string) error) (st
 }
 
 // cpythonSource returns the directory the go command unpacked CPython
-// CPythonBuildVersion's source in (its module cache, read-only).
-func cpythonSource(cache string) (string, error) {
+// release's source in (its module cache, read-only).
+func cpythonSource(cache, release string) (string, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return "", fmt.Errorf("no go command to download the source: %w", err)
 	}
-	mod := "github.com/python/cpython@v" + CPythonBuildVersion + "+incompatible"
+	mod := "github.com/python/cpython@v" + release + "+incompatible"
 	cmd := exec.Command(goCmd, "mod", "download", "-json", mod)
 	cmd.Dir = cache // outside any module
 	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on")

@@ -25,7 +25,7 @@ var PythonVersions = []string{"3.7.16", "3.8.18", "3.9.18", "3.10.13", "3.11.7",
 // pyenv's (under $PYENV_ROOT or /root/.pyenv, as the project's machines
 // have them), Debian's /usr/bin/python3.11 (a static, stripped build
 // that make test installs), Debian sid's newer ones (SidPython), a
-// free-threaded build (FreeThreadedPython) and one with a struct field
+// free-threaded builds (FreeThreadedPythons) and one with a struct field
 // moved (MovedFieldPython). Without pyenv, or one of PythonVersions, only
 // the others are tested (logged); under RequireBPFEnv (CI, on the
 // project's machines) that is a failure.
@@ -73,7 +73,8 @@ func Interpreters(t testing.TB) []Interpreter {
 	for _, v := range SidPythonVersions {
 		out = append(out, SidPython(t, v))
 	}
-	out = append(out, FreeThreadedPython(t), MovedFieldPython(t))
+	out = append(out, FreeThreadedPythons(t)...)
+	out = append(out, MovedFieldPython(t))
 	if len(out) == 0 {
 		SkipOrFail(t, "no CPython interpreter (make test installs python3.11)")
 	}

@@ -19,10 +19,6 @@ const (
 	debugVersionAt      = 8
 	debugFreeThreadedAt = 16
 	debugGroupsAt       = 24
-	// firstFreeThreaded is the first minor version whose free-threaded
-	// builds are walked (3.13's were experimental, with another string
-	// layout).
-	firstFreeThreaded = 14
 	// maxStructSize bounds a struct size the block gives (_PyRuntimeState,
 	// the largest, is under 1 MiB).
 	maxStructSize = 1 << 24
@@ -137,9 +133,6 @@ func offsetsFromDebug(v Version, b []byte, runtimeSize uint64) (Offsets, error) 
 		return Offsets{}, fmt.Errorf("%w %s: _Py_DebugOffsets version %#x differs", ErrUnsupported, v, hex)
 	}
 	freeThreaded := word(debugFreeThreadedAt) != 0
-	if freeThreaded && v.Minor < firstFreeThreaded {
-		return Offsets{}, fmt.Errorf("%w %s: a free-threaded build (walked from 3.%d on)", ErrUnsupported, v, firstFreeThreaded)
-	}
 	d := debugValues{get: func(name string) uint64 { return word(pos[name]) }}
 	o := Offsets{
 		Version:                 v,
@@ -169,10 +162,14 @@ func offsetsFromDebug(v Version, b []byte, runtimeSize uint64) (Offsets, error) 
 	// their free-threaded form): what differs from it is a misread block.
 	o = objectLayout(o, 40, 56)
 	if freeThreaded {
-		o = freeThreadedObjects(o)
+		o = freeThreadedObjects(o, v.Minor)
 		o.FreeThreaded = true
-		o.FrameTLBCIndex = d.field("interpreter_frame", "tlbc_index", 4)
-		o.CodeTLBC = d.field("code_object", "co_tlbc", 8)
+		// Each thread runs its own copy of the bytecode from 3.14 on
+		// (3.13t shares co_code_adaptive, and its block has no such fields).
+		if _, ok := pos["code_object.co_tlbc"]; ok {
+			o.FrameTLBCIndex = d.field("interpreter_frame", "tlbc_index", 4)
+			o.CodeTLBC = d.field("code_object", "co_tlbc", 8)
+		}
 	}
 	for name, want := range map[string]uint64{
 		"pyobject.ob_type":                         uint64(o.ObjectType),

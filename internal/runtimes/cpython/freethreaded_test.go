@@ -1,6 +1,7 @@
 package cpython
 
 import (
+	"fmt"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -12,51 +13,65 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// A free-threaded build (3.14.7, --disable-gil, with DWARF) is detected
-// with the offsets gdb prints from its DWARF: those of its own
+// Free-threaded builds (3.13.15 and 3.14.7, --disable-gil, with DWARF) are
+// detected with the offsets gdb prints from their DWARF: those of their own
 // _Py_DebugOffsets, the object layout moved past the larger header, the
-// string kind bits after a whole byte of interned, and where a frame's copy
-// of the bytecode is.
+// string kind bits (after a whole byte of interned from 3.14 on), and, from
+// 3.14 on, where a frame's copy of the bytecode is.
 func TestFreeThreadedOffsetsMatchGDB(t *testing.T) {
-	in := testutil.FreeThreadedPython(t)
-	py, err := Detect(openELF(t, in.Path))
-	require.NoError(t, err)
-	require.True(t, py.Offsets.FreeThreaded)
-	require.False(t, py.Untested)
-	require.Equal(t, "3.14t", py.RuntimeVersion())
 	gdb, err := exec.LookPath("gdb")
 	if err != nil {
 		testutil.SkipOrFail(t, "no gdb: %v", err)
 	}
-	o := py.Offsets
-	for _, c := range []struct {
-		field string
-		got   uint32
-		expr  string
-	}{
-		{"ThreadID", o.ThreadID, "&((PyThreadState*)0)->thread_id"},
-		{"ThreadFrame", o.ThreadFrame, "&((PyThreadState*)0)->current_frame"},
-		{"FramePrevious", o.FramePrevious, "&((_PyInterpreterFrame*)0)->previous"},
-		{"FrameCode", o.FrameCode, "&((_PyInterpreterFrame*)0)->f_executable"},
-		{"FrameInstruction", o.FrameInstruction, "&((_PyInterpreterFrame*)0)->instr_ptr"},
-		{"FrameTLBCIndex", o.FrameTLBCIndex, "&((_PyInterpreterFrame*)0)->tlbc_index"},
-		{"CodeTLBC", o.CodeTLBC, "&((PyCodeObject*)0)->co_tlbc"},
-		{"CodeAdaptive", o.CodeAdaptive, "&((PyCodeObject*)0)->co_code_adaptive"},
-		{"CodeQualname", o.CodeQualname, "&((PyCodeObject*)0)->co_qualname"},
-		{"ObjectType", o.ObjectType, "&((PyObject*)0)->ob_type"},
-		{"TypeName", o.TypeName, "&((PyTypeObject*)0)->tp_name"},
-		{"VarObjectSize", o.VarObjectSize, "&((PyVarObject*)0)->ob_size"},
-		{"BytesData", o.BytesData, "&((PyBytesObject*)0)->ob_sval"},
-		{"UnicodeLength", o.UnicodeLength, "&((PyASCIIObject*)0)->length"},
-		{"UnicodeState", o.UnicodeState, "&((PyASCIIObject*)0)->state"},
-		{"UnicodeASCIIData", o.UnicodeASCIIData, "sizeof(PyASCIIObject)"},
-		{"UnicodeCompactData", o.UnicodeCompactData, "sizeof(PyCompactUnicodeObject)"},
-	} {
-		got := gdbPrint(t, gdb, in.Path, []string{"(long)" + c.expr})
-		require.Equal(t, uint64(c.got), got[0], "%s: gdb print %s", c.field, c.expr)
+	for _, in := range testutil.FreeThreadedPythons(t) {
+		t.Run(in.Name, func(t *testing.T) {
+			py, err := Detect(openELF(t, in.Path))
+			require.NoError(t, err)
+			require.True(t, py.Offsets.FreeThreaded)
+			require.False(t, py.Untested)
+			require.Equal(t, fmt.Sprintf("3.%dt", in.Minor()), py.RuntimeVersion())
+			o := py.Offsets
+			fields := []gdbField{
+				{"ThreadID", o.ThreadID, "&((PyThreadState*)0)->thread_id"},
+				{"ThreadFrame", o.ThreadFrame, "&((PyThreadState*)0)->current_frame"},
+				{"FramePrevious", o.FramePrevious, "&((_PyInterpreterFrame*)0)->previous"},
+				{"FrameCode", o.FrameCode, "&((_PyInterpreterFrame*)0)->f_executable"},
+				{"FrameInstruction", o.FrameInstruction, "&((_PyInterpreterFrame*)0)->instr_ptr"},
+				{"CodeAdaptive", o.CodeAdaptive, "&((PyCodeObject*)0)->co_code_adaptive"},
+				{"CodeQualname", o.CodeQualname, "&((PyCodeObject*)0)->co_qualname"},
+				{"ObjectType", o.ObjectType, "&((PyObject*)0)->ob_type"},
+				{"TypeName", o.TypeName, "&((PyTypeObject*)0)->tp_name"},
+				{"VarObjectSize", o.VarObjectSize, "&((PyVarObject*)0)->ob_size"},
+				{"BytesData", o.BytesData, "&((PyBytesObject*)0)->ob_sval"},
+				{"UnicodeLength", o.UnicodeLength, "&((PyASCIIObject*)0)->length"},
+				{"UnicodeState", o.UnicodeState, "&((PyASCIIObject*)0)->state"},
+				{"UnicodeASCIIData", o.UnicodeASCIIData, "sizeof(PyASCIIObject)"},
+				{"UnicodeCompactData", o.UnicodeCompactData, "sizeof(PyCompactUnicodeObject)"},
+			}
+			if in.Minor() >= 14 {
+				fields = append(fields, []gdbField{
+					{"FrameTLBCIndex", o.FrameTLBCIndex, "&((_PyInterpreterFrame*)0)->tlbc_index"},
+					{"CodeTLBC", o.CodeTLBC, "&((PyCodeObject*)0)->co_tlbc"},
+				}...)
+			} else {
+				require.Zero(t, o.CodeTLBC, "no thread-local bytecode before 3.14")
+			}
+			for _, c := range fields {
+				got := gdbPrint(t, gdb, in.Path, []string{"(long)" + c.expr})
+				require.Equal(t, uint64(c.got), got[0], "%s: gdb print %s", c.field, c.expr)
+			}
+			bits := stateBits(t, gdb, in.Path, o.UnicodeState)
+			require.Equal(t, map[string]uint8{"kind": o.UnicodeKindShift, "compact": o.UnicodeCompactBit, "ascii": o.UnicodeASCIIBit}, bits)
+		})
 	}
-	bits := stateBits(t, gdb, in.Path, o.UnicodeState)
-	require.Equal(t, map[string]uint8{"kind": o.UnicodeKindShift, "compact": o.UnicodeCompactBit, "ascii": o.UnicodeASCIIBit}, bits)
+}
+
+// gdbField is an offset the detection gave and the gdb expression that
+// prints it.
+type gdbField struct {
+	field string
+	got   uint32
+	expr  string
 }
 
 // A build with a field added to PyThreadState (a patched source) is read

@@ -25,19 +25,22 @@ func objectLayout(o Offsets, asciiSize, compactSize uint32) Offsets {
 }
 
 // freeThreadedObjects moves the offsets objectLayout gives past the larger
-// PyObject header of a free-threaded build (3.14+: ob_tid, ob_flags,
-// ob_mutex, ob_gc_bits, ob_ref_local and ob_ref_shared before ob_type, 32
-// bytes instead of 16), where PyASCIIObject.state opens with a whole byte
-// for interned (Include/object.h, Include/cpython/unicodeobject.h).
-func freeThreadedObjects(o Offsets) Offsets {
+// PyObject header of a free-threaded build of 3.<minor> (ob_tid, ob_flags
+// or 3.13's padding, ob_mutex, ob_gc_bits, ob_ref_local and ob_ref_shared
+// before ob_type: 32 bytes instead of 16). From 3.14 on its
+// PyASCIIObject.state opens with a whole byte for interned, where 3.13t
+// keeps the two bits (Include/object.h, Include/cpython/unicodeobject.h).
+func freeThreadedObjects(o Offsets, minor int) Offsets {
 	const grown = 16
 	for _, f := range []*uint32{&o.ObjectType, &o.TypeName, &o.VarObjectSize, &o.BytesData,
 		&o.UnicodeLength, &o.UnicodeState, &o.UnicodeASCIIData, &o.UnicodeCompactData} {
 		*f += grown
 	}
-	o.UnicodeKindShift = 8
-	o.UnicodeCompactBit = 11
-	o.UnicodeASCIIBit = 12
+	if minor >= 14 {
+		o.UnicodeKindShift = 8
+		o.UnicodeCompactBit = 11
+		o.UnicodeASCIIBit = 12
+	}
 	return o
 }
 

@@ -204,7 +204,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerPythonInterpretersUnsupported, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_python_interpreters_unsupported",
-		metric.WithDescription("Files holding a CPython interpreter whose frames are not walked: a debug build, a free-threaded 3.13 build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]"),
+		metric.WithDescription("Files holding a CPython interpreter whose frames are not walked: a debug build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)

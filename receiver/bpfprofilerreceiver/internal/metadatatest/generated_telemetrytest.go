@@ -312,7 +312,7 @@ func AssertEqualBpfprofilerPythonFramesUnsymbolized(t *testing.T, tt *componentt
 func AssertEqualBpfprofilerPythonInterpretersUnsupported(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_python_interpreters_unsupported",
-		Description: "Files holding a CPython interpreter whose frames are not walked: a debug build, a free-threaded 3.13 build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]",
+		Description: "Files holding a CPython interpreter whose frames are not walked: a debug build, a version before 3.7, or one whose _Py_DebugOffsets are missing or inconsistent (each reason logged once). [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
