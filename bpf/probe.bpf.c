@@ -15,7 +15,16 @@
  * and sends it after the record.
  *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
- * never inherits a stale depth. Exec events also go to user space (execs
+ * never inherits a stale depth.
+ *
+ * Go functions (probe_go_entry / probe_go_exit: uprobes after the stack
+ * check and on each return instruction, never a uretprobe, which would
+ * write into a stack Go moves) keep their scopes per goroutine instead: a
+ * call that blocks resumes on another thread. The goroutine is its g, in
+ * the register Go code keeps it in (r14, x28); a scope left without a
+ * return (a panic unwinding past the function, or a goroutine ending in
+ * one whose g is reused) is found at the next entry that is not deeper in
+ * that goroutine's stack than the open scope's, and dropped (counted). Exec events also go to user space (execs
  * ringbuf) so probes can be attached to files newly started processes map.
  */
 #include "common.h"
@@ -86,21 +95,25 @@ struct probe_stats {
 	u64 exec_dropped; /* execs ringbuf full */
 };
 
-/* Per-probe, per-CPU counts of completed scopes not sent to user space. */
+/* Per-probe, per-CPU counts of scopes not sent to user space. */
 struct probe_drops {
 	u64 rate_limited; /* over the probe's rate limit */
 	u64 ringbuf_full; /* records ringbuf full */
+	u64 abandoned;	  /* a goroutine's scope left without a return */
 };
 
+/* A thread's scope: tid and goroutine 0; a goroutine's: its tgid and g. */
 struct scope_key {
 	u32 tid;
 	u32 probe_index;
+	u64 goroutine;
 };
 
 struct scope_state {
 	u64 start_ns;
 	u32 depth;
 	u32 pad;
+	u64 stack_depth; /* a goroutine's: its stack's top less sp at the outermost entry */
 };
 
 /* Keeps the ringbuf record types in BTF for bpf2go -type. */
@@ -261,7 +274,8 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_config *cfg, struct scope_key *key,
 					u64 start)
 {
-	if (cfg->link_samples) {
+	/* Samples link to threads' scopes only: a goroutine's may move between threads. */
+	if (cfg->link_samples && !key->goroutine) {
 		struct open_scope open = { .start_ns = start, .probe = key->probe_index + 1 };
 		struct open_scope *old = bpf_map_lookup_elem(&open_scopes, &key->tid);
 
@@ -277,6 +291,45 @@ static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_
 		capture_entry_stack(ctx, key);
 }
 
+/*
+ * A call enters key's scope: the outermost one opens. stack_depth is the
+ * goroutine's (0 for a thread's): a goroutine's open scope not shallower
+ * than the entry was left without a return, and starts again.
+ */
+static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *key, u64 stack_depth)
+{
+	u32 index = key->probe_index;
+	struct probe_config *cfg;
+	struct probe_drops *drop;
+	struct scope_state *st;
+	u64 now;
+
+	cfg = bpf_map_lookup_elem(&probe_configs, &index);
+	if (!cfg)
+		return 0;
+	st = bpf_map_lookup_elem(&scopes, key);
+	if (!st) {
+		struct scope_state init = { .start_ns = bpf_ktime_get_ns(), .depth = 1, .stack_depth = stack_depth };
+
+		bpf_map_update_elem(&scopes, key, &init, BPF_ANY);
+		scope_opens(ctx, cfg, key, init.start_ns);
+		return 0;
+	}
+	if (key->goroutine && st->depth && stack_depth <= st->stack_depth) {
+		st->depth = 0;
+		drop = bpf_map_lookup_elem(&drops, &index);
+		if (drop)
+			drop->abandoned++;
+	}
+	if (st->depth++ == 0) {
+		now = bpf_ktime_get_ns();
+		st->start_ns = now;
+		st->stack_depth = stack_depth;
+		scope_opens(ctx, cfg, key, now);
+	}
+	return 0;
+}
+
 SEC("uprobe")
 int probe_entry(struct pt_regs *ctx)
 {
@@ -284,8 +337,6 @@ int probe_entry(struct pt_regs *ctx)
 	u64 id = bpf_get_current_pid_tgid();
 	struct scope_key key = { .tid = (u32)id, .probe_index = index };
 	struct probe_config *cfg;
-	struct scope_state *st;
-	u64 now;
 
 	cfg = bpf_map_lookup_elem(&probe_configs, &index);
 	if (!cfg)
@@ -293,20 +344,36 @@ int probe_entry(struct pt_regs *ctx)
 	/* main_thread_only: worker threads keep no state at all. */
 	if (cfg->main_thread_only && (u32)id != (u32)(id >> 32))
 		return 0;
-	st = bpf_map_lookup_elem(&scopes, &key);
-	if (!st) {
-		struct scope_state init = { .start_ns = bpf_ktime_get_ns(), .depth = 1 };
+	return scope_enters(ctx, &key, 0);
+}
 
-		bpf_map_update_elem(&scopes, &key, &init, BPF_ANY);
-		scope_opens(ctx, cfg, &key, init.start_ns);
+/*
+ * The scope key of the goroutine a Go function runs on (its g, from the
+ * register Go code keeps it in) and how deep in its stack the function is:
+ * the stack's top (g.stack.hi, g's second word in every Go release) less
+ * sp, which runtime.copystack keeps when it moves the stack. 0: no g.
+ */
+static __always_inline u64 goroutine_scope(struct pt_regs *ctx, struct scope_key *key)
+{
+	const u64 *regs = (const u64 *)ctx;
+	u64 g = regs[UREGS_GO_G / 8], sp = regs[UREGS_SP / 8], hi = 0;
+
+	if (!g || bpf_probe_read_user(&hi, sizeof(hi), (const void *)(g + 8)) || hi < sp)
 		return 0;
-	}
-	if (st->depth++ == 0) {
-		now = bpf_ktime_get_ns();
-		st->start_ns = now;
-		scope_opens(ctx, cfg, &key, now);
-	}
-	return 0;
+	key->tid = (u32)(bpf_get_current_pid_tgid() >> 32);
+	key->goroutine = g;
+	return hi - sp ? hi - sp : 1;
+}
+
+SEC("uprobe")
+int probe_go_entry(struct pt_regs *ctx)
+{
+	struct scope_key key = { .probe_index = (u32)bpf_get_attach_cookie(ctx) };
+	u64 depth = goroutine_scope(ctx, &key);
+
+	if (!depth)
+		return 0;
+	return scope_enters(ctx, &key, depth);
 }
 
 /*
@@ -317,7 +384,7 @@ static __always_inline void scope_closes(const struct probe_config *cfg, struct 
 {
 	struct open_scope *open;
 
-	if (!cfg->link_samples)
+	if (!cfg->link_samples || key->goroutine)
 		return;
 	open = bpf_map_lookup_elem(&open_scopes, &key->tid);
 	if (open && open->probe == key->probe_index + 1 && open->start_ns == start)
@@ -353,12 +420,10 @@ static __always_inline struct probe_record *reserve_record(const struct probe_co
 	return &srec->rec;
 }
 
-SEC("uprobe")
-int probe_exit(struct pt_regs *ctx)
+/* A call leaves key's scope: the outermost one ends and is recorded. */
+static __always_inline int scope_leaves(struct scope_key *key)
 {
-	u32 index = (u32)bpf_get_attach_cookie(ctx);
-	u64 id = bpf_get_current_pid_tgid();
-	struct scope_key key = { .tid = (u32)id, .probe_index = index };
+	u32 index = key->probe_index;
 	struct probe_record *rec;
 	struct probe_config *cfg;
 	struct probe_drops *drop;
@@ -367,7 +432,7 @@ int probe_exit(struct pt_regs *ctx)
 	u32 zero = 0, pid, tid;
 	u64 now;
 
-	st = bpf_map_lookup_elem(&scopes, &key);
+	st = bpf_map_lookup_elem(&scopes, key);
 	if (!st || st->depth == 0) /* exit without entry: attached mid-scope */
 		return 0;
 	if (--st->depth)
@@ -378,7 +443,7 @@ int probe_exit(struct pt_regs *ctx)
 	drop = bpf_map_lookup_elem(&drops, &index);
 	if (!cfg || !cnt || !drop)
 		return 0;
-	scope_closes(cfg, &key, st->start_ns);
+	scope_closes(cfg, key, st->start_ns);
 	if (now - st->start_ns < cfg->min_duration_ns)
 		return 0;
 	if (collector_ids(&pid, &tid)) /* a process the collector cannot see */
@@ -388,7 +453,7 @@ int probe_exit(struct pt_regs *ctx)
 		drop->rate_limited++;
 		return 0;
 	}
-	rec = reserve_record(cfg, &key);
+	rec = reserve_record(cfg, key);
 	if (!rec) {
 		drop->ringbuf_full++;
 		return 0;
@@ -410,6 +475,25 @@ int probe_exit(struct pt_regs *ctx)
 					: BPF_RB_NO_WAKEUP);
 	cnt->records++;
 	return 0;
+}
+
+SEC("uprobe")
+int probe_exit(struct pt_regs *ctx)
+{
+	struct scope_key key = { .tid = (u32)bpf_get_current_pid_tgid(),
+				 .probe_index = (u32)bpf_get_attach_cookie(ctx) };
+
+	return scope_leaves(&key);
+}
+
+SEC("uprobe")
+int probe_go_exit(struct pt_regs *ctx)
+{
+	struct scope_key key = { .probe_index = (u32)bpf_get_attach_cookie(ctx) };
+
+	if (!goroutine_scope(ctx, &key))
+		return 0;
+	return scope_leaves(&key);
 }
 
 static __always_inline void forget_thread(u32 tid)

@@ -27,7 +27,7 @@ func TestProbeSpecLayout(t *testing.T) {
 		{ProbeMapStats, ebpf.PerCPUArray, 4, unsafe.Sizeof(ProbeProbeStats{}), 1},
 		{ProbeMapDrops, ebpf.PerCPUArray, 4, unsafe.Sizeof(ProbeProbeDrops{}), maxProbes},
 		{ProbeMapRateTat, ebpf.Array, 4, 8, maxProbes},
-		{ProbeMapEntryStacks, ebpf.LRUHash, 8, 8 + stackDepth*8, 4096},
+		{ProbeMapEntryStacks, ebpf.LRUHash, 16, 8 + stackDepth*8, 4096},
 	}
 	for _, tt := range tests {
 		m, ok := spec.Maps[tt.name]
@@ -46,7 +46,7 @@ func TestProbeSpecLayout(t *testing.T) {
 	}{
 		{"probe_config", unsafe.Sizeof(ProbeProbeConfig{}), 8 + 4 + 4 + 8 + 8 + 4 + 4},
 		{"probe_stats", unsafe.Sizeof(ProbeProbeStats{}), 2 * 8},
-		{"probe_drops", unsafe.Sizeof(ProbeProbeDrops{}), 2 * 8},
+		{"probe_drops", unsafe.Sizeof(ProbeProbeDrops{}), 3 * 8},
 		{"probe_record", unsafe.Sizeof(ProbeProbeRecord{}), 8 + 8 + 4 + 4 + 4 + 16 + 4},
 		{"probe_stack_record", unsafe.Sizeof(ProbeProbeStackRecord{}), unsafe.Sizeof(ProbeProbeRecord{}) + stackDepth*8},
 	}

@@ -42,6 +42,7 @@ type ProbeProbeDrops struct {
 	_           structs.HostLayout
 	RateLimited uint64
 	RingbufFull uint64
+	Abandoned   uint64
 }
 
 type ProbeProbeRecord struct {
@@ -71,13 +72,15 @@ type ProbeScopeKey struct {
 	_          structs.HostLayout
 	Tid        uint32
 	ProbeIndex uint32
+	Goroutine  uint64
 }
 
 type ProbeScopeState struct {
-	_       structs.HostLayout
-	StartNs uint64
-	Depth   uint32
-	Pad     uint32
+	_          structs.HostLayout
+	StartNs    uint64
+	Depth      uint32
+	Pad        uint32
+	StackDepth uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -97,6 +100,8 @@ const (
 	ProbeProgProbeEntry            = "probe_entry"
 	ProbeProgProbeExec             = "probe_exec"
 	ProbeProgProbeExit             = "probe_exit"
+	ProbeProgProbeGoEntry          = "probe_go_entry"
+	ProbeProgProbeGoExit           = "probe_go_exit"
 	ProbeProgProbeThreadExit       = "probe_thread_exit"
 	ProbeVarEntryStacksUsed        = "entry_stacks_used"
 	ProbeVarHaveTaskPtRegs         = "have_task_pt_regs"
@@ -153,6 +158,8 @@ type ProbeProgramSpecs struct {
 	ProbeEntry      *ebpf.ProgramSpec `ebpf:"probe_entry"`
 	ProbeExec       *ebpf.ProgramSpec `ebpf:"probe_exec"`
 	ProbeExit       *ebpf.ProgramSpec `ebpf:"probe_exit"`
+	ProbeGoEntry    *ebpf.ProgramSpec `ebpf:"probe_go_entry"`
+	ProbeGoExit     *ebpf.ProgramSpec `ebpf:"probe_go_exit"`
 	ProbeThreadExit *ebpf.ProgramSpec `ebpf:"probe_thread_exit"`
 }
 
@@ -254,6 +261,8 @@ type ProbePrograms struct {
 	ProbeEntry      *ebpf.Program `ebpf:"probe_entry"`
 	ProbeExec       *ebpf.Program `ebpf:"probe_exec"`
 	ProbeExit       *ebpf.Program `ebpf:"probe_exit"`
+	ProbeGoEntry    *ebpf.Program `ebpf:"probe_go_entry"`
+	ProbeGoExit     *ebpf.Program `ebpf:"probe_go_exit"`
 	ProbeThreadExit *ebpf.Program `ebpf:"probe_thread_exit"`
 }
 
@@ -262,6 +271,8 @@ func (p *ProbePrograms) Close() error {
 		p.ProbeEntry,
 		p.ProbeExec,
 		p.ProbeExit,
+		p.ProbeGoEntry,
+		p.ProbeGoExit,
 		p.ProbeThreadExit,
 	)
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 
@@ -28,10 +27,11 @@ type attacher struct {
 	proc     procfs.FS
 	log      *zap.Logger
 	specs    []compiledSpec
-	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)
+	programs func(probe int) (probePrograms, uint64)
 	// attachFile attaches one probe to the file at path (a.attach; replaced
-	// in tests to fail like a missing permission).
-	attachFile func(path string, probe int, entry, exit []symOffset) ([]link.Link, error)
+	// in tests to fail like a missing permission), with the goroutine's
+	// programs in a Go binary.
+	attachFile func(path string, probe int, entry, exit []symOffset, goroutine bool) ([]link.Link, error)
 
 	// deadline bounds the opens of probed files: on FUSE or a dead
 	// network file system an open can block forever.
@@ -46,7 +46,7 @@ type attacher struct {
 }
 
 func newAttacher(proc procfs.FS, log *zap.Logger, specs []compiledSpec,
-	programs func(probe int) (entry, exit *ebpf.Program, cookie uint64)) *attacher {
+	programs func(probe int) (probePrograms, uint64)) *attacher {
 	a := &attacher{
 		proc: proc, log: log, specs: specs, programs: programs,
 		deadline: procfs.NewDeadline(openTimeout, maxStuckOpens),
@@ -230,16 +230,18 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 				capabilities.Explain(err, capabilities.SysPtrace, capabilities.DACReadSearch))
 			continue
 		}
-		if s.Return && funcs.Go {
-			a.attempts.finish(key)
-			a.refused++
-			log.Warn("probe not attached: symbol mode (uretprobe) is refused on Go binaries because Go moves stacks; use entry_symbol and exit_symbol")
-			continue
-		}
 		entry := offsets(funcs.Symbols, s.entry)
 		exit := entry
 		if !s.Return {
 			exit = offsets(funcs.Symbols, s.exit)
+		}
+		if funcs.Go && len(entry) > 0 && len(exit) > 0 {
+			if entry, exit, err = goSites(funcs, s); err != nil {
+				a.attempts.finish(key)
+				a.refused++
+				log.Warn("probe not attached: a Go function it names has no place for its uprobes", zap.Error(err))
+				continue
+			}
 		}
 		if len(entry) == 0 || len(exit) == 0 {
 			missing := s.EntrySymbol
@@ -251,7 +253,7 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
 			continue
 		}
-		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit)
+		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, funcs.Go)
 		if errors.Is(err, fs.ErrNotExist) {
 			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
 			continue
@@ -295,13 +297,15 @@ func offsets(syms []symbolize.FunctionSymbol, q symbolQuery) []symOffset {
 }
 
 // attach places the exit side first, so a scope entered while attaching
-// is never left open; on error nothing stays attached.
-func (a *attacher) attach(path string, probe int, entry, exit []symOffset) ([]link.Link, error) {
+// is never left open; on error nothing stays attached. In a Go binary
+// (goroutine) every uprobe is a plain one and keys the goroutine's scope.
+func (a *attacher) attach(path string, probe int, entry, exit []symOffset, goroutine bool) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, err
 	}
-	entryProg, exitProg, cookie := a.programs(probe)
+	progs, cookie := a.programs(probe)
+	entryProg, exitProg := progs.entry(goroutine), progs.exit(goroutine)
 	var links []link.Link
 	fail := func(err error) ([]link.Link, error) {
 		for _, l := range links {
@@ -312,7 +316,7 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset) ([]li
 	for _, o := range exit {
 		opts := &link.UprobeOptions{Address: o.offset, Cookie: cookie}
 		var l link.Link
-		if a.specs[probe].Return {
+		if a.specs[probe].Return && !goroutine {
 			l, err = ex.Uretprobe(o.name, exitProg, opts)
 		} else {
 			l, err = ex.Uprobe(o.name, exitProg, opts)

@@ -13,10 +13,14 @@
 // periodically.
 //
 // Go binaries: uretprobes break Go's moving stacks (the runtime copies
-// goroutine stacks and sees the kernel's trampoline return address), so a
-// Spec with Return set (config `symbol:`) is refused for files that are Go
-// binaries: a warning is logged and the file is skipped (Stats.Refused).
-// entry_symbol/exit_symbol probes (plain uprobes) work on Go binaries.
+// goroutine stacks and sees the kernel's trampoline return address), so in
+// a Go binary a Spec with Return set (config `symbol:`) puts plain uprobes
+// on the function's return instructions (internal/gosites), and every
+// probe's uprobes go after the function's stack check, and the scope is
+// the goroutine's, not the thread's: a call that blocks resumes on another
+// thread. A function without a return instruction, or whose code does not
+// decode, is refused with a warning (Stats.Refused). Samples link to
+// threads' scopes only.
 package probes
 
 import (
@@ -84,6 +88,9 @@ func rateLimit(maxPerSecond uint64) (intervalNs, burstNs uint64) {
 type ProbeDrops struct {
 	RateLimited    uint64 // over the probe's MaxPerSecond
 	RingBufferFull uint64 // the records ring buffer was full
+	// Abandoned counts goroutines' scopes left without a return (a panic
+	// unwinding past the function), found at the goroutine's next entry.
+	Abandoned uint64
 }
 
 // Stats counts what the probes did since Open.
@@ -96,7 +103,7 @@ type Stats struct {
 	Files       int          // files with at least one probe attached
 	Links       int          // uprobes/uretprobes attached
 	Missing     int          // (probe, file) pairs skipped because a symbol is missing
-	Refused     int          // (probe, file) pairs refused: Return on a Go binary
+	Refused     int          // (probe, file) pairs refused: a Go function without a return, or not decodable
 	Failed      int          // (probe, file) pairs whose last attach failed (tried again at each rescan)
 }
 
@@ -106,6 +113,7 @@ func (s Stats) Dropped() ProbeDrops {
 	for _, p := range s.Drops {
 		d.RateLimited += p.RateLimited
 		d.RingBufferFull += p.RingBufferFull
+		d.Abandoned += p.Abandoned
 	}
 	return d
 }

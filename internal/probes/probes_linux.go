@@ -30,8 +30,8 @@ import (
 // are safe for concurrent use.
 type Manager struct {
 	specs    []Spec
-	objs     bpf.ProbeObjects   // ProbeEntry and ProbeExit nil without cookies
-	perProbe [][2]*ebpf.Program // without cookies: entry and exit of each probe
+	objs     bpf.ProbeObjects // ProbeEntry and ProbeExit nil without cookies
+	perProbe []probePrograms  // without cookies: the programs of each probe
 	tpLinks  []link.Link
 	records  *ringbuf.Reader
 	execs    *ringbuf.Reader
@@ -146,12 +146,15 @@ func (m *Manager) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) 
 	p.ProbeExec, p.ProbeThreadExit = coll.DetachProgram("probe_exec"), coll.DetachProgram("probe_thread_exit")
 	if cookies {
 		p.ProbeEntry, p.ProbeExit = coll.DetachProgram(entryProgram), coll.DetachProgram(exitProgram)
+		p.ProbeGoEntry, p.ProbeGoExit = coll.DetachProgram(goEntryProgram), coll.DetachProgram(goExitProgram)
 		return nil
 	}
 	for i := range m.specs {
-		m.perProbe = append(m.perProbe, [2]*ebpf.Program{
-			coll.DetachProgram(perProbeName(entryProgram, i)), coll.DetachProgram(perProbeName(exitProgram, i)),
-		})
+		var set probePrograms
+		for j, name := range uprobePrograms {
+			set[j] = coll.DetachProgram(perProbeName(name, i))
+		}
+		m.perProbe = append(m.perProbe, set)
 	}
 	return nil
 }
@@ -162,13 +165,14 @@ var haveAttachCookies = func() bool {
 	return features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) == nil
 }
 
-// programs returns the entry and exit programs of probe index i and the
-// cookie to attach them with.
-func (m *Manager) programs(i int) (entry, exit *ebpf.Program, cookie uint64) {
+// programs returns the programs of probe index i and the cookie to attach
+// them with.
+func (m *Manager) programs(i int) (probePrograms, uint64) {
 	if m.perProbe == nil {
-		return m.objs.ProbeEntry, m.objs.ProbeExit, uint64(i)
+		p := &m.objs.ProbePrograms
+		return probePrograms{p.ProbeEntry, p.ProbeExit, p.ProbeGoEntry, p.ProbeGoExit}, uint64(i)
 	}
-	return m.perProbe[i][0], m.perProbe[i][1], 0
+	return m.perProbe[i], 0
 }
 
 // openKernelSide attaches the thread exit and exec tracepoints and opens the
@@ -271,6 +275,7 @@ func (m *Manager) Stats() Stats {
 		for _, c := range drops {
 			st.Drops[i].RateLimited += c.RateLimited
 			st.Drops[i].RingBufferFull += c.RingbufFull
+			st.Drops[i].Abandoned += c.Abandoned
 		}
 	}
 	st.Delivered = m.delivered.Load()

@@ -305,24 +305,3 @@ func TestScopesWithoutAttachCookies(t *testing.T) {
 	require.Eventually(t, func() bool { return m.Stats().Links == 8 }, 2*time.Second, 5*time.Millisecond)
 	checkScopes(t, c, out, cmd.Process.Pid)
 }
-
-// symbol mode (uretprobe) is refused on Go binaries; entry/exit pairs
-// (plain uprobes) attach.
-func TestGoBinaryRefusesReturnProbes(t *testing.T) {
-	testutil.RequireBPF(t)
-	bin := testutil.BuildGo(t, "gohot")
-	cmd := testutil.StartWorkload(t, bin, "30")
-	require.Eventually(t, func() bool {
-		p, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "exe"))
-		return p == bin
-	}, 5*time.Second, 10*time.Millisecond)
-	file := "^" + regexp.QuoteMeta(bin) + "$"
-	m, _ := openAndRun(t, []Spec{
-		{ID: "go.return", FileMatch: file, EntrySymbol: "main.(*Cruncher).hotLoop", Return: true},
-		{ID: "go.pair", FileMatch: file, EntrySymbol: "main.main", ExitSymbol: "main.(*Cruncher).hotLoop"},
-	})
-	st := m.Stats()
-	require.Equal(t, 1, st.Refused)
-	require.Equal(t, 2, st.Links)
-	require.Equal(t, 1, st.Files)
-}

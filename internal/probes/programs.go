@@ -8,11 +8,35 @@ import (
 	"github.com/cilium/ebpf/asm"
 )
 
-// Names of the entry and exit programs in bpf/probe.bpf.c.
+// Names of the uprobe programs in bpf/probe.bpf.c: a thread's scope, and a
+// goroutine's (Go binaries).
 const (
-	entryProgram = "probe_entry"
-	exitProgram  = "probe_exit"
+	entryProgram   = "probe_entry"
+	exitProgram    = "probe_exit"
+	goEntryProgram = "probe_go_entry"
+	goExitProgram  = "probe_go_exit"
 )
+
+// uprobePrograms are the programs of probePrograms, in its order.
+var uprobePrograms = [...]string{entryProgram, exitProgram, goEntryProgram, goExitProgram}
+
+// probePrograms are the uprobe programs of one probe, in uprobePrograms'
+// order.
+type probePrograms [len(uprobePrograms)]*ebpf.Program
+
+func (p probePrograms) entry(goroutine bool) *ebpf.Program {
+	if goroutine {
+		return p[2]
+	}
+	return p[0]
+}
+
+func (p probePrograms) exit(goroutine bool) *ebpf.Program {
+	if goroutine {
+		return p[3]
+	}
+	return p[1]
+}
 
 // withProbeIndex returns a copy of prog in which every call of
 // bpf_get_attach_cookie yields index instead: on kernels without attach
@@ -41,7 +65,7 @@ func perProbeName(program string, index int) string {
 // splitPerProbe replaces the entry and exit programs of spec by one patched
 // copy per probe index (see withProbeIndex).
 func splitPerProbe(spec *ebpf.CollectionSpec, probes int) error {
-	for _, name := range []string{entryProgram, exitProgram} {
+	for _, name := range uprobePrograms {
 		prog, ok := spec.Programs[name]
 		if !ok {
 			return errors.New("probe BPF spec has no program " + name)

@@ -18,11 +18,15 @@ import (
 
 // scopeKey and scopeState mirror struct scope_key and struct scope_state of
 // bpf/probe.bpf.c.
-type scopeKey struct{ TID, ProbeIndex uint32 }
+type scopeKey struct {
+	TID, ProbeIndex uint32
+	Goroutine       uint64
+}
 
 type scopeState struct {
 	StartNs    uint64
 	Depth, Pad uint32
+	StackDepth uint64
 }
 
 // threadScopes returns the depth of every scope state the BPF side keeps
@@ -33,7 +37,7 @@ func (m *Manager) threadScopes(tid uint32) (map[uint32]uint32, error) {
 	var v scopeState
 	it := m.objs.Scopes.Iterate()
 	for it.Next(&k, &v) {
-		if k.TID == tid {
+		if k.TID == tid && k.Goroutine == 0 {
 			out[k.ProbeIndex] = v.Depth
 		}
 	}

@@ -17,14 +17,23 @@ type FunctionSymbol struct {
 	// vaddr + PT_LOAD offset of the segment holding it. Uprobes are placed at
 	// file offsets.
 	Offset uint64
+	// Code is a copy of the function's machine code (Size bytes) in a Go
+	// binary, for finding its return instructions; nil in other files and
+	// for a function larger than MaxGoCode.
+	Code []byte
 }
+
+// MaxGoCode bounds the machine code FindFunctions copies of one Go
+// function.
+const MaxGoCode = 1 << 20
 
 // ELFFunctions is what FindFunctions reports about one ELF file.
 type ELFFunctions struct {
 	Symbols []FunctionSymbol // sorted by Offset, then Name
 	// Go reports whether the file is a Go binary (.gopclntab section or
 	// runtime.pclntab symbol).
-	Go bool
+	Go      bool
+	Machine elf.Machine
 }
 
 // FindFunctions returns the defined function symbols of the open ELF file f
@@ -65,16 +74,20 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 	if len(loads) == 0 {
 		return ELFFunctions{}, errors.New("no PT_LOAD segment")
 	}
-	var res ELFFunctions
+	res := ELFFunctions{Machine: f.Machine}
 	res.Go = f.Section(".gopclntab") != nil
 	seen := make(map[string]bool)
 	srcs, errs := symbolSources(f, data, noSections)
-	if len(srcs) == 0 && len(errs) > 0 {
+	if len(srcs) == 0 && len(errs) > 0 && !res.Go {
 		return ELFFunctions{}, errors.Join(errs...)
 	}
+	symtab := false
 	for _, raw := range srcs {
-		if !res.Go && raw.typ == elf.SHT_SYMTAB {
-			_, res.Go = raw.find("runtime.pclntab")
+		if raw.typ == elf.SHT_SYMTAB {
+			symtab = true
+			if !res.Go {
+				_, res.Go = raw.find("runtime.pclntab")
+			}
 		}
 		for i := range raw.len() {
 			s := raw.sym(i)
@@ -97,6 +110,16 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 			res.Symbols = append(res.Symbols, FunctionSymbol{Name: name, Value: s.value, Size: s.size, Offset: off})
 		}
 	}
+	if res.Go {
+		if !symtab { // stripped (-ldflags=-s): the functions of its pclntab
+			res.Symbols = append(res.Symbols, goFunctions(f, data, loads, match, seen)...)
+		}
+		for i, s := range res.Symbols {
+			if s.Size <= MaxGoCode {
+				res.Symbols[i].Code = vaddrBytesOf(loads, data, s.Value, s.Size)
+			}
+		}
+	}
 	sort.Slice(res.Symbols, func(i, j int) bool {
 		a, b := res.Symbols[i], res.Symbols[j]
 		if a.Offset != b.Offset {
@@ -116,4 +139,41 @@ func fileOffset(loads []elf.ProgHeader, vaddr uint64) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// goFunctions returns the functions of Go binary f's pclntab whose name
+// satisfies match and is not in seen.
+func goFunctions(f *elf.File, data []byte, loads []elf.ProgHeader, match func(string) bool, seen map[string]bool) []FunctionSymbol {
+	t, err := newGoTable(f, data, nil)
+	if err != nil {
+		return nil
+	}
+	var out []FunctionSymbol
+	t.functions(func(name string, entry, end uint64) {
+		if seen[name] || !match(name) {
+			return
+		}
+		seen[name] = true
+		if off, ok := fileOffset(loads, entry); ok {
+			out = append(out, FunctionSymbol{Name: name, Value: entry, Size: end - entry, Offset: off})
+		}
+	})
+	return out
+}
+
+// vaddrBytesOf returns a copy of the size bytes of the file at virtual
+// address addr, or nil when a PT_LOAD segment's file bytes do not hold
+// them.
+func vaddrBytesOf(loads []elf.ProgHeader, data []byte, addr, size uint64) []byte {
+	for _, p := range loads {
+		if addr < p.Vaddr || size > p.Filesz || addr-p.Vaddr > p.Filesz-size {
+			continue
+		}
+		off := p.Off + addr - p.Vaddr
+		if off < p.Off || off+size < off || off+size > uint64(len(data)) {
+			return nil
+		}
+		return append([]byte(nil), data[off:off+size]...)
+	}
+	return nil
 }

@@ -4,10 +4,14 @@ import (
 	"debug/elf"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 // findFunctionsIn opens path and runs FindFunctions on it.
@@ -59,4 +63,38 @@ func TestFindFunctionsMalformed(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
 	_, err = findFunctionsIn(t, empty, func(string) bool { return true })
 	require.Error(t, err)
+}
+
+// A Go binary's functions are found by the names `go tool nm` shows, from
+// its symbol table or, stripped (-s -w, as images ship them), from its
+// pclntab, at the same place, PIE or not, with a copy of their code.
+func TestFindFunctionsGoStripped(t *testing.T) {
+	names := []string{"main.(*Server).handle", "main.Sum[go.shape.int]", "main.main.func1", "main.fib"}
+	match := func(name string) bool { return slices.Contains(names, name) }
+	for _, pie := range []bool{false, true} {
+		var found [2]ELFFunctions
+		for i, ldflags := range []string{"", "-s -w"} {
+			bin := filepath.Join(t.TempDir(), "gofuncs")
+			b := testutil.GoBuild{LDFlags: ldflags, PIE: pie}
+			require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "gofuncs"), bin, runtime.GOARCH, b))
+			res, err := findFunctionsIn(t, bin, match)
+			require.NoError(t, err, "pie %v, ldflags %q", pie, ldflags)
+			require.True(t, res.Go)
+			require.Len(t, res.Symbols, len(names), "pie %v, ldflags %q", pie, ldflags)
+			data, err := os.ReadFile(bin)
+			require.NoError(t, err)
+			for _, s := range res.Symbols {
+				require.Equal(t, data[s.Offset:s.Offset+s.Size], s.Code, s.Name)
+			}
+			found[i] = res
+		}
+		// The pclntab's ranges run to the next function: the alignment
+		// padding is in them.
+		for i, s := range found[1].Symbols {
+			want := found[0].Symbols[i]
+			require.InDelta(t, want.Size+16, s.Size, 16, "%s: pie %v", s.Name, pie)
+			s.Size, s.Code, want.Code = want.Size, nil, nil
+			require.Equal(t, want, s, "pie %v: symbol table and pclntab", pie)
+		}
+	}
 }

@@ -279,6 +279,27 @@ func (t *goTable) lookup(pc uint64) []goFrame {
 	return append(frames, goFrame{function: name})
 }
 
+// functions calls yield with the name, entry and end of each function of
+// the table.
+func (t *goTable) functions(yield func(name string, entry, end uint64)) {
+	if t.legacy != nil {
+		for _, fn := range t.legacy.Funcs {
+			yield(fn.Name, fn.Entry, fn.End)
+		}
+		return
+	}
+	for i := range t.nfunc {
+		entry := uint64(t.bo.Uint32(t.functab[i*8:]))
+		end := uint64(t.bo.Uint32(t.functab[(i+1)*8:]))
+		funcOff := uint64(t.bo.Uint32(t.functab[i*8+4:]))
+		nameOff, ok := t.u32(t.functab, funcOff+funcNameOff)
+		if !ok || end <= entry {
+			continue
+		}
+		yield(cstring(t.funcnametab, uint64(nameOff)), t.textStart+entry, t.textStart+end)
+	}
+}
+
 // findFunc returns the _func struct of the function containing pc.
 func (t *goTable) findFunc(pc uint64) ([]byte, bool) {
 	if pc < t.textStart {

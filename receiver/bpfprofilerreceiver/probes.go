@@ -171,6 +171,7 @@ func (p *probeRunner) countKernelDrops(ctx context.Context) {
 		d, old := drops[i], p.reported[i]
 		p.addDropped(ctx, i, dropRateLimited, d.RateLimited-old.RateLimited)
 		p.addDropped(ctx, i, dropRingbufFull, d.RingBufferFull-old.RingBufferFull)
+		p.addDropped(ctx, i, dropAbandoned, d.Abandoned-old.Abandoned)
 		p.reported[i] = d
 	}
 }

@@ -52,6 +52,7 @@ const (
 	dropRateLimited = "rate_limited"
 	dropBufferFull  = "buffer_full"
 	dropRefused     = "refused"
+	dropAbandoned   = "abandoned"
 
 	// process_reads outcomes
 	readDone    = "read"
@@ -118,7 +119,7 @@ func emittedAttributeValues() map[string][]string {
 		"stack":                         {stackUser, stackKernel},
 		"sample_loss_reason":            {lostMapFull},
 		"stack_loss_reason":             stackReasons,
-		"probe_drop_reason":             {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused},
+		"probe_drop_reason":             {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused, dropAbandoned},
 		"unwind_end":                    unwindEnds,
 		"table_failure":                 tableFailures,
 		"python_end":                    pythonEnds,

@@ -1,0 +1,121 @@
+package probes
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// A Go method probed by `symbol:` (uprobes after its stack check and on
+// its returns, no uretprobe) times each call per goroutine: 1,000 HTTP
+// requests from 16 clients, each call sleeping, blocking on a channel
+// (most resume on another thread) and growing its stack, give one record
+// per call that returned, each inside the call as the handler measured it
+// and within 1 ms of its duration; the calls that panicked out (no return)
+// give none, and their scopes are dropped at the goroutine's next entry
+// (Abandoned), not paired with a later call. A function without a return
+// instruction is refused. Built by the oldest and newest
+// Go toolchains the probes support and the machine's.
+func TestGoFunctionScopes(t *testing.T) {
+	testutil.RequireBPF(t)
+	for _, toolchain := range []string{"go1.21.13", "", "go1.27.3"} {
+		b := testutil.GoBuild{Toolchain: testutil.GoToolchain(toolchain)}
+		t.Run(cmp.Or(b.Toolchain, runtime.Version()), func(t *testing.T) {
+			bin := filepath.Join(t.TempDir(), "goscopes")
+			require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), bin, runtime.GOARCH, b))
+			out := filepath.Join(t.TempDir(), "measured.txt")
+			cmd := exec.Command(bin, out, "1000", "16")
+			stdin, err := cmd.StdinPipe()
+			require.NoError(t, err)
+			c := testutil.StartChild(t, cmd)
+			require.Equal(t, "READY", c.Line(t, testutil.Patient(time.Minute)))
+
+			file := "^" + regexp.QuoteMeta(bin) + "$"
+			m, recs := openAndRun(t, []Spec{
+				{ID: "go.checkout", FileMatch: file, EntrySymbol: "main.(*server).checkout", Return: true},
+				{ID: "go.refuse", FileMatch: file, EntrySymbol: "main.(*server).refuse", Return: true},
+			})
+			st := m.Stats()
+			require.Equal(t, 1, st.Refused, "a function without a return instruction")
+			require.GreaterOrEqual(t, st.Links, 3, "an entry and at least two returns")
+			_, err = io.WriteString(stdin, "go\n")
+			require.NoError(t, err)
+			require.Equal(t, "DONE", c.Line(t, testutil.Patient(2*time.Minute)))
+
+			truth := filterMeasured(readMeasured(t, out), func(m measured) bool { return m.kind == "checkout" })
+			counts := readCounts(t, out)
+			require.Equal(t, 20, counts["panicked"])
+			require.Len(t, truth, 980)
+			require.Greater(t, counts["migrated"], 0, "no call resumed on another thread")
+			require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= len(truth) }, 5*time.Second, 10*time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // any extra record
+			requireEachInside(t, recs.byProbe(0), truth, c.Pid())
+			abandoned := m.Stats().Drops[0].Abandoned
+			require.LessOrEqual(t, abandoned, uint64(counts["panicked"]))
+			require.NotZero(t, abandoned, "a panicked call's goroutine entered again")
+			t.Logf("%d records, %d calls resumed on another thread, %d panicked, %d scopes abandoned",
+				len(truth), counts["migrated"], counts["panicked"], abandoned)
+		})
+	}
+}
+
+// requireEachInside pairs every record with a call the workload measured
+// that holds it, at most 1 ms longer: calls run concurrently, so each is
+// paired with the closest fitting one not taken.
+func requireEachInside(t *testing.T, recs []capture.RawScope, truth []measured, pid int) {
+	t.Helper()
+	require.Len(t, recs, len(truth))
+	taken := make([]bool, len(truth))
+	var worst time.Duration
+	for i, r := range recs {
+		require.Equal(t, uint32(pid), r.PID)
+		best := -1
+		for j, m := range truth {
+			if taken[j] || r.Start < m.start || r.End > m.end {
+				continue
+			}
+			if best < 0 || m.end-m.start < truth[best].end-truth[best].start {
+				best = j
+			}
+		}
+		require.GreaterOrEqual(t, best, 0, "record %d (%v at %d) is inside no call", i, r.Duration(), r.Start)
+		taken[best] = true
+		diff := time.Duration(truth[best].end-truth[best].start) - r.Duration()
+		require.LessOrEqual(t, diff, time.Millisecond, "record %d", i)
+		worst = max(worst, diff)
+	}
+	t.Logf("records at most %v shorter than the calls holding them", worst)
+}
+
+// readCounts reads the "name n" lines of a workload's output.
+func readCounts(t *testing.T, path string) map[string]int {
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var name string
+		var n int
+		if fields := strings.Fields(sc.Text()); len(fields) == 2 {
+			if _, err := fmt.Sscan(sc.Text(), &name, &n); err == nil {
+				out[name] = n
+			}
+		}
+	}
+	return out
+}

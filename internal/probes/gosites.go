@@ -1,0 +1,46 @@
+package probes
+
+import (
+	"fmt"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/gosites"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+)
+
+// goSites returns where probe s's uprobes go in a Go binary: every one
+// after its function's stack check (an uprobe on the first instruction
+// fires again when the stack grows and the function starts over), and for
+// a Spec with Return set the exit side on the function's return
+// instructions, never a uretprobe. A function without a return, or whose
+// code does not decode whole, refuses the probe for the file.
+func goSites(funcs symbolize.ELFFunctions, s compiledSpec) (entry, exit []symOffset, err error) {
+	entry, returns, err := goFunctionSites(funcs, s.entry)
+	if err != nil || s.Return {
+		return entry, returns, err
+	}
+	exit, _, err = goFunctionSites(funcs, s.exit)
+	return entry, exit, err
+}
+
+// goFunctionSites returns the probe entry and the return instructions of
+// each function of funcs q matches, as file offsets.
+func goFunctionSites(funcs symbolize.ELFFunctions, q symbolQuery) (entry, returns []symOffset, err error) {
+	for _, fn := range funcs.Symbols {
+		if !q.match(fn.Name) {
+			continue
+		}
+		if fn.Code == nil {
+			return nil, nil, fmt.Errorf("%s: its %d bytes of code are more than %d or not in the file", fn.Name, fn.Size, symbolize.MaxGoCode)
+		}
+		sites, err := gosites.Find(funcs.Machine, fn.Value, fn.Code)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", fn.Name, err)
+		}
+		at := func(addr uint64) symOffset { return symOffset{fn.Name, fn.Offset + addr - fn.Value} }
+		entry = append(entry, at(sites.Entry))
+		for _, r := range sites.Returns {
+			returns = append(returns, at(r))
+		}
+	}
+	return entry, returns, nil
+}
