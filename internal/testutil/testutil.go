@@ -153,6 +153,14 @@ func GoLabelBuildsHere() []GoBuild {
 	return []GoBuild{GoLabelBuilds[1], GoLabelBuilds[4]}
 }
 
+// GoProbeBuilds are the builds of the goscopes workload the Go probe
+// tests time: the oldest Go release the probes support static and
+// stripped (its functions found in .gopclntab), and the newest with cgo.
+var GoProbeBuilds = []GoBuild{
+	{Toolchain: "go1.21.13", LDFlags: "-s -w"},
+	{Toolchain: "go1.27.3", Cgo: true},
+}
+
 // Name says which build b is: "go1.23.12 cgo", "go1.27.3 static".
 func (b GoBuild) Name() string {
 	name := b.Toolchain + " static"

@@ -47,6 +47,7 @@ var checks = []check{
 	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers", nil},
 	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile", nil},
 	{"probe", "e2e.test", "TestCollectorProbeLogs", nil},
+	{"go probe", "e2e.test", "TestCollectorGoProbeLogs", nil},
 	{"pid namespace", "e2e.test", "TestCollectorInsidePIDNamespace", nil},
 	{"python", "e2e.test", "TestCollectorPythonFrames", nil},
 	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes", nil},
@@ -193,6 +194,16 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		}
 		if b.Cgo {
 			bins = append(bins, out) // its libc goes in too
+		}
+	}
+	// The Go probe check's programs.
+	for _, b := range testutil.GoProbeBuilds {
+		out := filepath.Join(root, guestWorkloads[1:], b.FileName("goscopes"))
+		if err := testutil.CrossBuildGo("testdata/workloads/goscopes", out, a.name, b); err != nil {
+			return nil, err
+		}
+		if b.Cgo {
+			bins = append(bins, out)
 		}
 	}
 	python, err := copyPython(root, u)
