@@ -114,6 +114,11 @@ func runProbesSuite(ctx context.Context, e env) error {
 			}})
 		}
 	}
+	goScs, err := goProbeScenarios(ctx, e, calls)
+	if err != nil {
+		return err
+	}
+	scs = append(scs, goScs...)
 	bt, cleanup, note := prepareBpftrace(ctx, e.dir, bin)
 	defer cleanup()
 	if note != "" {

@@ -35,12 +35,16 @@ func newProbeReport(scenarios []string, calls uint64) *probeReport {
 }
 
 // add records one round: each scenario's loop wall time.
+// A Go scenario's overhead is over the Go workload's no-probe run.
 func (r *probeReport) add(round map[string]time.Duration) {
-	base := nsPerCall(round[r.scenarios[0]], r.calls)
 	for sc, wall := range round {
+		base := r.scenarios[0]
+		if b, ok := goBase(sc); ok {
+			base = b
+		}
 		ns := nsPerCall(wall, r.calls)
 		r.ns[sc] = append(r.ns[sc], ns)
-		r.overhead[sc] = append(r.overhead[sc], ns-base)
+		r.overhead[sc] = append(r.overhead[sc], ns-nsPerCall(round[base], r.calls))
 	}
 }
 
@@ -67,7 +71,7 @@ func (r *probeReport) print(w io.Writer) {
 			continue
 		}
 		over := "-"
-		if sc != r.scenarios[0] {
+		if sc != r.scenarios[0] && sc != scGoNoProbe {
 			over = fmt.Sprintf("%.0f ns", median(r.overhead[sc]))
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f..%.1f\t%s\n", sc, median(ns), slices.Min(ns), slices.Max(ns), over)
@@ -100,6 +104,7 @@ func (r *probeReport) print(w io.Writer) {
 		}
 	}
 	r.printLinking(w)
+	r.printGo(w)
 }
 
 // printLinking reports what linking samples to scopes costs a probed call

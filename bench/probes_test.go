@@ -141,8 +141,9 @@ func TestBpftraceScript(t *testing.T) {
 }
 
 func TestProbeReport(t *testing.T) {
-	r := newProbeReport([]string{scNoProbe, scOurs, scOursFilter, scBpftrace, scFloor}, 1000)
-	// ns/call: no probe 2, ours 1202 / 1102, bpftrace 2002, floor 1002.
+	r := newProbeReport([]string{scNoProbe, scOurs, scOursFilter, scBpftrace, scFloor, scGoNoProbe, scGoOurs}, 1000)
+	// ns/call: no probe 2, ours 1202 / 1102, bpftrace 2002, floor 1002;
+	// the Go workload 5 alone, 1505 probed.
 	for _, shift := range []time.Duration{0, 1000, -1000} {
 		r.add(map[string]time.Duration{
 			scNoProbe:    2*time.Microsecond + shift,
@@ -150,6 +151,8 @@ func TestProbeReport(t *testing.T) {
 			scOursFilter: 1102*time.Microsecond + shift,
 			scBpftrace:   2002*time.Microsecond + shift,
 			scFloor:      1002*time.Microsecond + shift,
+			scGoNoProbe:  5*time.Microsecond + shift,
+			scGoOurs:     1505*time.Microsecond + shift,
 		})
 	}
 	if got := median(r.overhead[scOurs]); got != 1200 {
@@ -165,6 +168,7 @@ func TestProbeReport(t *testing.T) {
 		"our probe ≤ bpftrace (min_duration 0): yes",
 		"our probe ≤ 1.1× floor (overhead, min_duration 0): no (overhead/call 1200 ns vs 1000 ns, ratio 1.200)",
 		"our probe ≤ 1.1× floor (overhead, min_duration 1s): yes",
+		"Go probe / C probe (overhead per call, every call a record): 1.250 (1500 ns vs 1200 ns)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
