@@ -15,7 +15,8 @@
  * and sends it after the record.
  *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
- * never inherits a stale depth.
+ * never inherits a stale depth. Exec events also go to user space (execs
+ * ringbuf) so probes can be attached to files newly started processes map.
  *
  * Go functions (probe_go_entry / probe_go_exit: uprobes after the stack
  * check and on each return instruction, never a uretprobe, which would
@@ -24,8 +25,7 @@
  * the register Go code keeps it in (r14, x28); a scope left without a
  * return (a panic unwinding past the function, or a goroutine ending in
  * one whose g is reused) is found at the next entry that is not deeper in
- * that goroutine's stack than the open scope's, and dropped (counted). Exec events also go to user space (execs
- * ringbuf) so probes can be attached to files newly started processes map.
+ * that goroutine's stack than the open scope's, and dropped (counted).
  */
 #include "common.h"
 #include "scopes.h"
