@@ -134,7 +134,7 @@ kernel-tools:
 # util-linux has chrt, unshare and setpriv, python3.11 is Debian's CPython
 # (the Python unwinder's tests also run pyenv's 3.7-3.13 where the machine
 # has them, Debian sid's 3.14 and 3.15, which patchelf points at sid's
-# glibc, and 3.14 built once from source, free-threaded and with a struct
+# glibc, 3.13 and 3.14 built once from source, free-threaded, and 3.14 with a struct
 # field moved, with make and zlib1g-dev's headers), gdb reads CPython's struct layouts for internal/runtimes/cpython's
 # oracle, openjdk-17-jdk-headless runs the Java tests (javac compiles the
 # Java workloads for the kernel matrix's guests), gcc-aarch64-linux-gnu and

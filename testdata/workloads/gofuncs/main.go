@@ -1,6 +1,6 @@
 // gofuncs holds Go functions of each shape a duration probe meets: a
 // method with a pointer receiver and a defer (two returns), generic
-// instantiations, a closure, recursion, a frame larger than a page (two
+// instantiations, a method of a generic type, a closure, recursion, a frame larger than a page (two
 // stack checks), a leaf without a stack check, a switch compiled to a jump
 // table, and a function that only panics (no return).
 package main
@@ -31,6 +31,14 @@ func Sum[T number](xs []T) T {
 		t += x
 	}
 	return t
+}
+
+type Stack[T any] struct{ items []T }
+
+//go:noinline
+func (s *Stack[T]) Push(x T) int {
+	s.items = append(s.items, x)
+	return len(s.items)
 }
 
 //go:noinline
@@ -88,6 +96,8 @@ func main() {
 	s := &Server{n: 3}
 	add := func(a int) int { return a + s.n }
 	n := len(os.Args)
+	st := &Stack[int]{}
+	st.Push(n)
 	fmt.Println(s.handle(n), Sum([]int{1, n}), Sum([]float64{1.5}), fib(n+10), big(n), leaf(n, 2), table(n), apply(add, n))
 	if n > 5 {
 		boom("many arguments")
