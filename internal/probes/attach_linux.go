@@ -235,8 +235,13 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 		if !s.Return {
 			exit = offsets(funcs.Symbols, s.exit)
 		}
+		goroutine := false
 		if funcs.Go && len(entry) > 0 && len(exit) > 0 {
-			if entry, exit, err = goSites(funcs, s); err != nil {
+			goroutine, err = goCode(funcs, s)
+			if err == nil && goroutine {
+				entry, exit, err = goSites(funcs, s)
+			}
+			if err != nil {
 				a.attempts.finish(key)
 				a.refused++
 				log.Warn("probe not attached: a Go function it names has no place for its uprobes", zap.Error(err))
@@ -253,7 +258,7 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
 			continue
 		}
-		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, funcs.Go)
+		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, goroutine)
 		if errors.Is(err, fs.ErrNotExist) {
 			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
 			continue

@@ -73,6 +73,36 @@ func TestGoFunctionScopes(t *testing.T) {
 	}
 }
 
+// A C function linked into a Go binary with cgo is probed as in any other
+// file: a uretprobe (it runs on the thread's system stack), a thread's
+// scope, one record per call; a probe naming it and a Go function at once
+// is refused.
+func TestCgoFunctionScopes(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := filepath.Join(t.TempDir(), "goscopes")
+	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), bin, runtime.GOARCH, testutil.GoBuild{Cgo: true}))
+	cmd := exec.Command(bin, filepath.Join(t.TempDir(), "measured.txt"), "200", "4")
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	c := testutil.StartChild(t, cmd)
+	require.Equal(t, "READY", c.Line(t, testutil.Patient(time.Minute)))
+
+	file := "^" + regexp.QuoteMeta(bin) + "$"
+	m, recs := openAndRun(t, []Spec{
+		{ID: "c.work", FileMatch: file, EntrySymbol: "bpfprofiler_c_work", Return: true},
+		{ID: "mixed", FileMatch: file, EntrySymbol: "bpfprofiler_c_work", ExitSymbol: "main.(*server).checkout"},
+	})
+	st := m.Stats()
+	require.Equal(t, 1, st.Refused, "Go and C functions in one probe")
+	require.Equal(t, 2, st.Links, "an uprobe and a uretprobe")
+	_, err = io.WriteString(stdin, "go\n")
+	require.NoError(t, err)
+	require.Equal(t, "DONE", c.Line(t, testutil.Patient(2*time.Minute)))
+	require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= 200 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // any extra record
+	require.Len(t, recs.byProbe(0), 200, "one record per request")
+}
+
 // requireEachInside pairs every record with a call the workload measured
 // that holds it, at most 1 ms longer: calls run concurrently, so each is
 // paired with the closest fitting one not taken.

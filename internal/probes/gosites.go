@@ -2,10 +2,33 @@ package probes
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/gosites"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 )
+
+// goCode reports whether the functions probe s names in a Go binary are Go
+// functions (timed per goroutine) or all C code linked in with cgo (timed
+// per thread, as in any other file); a probe naming both is refused.
+func goCode(funcs symbolize.ELFFunctions, s compiledSpec) (bool, error) {
+	var goFuncs, cFuncs []string
+	for _, fn := range funcs.Symbols {
+		if !s.entry.match(fn.Name) && (s.Return || !s.exit.match(fn.Name)) {
+			continue
+		}
+		if fn.Go {
+			goFuncs = append(goFuncs, fn.Name)
+		} else {
+			cFuncs = append(cFuncs, fn.Name)
+		}
+	}
+	if len(goFuncs) > 0 && len(cFuncs) > 0 {
+		return false, fmt.Errorf("it names Go functions (%s) and C functions (%s): a scope is a goroutine's or a thread's",
+			strings.Join(goFuncs, ", "), strings.Join(cFuncs, ", "))
+	}
+	return len(goFuncs) > 0, nil
+}
 
 // goSites returns where probe s's uprobes go in a Go binary: every one
 // after its function's stack check (an uprobe on the first instruction

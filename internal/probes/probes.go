@@ -20,7 +20,8 @@
 // the goroutine's, not the thread's: a call that blocks resumes on another
 // thread. A function without a return instruction, or whose code does not
 // decode, is refused with a warning (Stats.Refused). Samples link to
-// threads' scopes only.
+// threads' scopes only. C functions linked into a Go binary with cgo are
+// probed as in any other file (they run on the thread's system stack).
 package probes
 
 import (

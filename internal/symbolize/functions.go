@@ -17,9 +17,12 @@ type FunctionSymbol struct {
 	// vaddr + PT_LOAD offset of the segment holding it. Uprobes are placed at
 	// file offsets.
 	Offset uint64
-	// Code is a copy of the function's machine code (Size bytes) in a Go
-	// binary, for finding its return instructions; nil in other files and
-	// for a function larger than MaxGoCode.
+	// Go reports a Go function (one of the file's .gopclntab), not C code
+	// linked into a Go binary with cgo.
+	Go bool
+	// Code is a copy of a Go function's machine code (Size bytes), for
+	// finding its return instructions; nil for other functions and for one
+	// larger than MaxGoCode.
 	Code []byte
 }
 
@@ -111,12 +114,14 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 		}
 	}
 	if res.Go {
-		if !symtab { // stripped (-ldflags=-s): the functions of its pclntab
-			res.Symbols = append(res.Symbols, goFunctions(f, data, loads, match, seen)...)
-		}
-		for i, s := range res.Symbols {
-			if s.Size <= MaxGoCode {
-				res.Symbols[i].Code = vaddrBytesOf(loads, data, s.Value, s.Size)
+		if t, err := newGoTable(f, data, nil); err == nil {
+			if !symtab { // stripped (-ldflags=-s): the functions of its pclntab
+				res.Symbols = append(res.Symbols, goFunctions(t, loads, match, seen)...)
+			}
+			for i, s := range res.Symbols {
+				if res.Symbols[i].Go = t.isEntry(s.Value); res.Symbols[i].Go && s.Size <= MaxGoCode {
+					res.Symbols[i].Code = vaddrBytesOf(loads, data, s.Value, s.Size)
+				}
 			}
 		}
 	}
@@ -141,13 +146,9 @@ func fileOffset(loads []elf.ProgHeader, vaddr uint64) (uint64, bool) {
 	return 0, false
 }
 
-// goFunctions returns the functions of Go binary f's pclntab whose name
+// goFunctions returns the functions of a Go binary's pclntab t whose name
 // satisfies match and is not in seen.
-func goFunctions(f *elf.File, data []byte, loads []elf.ProgHeader, match func(string) bool, seen map[string]bool) []FunctionSymbol {
-	t, err := newGoTable(f, data, nil)
-	if err != nil {
-		return nil
-	}
+func goFunctions(t *goTable, loads []elf.ProgHeader, match func(string) bool, seen map[string]bool) []FunctionSymbol {
 	var out []FunctionSymbol
 	t.functions(func(name string, entry, end uint64) {
 		if seen[name] || !match(name) {

@@ -67,7 +67,8 @@ func TestFindFunctionsMalformed(t *testing.T) {
 
 // A Go binary's functions are found by the names `go tool nm` shows, from
 // its symbol table or, stripped (-s -w, as images ship them), from its
-// pclntab, at the same place, PIE or not, with a copy of their code.
+// pclntab, at the same place, PIE or not, with a copy of their code; C
+// code linked in with cgo is told apart.
 func TestFindFunctionsGoStripped(t *testing.T) {
 	names := []string{"main.(*Server).handle", "main.Sum[go.shape.int]", "main.main.func1", "main.fib"}
 	match := func(name string) bool { return slices.Contains(names, name) }
@@ -84,6 +85,7 @@ func TestFindFunctionsGoStripped(t *testing.T) {
 			data, err := os.ReadFile(bin)
 			require.NoError(t, err)
 			for _, s := range res.Symbols {
+				require.True(t, s.Go, s.Name)
 				require.Equal(t, data[s.Offset:s.Offset+s.Size], s.Code, s.Name)
 			}
 			found[i] = res
@@ -96,5 +98,21 @@ func TestFindFunctionsGoStripped(t *testing.T) {
 			s.Size, s.Code, want.Code = want.Size, nil, nil
 			require.Equal(t, want, s, "pie %v: symbol table and pclntab", pie)
 		}
+	}
+}
+
+func TestFindFunctionsCgo(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "goscopes")
+	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), bin, runtime.GOARCH, testutil.GoBuild{Cgo: true}))
+	res, err := findFunctionsIn(t, bin, func(name string) bool {
+		return name == "bpfprofiler_c_work" || name == "main.(*server).checkout"
+	})
+	require.NoError(t, err)
+	require.True(t, res.Go)
+	require.Len(t, res.Symbols, 2)
+	for _, s := range res.Symbols {
+		isGo := s.Name != "bpfprofiler_c_work"
+		require.Equal(t, isGo, s.Go, s.Name)
+		require.Equal(t, isGo, s.Code != nil, s.Name)
 	}
 }

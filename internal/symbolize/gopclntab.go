@@ -300,6 +300,16 @@ func (t *goTable) functions(yield func(name string, entry, end uint64)) {
 	}
 }
 
+// isEntry reports whether pc is the entry of a function of the table.
+func (t *goTable) isEntry(pc uint64) bool {
+	if t.legacy != nil {
+		fn := t.legacy.PCToFunc(pc)
+		return fn != nil && fn.Entry == pc
+	}
+	fn, ok := t.findFunc(pc)
+	return ok && t.textStart+uint64(t.bo.Uint32(fn[funcEntryOff:])) == pc
+}
+
 // findFunc returns the _func struct of the function containing pc.
 func (t *goTable) findFunc(pc uint64) ([]byte, bool) {
 	if pc < t.textStart {

@@ -1,9 +1,11 @@
 // goscopes serves HTTP requests whose handler calls (*server).checkout, a
 // method that sleeps a known time and blocks on a channel in between (so
 // its goroutine is parked and often resumed on another thread), grows its
-// stack past a copy on the first call of each goroutine (refuse, never
-// called, has no return instruction), and panics on every 50th request (recovered by the handler, so checkout never returns
-// from those). It measures each call itself.
+// stack past a copy on the first call of each goroutine, and panics on
+// every 50th request (recovered by the handler, so checkout never returns
+// from those). It measures each call itself. refuse, never called, has no
+// return instruction; built with cgo, the handler also calls a C function
+// once a request.
 //
 // Usage: goscopes <out> <requests> <clients>. It prints "READY", waits for
 // a line on stdin, sends the requests from that many concurrent clients,
@@ -78,6 +80,9 @@ func (s *server) handleCheckout(w http.ResponseWriter, r *http.Request) {
 	request, _ := strconv.Atoi(r.URL.Query().Get("n"))
 	if request < 0 {
 		s.refuse(request)
+	}
+	if cWork(request) < 0 { // a C function (cgo builds)
+		return
 	}
 	defer func() {
 		if recover() != nil {

@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package main
+
+func cWork(n int) int { return n*2 + 1 }
