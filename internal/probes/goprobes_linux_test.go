@@ -104,12 +104,15 @@ func TestCgoFunctionScopes(t *testing.T) {
 }
 
 // requireEachInside pairs every record with a call the workload measured
-// that holds it, at most 1 ms longer: calls run concurrently, so each is
-// paired with the closest fitting one not taken.
+// that holds it: calls run concurrently, so each is paired with the
+// closest fitting one not taken. At least 99% are at most 1 ms shorter
+// than their calls; the rest at most 10 ms: the Go scheduler may run other
+// goroutines between the handler's clock read and the call.
 func requireEachInside(t *testing.T, recs []capture.RawScope, truth []measured, pid int) {
 	t.Helper()
 	require.Len(t, recs, len(truth))
 	taken := make([]bool, len(truth))
+	near := 0
 	var worst time.Duration
 	for i, r := range recs {
 		require.Equal(t, uint32(pid), r.PID)
@@ -125,10 +128,14 @@ func requireEachInside(t *testing.T, recs []capture.RawScope, truth []measured, 
 		require.GreaterOrEqual(t, best, 0, "record %d (%v at %d) is inside no call", i, r.Duration(), r.Start)
 		taken[best] = true
 		diff := time.Duration(truth[best].end-truth[best].start) - r.Duration()
-		require.LessOrEqual(t, diff, time.Millisecond, "record %d", i)
+		require.LessOrEqual(t, diff, 10*time.Millisecond, "record %d", i)
+		if diff <= time.Millisecond {
+			near++
+		}
 		worst = max(worst, diff)
 	}
-	t.Logf("records at most %v shorter than the calls holding them", worst)
+	require.GreaterOrEqual(t, 100*near, 99*len(recs), "records within 1 ms of their calls")
+	t.Logf("%d of %d records within 1 ms of the calls holding them, at most %v shorter", near, len(recs), worst)
 }
 
 // readCounts reads the "name n" lines of a workload's output.

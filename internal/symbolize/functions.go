@@ -84,10 +84,10 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 	if len(srcs) == 0 && len(errs) > 0 && !res.Go {
 		return ELFFunctions{}, errors.Join(errs...)
 	}
-	symtab := false
+	var symtab *rawSymbols
 	for _, raw := range srcs {
 		if raw.typ == elf.SHT_SYMTAB {
-			symtab = true
+			symtab = &raw
 			if !res.Go {
 				_, res.Go = raw.find("runtime.pclntab")
 			}
@@ -114,8 +114,9 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 		}
 	}
 	if res.Go {
-		if t, err := newGoTable(f, data, nil); err == nil {
-			if !symtab { // stripped (-ldflags=-s): the functions of its pclntab
+		// The symbol table gives runtime.text: with cgo, C code comes first.
+		if t, err := newGoTable(f, data, symtab); err == nil {
+			if symtab == nil { // stripped (-ldflags=-s): the functions of its pclntab
 				res.Symbols = append(res.Symbols, goFunctions(t, loads, match, seen)...)
 			}
 			for i, s := range res.Symbols {
