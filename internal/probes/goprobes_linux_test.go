@@ -35,16 +35,8 @@ func TestGoFunctionScopes(t *testing.T) {
 	for _, toolchain := range []string{"go1.21.13", "", "go1.27.3"} {
 		b := testutil.GoBuild{Toolchain: testutil.GoToolchain(toolchain)}
 		t.Run(cmp.Or(b.Toolchain, runtime.Version()), func(t *testing.T) {
-			bin := filepath.Join(t.TempDir(), "goscopes")
-			require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), bin, runtime.GOARCH, b))
-			out := filepath.Join(t.TempDir(), "measured.txt")
-			cmd := exec.Command(bin, out, "1000", "16")
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			c := testutil.StartChild(t, cmd)
-			require.Equal(t, "READY", c.Line(t, testutil.Patient(time.Minute)))
-
-			file := "^" + regexp.QuoteMeta(bin) + "$"
+			w := startGoscopes(t, b, 1000, 16)
+			file := "^" + regexp.QuoteMeta(w.bin) + "$"
 			m, recs := openAndRun(t, []Spec{
 				{ID: "go.checkout", FileMatch: file, EntrySymbol: "main.(*server).checkout", Return: true},
 				{ID: "go.refuse", FileMatch: file, EntrySymbol: "main.(*server).refuse", Return: true},
@@ -52,18 +44,16 @@ func TestGoFunctionScopes(t *testing.T) {
 			st := m.Stats()
 			require.Equal(t, 1, st.Refused, "a function without a return instruction")
 			require.GreaterOrEqual(t, st.Links, 3, "an entry and at least two returns")
-			_, err = io.WriteString(stdin, "go\n")
-			require.NoError(t, err)
-			require.Equal(t, "DONE", c.Line(t, testutil.Patient(2*time.Minute)))
+			w.run(t)
 
-			truth := filterMeasured(readMeasured(t, out), func(m measured) bool { return m.kind == "checkout" })
-			counts := readCounts(t, out)
+			truth := filterMeasured(readMeasured(t, w.out), func(m measured) bool { return m.kind == "checkout" })
+			counts := readCounts(t, w.out)
 			require.Equal(t, 20, counts["panicked"])
 			require.Len(t, truth, 980)
 			require.Greater(t, counts["migrated"], 0, "no call resumed on another thread")
 			require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= len(truth) }, 5*time.Second, 10*time.Millisecond)
 			time.Sleep(100 * time.Millisecond) // any extra record
-			requireEachInside(t, recs.byProbe(0), truth, c.Pid())
+			requireEachInside(t, recs.byProbe(0), truth, w.child.Pid())
 			abandoned := m.Stats().Drops[0].Abandoned
 			require.LessOrEqual(t, abandoned, uint64(counts["panicked"]))
 			require.NotZero(t, abandoned, "a panicked call's goroutine entered again")
@@ -79,15 +69,8 @@ func TestGoFunctionScopes(t *testing.T) {
 // is refused.
 func TestCgoFunctionScopes(t *testing.T) {
 	testutil.RequireBPF(t)
-	bin := filepath.Join(t.TempDir(), "goscopes")
-	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), bin, runtime.GOARCH, testutil.GoBuild{Cgo: true}))
-	cmd := exec.Command(bin, filepath.Join(t.TempDir(), "measured.txt"), "200", "4")
-	stdin, err := cmd.StdinPipe()
-	require.NoError(t, err)
-	c := testutil.StartChild(t, cmd)
-	require.Equal(t, "READY", c.Line(t, testutil.Patient(time.Minute)))
-
-	file := "^" + regexp.QuoteMeta(bin) + "$"
+	w := startGoscopes(t, testutil.GoBuild{Cgo: true}, 200, 4)
+	file := "^" + regexp.QuoteMeta(w.bin) + "$"
 	m, recs := openAndRun(t, []Spec{
 		{ID: "c.work", FileMatch: file, EntrySymbol: "bpfprofiler_c_work", Return: true},
 		{ID: "mixed", FileMatch: file, EntrySymbol: "bpfprofiler_c_work", ExitSymbol: "main.(*server).checkout"},
@@ -95,12 +78,39 @@ func TestCgoFunctionScopes(t *testing.T) {
 	st := m.Stats()
 	require.Equal(t, 1, st.Refused, "Go and C functions in one probe")
 	require.Equal(t, 2, st.Links, "an uprobe and a uretprobe")
-	_, err = io.WriteString(stdin, "go\n")
-	require.NoError(t, err)
-	require.Equal(t, "DONE", c.Line(t, testutil.Patient(2*time.Minute)))
+	w.run(t)
 	require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= 200 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(100 * time.Millisecond) // any extra record
 	require.Len(t, recs.byProbe(0), 200, "one record per request")
+}
+
+// goscopes is the goscopes workload, started and waiting to send its
+// requests.
+type goscopes struct {
+	bin, out string
+	child    *testutil.Child
+	stdin    io.Writer
+}
+
+// startGoscopes builds the goscopes workload as b says and starts it to
+// send requests from clients, once run says so.
+func startGoscopes(t *testing.T, b testutil.GoBuild, requests, clients int) goscopes {
+	w := goscopes{bin: filepath.Join(t.TempDir(), "goscopes"), out: filepath.Join(t.TempDir(), "measured.txt")}
+	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), w.bin, runtime.GOARCH, b))
+	cmd := exec.Command(w.bin, w.out, fmt.Sprint(requests), fmt.Sprint(clients))
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	w.stdin, w.child = stdin, testutil.StartChild(t, cmd)
+	require.Equal(t, "READY", w.child.Line(t, testutil.Patient(time.Minute)))
+	return w
+}
+
+// run sends the requests and waits for the workload to write what it
+// measured.
+func (w goscopes) run(t *testing.T) {
+	_, err := io.WriteString(w.stdin, "go\n")
+	require.NoError(t, err)
+	require.Equal(t, "DONE", w.child.Line(t, testutil.Patient(2*time.Minute)))
 }
 
 // requireEachInside pairs every record with a call the workload measured
