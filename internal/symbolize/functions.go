@@ -115,14 +115,18 @@ func findFunctions(data []byte, match func(name string) bool) (ELFFunctions, err
 	}
 	if res.Go {
 		// The symbol table gives runtime.text: with cgo, C code comes first.
-		if t, err := newGoTable(f, data, symtab); err == nil {
-			if symtab == nil { // stripped (-ldflags=-s): the functions of its pclntab
-				res.Symbols = append(res.Symbols, goFunctions(t, loads, match, seen)...)
-			}
-			for i, s := range res.Symbols {
-				if res.Symbols[i].Go = t.isEntry(s.Value); res.Symbols[i].Go && s.Size <= MaxGoCode {
-					res.Symbols[i].Code = vaddrBytesOf(loads, data, s.Value, s.Size)
-				}
+		// Without the table Go functions could not be told from C code (a
+		// uretprobe on a Go function breaks its goroutine): an error.
+		t, err := newGoTable(f, data, symtab)
+		if err != nil {
+			return ELFFunctions{}, fmt.Errorf("a Go binary whose .gopclntab does not read: %w", err)
+		}
+		if symtab == nil { // stripped (-ldflags=-s): the functions of its pclntab
+			res.Symbols = append(res.Symbols, goFunctions(t, loads, match, seen)...)
+		}
+		for i, s := range res.Symbols {
+			if res.Symbols[i].Go = t.isEntry(s.Value); res.Symbols[i].Go && s.Size <= MaxGoCode {
+				res.Symbols[i].Code = vaddrBytesOf(loads, data, s.Value, s.Size)
 			}
 		}
 	}
