@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
 //go:embed workloads/goprobeloop/main.go
@@ -28,8 +30,9 @@ const (
 )
 
 // buildGoWorkload writes the embedded Go source of workload name into its
-// own module under dir and builds it with the machine's go.
-func buildGoWorkload(ctx context.Context, dir, name string, source []byte) (string, error) {
+// own directory under dir and builds it with the machine's go
+// (testutil.CrossBuildGo: a module of its own, cgo off).
+func buildGoWorkload(dir, name string, source []byte) (string, error) {
 	src := filepath.Join(dir, name+"-src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
@@ -37,23 +40,14 @@ func buildGoWorkload(ctx context.Context, dir, name string, source []byte) (stri
 	if err := os.WriteFile(filepath.Join(src, "main.go"), source, 0o644); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module "+name+"\n\ngo 1.21\n"), 0o644); err != nil {
-		return "", err
-	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on", "GOTOOLCHAIN=local", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the workload %s: %v\n%s", name, err, out)
-	}
-	return bin, nil
+	return bin, testutil.CrossBuildGo(src, bin, runtime.GOARCH, testutil.GoBuild{})
 }
 
 // goProbeScenarios returns the Go scenarios: goprobeloop alone and under
 // the collector's probe on main.probedCall, every call a record.
 func goProbeScenarios(ctx context.Context, e env, calls uint64) ([]probeScenario, error) {
-	bin, err := buildGoWorkload(ctx, e.dir, "goprobeloop", goprobeloopSource)
+	bin, err := buildGoWorkload(e.dir, "goprobeloop", goprobeloopSource)
 	if err != nil {
 		return nil, err
 	}
