@@ -98,7 +98,7 @@ struct stack_key {
 	s32 user_stack_id;
 	s32 kernel_stack_id;
 	s32 python_stack_id; /* the thread's CPython frames (cpython.h); -1: none */
-	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1; 0: none */
+	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1, | SCOPE_GOROUTINE; 0: none */
 	u64 scope_start_ns;  /* that scope's start */
 	/* The OpenTelemetry thread context (threadctx.h); zero ids: none. */
 	u8 trace_id[16];

@@ -106,6 +106,7 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
 				   struct sampler_stats *st, u64 *frames, u32 host_tgid, unsigned int flags)
 {
 	struct python_stack py;
+	u64 g;
 
 	key->kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
@@ -113,8 +114,8 @@ static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts
 		key->kernel_stack_id = -1;
 	python_last_walk(&py); /* walked by sample_cpu */
 	key->python_stack_id = python_store(stacks, &py, st);
-	scope_of((u32)bpf_get_current_pid_tgid(), key);
-	thread_ctx_store(key, st); /* read by sample_cpu */
+	g = thread_ctx_store(key, st); /* read by sample_cpu */
+	scope_of((u32)bpf_get_current_pid_tgid(), host_tgid, g, key);
 
 	if (add_delta(counts, key, 1)) {
 		st->lost_map_full++;

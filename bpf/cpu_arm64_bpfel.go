@@ -38,6 +38,13 @@ type CpuGoLabelsProc struct {
 	StringsHi  uint64
 }
 
+type CpuGoroutineRef struct {
+	_        structs.HostLayout
+	Tgid     uint32
+	Reserved uint32
+	G        uint64
+}
+
 type CpuHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -184,6 +191,7 @@ type CpuThreadCtxResult struct {
 	GoTruncated uint32
 	GoLost      uint32
 	Reserved    uint32
+	Goroutine   uint64
 }
 
 type CpuThreadCtxScratch struct {
@@ -283,6 +291,7 @@ const (
 	CpuMapContextProcs     = "context_procs"
 	CpuMapCounts0          = "counts_0"
 	CpuMapCounts1          = "counts_1"
+	CpuMapGoOpenScopes     = "go_open_scopes"
 	CpuMapHotspotProcs     = "hotspot_procs"
 	CpuMapInflight         = "inflight"
 	CpuMapNewPids          = "new_pids"
@@ -376,6 +385,7 @@ type CpuMapSpecs struct {
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
+	GoOpenScopes     *ebpf.MapSpec `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -439,6 +449,7 @@ type CpuMaps struct {
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
+	GoOpenScopes     *ebpf.Map `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -474,6 +485,7 @@ func (m *CpuMaps) Close() error {
 		m.ContextProcs,
 		m.Counts0,
 		m.Counts1,
+		m.GoOpenScopes,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

@@ -25,6 +25,7 @@
 #define GO_MIN_TOP_HASH 5
 
 enum go_labels_layout {
+	GO_LABELS_NONE = 0,  /* no labels read: the goroutine only */
 	GO_LABELS_MAP = 1,   /* Go 1.21-1.23: *labelMap is a map[string]string */
 	GO_LABELS_SLICE = 2, /* Go 1.24+: *labelMap starts with a []struct{key, value string} */
 };

@@ -125,7 +125,7 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		goto out;
 	key.user_stack_id = user_id;
 	/* task has not run since it blocked: its open scope is the one it blocked in. */
-	scope_of(task->pid, &key);
+	scope_of(task->pid, task->tgid, tc ? tc->goroutine : 0, &key);
 	if (tc)
 		thread_ctx_key(tc, &key, st);
 	if (gen) {

@@ -40,6 +40,13 @@ type OffcpuContextProc struct {
 	Reserved uint32
 }
 
+type OffcpuGoroutineRef struct {
+	_        structs.HostLayout
+	Tgid     uint32
+	Reserved uint32
+	G        uint64
+}
+
 type OffcpuHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -227,6 +234,7 @@ type OffcpuThreadCtxResult struct {
 	GoTruncated uint32
 	GoLost      uint32
 	Reserved    uint32
+	Goroutine   uint64
 }
 
 type OffcpuThreadCtxScratch struct {
@@ -304,6 +312,7 @@ const (
 	OffcpuMapCounts0          = "counts_0"
 	OffcpuMapCounts1          = "counts_1"
 	OffcpuMapExcludedPids     = "excluded_pids"
+	OffcpuMapGoOpenScopes     = "go_open_scopes"
 	OffcpuMapHotspotProcs     = "hotspot_procs"
 	OffcpuMapInflight         = "inflight"
 	OffcpuMapNewPids          = "new_pids"
@@ -401,6 +410,7 @@ type OffcpuMapSpecs struct {
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	GoOpenScopes     *ebpf.MapSpec `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -468,6 +478,7 @@ type OffcpuMaps struct {
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	GoOpenScopes     *ebpf.Map `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -506,6 +517,7 @@ func (m *OffcpuMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.GoOpenScopes,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

@@ -40,6 +40,13 @@ type OffcpuSwitchoutContextProc struct {
 	Reserved uint32
 }
 
+type OffcpuSwitchoutGoroutineRef struct {
+	_        structs.HostLayout
+	Tgid     uint32
+	Reserved uint32
+	G        uint64
+}
+
 type OffcpuSwitchoutHotspotProc struct {
 	_     structs.HostLayout
 	Heaps [4]struct {
@@ -214,6 +221,7 @@ type OffcpuSwitchoutThreadCtxResult struct {
 	GoTruncated uint32
 	GoLost      uint32
 	Reserved    uint32
+	Goroutine   uint64
 }
 
 type OffcpuSwitchoutThreadCtxScratch struct {
@@ -291,6 +299,7 @@ const (
 	OffcpuSwitchoutMapCounts0           = "counts_0"
 	OffcpuSwitchoutMapCounts1           = "counts_1"
 	OffcpuSwitchoutMapExcludedPids      = "excluded_pids"
+	OffcpuSwitchoutMapGoOpenScopes      = "go_open_scopes"
 	OffcpuSwitchoutMapHotspotProcs      = "hotspot_procs"
 	OffcpuSwitchoutMapInflight          = "inflight"
 	OffcpuSwitchoutMapNewPids           = "new_pids"
@@ -393,6 +402,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	GoOpenScopes     *ebpf.MapSpec `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
@@ -461,6 +471,7 @@ type OffcpuSwitchoutMaps struct {
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	GoOpenScopes     *ebpf.Map `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
@@ -500,6 +511,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.GoOpenScopes,
 		m.HotspotProcs,
 		m.Inflight,
 		m.NewPids,

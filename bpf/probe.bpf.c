@@ -9,8 +9,9 @@
  * min_duration_ns and a per-probe rate limit, and sent to user space through
  * the records ringbuf.
  *
- * A probe that links samples also marks the thread's outermost open scope
- * in open_scopes (scopes.h), which the CPU and off-CPU programs read; a
+ * A probe that links samples also marks the thread's (or goroutine's)
+ * outermost open scope in open_scopes (go_open_scopes, scopes.h), which
+ * the CPU and off-CPU programs read; a
  * probe with entry stacks captures the user stack at the outermost entry
  * and sends it after the record.
  *
@@ -274,18 +275,21 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_config *cfg, struct scope_key *key,
 					u64 start)
 {
-	/* Samples link to threads' scopes only: a goroutine's may move between threads. */
-	if (cfg->link_samples && !key->goroutine) {
+	if (cfg->link_samples) {
 		struct open_scope open = { .start_ns = start, .probe = key->probe_index + 1 };
-		struct open_scope *old = bpf_map_lookup_elem(&open_scopes, &key->tid);
+		struct goroutine_ref ref = { .tgid = key->tid, .g = key->goroutine };
+		void *map = key->goroutine ? (void *)&go_open_scopes : (void *)&open_scopes;
+		void *k = key->goroutine ? (void *)&ref : (void *)&key->tid;
+		struct open_scope *old = bpf_map_lookup_elem(map, k);
 
 		/*
 		 * An open scope of another probe stays: samples go to the
 		 * outermost one. One of this probe is stale (its exit was
-		 * missed, e.g. a longjmp past a uretprobe): replaced.
+		 * missed, e.g. a longjmp past a uretprobe, or a panic past a
+		 * Go function's returns): replaced.
 		 */
 		if (!old || old->probe == open.probe)
-			bpf_map_update_elem(&open_scopes, &key->tid, &open, BPF_ANY);
+			bpf_map_update_elem(map, k, &open, BPF_ANY);
 	}
 	if (cfg->entry_stack)
 		capture_entry_stack(ctx, key);
@@ -382,13 +386,16 @@ int probe_go_entry(struct pt_regs *ctx)
  */
 static __always_inline void scope_closes(const struct probe_config *cfg, struct scope_key *key, u64 start)
 {
+	struct goroutine_ref ref = { .tgid = key->tid, .g = key->goroutine };
+	void *map = key->goroutine ? (void *)&go_open_scopes : (void *)&open_scopes;
+	void *k = key->goroutine ? (void *)&ref : (void *)&key->tid;
 	struct open_scope *open;
 
-	if (!cfg->link_samples || key->goroutine)
+	if (!cfg->link_samples)
 		return;
-	open = bpf_map_lookup_elem(&open_scopes, &key->tid);
+	open = bpf_map_lookup_elem(map, k);
 	if (open && open->probe == key->probe_index + 1 && open->start_ns == start)
-		bpf_map_delete_elem(&open_scopes, &key->tid);
+		bpf_map_delete_elem(map, k);
 }
 
 /* Reserves a record, with room for the entry stack of key's scope if cfg keeps them, and fills that stack. */

@@ -20,6 +20,13 @@ type ProbeEntryStack struct {
 	Ips    [127]uint64
 }
 
+type ProbeGoroutineRef struct {
+	_        structs.HostLayout
+	Tgid     uint32
+	Reserved uint32
+	G        uint64
+}
+
 type ProbeOpenScope struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -91,6 +98,7 @@ const (
 	ProbeMapEntryScratch           = "entry_scratch"
 	ProbeMapEntryStacks            = "entry_stacks"
 	ProbeMapExecs                  = "execs"
+	ProbeMapGoOpenScopes           = "go_open_scopes"
 	ProbeMapOpenScopes             = "open_scopes"
 	ProbeMapProbeConfigs           = "probe_configs"
 	ProbeMapRateTat                = "rate_tat"
@@ -171,6 +179,7 @@ type ProbeMapSpecs struct {
 	EntryScratch *ebpf.MapSpec `ebpf:"entry_scratch"`
 	EntryStacks  *ebpf.MapSpec `ebpf:"entry_stacks"`
 	Execs        *ebpf.MapSpec `ebpf:"execs"`
+	GoOpenScopes *ebpf.MapSpec `ebpf:"go_open_scopes"`
 	OpenScopes   *ebpf.MapSpec `ebpf:"open_scopes"`
 	ProbeConfigs *ebpf.MapSpec `ebpf:"probe_configs"`
 	RateTat      *ebpf.MapSpec `ebpf:"rate_tat"`
@@ -217,6 +226,7 @@ type ProbeMaps struct {
 	EntryScratch *ebpf.Map `ebpf:"entry_scratch"`
 	EntryStacks  *ebpf.Map `ebpf:"entry_stacks"`
 	Execs        *ebpf.Map `ebpf:"execs"`
+	GoOpenScopes *ebpf.Map `ebpf:"go_open_scopes"`
 	OpenScopes   *ebpf.Map `ebpf:"open_scopes"`
 	ProbeConfigs *ebpf.Map `ebpf:"probe_configs"`
 	RateTat      *ebpf.Map `ebpf:"rate_tat"`
@@ -231,6 +241,7 @@ func (m *ProbeMaps) Close() error {
 		m.EntryScratch,
 		m.EntryStacks,
 		m.Execs,
+		m.GoOpenScopes,
 		m.OpenScopes,
 		m.ProbeConfigs,
 		m.RateTat,

@@ -58,31 +58,36 @@ func TestProbeSpecLayout(t *testing.T) {
 }
 
 // TestOpenScopesMapsAlike checks that every collection declares open_scopes
-// (bpf/scopes.h) alike: one map created from the probe collection's spec
-// replaces the others' at load.
+// and go_open_scopes (bpf/scopes.h) alike: maps created from the probe
+// collection's spec replace the others' at load.
 func TestOpenScopesMapsAlike(t *testing.T) {
 	probe, err := LoadProbe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := probe.Maps[ProbeMapOpenScopes]
-	if want == nil || want.Type != ebpf.LRUHash || want.KeySize != 4 || want.ValueSize != 16 || want.MaxEntries != 65536 {
-		t.Fatalf("probe open_scopes: %+v", want)
-	}
-	for name, load := range map[string]func() (*ebpf.CollectionSpec, error){
-		"cpu": LoadCpu, "offcpu": LoadOffcpu, "offcpu_switchout": LoadOffcpuSwitchout,
-	} {
-		spec, err := load()
-		if err != nil {
-			t.Fatal(err)
+	for _, m := range []struct {
+		name    string
+		keySize uint32
+	}{{ProbeMapOpenScopes, 4}, {ProbeMapGoOpenScopes, 16}} {
+		want := probe.Maps[m.name]
+		if want == nil || want.Type != ebpf.LRUHash || want.KeySize != m.keySize || want.ValueSize != 16 || want.MaxEntries != 65536 {
+			t.Fatalf("probe %s: %+v", m.name, want)
 		}
-		got := spec.Maps[CpuMapOpenScopes]
-		if got == nil || got.Type != want.Type || got.KeySize != want.KeySize || got.ValueSize != want.ValueSize ||
-			got.MaxEntries != want.MaxEntries || got.Flags != want.Flags {
-			t.Errorf("%s open_scopes %+v, probe's %+v", name, got, want)
-		}
-		if _, ok := spec.Variables["link_scopes"]; !ok {
-			t.Errorf("%s has no link_scopes variable", name)
+		for name, load := range map[string]func() (*ebpf.CollectionSpec, error){
+			"cpu": LoadCpu, "offcpu": LoadOffcpu, "offcpu_switchout": LoadOffcpuSwitchout,
+		} {
+			spec, err := load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := spec.Maps[m.name]
+			if got == nil || got.Type != want.Type || got.KeySize != want.KeySize || got.ValueSize != want.ValueSize ||
+				got.MaxEntries != want.MaxEntries || got.Flags != want.Flags {
+				t.Errorf("%s %s %+v, probe's %+v", name, m.name, got, want)
+			}
+			if _, ok := spec.Variables["link_scopes"]; !ok {
+				t.Errorf("%s has no link_scopes variable", name)
+			}
 		}
 	}
 }

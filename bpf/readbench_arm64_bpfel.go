@@ -96,6 +96,7 @@ type ReadbenchThreadCtxResult struct {
 	GoTruncated uint32
 	GoLost      uint32
 	Reserved    uint32
+	Goroutine   uint64
 }
 
 type ReadbenchThreadCtxScratch struct {

@@ -232,6 +232,7 @@ struct thread_ctx_result {
 	u32 go_truncated; /* 1: Go labels were cut (golabels.h bounds) */
 	u32 go_lost;	  /* 1: Go labels could not be read or stored */
 	u32 reserved;	  /* explicit padding */
+	u64 goroutine;	  /* the g of the goroutine the thread runs (golabels.h); 0: none known */
 };
 
 struct {
@@ -322,8 +323,10 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, const 
 	}
 	if (curg == GO_NO_GOROUTINE)
 		return 0;
+	r->goroutine = curg;
 	r->outcome = THREAD_CTX_GO_NONE;
-	if (!curg)
+	/* No layout: the process sets no labels, only its goroutine is wanted (scopes.h). */
+	if (!curg || !p->layout)
 		return 0;
 	r->outcome = THREAD_CTX_GO_READ_FAULT;
 	if (curg != g && bpf_probe_read_user(&set, sizeof(set), (void *)(curg + p->g_labels)))
@@ -470,16 +473,21 @@ static __always_inline void thread_ctx_key(const struct thread_ctx_result *r, st
 	st->go_labels_lost += r->go_lost;
 }
 
-/* thread_ctx_key of what the last thread_ctx_read on this CPU found. */
-static __always_inline void thread_ctx_store(struct stack_key *key, struct sampler_stats *st)
+/*
+ * thread_ctx_key of what the last thread_ctx_read on this CPU found;
+ * returns the goroutine it found (0: none).
+ */
+static __always_inline u64 thread_ctx_store(struct stack_key *key, struct sampler_stats *st)
 {
 	struct thread_ctx_result *r;
 	u32 zero = 0;
 
 	key->trace_attrs_id = -1;
 	r = bpf_map_lookup_elem(&thread_ctx_results, &zero);
-	if (r)
-		thread_ctx_key(r, key, st);
+	if (!r)
+		return 0;
+	thread_ctx_key(r, key, st);
+	return r->goroutine;
 }
 
 #endif /* BPFPROFILER_THREADCTX_H */

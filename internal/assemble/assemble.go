@@ -133,7 +133,7 @@ func (a *Assembler) Assemble(kind report.Kind, start, end time.Time, period int6
 				Value:      int64(s.Value),
 			}
 			if s.Scope != nil {
-				sample.Scope = &report.SampleScope{ProbeIndex: s.Scope.ProbeIndex, Start: s.Scope.Start}
+				sample.Scope = &report.SampleScope{ProbeIndex: s.Scope.ProbeIndex, Start: s.Scope.Start, Goroutine: s.Scope.Goroutine}
 			}
 			if s.Trace != nil {
 				sample.Trace = &report.TraceLink{TraceID: s.Trace.TraceID, SpanID: s.Trace.SpanID}

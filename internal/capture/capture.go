@@ -118,10 +118,12 @@ type RawStack struct {
 
 // ScopeRef names a probe scope instance of a thread: its probe's index and
 // its start (CLOCK_MONOTONIC ns), as RawScope.ProbeIndex and Start have
-// them once it completes.
+// them once it completes. A goroutine's scope (a Go function's) is the
+// sample's goroutine's: its record may name another thread.
 type ScopeRef struct {
 	ProbeIndex int
 	Start      uint64
+	Goroutine  bool
 }
 
 // Addresses returns the addresses of the frames of kind, in order.

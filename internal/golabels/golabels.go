@@ -44,6 +44,10 @@ type Binary struct {
 	// known); a process has them at StringsAt, and the samplers store a
 	// label's string there by reference (Decode).
 	StringsLo, StringsHi uint64
+	// SetsLabels says whether the executable has the code that sets a
+	// goroutine's labels (always, from Prepare; PrepareGoroutines also
+	// prepares one without, whose threads' goroutines are all there is).
+	SetsLabels bool
 }
 
 // StringsAt returns where a process that loaded b with bias (0 unless b is
@@ -60,8 +64,20 @@ func (b *Binary) StringsAt(bias uint64) (lo, hi uint64) {
 // Prepare reads what the samplers need from the executable f (its bytes
 // r): its Go release from its build info, the runtime's offsets for it
 // (from its DWARF for a release after those known), and where a thread
-// keeps its g. ErrNotGo when f is not a Go executable.
+// keeps its g. ErrNotGo when f is not a Go executable, ErrNoLabels when
+// it sets no labels.
 func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
+	b, err := PrepareGoroutines(r, f)
+	if err == nil && !b.SetsLabels {
+		return nil, ErrNoLabels
+	}
+	return b, err
+}
+
+// PrepareGoroutines is Prepare for finding the goroutine a thread runs
+// (the g it also reads labels from), whether or not f sets labels
+// (Binary.SetsLabels).
+func PrepareGoroutines(r io.ReaderAt, f *elf.File) (*Binary, error) {
 	if f.Section(".go.buildinfo") == nil || !threadctx.Executable(f) {
 		return nil, ErrNotGo
 	}
@@ -89,9 +105,7 @@ func Prepare(r io.ReaderAt, f *elf.File) (*Binary, error) {
 	if err := b.locateG(f); err != nil {
 		return nil, err
 	}
-	if !setsLabels(f) {
-		return nil, ErrNoLabels
-	}
+	b.SetsLabels = setsLabels(f)
 	b.StringsLo, b.StringsHi = readOnlySegment(f)
 	return b, nil
 }

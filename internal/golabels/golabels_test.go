@@ -182,7 +182,7 @@ func TestPrepareNotGo(t *testing.T) {
 
 // TestPrepareLabelSetter tells the executables that may set labels, by
 // their function name table, stripped or not: one importing runtime/pprof
-// without setting labels has none to read.
+// without setting labels has none to read, but its goroutines.
 func TestPrepareLabelSetter(t *testing.T) {
 	tests := []struct {
 		dir     string
@@ -200,6 +200,11 @@ func TestPrepareLabelSetter(t *testing.T) {
 			f, ef := buildDir(t, tt.dir, runtime.GOARCH, tt.cgo, tt.ldflags)
 			if _, err := Prepare(f, ef); !errors.Is(err, tt.want) {
 				t.Errorf("Prepare: %v, want %v", err, tt.want)
+			}
+			// Its goroutines are found either way.
+			b, err := PrepareGoroutines(f, ef)
+			if err != nil || b.SetsLabels != (tt.want == nil) {
+				t.Errorf("PrepareGoroutines: %+v, %v; want SetsLabels %v", b, err, tt.want == nil)
 			}
 		})
 	}

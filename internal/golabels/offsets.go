@@ -15,6 +15,9 @@ type Offsets struct {
 type Layout uint8
 
 const (
+	// NoLayout: no labels are read, only the goroutine a thread runs
+	// (bpf/golabels.h GO_LABELS_NONE).
+	NoLayout Layout = 0
 	// LabelMap (Go 1.21-1.23): a map[string]string.
 	LabelMap Layout = 1
 	// LabelSlice (Go 1.24+): a struct starting with a sorted

@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cilium/ebpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/stackdrain"
@@ -56,9 +56,9 @@ type Options struct {
 	// announces), and with frame pointers elsewhere; nil: frame pointers
 	// only.
 	Unwind *unwinder.Tables
-	// OpenScopes, when set, is the probes' map of open scopes
+	// OpenScopes, when set, is the probes' maps of open scopes
 	// (internal/scopemap): waits of a thread inside one carry it.
-	OpenScopes *ebpf.Map
+	OpenScopes *scopemap.Maps
 }
 
 func (o Options) validate() error {

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/cilium/ebpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
@@ -23,10 +23,10 @@ type Options struct {
 	// Proc resolves there), and processes outside it are not reported. The
 	// zero value reports host ids.
 	PIDNamespace procfs.PIDNamespace
-	// OpenScopes is the map of open scopes shared with the samplers
+	// OpenScopes are the maps of open scopes shared with the samplers
 	// (internal/scopemap); nil: no probe links samples, whatever its
 	// Spec.LinkSamples.
-	OpenScopes *ebpf.Map
+	OpenScopes *scopemap.Maps
 }
 
 func (o Options) withDefaults() Options {

@@ -61,7 +61,7 @@ func TestOpenScopesAndEntryStacks(t *testing.T) {
 					}
 					var tid uint32
 					var s bpf.CpuOpenScope
-					for it := open.Iterate(); it.Next(&tid, &s); {
+					for it := open.Threads.Iterate(); it.Next(&tid, &s); {
 						if tid == uint32(cmd.Process.Pid) {
 							require.EqualValues(t, 2, s.Probe, "probe index + 1")
 							seen[s.StartNs] = true
@@ -98,7 +98,7 @@ func TestOpenScopesAndEntryStacks(t *testing.T) {
 			require.GreaterOrEqual(t, marked, 6, "slow scopes seen open in the map under their start (of 8)")
 			var tid uint32
 			var s bpf.CpuOpenScope
-			require.False(t, open.Iterate().Next(&tid, &s), "every scope was removed at its end")
+			require.False(t, open.Threads.Iterate().Next(&tid, &s), "every scope was removed at its end")
 			require.Zero(t, m.Stats().Dropped())
 		})
 	}

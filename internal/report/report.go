@@ -84,10 +84,13 @@ type TraceLink struct {
 }
 
 // SampleScope is a probe scope instance of a sample's thread: its probe's
-// index and its start (CLOCK_MONOTONIC ns).
+// index and its start (CLOCK_MONOTONIC ns). Goroutine: the scope is the
+// sample's goroutine's (a Go function's), whose record may name another
+// thread than the sample.
 type SampleScope struct {
 	ProbeIndex int
 	Start      uint64
+	Goroutine  bool
 }
 
 // ScopeLink names the log record of a probe scope: its trace and span id

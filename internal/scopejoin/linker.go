@@ -169,16 +169,23 @@ func (l *Linker) Link(now time.Time, profiles []report.Profile, final bool) ([]r
 func (l *Linker) resolve(snap *recordLog, pid uint32, s *report.Sample, expired bool) (Outcome, bool) {
 	sc := s.Scope
 	key := scopeKey{pid: pid, tid: s.TID, probe: sc.ProbeIndex, start: sc.Start}
+	known := snap.has(key)
+	if sc.Goroutine {
+		// The record names the thread the goroutine ended the scope on. A
+		// goroutine's scope that ends without a record times out: no later
+		// record on a thread says it ended.
+		key.tid, known = snap.threadOf(key.started())
+	}
 	switch {
-	case snap.has(key):
-		trace, span := l.opts.IDs(pid, s.TID, sc.ProbeIndex, sc.Start)
+	case known:
+		trace, span := l.opts.IDs(pid, key.tid, sc.ProbeIndex, sc.Start)
 		link := &report.ScopeLink{TraceID: trace, SpanID: span}
 		if sc.ProbeIndex >= 0 && sc.ProbeIndex < len(l.opts.Probes) {
 			link.ProbeID = l.opts.Probes[sc.ProbeIndex]
 		}
 		s.Link = link
 		return Linked, true
-	case snap.laterThan(key):
+	case !sc.Goroutine && snap.laterThan(key):
 		// A later scope of the probe on the thread has its record: this
 		// one ended, and sent none.
 		return NoRecord, true

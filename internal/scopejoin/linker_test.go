@@ -161,3 +161,52 @@ func TestDurations(t *testing.T) {
 	}, got)
 	assert.Empty(t, d.Drain())
 }
+
+// A goroutine's scope links samples of any thread to its record, which
+// names the thread the scope ended on; a later record on the sample's
+// thread says nothing about it, so it waits for its own or times out.
+func TestLinkerGoroutineScopes(t *testing.T) {
+	goroutine := func(tid uint32, start uint64, value int64) report.Sample {
+		s := sample(tid, 0, start, value)
+		s.Scope.Goroutine = true
+		return s
+	}
+	for _, tt := range []struct {
+		name    string
+		records []capture.RawScope
+		sample  report.Sample
+		want    report.Sample // linked; zero: held, then timed out
+		held    bool
+	}{
+		{"on the thread its record names", []capture.RawScope{record(8, 0, 100)}, goroutine(8, 100, 5),
+			report.Sample{TID: 8, Value: 5, Link: linkOf(8, 0, 100, "slow")}, false},
+		{"on another thread", []capture.RawScope{record(8, 0, 100)}, goroutine(9, 100, 5),
+			report.Sample{TID: 9, Value: 5, Link: linkOf(8, 0, 100, "slow")}, false},
+		{"a later record on its thread", []capture.RawScope{record(9, 0, 300)}, goroutine(9, 100, 5),
+			report.Sample{}, true},
+		{"another process's record", []capture.RawScope{{PID: 6, TID: 8, Start: 100, End: 101}}, goroutine(8, 100, 5),
+			report.Sample{}, true},
+		{"another probe's record", []capture.RawScope{record(8, 1, 100)}, goroutine(8, 100, 5),
+			report.Sample{}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newTestLinker(10)
+			l.Completed(tt.records)
+			got, out := l.Link(t0, cpuProfile(tt.sample), false)
+			if tt.held {
+				require.Equal(t, 1, l.Held())
+				require.Empty(t, out)
+				// Never a record: it times out after Options.Reports reports.
+				_, out = l.Link(t0.Add(time.Second), nil, false)
+				require.Empty(t, out)
+				got, out = l.Link(t0.Add(2*time.Second), nil, false)
+				require.Equal(t, Outcomes{0: {Timeout: 1}}, out)
+				require.Equal(t, []report.Sample{{TID: tt.sample.TID, Value: tt.sample.Value}}, got[0].Processes[0].Samples)
+				return
+			}
+			require.Zero(t, l.Held())
+			require.Equal(t, Outcomes{0: {Linked: 1}}, out)
+			require.Equal(t, []report.Sample{tt.want}, got[0].Processes[0].Samples)
+		})
+	}
+}

@@ -16,6 +16,16 @@ type recordLog struct {
 	order  []arrival    // oldest first
 	sent   map[scopeKey]struct{}
 	latest map[threadProbe]arrival
+	// threads names the thread of each record by its process, probe and
+	// start: a goroutine's scope is known to its samples by those alone.
+	threads map[startKey]uint32
+}
+
+// startKey names a scope instance without its thread.
+type startKey struct {
+	pid   uint32
+	probe int
+	start uint64
 }
 
 // arrival is a record and the report it arrived before.
@@ -25,7 +35,8 @@ type arrival struct {
 }
 
 func newRecordLog(maxRecords int) recordLog {
-	return recordLog{max: max(maxRecords, 1), sent: map[scopeKey]struct{}{}, latest: map[threadProbe]arrival{}}
+	return recordLog{max: max(maxRecords, 1), sent: map[scopeKey]struct{}{}, latest: map[threadProbe]arrival{},
+		threads: map[startKey]uint32{}}
 }
 
 // add notes scopes read since the last report, forgetting the oldest beyond
@@ -40,6 +51,9 @@ func (r *recordLog) add(scopes []capture.RawScope) {
 			continue
 		}
 		r.sent[key] = struct{}{}
+		if _, ok := r.threads[key.started()]; !ok {
+			r.threads[key.started()] = key.tid
+		}
 		r.order = append(r.order, arrival{key: key, report: next})
 		tp := threadProbe{pid: s.PID, tid: s.TID, probe: s.ProbeIndex}
 		if l, ok := r.latest[tp]; !ok || l.key.start < s.Start {
@@ -55,7 +69,11 @@ func (r *recordLog) prune(keep int) {
 	old := func(a arrival) bool { return keep > 0 && r.report-a.report >= reportNumber(keep) }
 	n := 0
 	for n < len(r.order) && (old(r.order[n]) || len(r.order)-n > r.max) {
-		delete(r.sent, r.order[n].key)
+		key := r.order[n].key
+		delete(r.sent, key)
+		if tid, ok := r.threads[key.started()]; ok && tid == key.tid {
+			delete(r.threads, key.started())
+		}
 		n++
 	}
 	if n > 0 {
@@ -86,6 +104,15 @@ func (r *recordLog) has(key scopeKey) bool {
 	_, ok := r.sent[key]
 	return ok
 }
+
+// threadOf returns the thread of the record of the scope that started at
+// key's start in its process and probe, whatever key's thread.
+func (r *recordLog) threadOf(key startKey) (uint32, bool) {
+	tid, ok := r.threads[key]
+	return tid, ok
+}
+
+func (k scopeKey) started() startKey { return startKey{pid: k.pid, probe: k.probe, start: k.start} }
 
 // laterThan reports whether a scope of key's probe and thread that started
 // after key's had its record sent.

@@ -18,7 +18,8 @@ func TestShare(t *testing.T) {
 	opts, err := Share(spec, nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, opts.MapReplacements)
-	require.EqualValues(t, 1, spec.Maps[mapName].MaxEntries)
+	require.EqualValues(t, 1, spec.Maps[threadsName].MaxEntries)
+	require.EqualValues(t, 1, spec.Maps[goroutinesName].MaxEntries)
 
 	_, err = Share(&ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}}, nil, nil)
 	require.ErrorContains(t, err, "no open_scopes map")
@@ -36,7 +37,8 @@ func TestShareLoads(t *testing.T) {
 		opts, err := Share(spec, m, prior)
 		require.NoError(t, err)
 		require.Same(t, prior, opts, "%s: the options given are extended", name)
-		require.Same(t, m, opts.MapReplacements[mapName])
+		require.Same(t, m.Threads, opts.MapReplacements[threadsName])
+		require.Same(t, m.Goroutines, opts.MapReplacements[goroutinesName])
 		var linked uint32
 		require.NoError(t, spec.Variables["link_scopes"].Get(&linked))
 		require.EqualValues(t, 1, linked, name)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 )
 
 // MaxTargets is the capacity of the BPF pid filter (target_pids).
@@ -172,8 +173,9 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 		if python, loss := stackFor(stacks, k.PythonStackId); loss == capture.StackKept {
 			s.Frames = append(s.Frames, capture.RuntimeFrames(capture.CPython, python)...)
 		}
-		if k.ScopeProbe > 0 {
-			s.Scope = &capture.ScopeRef{ProbeIndex: int(k.ScopeProbe) - 1, Start: k.ScopeStartNs}
+		if probe := k.ScopeProbe &^ scopemap.GoroutineBit; probe > 0 {
+			s.Scope = &capture.ScopeRef{ProbeIndex: int(probe) - 1, Start: k.ScopeStartNs,
+				Goroutine: k.ScopeProbe&scopemap.GoroutineBit != 0}
 		}
 		if k.TraceId != ([16]uint8{}) {
 			s.Trace = &capture.TraceContext{TraceID: k.TraceId, SpanID: k.SpanId, AttrsID: k.TraceAttrsId}

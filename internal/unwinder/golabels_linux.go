@@ -20,19 +20,26 @@ type GoLabelStats struct {
 }
 
 // detectGoLabels returns what reading the labels of ef's processes needs
-// when ef is a Go executable, nil otherwise.
+// when ef is a Go executable, nil otherwise. With goroutines wanted, one
+// whose labels are not read (none set, or go_labels off) gets its
+// goroutines read only: Layout none.
 func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
-	if l.maps.Contexts == nil || l.noGoLabels {
+	if l.maps.Contexts == nil || l.noGoLabels && !l.goroutines {
 		return nil
 	}
 	var b *golabels.Binary
-	err := noPanic(func() (err error) { b, err = golabels.Prepare(r, ef); return err })
+	err := noPanic(func() (err error) { b, err = golabels.PrepareGoroutines(r, ef); return err })
 	switch {
+	case err == nil && (!b.SetsLabels || l.noGoLabels) && !l.goroutines:
+		l.stats.GoLabels.NoLabels++
 	case err == nil:
+		if !b.SetsLabels || l.noGoLabels {
+			only := *b
+			only.Offsets.Layout = golabels.NoLayout
+			return &only
+		}
 		return b
 	case errors.Is(err, golabels.ErrNotGo):
-	case errors.Is(err, golabels.ErrNoLabels):
-		l.stats.GoLabels.NoLabels++
 	case errors.Is(err, golabels.ErrRelease), errors.Is(err, golabels.ErrNoG), errors.Is(err, golabels.ErrMachine):
 		l.stats.GoLabels.Unsupported++
 	default:
@@ -58,6 +65,12 @@ func (l *Loader) ignoreGoLabels() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.noGoLabels = true
+}
+
+func (l *Loader) readGoroutines() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.goroutines = true
 }
 
 // goLabelProcesses counts the processes with an entry loaded.

@@ -138,6 +138,9 @@ type Loader struct {
 	noThreadCtx bool
 	// noGoLabels: goroutine labels are not read (go_labels::enabled false).
 	noGoLabels bool
+	// goroutines: every Go process's threads' goroutines are read, its
+	// labels or not (a Go probe's scope links samples through them).
+	goroutines bool
 	// runtimeRetry is when the first runtime not ready is due to be asked
 	// again (zero: none waits).
 	runtimeRetry time.Time

@@ -226,6 +226,11 @@ func (t *Tables) IgnoreThreadContexts() { t.loader.ignoreThreadCtx() }
 // loaded from now on (go_labels::enabled false).
 func (t *Tables) IgnoreGoLabels() { t.loader.ignoreGoLabels() }
 
+// ReadGoroutines makes the samplers find the goroutine each thread of a Go
+// process loaded from now on runs, whether its labels are read or not:
+// samples link to a Go probe's scopes through it (internal/scopemap).
+func (t *Tables) ReadGoroutines() { t.loader.readGoroutines() }
+
 // Loaded says whether pid's tables are loaded: until then its stacks are
 // walked with frame pointers.
 func (t *Tables) Loaded(pid uint32) bool { return t.loader.Loaded(pid) }

@@ -183,6 +183,9 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		return err
 	}
 	srcOpts.openScopes = r.scopes.openScopes()
+	if r.unwind != nil && srcOpts.openScopes != nil {
+		r.unwind.goroutines = true
+	}
 	var unsupported []error
 	for _, k := range []struct {
 		kind    report.Kind

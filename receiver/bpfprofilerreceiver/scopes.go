@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
@@ -31,7 +30,7 @@ const (
 // linking), and the durations of scopes by entry stack (nil without a
 // probe with stacks).
 type scopeJoin struct {
-	open      *ebpf.Map
+	open      *scopemap.Maps
 	linker    *scopejoin.Linker
 	durations *scopejoin.Durations
 	probeIDs  []string
@@ -78,8 +77,8 @@ func (r *profilerReceiver) openScopeJoin(profiling bool) error {
 	return nil
 }
 
-// openScopes is the map of open scopes the sources read; nil: none.
-func (j *scopeJoin) openScopes() *ebpf.Map {
+// openScopes are the maps of open scopes the sources read; nil: none.
+func (j *scopeJoin) openScopes() *scopemap.Maps {
 	if j == nil {
 		return nil
 	}

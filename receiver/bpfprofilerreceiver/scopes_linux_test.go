@@ -4,6 +4,7 @@ package bpfprofilerreceiver
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -264,4 +265,79 @@ func TestNodeCallbackSamplesLinked(t *testing.T) {
 	// is the leaf.
 	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(linked), "linked samples name slowCallback")
 	require.GreaterOrEqual(t, float64(linkedSlow), 0.95*float64(slow), "slowCallback's samples are linked")
+}
+
+// A Go method's scope is its goroutine's: the golink workload's handle
+// burns in burnBefore, blocks (often resuming on another thread), then
+// burns in burnAfter. CPU samples in both link to the call's record, those
+// taken on another thread than the record names included (the record names
+// the thread the call returned on); samples in outside, between calls,
+// link to none. With goroutine labels read and with go_labels off (the
+// goroutine alone is read). The calls start once the workload has burnt
+// long enough for the receiver to learn the process from its samples: the
+// goroutine of a thread is read from then on.
+func TestSamplesLinkedToGoroutineScopes(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := testutil.BuildGo(t, "golink")
+	const goroutines, calls = 4, 12
+	for _, tt := range []struct {
+		name   string
+		labels bool
+	}{{"labels", true}, {"go_labels off", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			cfg.CPU.SamplesPerSecond = 199
+			cfg.ReportInterval = time.Second
+			cfg.GoLabels.Enabled = tt.labels
+			cfg.Probes = []ProbeConfig{{
+				ID: "go.handle", FileMatch: "^" + regexp.QuoteMeta(bin) + "$", Symbol: "main.(*server).handle",
+			}}
+			args := []string{fmt.Sprint(goroutines), fmt.Sprint(calls), "40", fmt.Sprint(testutil.Patient(2 * time.Second).Milliseconds())}
+			if tt.labels {
+				args = append(args, "labels")
+			}
+			run := runWithScopes(t, cfg, bin, args...)
+			require.Len(t, run.records, goroutines*calls, "one record per call")
+
+			var inScope, linked, otherThread, labelled, outsideLinked, outside int64
+			for _, s := range run.stacks("samples") {
+				in := slices.Contains(s.Functions, "main.burnBefore") || slices.Contains(s.Functions, "main.burnAfter")
+				if slices.Contains(s.Functions, "main.outside") {
+					outside += s.Value
+					if s.Link != (pdata.ScopeLink{}) {
+						outsideLinked += s.Value
+					}
+				}
+				if !in {
+					continue
+				}
+				inScope += s.Value
+				if s.Link == (pdata.ScopeLink{}) {
+					continue
+				}
+				rec, ok := run.records[s.Link]
+				require.True(t, ok, "a linked sample's ids are a record's: %v", s.Link)
+				require.Equal(t, "go.handle", s.ProbeID)
+				linked += s.Value
+				tid, _ := rec.Attributes().Get("thread.id")
+				if s.Attributes["thread.id"] != tid.Int() {
+					otherThread += s.Value
+				}
+				if _, ok := s.Attributes["request"]; ok {
+					labelled += s.Value
+				}
+			}
+			t.Logf("in handle: %d samples, %d linked, %d of them on another thread than their record's, %d labelled; outside: %d, %d linked",
+				inScope, linked, otherThread, labelled, outside, outsideLinked)
+			require.Positive(t, outside)
+			require.Zero(t, outsideLinked, "samples between calls link to no record")
+			require.GreaterOrEqual(t, float64(linked), 0.97*float64(inScope), "samples inside handle are linked")
+			require.Positive(t, otherThread, "samples on another thread than the record's are linked")
+			if tt.labels {
+				require.GreaterOrEqual(t, float64(labelled), 0.9*float64(linked), "linked samples keep their labels")
+			} else {
+				require.Zero(t, labelled, "go_labels off: no labels")
+			}
+		})
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sync"
 
-	"github.com/cilium/ebpf"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -16,6 +15,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
 	"github.com/bpfprofiler/bpfprofiler/internal/sampler"
+	"github.com/bpfprofiler/bpfprofiler/internal/scopemap"
 	"github.com/bpfprofiler/bpfprofiler/internal/unwinder"
 )
 
@@ -40,7 +40,7 @@ type sourceOptions struct {
 	unwind  *sharedTables // nil: frame pointers only
 	// openScopes is the map of open probe scopes (internal/scopemap) the
 	// probes write and the profile sources read; nil: none.
-	openScopes *ebpf.Map
+	openScopes *scopemap.Maps
 }
 
 // sharedTables are the unwind tables the CPU sampler and the off-CPU tracer
@@ -53,6 +53,9 @@ type sharedTables struct {
 	noThreadContexts bool
 	// noGoLabels: Go processes' labels are not read (go_labels::enabled false).
 	noGoLabels bool
+	// goroutines: Go processes' goroutines are read, labels or not (a
+	// probe links samples: a Go function's scope is its goroutine's).
+	goroutines bool
 	once       sync.Once
 	tables     *unwinder.Tables
 	err        error
@@ -70,6 +73,9 @@ func (s *sharedTables) get() (*unwinder.Tables, error) {
 		}
 		if s.err == nil && s.noGoLabels {
 			s.tables.IgnoreGoLabels()
+		}
+		if s.err == nil && s.goroutines {
+			s.tables.ReadGoroutines()
 		}
 	})
 	return s.tables, s.err
