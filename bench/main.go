@@ -105,6 +105,7 @@ type options struct {
 	roundTrips     uint64
 	spin           uint64
 	probeCalls     uint64
+	goRequests     uint64
 	pyIterations   uint64
 	python         string
 	jdk            string
@@ -145,6 +146,7 @@ func main() {
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
 	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
+	flag.Uint64Var(&o.goRequests, "go-requests", 20000, "probes suite: requests to the Go server per run")
 	flag.Uint64Var(&o.pyIterations, "py-iterations", 500, "python suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.python, "python", "/root/.pyenv/versions/3.12.1/bin/python", "python suite: the CPython interpreter (3.12+ for perf's -X perf)")
 	flag.StringVar(&o.jdk, "jdk", "/usr/lib/jvm/java-17-openjdk-amd64", "java suite: the JDK whose java runs the workload")
@@ -189,7 +191,7 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.pyIterations < 1 || o.nodeIterations < 1 {
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.goRequests < 1 || o.pyIterations < 1 || o.nodeIterations < 1 {
 		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations and -node-iterations must be positive")
 	}
 	if o.minBlock < 0 {

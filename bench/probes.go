@@ -144,7 +144,7 @@ func runProbesSuite(ctx context.Context, e env) error {
 	for i, sc := range scs {
 		names[i] = sc.name
 	}
-	rep := newProbeReport(names, calls)
+	rep := newProbeReport(names, calls, e.o.goRequests)
 	rep.notes = notes
 	for r := range e.o.rounds {
 		round := map[string]time.Duration{}
@@ -163,7 +163,7 @@ func runProbesSuite(ctx context.Context, e env) error {
 			if res.samplerNs > 0 {
 				rep.samplerNs[sc.name] = append(rep.samplerNs[sc.name], res.samplerNs)
 			}
-			fmt.Fprintf(&line, "  %s %.0fns", sc.name, nsPerCall(res.wall, calls))
+			fmt.Fprintf(&line, "  %s %.0fns", sc.name, nsPerCall(res.wall, rep.count(sc.name)))
 			select {
 			case <-ctx.Done():
 				return ctx.Err()

@@ -2,8 +2,10 @@ package main
 
 // The probes suite's Go scenarios: what a probe on a Go function costs per
 // call (an uprobe after its stack check, one on its return instruction,
-// the scope keyed by goroutine) beside the C probe's uprobe+uretprobe.
-// workloads/goprobeloop is probeloop.c in Go, built by the machine's go.
+// the scope keyed by goroutine) beside the C probe's uprobe+uretprobe, and
+// what it costs a Go HTTP server's throughput. workloads/goprobeloop is
+// probeloop.c in Go, workloads/goserver a net/http server with its
+// clients, both built by the machine's go.
 
 import (
 	"context"
@@ -22,11 +24,20 @@ import (
 //go:embed workloads/goprobeloop/main.go
 var goprobeloopSource []byte
 
+//go:embed workloads/goserver/main.go
+var goserverSource []byte
+
 // Scenario names of the Go part of the probes suite.
 const (
 	scGoNoProbe = "Go: no probe"
 	scGoOurs    = "Go: bpfprofiler probe, min_duration 0"
 	goProbed    = "main.probedCall"
+
+	// The server's scenarios count requests, not calls.
+	scGoServer       = "Go server: no probe (per request)"
+	scGoServerProbed = "Go server: bpfprofiler probe on its handler (per request)"
+	goServerProbed   = "main.(*server).handle"
+	goServerClients  = 8
 )
 
 // buildGoWorkload writes the embedded Go source of workload name into its
@@ -45,8 +56,36 @@ func buildGoWorkload(dir, name string, source []byte) (string, error) {
 }
 
 // goProbeScenarios returns the Go scenarios: goprobeloop alone and under
-// the collector's probe on main.probedCall, every call a record.
+// the collector's probe on main.probedCall, every call a record; goserver
+// alone and under a probe on its handler's method, every request a record.
 func goProbeScenarios(ctx context.Context, e env, calls uint64) ([]probeScenario, error) {
+	scs, err := goLoopScenarios(e, calls)
+	if err != nil {
+		return nil, err
+	}
+	bin, err := buildGoWorkload(e.dir, "goserver", goserverSource)
+	if err != nil {
+		return nil, err
+	}
+	requests := e.o.goRequests
+	w := workload{name: "goserver", bin: bin, args: []string{strconv.FormatUint(requests, 10), strconv.Itoa(goServerClients)}}
+	scs = append(scs, probeScenario{scGoServer, func(ctx context.Context) (probeRun, error) {
+		res, err := runBaseline(ctx, w)
+		return probeRun{wall: res.wall}, err
+	}})
+	if !e.o.skipCollector {
+		cfg := e.collector(profileConfig{probes: []benchProbe{{
+			id: benchProbeID, fileMatch: "^" + regexp.QuoteMeta(bin) + "$", symbol: goServerProbed,
+		}}})
+		scs = append(scs, probeScenario{scGoServerProbed, func(ctx context.Context) (probeRun, error) {
+			return runProbedByCollector(ctx, cfg, w, requests, true, false)
+		}})
+	}
+	return scs, nil
+}
+
+// goLoopScenarios are goprobeloop's scenarios.
+func goLoopScenarios(e env, calls uint64) ([]probeScenario, error) {
 	bin, err := buildGoWorkload(e.dir, "goprobeloop", goprobeloopSource)
 	if err != nil {
 		return nil, err
@@ -68,11 +107,17 @@ func goProbeScenarios(ctx context.Context, e env, calls uint64) ([]probeScenario
 }
 
 // printGo reports the Go probe's overhead per call against the C probe's,
-// each over its own workload's no-probe run of the same round.
+// each over its own workload's no-probe run of the same round, and the Go
+// server's throughput with the probe against without.
 func (r *probeReport) printGo(w io.Writer) {
 	if x, ok := r.ratio(r.overhead, scGoOurs, scOurs); ok {
 		fmt.Fprintf(w, "Go probe / C probe (overhead per call, every call a record): %.3f (%.0f ns vs %.0f ns)\n",
 			x, median(r.overhead[scGoOurs]), median(r.overhead[scOurs]))
+	}
+	// Throughput is requests / wall: its ratio is the inverse of ns/request's.
+	if x, ok := r.ratio(r.ns, scGoServer, scGoServerProbed); ok {
+		fmt.Fprintf(w, "Go server throughput, probe on its handler / no probe (every request a record): %.3f (%.0f vs %.0f requests/s, %d clients)\n",
+			x, 1e9/median(r.ns[scGoServerProbed]), 1e9/median(r.ns[scGoServer]), goServerClients)
 	}
 }
 
@@ -82,6 +127,12 @@ func goBase(sc string) (string, bool) {
 	switch sc {
 	case scGoNoProbe, scGoOurs:
 		return scGoNoProbe, true
+	case scGoServer, scGoServerProbed:
+		return scGoServer, true
 	}
 	return "", false
 }
+
+// perRequest says whether scenario sc counts requests (probeReport.requests)
+// rather than calls.
+func perRequest(sc string) bool { return sc == scGoServer || sc == scGoServerProbed }

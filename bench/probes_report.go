@@ -20,6 +20,7 @@ const targetFloorRatio = 1.1
 type probeReport struct {
 	scenarios []string // scenarios[0] is scNoProbe
 	calls     uint64
+	requests  uint64               // of the scenarios perRequest names
 	ns        map[string][]float64 // ns/call per round
 	overhead  map[string][]float64 // ns/call - that round's no-probe ns/call
 	notes     []string
@@ -29,8 +30,8 @@ type probeReport struct {
 	samplerNs map[string][]float64
 }
 
-func newProbeReport(scenarios []string, calls uint64) *probeReport {
-	return &probeReport{scenarios: scenarios, calls: calls, ns: map[string][]float64{}, overhead: map[string][]float64{},
+func newProbeReport(scenarios []string, calls, requests uint64) *probeReport {
+	return &probeReport{scenarios: scenarios, calls: calls, requests: requests, ns: map[string][]float64{}, overhead: map[string][]float64{},
 		samplerNs: map[string][]float64{}}
 }
 
@@ -42,10 +43,18 @@ func (r *probeReport) add(round map[string]time.Duration) {
 		if b, ok := goBase(sc); ok {
 			base = b
 		}
-		ns := nsPerCall(wall, r.calls)
+		ns := nsPerCall(wall, r.count(sc))
 		r.ns[sc] = append(r.ns[sc], ns)
-		r.overhead[sc] = append(r.overhead[sc], ns-nsPerCall(round[base], r.calls))
+		r.overhead[sc] = append(r.overhead[sc], ns-nsPerCall(round[base], r.count(base)))
 	}
+}
+
+// count is how many calls (or requests) a run of scenario sc makes.
+func (r *probeReport) count(sc string) uint64 {
+	if perRequest(sc) {
+		return r.requests
+	}
+	return r.calls
 }
 
 // ratio returns the median over rounds of a's value / b's value in the
@@ -71,7 +80,7 @@ func (r *probeReport) print(w io.Writer) {
 			continue
 		}
 		over := "-"
-		if sc != r.scenarios[0] && sc != scGoNoProbe {
+		if sc != r.scenarios[0] && sc != scGoNoProbe && sc != scGoServer {
 			over = fmt.Sprintf("%.0f ns", median(r.overhead[sc]))
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f..%.1f\t%s\n", sc, median(ns), slices.Min(ns), slices.Max(ns), over)

@@ -141,7 +141,7 @@ func TestBpftraceScript(t *testing.T) {
 }
 
 func TestProbeReport(t *testing.T) {
-	r := newProbeReport([]string{scNoProbe, scOurs, scOursFilter, scBpftrace, scFloor, scGoNoProbe, scGoOurs}, 1000)
+	r := newProbeReport([]string{scNoProbe, scOurs, scOursFilter, scBpftrace, scFloor, scGoNoProbe, scGoOurs, scGoServer, scGoServerProbed}, 1000, 100)
 	// ns/call: no probe 2, ours 1202 / 1102, bpftrace 2002, floor 1002;
 	// the Go workload 5 alone, 1505 probed.
 	for _, shift := range []time.Duration{0, 1000, -1000} {
@@ -153,6 +153,9 @@ func TestProbeReport(t *testing.T) {
 			scFloor:      1002*time.Microsecond + shift,
 			scGoNoProbe:  5*time.Microsecond + shift,
 			scGoOurs:     1505*time.Microsecond + shift,
+			// 100 requests: 50 µs a request alone, 80 probed.
+			scGoServer:       5000*time.Microsecond + shift,
+			scGoServerProbed: 8000*time.Microsecond + shift,
 		})
 	}
 	if got := median(r.overhead[scOurs]); got != 1200 {
@@ -169,13 +172,14 @@ func TestProbeReport(t *testing.T) {
 		"our probe ≤ 1.1× floor (overhead, min_duration 0): no (overhead/call 1200 ns vs 1000 ns, ratio 1.200)",
 		"our probe ≤ 1.1× floor (overhead, min_duration 1s): yes",
 		"Go probe / C probe (overhead per call, every call a record): 1.250 (1500 ns vs 1200 ns)",
+		"Go server throughput, probe on its handler / no probe (every request a record): 0.625 (12500 vs 20000 requests/s, 8 clients)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
 	}
 
-	partial := newProbeReport([]string{scNoProbe, scOurs}, 10)
+	partial := newProbeReport([]string{scNoProbe, scOurs}, 10, 10)
 	partial.add(map[string]time.Duration{scNoProbe: time.Microsecond, scOurs: 2 * time.Microsecond})
 	b.Reset()
 	partial.print(&b)

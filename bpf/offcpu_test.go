@@ -83,9 +83,10 @@ func TestOffcpuSpecLayout(t *testing.T) {
 		t.Errorf("offcpu_pending is %d bytes, want %d (explicit padding only)", got, want)
 	}
 	// 32 bytes, and the thread context read at switch-out (threadctx.h:
-	// ids, the attributes' and Go labels' ids, outcome, 4 flags, padding).
-	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 32+56 {
-		t.Errorf("offcpu_sleep is %d bytes, want 88 (explicit padding only)", got)
+	// ids, the attributes' and Go labels' ids, outcome, 4 flags, padding,
+	// the goroutine).
+	if got := unsafe.Sizeof(OffcpuSwitchoutOffcpuSleep{}); got != 32+64 {
+		t.Errorf("offcpu_sleep is %d bytes, want 96 (explicit padding only)", got)
 	}
 }
 

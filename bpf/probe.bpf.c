@@ -31,6 +31,7 @@
 #include "common.h"
 #include "scopes.h"
 #include "arch.h"
+#include "golabelset.h"
 
 #define RECORDS_BYTES (256 * 1024)
 /* Wake the reader once a quarter of the records buffer is in use. */
@@ -72,6 +73,13 @@ struct probe_record {
 	 * missing (-errno of the capture; -ENOENT: not kept). 0: no stack.
 	 */
 	s32 stack_frames;
+	/*
+	 * A Go function's: the bytes of its goroutine's labels that follow
+	 * the record and its entry stack (if stack_frames is not 0), packed as
+	 * golabelset.h packs them; 0: none.
+	 */
+	u32 labels_size;
+	u32 reserved; /* explicit padding, always 0 */
 };
 
 /* A record of a probe with entry stacks: the user stack at its scope's entry, leaf first. */
@@ -93,7 +101,9 @@ struct entry_stack {
 /* Per-CPU counters; user space sums them. */
 struct probe_stats {
 	u64 records;
-	u64 exec_dropped; /* execs ringbuf full */
+	u64 exec_dropped;     /* execs ringbuf full */
+	u64 labels_truncated; /* Go records whose goroutine's labels were cut (golabelset.h bounds) */
+	u64 labels_lost;      /* Go records whose goroutine's labels could not be read */
 };
 
 /* Per-probe, per-CPU counts of scopes not sent to user space. */
@@ -115,6 +125,28 @@ struct scope_state {
 	u32 depth;
 	u32 pad;
 	u64 stack_depth; /* a goroutine's: its stack's top less sp at the outermost entry */
+};
+
+/*
+ * A Go executable whose probes' records carry their goroutine's labels:
+ * where g.labels is and what it points to (enum go_labels_layout), at
+ * index (its Go uprobes' attach cookie >> 32) - 1.
+ */
+struct go_probe_file {
+	u32 g_labels;
+	u32 layout;
+};
+
+#define MAX_GO_PROBE_FILES 1024
+
+/* A record with labels, built before it is output (per CPU). */
+struct labels_scratch {
+	struct probe_stack_record srec;
+	/* a record's labels follow srec.rec, or srec with an entry stack (raw): room for either */
+	u8 raw[GO_RAW_MASK + 1 + 256];
+	struct go_label labels[GO_LABELS_MAX];
+	struct go_map_bucket bucket;
+	u64 offset; /* go_pack_labels' */
 };
 
 /* Keeps the ringbuf record types in BTF for bpf2go -type. */
@@ -179,6 +211,20 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, RECORDS_BYTES);
 } records SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_GO_PROBE_FILES);
+	__type(key, u32);
+	__type(value, struct go_probe_file);
+} go_probe_files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct labels_scratch);
+} labels_scratch SEC(".maps");
 
 /* Tgids (as the collector sees them) of processes that just exec'ed (u32 each). */
 struct {
@@ -398,22 +444,11 @@ static __always_inline void scope_closes(const struct probe_config *cfg, struct 
 		bpf_map_delete_elem(map, k);
 }
 
-/* Reserves a record, with room for the entry stack of key's scope if cfg keeps them, and fills that stack. */
-static __always_inline struct probe_record *reserve_record(const struct probe_config *cfg, struct scope_key *key)
+/* Fills srec's entry stack: that of key's scope, or why there is none. */
+static __always_inline void copy_entry_stack(struct probe_stack_record *srec, struct scope_key *key)
 {
-	struct probe_stack_record *srec;
-	struct probe_record *rec;
 	struct entry_stack *es;
 
-	if (!cfg->entry_stack) {
-		rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
-		if (rec)
-			rec->stack_frames = 0;
-		return rec;
-	}
-	srec = bpf_ringbuf_reserve(&records, sizeof(*srec), 0);
-	if (!srec)
-		return NULL;
 	srec->rec.stack_frames = -ENOENT;
 	srec->frames[ENTRY_STACK_DEPTH] = 0;
 	es = bpf_map_lookup_elem(&entry_stacks, key);
@@ -424,19 +459,110 @@ static __always_inline struct probe_record *reserve_record(const struct probe_co
 	} else {
 		__builtin_memset(srec->frames, 0, sizeof(srec->frames));
 	}
+}
+
+/* Reserves a record, with room for the entry stack of key's scope if cfg keeps them, and fills that stack. */
+static __always_inline struct probe_record *reserve_record(const struct probe_config *cfg, struct scope_key *key)
+{
+	struct probe_stack_record *srec;
+	struct probe_record *rec;
+
+	if (!cfg->entry_stack) {
+		rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
+		if (rec)
+			rec->stack_frames = 0;
+		return rec;
+	}
+	srec = bpf_ringbuf_reserve(&records, sizeof(*srec), 0);
+	if (!srec)
+		return NULL;
+	copy_entry_stack(srec, key);
 	return &srec->rec;
 }
 
-/* A call leaves key's scope: the outermost one ends and is recorded. */
-static __always_inline int scope_leaves(struct scope_key *key)
+/*
+ * Builds in this CPU's labels_scratch a record of goroutine key's scope
+ * with the goroutine's labels (gf says where they are), after its entry
+ * stack if cfg keeps them; returns its size, 0 when the goroutine has no
+ * labels or they cannot be read (its record goes without; counted in st).
+ */
+static __always_inline u32 labelled_record(const struct probe_config *cfg, struct scope_key *key,
+					   const struct go_probe_file *gf, struct labels_scratch *sc,
+					   struct probe_stats *st)
+{
+	struct go_labels_proc p = {}; /* no read-only segment known: every string is copied */
+	u32 n, truncated = 0, lost = 0;
+	u64 set = 0;
+	u8 *raw;
+	int err;
+
+	if (bpf_probe_read_user(&set, sizeof(set), (void *)(key->goroutine + gf->g_labels))) {
+		st->labels_lost++;
+		return 0;
+	}
+	if (!set)
+		return 0;
+	if (gf->layout == GO_LABELS_SLICE)
+		err = go_slice_labels(set, sc->labels, &truncated);
+	else
+		err = go_map_labels(set, sc->labels, &sc->bucket, &truncated);
+	if (err) {
+		st->labels_lost++;
+		return 0;
+	}
+	raw = cfg->entry_stack ? sc->raw : (u8 *)sc->srec.frames;
+	n = go_pack_labels(&p, sc->labels, raw, &sc->offset, &truncated, &lost);
+	st->labels_truncated += truncated;
+	st->labels_lost += lost;
+	if (!n || n > GO_LABELS_BYTES_MAX)
+		return 0;
+	sc->srec.rec.labels_size = n;
+	if (!cfg->entry_stack) {
+		sc->srec.rec.stack_frames = 0;
+		return sizeof(sc->srec.rec) + n;
+	}
+	copy_entry_stack(&sc->srec, key);
+	return sizeof(sc->srec) + n;
+}
+
+/* Fills the fields of a record of the scope started at start that every record has. */
+static __always_inline void fill_record(struct probe_record *rec, u64 start, u64 now, u32 pid, u32 tid, u32 index)
+{
+	rec->start_ns = start;
+	rec->end_ns = now;
+	rec->pid = pid;
+	rec->tid = tid;
+	rec->probe_index = index;
+	rec->reserved = 0;
+	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+}
+
+/*
+ * Waking the reader for every record costs the traced thread more than
+ * the probe itself (a cross-CPU wakeup, expensive in a VM): wake it only
+ * when the buffer fills up; user space also polls it every few tens of
+ * milliseconds.
+ */
+static __always_inline u64 wakeup_flags(void)
+{
+	return bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= RECORDS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+										      : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * A call leaves key's scope: the outermost one ends and is recorded, with
+ * its goroutine's labels where gf says they are (NULL: none).
+ */
+static __always_inline int scope_leaves(struct scope_key *key, const struct go_probe_file *gf)
 {
 	u32 index = key->probe_index;
+	struct labels_scratch *sc = NULL;
 	struct probe_record *rec;
 	struct probe_config *cfg;
 	struct probe_drops *drop;
 	struct probe_stats *cnt;
 	struct scope_state *st;
-	u32 zero = 0, pid, tid;
+	u32 zero = 0, pid, tid, size = 0;
 	u64 now;
 
 	st = bpf_map_lookup_elem(&scopes, key);
@@ -460,26 +586,31 @@ static __always_inline int scope_leaves(struct scope_key *key)
 		drop->rate_limited++;
 		return 0;
 	}
+	if (gf && key->goroutine) {
+		sc = bpf_map_lookup_elem(&labels_scratch, &zero);
+		if (sc)
+			size = labelled_record(cfg, key, gf, sc, cnt);
+		barrier_var(size); /* the bound below on the register the call takes, for 5.10 */
+		if (size > sizeof(*sc))
+			size = 0;
+	}
+	if (sc && size) {
+		fill_record(&sc->srec.rec, st->start_ns, now, pid, tid, index);
+		if (bpf_ringbuf_output(&records, sc, size, wakeup_flags())) {
+			drop->ringbuf_full++;
+			return 0;
+		}
+		cnt->records++;
+		return 0;
+	}
 	rec = reserve_record(cfg, key);
 	if (!rec) {
 		drop->ringbuf_full++;
 		return 0;
 	}
-	rec->start_ns = st->start_ns;
-	rec->end_ns = now;
-	rec->pid = pid;
-	rec->tid = tid;
-	rec->probe_index = index;
-	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-	/*
-	 * Waking the reader for every record costs the traced thread more than
-	 * the probe itself (a cross-CPU wakeup, expensive in a VM): wake it only
-	 * when the buffer fills up; user space also polls it every few tens of
-	 * milliseconds.
-	 */
-	bpf_ringbuf_submit(rec, bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= RECORDS_WAKEUP_BYTES
-					? BPF_RB_FORCE_WAKEUP
-					: BPF_RB_NO_WAKEUP);
+	fill_record(rec, st->start_ns, now, pid, tid, index);
+	rec->labels_size = 0;
+	bpf_ringbuf_submit(rec, wakeup_flags());
 	cnt->records++;
 	return 0;
 }
@@ -490,17 +621,27 @@ int probe_exit(struct pt_regs *ctx)
 	struct scope_key key = { .tid = (u32)bpf_get_current_pid_tgid(),
 				 .probe_index = (u32)bpf_get_attach_cookie(ctx) };
 
-	return scope_leaves(&key);
+	return scope_leaves(&key, NULL);
 }
 
+/* The cookie of a Go function's uprobes: the probe index, and its file's go_probe_files index + 1 above (0: none). */
 SEC("uprobe")
 int probe_go_exit(struct pt_regs *ctx)
 {
-	struct scope_key key = { .probe_index = (u32)bpf_get_attach_cookie(ctx) };
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	struct scope_key key = { .probe_index = (u32)cookie };
+	const struct go_probe_file *gf = NULL;
+	u32 file = cookie >> 32;
 
 	if (!goroutine_scope(ctx, &key))
 		return 0;
-	return scope_leaves(&key);
+	if (file) {
+		file--;
+		gf = bpf_map_lookup_elem(&go_probe_files, &file);
+		if (gf && gf->layout != GO_LABELS_MAP && gf->layout != GO_LABELS_SLICE)
+			gf = NULL;
+	}
+	return scope_leaves(&key, gf);
 }
 
 static __always_inline void forget_thread(u32 tid)

@@ -28,6 +28,7 @@ func TestProbeSpecLayout(t *testing.T) {
 		{ProbeMapDrops, ebpf.PerCPUArray, 4, unsafe.Sizeof(ProbeProbeDrops{}), maxProbes},
 		{ProbeMapRateTat, ebpf.Array, 4, 8, maxProbes},
 		{ProbeMapEntryStacks, ebpf.LRUHash, 16, 8 + stackDepth*8, 4096},
+		{ProbeMapGoProbeFiles, ebpf.Array, 4, 8, 1024},
 	}
 	for _, tt := range tests {
 		m, ok := spec.Maps[tt.name]
@@ -45,9 +46,9 @@ func TestProbeSpecLayout(t *testing.T) {
 		got, want uintptr
 	}{
 		{"probe_config", unsafe.Sizeof(ProbeProbeConfig{}), 8 + 4 + 4 + 8 + 8 + 4 + 4},
-		{"probe_stats", unsafe.Sizeof(ProbeProbeStats{}), 2 * 8},
+		{"probe_stats", unsafe.Sizeof(ProbeProbeStats{}), 4 * 8},
 		{"probe_drops", unsafe.Sizeof(ProbeProbeDrops{}), 3 * 8},
-		{"probe_record", unsafe.Sizeof(ProbeProbeRecord{}), 8 + 8 + 4 + 4 + 4 + 16 + 4},
+		{"probe_record", unsafe.Sizeof(ProbeProbeRecord{}), 8 + 8 + 4 + 4 + 4 + 16 + 4 + 4 + 4},
 		{"probe_stack_record", unsafe.Sizeof(ProbeProbeStackRecord{}), unsafe.Sizeof(ProbeProbeRecord{}) + stackDepth*8},
 	}
 	for _, s := range sizes {

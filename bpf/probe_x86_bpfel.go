@@ -20,11 +20,38 @@ type ProbeEntryStack struct {
 	Ips    [127]uint64
 }
 
+type ProbeGoProbeFile struct {
+	_        structs.HostLayout
+	G_labels uint32
+	Layout   uint32
+}
+
 type ProbeGoroutineRef struct {
 	_        structs.HostLayout
 	Tgid     uint32
 	Reserved uint32
 	G        uint64
+}
+
+type ProbeLabelsScratch struct {
+	_      structs.HostLayout
+	Srec   ProbeProbeStackRecord
+	Raw    [1280]uint8
+	Labels [8]struct {
+		_        structs.HostLayout
+		Key      uint64
+		KeyLen   uint64
+		Value    uint64
+		ValueLen uint64
+	}
+	Bucket struct {
+		_        structs.HostLayout
+		Tophash  [8]uint8
+		Keys     [8][2]uint64
+		Values   [8][2]uint64
+		Overflow uint64
+	}
+	Offset uint64
 }
 
 type ProbeOpenScope struct {
@@ -61,6 +88,8 @@ type ProbeProbeRecord struct {
 	ProbeIndex  uint32
 	Comm        [16]int8
 	StackFrames int32
+	LabelsSize  uint32
+	Reserved    uint32
 }
 
 type ProbeProbeStackRecord struct {
@@ -70,9 +99,11 @@ type ProbeProbeStackRecord struct {
 }
 
 type ProbeProbeStats struct {
-	_           structs.HostLayout
-	Records     uint64
-	ExecDropped uint64
+	_               structs.HostLayout
+	Records         uint64
+	ExecDropped     uint64
+	LabelsTruncated uint64
+	LabelsLost      uint64
 }
 
 type ProbeScopeKey struct {
@@ -99,6 +130,8 @@ const (
 	ProbeMapEntryStacks            = "entry_stacks"
 	ProbeMapExecs                  = "execs"
 	ProbeMapGoOpenScopes           = "go_open_scopes"
+	ProbeMapGoProbeFiles           = "go_probe_files"
+	ProbeMapLabelsScratch          = "labels_scratch"
 	ProbeMapOpenScopes             = "open_scopes"
 	ProbeMapProbeConfigs           = "probe_configs"
 	ProbeMapRateTat                = "rate_tat"
@@ -175,17 +208,19 @@ type ProbeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeMapSpecs struct {
-	Drops        *ebpf.MapSpec `ebpf:"drops"`
-	EntryScratch *ebpf.MapSpec `ebpf:"entry_scratch"`
-	EntryStacks  *ebpf.MapSpec `ebpf:"entry_stacks"`
-	Execs        *ebpf.MapSpec `ebpf:"execs"`
-	GoOpenScopes *ebpf.MapSpec `ebpf:"go_open_scopes"`
-	OpenScopes   *ebpf.MapSpec `ebpf:"open_scopes"`
-	ProbeConfigs *ebpf.MapSpec `ebpf:"probe_configs"`
-	RateTat      *ebpf.MapSpec `ebpf:"rate_tat"`
-	Records      *ebpf.MapSpec `ebpf:"records"`
-	Scopes       *ebpf.MapSpec `ebpf:"scopes"`
-	Stats        *ebpf.MapSpec `ebpf:"stats"`
+	Drops         *ebpf.MapSpec `ebpf:"drops"`
+	EntryScratch  *ebpf.MapSpec `ebpf:"entry_scratch"`
+	EntryStacks   *ebpf.MapSpec `ebpf:"entry_stacks"`
+	Execs         *ebpf.MapSpec `ebpf:"execs"`
+	GoOpenScopes  *ebpf.MapSpec `ebpf:"go_open_scopes"`
+	GoProbeFiles  *ebpf.MapSpec `ebpf:"go_probe_files"`
+	LabelsScratch *ebpf.MapSpec `ebpf:"labels_scratch"`
+	OpenScopes    *ebpf.MapSpec `ebpf:"open_scopes"`
+	ProbeConfigs  *ebpf.MapSpec `ebpf:"probe_configs"`
+	RateTat       *ebpf.MapSpec `ebpf:"rate_tat"`
+	Records       *ebpf.MapSpec `ebpf:"records"`
+	Scopes        *ebpf.MapSpec `ebpf:"scopes"`
+	Stats         *ebpf.MapSpec `ebpf:"stats"`
 }
 
 // ProbeVariableSpecs contains global variables before they are loaded into the kernel.
@@ -222,17 +257,19 @@ func (o *ProbeObjects) Close() error {
 //
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeMaps struct {
-	Drops        *ebpf.Map `ebpf:"drops"`
-	EntryScratch *ebpf.Map `ebpf:"entry_scratch"`
-	EntryStacks  *ebpf.Map `ebpf:"entry_stacks"`
-	Execs        *ebpf.Map `ebpf:"execs"`
-	GoOpenScopes *ebpf.Map `ebpf:"go_open_scopes"`
-	OpenScopes   *ebpf.Map `ebpf:"open_scopes"`
-	ProbeConfigs *ebpf.Map `ebpf:"probe_configs"`
-	RateTat      *ebpf.Map `ebpf:"rate_tat"`
-	Records      *ebpf.Map `ebpf:"records"`
-	Scopes       *ebpf.Map `ebpf:"scopes"`
-	Stats        *ebpf.Map `ebpf:"stats"`
+	Drops         *ebpf.Map `ebpf:"drops"`
+	EntryScratch  *ebpf.Map `ebpf:"entry_scratch"`
+	EntryStacks   *ebpf.Map `ebpf:"entry_stacks"`
+	Execs         *ebpf.Map `ebpf:"execs"`
+	GoOpenScopes  *ebpf.Map `ebpf:"go_open_scopes"`
+	GoProbeFiles  *ebpf.Map `ebpf:"go_probe_files"`
+	LabelsScratch *ebpf.Map `ebpf:"labels_scratch"`
+	OpenScopes    *ebpf.Map `ebpf:"open_scopes"`
+	ProbeConfigs  *ebpf.Map `ebpf:"probe_configs"`
+	RateTat       *ebpf.Map `ebpf:"rate_tat"`
+	Records       *ebpf.Map `ebpf:"records"`
+	Scopes        *ebpf.Map `ebpf:"scopes"`
+	Stats         *ebpf.Map `ebpf:"stats"`
 }
 
 func (m *ProbeMaps) Close() error {
@@ -242,6 +279,8 @@ func (m *ProbeMaps) Close() error {
 		m.EntryStacks,
 		m.Execs,
 		m.GoOpenScopes,
+		m.GoProbeFiles,
+		m.LabelsScratch,
 		m.OpenScopes,
 		m.ProbeConfigs,
 		m.RateTat,

@@ -342,37 +342,7 @@ static __always_inline u32 go_labels_copy(const struct go_labels_proc *p, const 
 		r->outcome = THREAD_CTX_GO_READ_FAULT;
 		return 0;
 	}
-	/*
-	 * Read back from the map: from a known offset, a reference's constant
-	 * size would give known offsets, and paths through references and
-	 * copies would never prune.
-	 */
-	sc->offset = 0;
-	off = *(volatile u64 *)&sc->offset & GO_RAW_MASK;
-#pragma clang loop unroll(disable)
-	for (u32 i = 0; i < GO_LABELS_MAX; i++) {
-		struct go_label *l = &sc->labels[i];
-		u64 klen, vlen;
-
-		if (l->key_len == GO_LABEL_ABSENT)
-			continue;
-		klen = l->key_len < GO_LABEL_KEY_MAX ? l->key_len : GO_LABEL_KEY_MAX;
-		vlen = l->value_len < GO_LABEL_VALUE_MAX ? l->value_len : GO_LABEL_VALUE_MAX;
-		/* room for both copied (a reference, 8 bytes, is at most 7 more): few branches to verify */
-		if (off + 2 * GO_STRING_REF_SIZE + klen + vlen > THREAD_CTX_ATTRS_MAX) {
-			r->go_truncated = 1;
-			break;
-		}
-		next = go_copy_string(p, sc->raw, off, l->key, l->key_len, GO_LABEL_KEY_MAX, &r->go_truncated);
-		if (next >= 0)
-			next = go_copy_string(p, sc->raw, next, l->value, l->value_len, GO_LABEL_VALUE_MAX,
-					      &r->go_truncated);
-		if (next < 0) {
-			r->go_lost = 1; /* this label and those after it */
-			break;
-		}
-		off = next;
-	}
+	off = go_pack_labels(p, sc->labels, sc->raw, &sc->offset, &r->go_truncated, &r->go_lost);
 	r->outcome = off > 0 ? THREAD_CTX_GO_FOUND : THREAD_CTX_GO_NONE;
 	return off > 0 ? off : 0;
 }

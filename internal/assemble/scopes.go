@@ -82,5 +82,6 @@ func scopeRecord(p Probe, ids ScopeIDs, s ReadScope) report.ScopeRecord {
 		TID:         s.TID,
 		ThreadName:  s.Comm,
 		MainThread:  s.MainThread(),
+		Labels:      s.GoLabels,
 	}
 }

@@ -439,6 +439,9 @@ type RawScope struct {
 	// probe that keeps entry stacks; EntryStackLoss says why it is missing.
 	EntryStack     []uint64
 	EntryStackLoss StackLoss
+	// GoLabels are the pprof labels of a Go function's goroutine at the
+	// scope's end; nil: none.
+	GoLabels map[string]string
 }
 
 // MainThread reports whether the scope ran on the process's main thread.

@@ -59,6 +59,13 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 	attrs.PutBool(attrkey.ProbeMainThread, r.MainThread)
 	attrs.PutStr(attrkey.ProbeEntry, r.EntrySymbol)
 	attrs.PutStr(attrkey.ProbeExit, r.ExitSymbol)
+	// Goroutine labels, keyed as written, as on samples; never over the
+	// record's own attributes.
+	for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
+		if _, ok := attrs.Get(k); !ok {
+			attrs.PutStr(k, r.Labels[k])
+		}
+	}
 }
 
 // putResourceAttributes copies the identity attributes, typed, and fills the

@@ -76,6 +76,16 @@ func TestBuildProbeLogs(t *testing.T) {
 		"probe.exit_symbol":          "dtor",
 	}, lr.Attributes().AsRaw())
 
+	// A Go function's record carries its goroutine's labels, never over
+	// its own attributes.
+	labelled := rec
+	labelled.Labels = map[string]string{"request": "17", "thread.id": "label"}
+	logs3, err := BuildProbeLogs(Scope{Name: "scope"}, observed, report.ProcessScopes{Identity: node, Records: []report.ScopeRecord{labelled}})
+	require.NoError(t, err)
+	attrs := logs3.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().AsRaw()
+	assert.Equal(t, "17", attrs["request"])
+	assert.Equal(t, int64(42), attrs["thread.id"])
+
 	// A record read earlier than the batch was built keeps its read time.
 	read := rec
 	read.Observed = 1700000000_300000000

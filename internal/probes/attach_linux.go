@@ -30,8 +30,13 @@ type attacher struct {
 	programs func(probe int) (probePrograms, uint64)
 	// attachFile attaches one probe to the file at path (a.attach; replaced
 	// in tests to fail like a missing permission), with the goroutine's
-	// programs in a Go binary.
-	attachFile func(path string, probe int, entry, exit []symOffset, goroutine bool) ([]link.Link, error)
+	// programs in a Go binary, whose attach cookies get labels (see
+	// goLabels) in their upper half.
+	attachFile func(path string, probe int, entry, exit []symOffset, goroutine bool, labels uint64) ([]link.Link, error)
+	// goLabels returns the upper half of the attach cookie of the Go
+	// uprobes in file f (id) that read the goroutine's labels; 0: none
+	// (nil: never).
+	goLabels func(id fileID, f *os.File) uint64
 
 	// deadline bounds the opens of probed files: on FUSE or a dead
 	// network file system an open can block forever.
@@ -207,6 +212,10 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	if procfs.RefusalReason(err) == procfs.ReasonBusy {
 		return // a concurrent scan is opening the file: it attaches or notes the failure
 	}
+	var labels uint64
+	if err == nil && funcs.Go && a.goLabels != nil {
+		labels = a.goLabels(id, f)
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -258,7 +267,7 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
 			continue
 		}
-		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, goroutine)
+		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, goroutine, labels)
 		if errors.Is(err, fs.ErrNotExist) {
 			log.Debug("process gone while attaching; the next scan of a process mapping the file retries", zap.Error(err))
 			continue
@@ -303,13 +312,17 @@ func offsets(syms []symbolize.FunctionSymbol, q symbolQuery) []symOffset {
 
 // attach places the exit side first, so a scope entered while attaching
 // is never left open; on error nothing stays attached. In a Go binary
-// (goroutine) every uprobe is a plain one and keys the goroutine's scope.
-func (a *attacher) attach(path string, probe int, entry, exit []symOffset, goroutine bool) ([]link.Link, error) {
+// (goroutine) every uprobe is a plain one and keys the goroutine's scope,
+// its cookie's upper half labels.
+func (a *attacher) attach(path string, probe int, entry, exit []symOffset, goroutine bool, labels uint64) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, err
 	}
 	progs, cookie := a.programs(probe)
+	if goroutine {
+		cookie |= labels
+	}
 	entryProg, exitProg := progs.entry(goroutine), progs.exit(goroutine)
 	var links []link.Link
 	fail := func(err error) ([]link.Link, error) {

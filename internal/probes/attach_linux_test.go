@@ -43,7 +43,7 @@ func TestAttacherRetryDecision(t *testing.T) {
 	})}, nil)
 	var results []error // what each attach returns, in turn
 	calls := 0
-	a.attachFile = func(string, int, []symOffset, []symOffset, bool) ([]link.Link, error) {
+	a.attachFile = func(string, int, []symOffset, []symOffset, bool, uint64) ([]link.Link, error) {
 		err := results[calls]
 		calls++
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 )
 
 // recordSize is sizeof(struct probe_record) in bpf/probe.bpf.c, from its
@@ -18,14 +19,15 @@ var (
 )
 
 // decodeRecord decodes one struct probe_record, or struct
-// probe_stack_record, into the capture type.
-func decodeRecord(b []byte) (capture.RawScope, error) {
+// probe_stack_record, and the goroutine labels that follow either, into
+// the capture type; undecodable counts labels left out (not UTF-8).
+func decodeRecord(b []byte) (_ capture.RawScope, undecodable int, _ error) {
 	if len(b) < recordSize {
-		return capture.RawScope{}, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
+		return capture.RawScope{}, 0, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
 	}
 	var rec bpf.ProbeProbeRecord
 	if _, err := binary.Decode(b, binary.LittleEndian, &rec); err != nil {
-		return capture.RawScope{}, fmt.Errorf("probe record: %w", err)
+		return capture.RawScope{}, 0, fmt.Errorf("probe record: %w", err)
 	}
 	comm := make([]byte, 0, len(rec.Comm))
 	for _, c := range rec.Comm {
@@ -42,13 +44,15 @@ func decodeRecord(b []byte) (capture.RawScope, error) {
 		ProbeIndex: int(rec.ProbeIndex),
 		Comm:       string(comm),
 	}
+	labels := recordSize // where the labels start: after the entry stack, if there is one
 	switch n := rec.StackFrames; {
 	case n == 0:
 	case n < 0:
 		out.EntryStackLoss = entryStackLoss(n)
+		labels = stackRecordSize
 	default:
 		if len(b) < stackRecordSize {
-			return capture.RawScope{}, fmt.Errorf("probe record with an entry stack of %d bytes, want %d", len(b), stackRecordSize)
+			return capture.RawScope{}, 0, fmt.Errorf("probe record with an entry stack of %d bytes, want %d", len(b), stackRecordSize)
 		}
 		frames := b[recordSize:stackRecordSize]
 		n = min(n, int32(len(frames)/8))
@@ -56,8 +60,15 @@ func decodeRecord(b []byte) (capture.RawScope, error) {
 		for i := range out.EntryStack {
 			out.EntryStack[i] = binary.LittleEndian.Uint64(frames[8*i:])
 		}
+		labels = stackRecordSize
 	}
-	return out, nil
+	if rec.LabelsSize > 0 {
+		if rec.LabelsSize > golabels.MaxBytes || len(b) < labels+int(rec.LabelsSize) {
+			return capture.RawScope{}, 0, fmt.Errorf("probe record of %d bytes with %d bytes of labels at %d", len(b), rec.LabelsSize, labels)
+		}
+		out.GoLabels, undecodable = golabels.Decode(b[labels:labels+int(rec.LabelsSize)], nil)
+	}
+	return out, undecodable, nil
 }
 
 // entryStackLoss says why a record carries no entry stack (-errno from
@@ -97,6 +108,8 @@ const maxBatch = 1024
 // counters are updated by the read loop.
 type counters struct {
 	delivered, malformed func(uint64)
+	// undecodable counts goroutine labels left out of records (nil: not counted).
+	undecodable func(uint64)
 }
 
 // readRecords reads records from r until it is closed or interrupted and
@@ -125,7 +138,10 @@ func readRecords(r ringReader, nprobes int, stopped func() bool, deliver func([]
 			}
 			return fmt.Errorf("read probe records: %w", err)
 		}
-		rec, err := decodeRecord(b)
+		rec, undecodable, err := decodeRecord(b)
+		if undecodable > 0 && c.undecodable != nil {
+			c.undecodable(uint64(undecodable))
+		}
 		if err != nil || rec.ProbeIndex >= nprobes {
 			c.malformed(1)
 		} else {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,9 +28,11 @@ import (
 // per call that returned, each inside the call as the handler measured it
 // and within 1 ms of its duration; the calls that panicked out (no return)
 // give none, and their scopes are dropped at the goroutine's next entry
-// (Abandoned), not paired with a later call. A function without a return
-// instruction is refused. Built by the oldest and newest
-// Go toolchains the probes support and the machine's.
+// (Abandoned), not paired with a later call. Each record carries its
+// call's goroutine labels ({request: n}, set around the call). A function
+// without a return instruction is refused. Built by the oldest and newest
+// Go toolchains the probes support (labels in a map, and in a slice) and
+// the machine's.
 func TestGoFunctionScopes(t *testing.T) {
 	testutil.RequireBPF(t)
 	for _, toolchain := range []string{"go1.21.13", "", "go1.27.3"} {
@@ -54,6 +57,7 @@ func TestGoFunctionScopes(t *testing.T) {
 			require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= len(truth) }, 5*time.Second, 10*time.Millisecond)
 			time.Sleep(100 * time.Millisecond) // any extra record
 			requireEachInside(t, recs.byProbe(0), truth, w.child.Pid())
+			requireRequestLabels(t, recs.byProbe(0), 1000)
 			abandoned := m.Stats().Drops[0].Abandoned
 			require.LessOrEqual(t, abandoned, uint64(counts["panicked"]))
 			require.NotZero(t, abandoned, "a panicked call's goroutine entered again")
@@ -165,4 +169,24 @@ func readCounts(t *testing.T, path string) map[string]int {
 		}
 	}
 	return out
+}
+
+// requireRequestLabels requires each record to carry the labels of its own
+// call of goscopes' checkout: {request: n}, n distinct, none of a call that
+// panicked (every 50th), where the kernel has attach cookies (the labels'
+// file is in them); none before.
+func requireRequestLabels(t *testing.T, recs []capture.RawScope, requests int) {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, r := range recs {
+		if !haveAttachCookies() {
+			require.Nil(t, r.GoLabels, "no attach cookies: no labels")
+			continue
+		}
+		require.Len(t, r.GoLabels, 1, "%+v", r)
+		n, err := strconv.Atoi(r.GoLabels["request"])
+		require.NoError(t, err, "%+v", r.GoLabels)
+		require.True(t, n >= 0 && n < requests && n%50 != 49 && !seen[n], "request %d", n)
+		seen[n] = true
+	}
 }

@@ -106,6 +106,15 @@ type Stats struct {
 	Missing     int          // (probe, file) pairs skipped because a symbol is missing
 	Refused     int          // (probe, file) pairs refused: a Go function without a return, or not decodable
 	Failed      int          // (probe, file) pairs whose last attach failed (tried again at each rescan)
+	Labels      LabelLoss    // goroutine labels of Go functions' records left out
+}
+
+// LabelLoss counts the records of Go functions whose goroutine's labels
+// were not kept whole.
+type LabelLoss struct {
+	Truncated   uint64 // cut to the bounds (labels, bytes of a key or value, bytes in all)
+	Unreadable  uint64 // not read (the goroutine's memory could not be read)
+	Undecodable uint64 // labels left out: not UTF-8
 }
 
 // Dropped sums Drops over every probe.

@@ -38,6 +38,7 @@ type Manager struct {
 	att      *attacher
 
 	delivered, malformed atomic.Uint64
+	labelsUndecodable    atomic.Uint64
 	closing              atomic.Bool
 
 	runMu     sync.Mutex // one Run at a time
@@ -115,6 +116,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		return nil, err
 	}
 	m.att = newAttacher(opts.Proc, opts.Logger, compiled, m.programs)
+	if m.perProbe == nil {
+		// The labels' file is in the attach cookie: none without cookies.
+		m.att.goLabels = newGoLabelFiles(func(i uint32, f bpf.ProbeGoProbeFile) error {
+			return m.objs.GoProbeFiles.Put(i, f)
+		}, opts.Logger).cookie
+	}
 	m.att.scanAll()
 
 	pids := make(chan uint32, 1024)
@@ -230,8 +237,9 @@ func (m *Manager) Run(ctx context.Context, deliver func([]capture.RawScope)) err
 	}()
 	stopped := func() bool { return ctx.Err() != nil || m.closing.Load() }
 	return readRecords(ringAdapter{m.records}, len(m.specs), stopped, deliver, counters{
-		delivered: func(n uint64) { m.delivered.Add(n) },
-		malformed: func(n uint64) { m.malformed.Add(n) },
+		delivered:   func(n uint64) { m.delivered.Add(n) },
+		malformed:   func(n uint64) { m.malformed.Add(n) },
+		undecodable: func(n uint64) { m.labelsUndecodable.Add(n) },
 	})
 }
 
@@ -264,10 +272,13 @@ func (m *Manager) Stats() Stats {
 		for _, c := range per {
 			st.Records += c.Records
 			st.ExecDropped += c.ExecDropped
+			st.Labels.Truncated += c.LabelsTruncated
+			st.Labels.Unreadable += c.LabelsLost
 		}
 	}
 	st.Drops = make([]ProbeDrops, len(m.specs))
 	var drops []bpf.ProbeProbeDrops
+	st.Labels.Undecodable = m.labelsUndecodable.Load()
 	for i := range st.Drops {
 		if err := m.objs.Drops.Lookup(uint32(i), &drops); err != nil {
 			continue

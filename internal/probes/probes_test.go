@@ -70,18 +70,18 @@ func encodeRecord(start, end uint64, pid, tid, idx uint32, comm string) []byte {
 }
 
 func TestDecodeRecord(t *testing.T) {
-	r, err := decodeRecord(encodeRecord(1000, 251000, 42, 43, 2, "node"))
+	r, _, err := decodeRecord(encodeRecord(1000, 251000, 42, 43, 2, "node"))
 	require.NoError(t, err)
 	require.Equal(t, capture.RawScope{ProbeIndex: 2, PID: 42, TID: 43, Comm: "node", Start: 1000, End: 251000}, r)
 	require.Equal(t, 250*time.Microsecond, r.Duration())
 	require.False(t, r.MainThread())
 
-	r, err = decodeRecord(encodeRecord(1, 2, 7, 7, 0, "0123456789abcdef")) // comm without NUL
+	r, _, err = decodeRecord(encodeRecord(1, 2, 7, 7, 0, "0123456789abcdef")) // comm without NUL
 	require.NoError(t, err)
 	require.Equal(t, "0123456789abcdef", r.Comm)
 	require.True(t, r.MainThread())
 
-	_, err = decodeRecord(make([]byte, recordSize-1))
+	_, _, err = decodeRecord(make([]byte, recordSize-1))
 	require.Error(t, err)
 
 	// Entry stacks: frames after the record, or why there are none.
@@ -89,17 +89,17 @@ func TestDecodeRecord(t *testing.T) {
 	srec.Frames[0], srec.Frames[1], srec.Frames[2], srec.Frames[3] = 0x401000, 0x402000, 0x403000, 0x404000
 	b, err := binary.Append(nil, binary.LittleEndian, &srec)
 	require.NoError(t, err)
-	r, err = decodeRecord(b)
+	r, _, err = decodeRecord(b)
 	require.NoError(t, err)
 	require.Equal(t, []uint64{0x401000, 0x402000, 0x403000}, r.EntryStack)
 	require.Equal(t, capture.StackKept, r.EntryStackLoss)
-	_, err = decodeRecord(b[:recordSize+8]) // cut
+	_, _, err = decodeRecord(b[:recordSize+8]) // cut
 	require.Error(t, err)
 	for errno, want := range map[int32]capture.StackLoss{-2: capture.StackMissing, -14: capture.StackCaptureFailed} {
 		srec.Rec.StackFrames = errno
 		b, err := binary.Append(nil, binary.LittleEndian, &srec)
 		require.NoError(t, err)
-		r, err = decodeRecord(b)
+		r, _, err = decodeRecord(b)
 		require.NoError(t, err)
 		require.Nil(t, r.EntryStack)
 		require.Equal(t, want, r.EntryStackLoss)
@@ -107,9 +107,28 @@ func TestDecodeRecord(t *testing.T) {
 	srec.Rec.StackFrames = 1000 // more than fit: cut to the record
 	b, err = binary.Append(nil, binary.LittleEndian, &srec)
 	require.NoError(t, err)
-	r, err = decodeRecord(b)
+	r, _, err = decodeRecord(b)
 	require.NoError(t, err)
 	require.Len(t, r.EntryStack, len(srec.Frames))
+
+	// Goroutine labels after the record, or after its entry stack.
+	labels := []byte("\x07handler\x08checkout\x01k\x02\xff\xfe")
+	rec := bpf.ProbeProbeRecord{StartNs: 1, EndNs: 2, LabelsSize: uint32(len(labels))}
+	b, err = binary.Append(nil, binary.LittleEndian, &rec)
+	require.NoError(t, err)
+	r, undecodable, err := decodeRecord(append(b, labels...))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"handler": "checkout"}, r.GoLabels)
+	require.Equal(t, 1, undecodable, "the label whose value is not UTF-8")
+	_, _, err = decodeRecord(append(b, labels[:5]...)) // cut
+	require.Error(t, err)
+	srec.Rec.StackFrames, srec.Rec.LabelsSize = -2, uint32(len(labels))
+	b, err = binary.Append(nil, binary.LittleEndian, &srec)
+	require.NoError(t, err)
+	r, _, err = decodeRecord(append(b, labels...))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"handler": "checkout"}, r.GoLabels)
+	require.Equal(t, capture.StackMissing, r.EntryStackLoss)
 
 	pid, err := decodeExec([]byte{1, 2, 0, 0})
 	require.NoError(t, err)
@@ -244,7 +263,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(b)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := decodeRecord(b)
+		r, _, err := decodeRecord(b)
 		if err != nil {
 			return
 		}

@@ -63,12 +63,12 @@ func TestFailedAttachRetriedAtRescan(t *testing.T) {
 	var calls atomic.Int32
 	m.att.mu.Lock()
 	realAttach := m.att.attachFile
-	m.att.attachFile = func(path string, probe int, entry, exit []symOffset, goroutine bool) ([]link.Link, error) {
+	m.att.attachFile = func(path string, probe int, entry, exit []symOffset, goroutine bool, labels uint64) ([]link.Link, error) {
 		calls.Add(1)
 		if !allowed.Load() {
 			return nil, fmt.Errorf("attach exit timed_scope: opening perf event: %w", syscall.EACCES)
 		}
-		return realAttach(path, probe, entry, exit, goroutine)
+		return realAttach(path, probe, entry, exit, goroutine, labels)
 	}
 	m.att.mu.Unlock()
 

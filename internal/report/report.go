@@ -160,6 +160,9 @@ type ScopeRecord struct {
 	TID        uint32
 	ThreadName string
 	MainThread bool
+	// Labels are the goroutine's pprof labels (a Go function's scope),
+	// keyed as the program wrote them; nil: none.
+	Labels map[string]string
 }
 
 // ProcessScopes groups the scope records of one process.

@@ -33,8 +33,9 @@ type probeRunner struct {
 	readerDone, flusherDone chan struct{}
 	stopOnce                sync.Once
 
-	flushMu  sync.Mutex          // one flush at a time
-	reported []probes.ProbeDrops // kernel drops already counted, by probe
+	flushMu        sync.Mutex          // one flush at a time
+	reported       []probes.ProbeDrops // kernel drops already counted, by probe
+	reportedLabels probes.LabelLoss    // goroutine labels' losses already counted
 
 	warnMu sync.Mutex
 	warned map[string]bool // drop reasons already logged once
@@ -164,9 +165,16 @@ func (p *probeRunner) send(ctx context.Context, batch []assemble.ReadScope) {
 	}
 }
 
-// countKernelDrops adds the drops the kernel counted since the last call.
+// countKernelDrops adds the drops the kernel counted since the last call,
+// and the goroutine labels records left out.
 func (p *probeRunner) countKernelDrops(ctx context.Context) {
-	drops := p.source.Stats().Drops
+	st := p.source.Stats()
+	l, old := st.Labels, p.reportedLabels
+	p.r.recordGoLabelsLost(ctx, goLabelLossTruncated, l.Truncated-old.Truncated)
+	p.r.recordGoLabelsLost(ctx, goLabelLossUnreadable, l.Unreadable-old.Unreadable)
+	p.r.recordGoLabelsLost(ctx, goLabelLossUndecodable, l.Undecodable-old.Undecodable)
+	p.reportedLabels = l
+	drops := st.Drops
 	for i := range min(len(drops), len(p.reported)) {
 		d, old := drops[i], p.reported[i]
 		p.addDropped(ctx, i, dropRateLimited, d.RateLimited-old.RateLimited)

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -23,7 +26,9 @@ import (
 // goscopes workload's HTTP handler calls the method, which sleeps, blocks
 // on a channel (most calls resume on another thread) and panics on every
 // 50th request: one log record per call that returned, each as long as
-// the call the handler measured around it, less at most scopeTolerance.
+// the call the handler measured around it, less at most scopeTolerance,
+// each with its call's goroutine label (request), where the kernel has
+// attach cookies (5.15).
 func TestCollectorGoProbeLogs(t *testing.T) {
 	bin := collectorBinary(t)
 	var workloads []string
@@ -97,8 +102,14 @@ service:
 	}
 	require.GreaterOrEqual(t, 100*near, 98*len(got), "records within the tolerance of their calls")
 	require.Contains(t, out.String(), "Body: Str(go.checkout)")
-	matrixFigure(t, "%d records, %d within %v of their calls, at most %.2f ms short", len(got), near,
-		scopeTolerance(0), float64(worst)/1e6)
+	labelled := len(regexp.MustCompile(`-> request: Str\(\d+\)`).FindAllString(out.String(), -1))
+	wantLabelled := len(got)
+	if features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) != nil {
+		wantLabelled = 0 // the labels' file is in the attach cookie
+	}
+	require.Equal(t, wantLabelled, labelled, "records with their call's request label")
+	matrixFigure(t, "%d records, %d within %v of their calls, at most %.2f ms short, %d request labels", len(got), near,
+		scopeTolerance(0), float64(worst)/1e6, labelled)
 }
 
 // workloadCalls returns the durations of the kind lines ("kind tid start

@@ -3,7 +3,8 @@
 // its goroutine is parked and often resumed on another thread), grows its
 // stack past a copy on the first call of each goroutine, and panics on
 // every 50th request (recovered by the handler, so checkout never returns
-// from those). It measures each call itself. refuse, never called, has no
+// from those). It measures each call itself, and runs it under the pprof
+// labels {request: <n>}. refuse, never called, has no
 // return instruction; built with cgo, the handler also calls a C function
 // once a request.
 //
@@ -17,11 +18,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -92,9 +95,13 @@ func (s *server) handleCheckout(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "failed", http.StatusInternalServerError)
 		}
 	}()
-	start := monotonic()
-	v := s.checkout(request)
-	end := monotonic()
+	var start, end int64
+	var v int
+	pprof.Do(r.Context(), pprof.Labels("request", strconv.Itoa(request)), func(context.Context) {
+		start = monotonic()
+		v = s.checkout(request)
+		end = monotonic()
+	})
 	s.mu.Lock()
 	s.lines = append(s.lines, fmt.Sprintf("checkout %d %d %d", syscall.Gettid(), start, end))
 	if v >= 1<<20 {

@@ -120,7 +120,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerGoLabelsLost, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_go_labels_lost",
-		metric.WithDescription("Go labels left out, by reason (label sets for truncated and unreadable, labels for undecodable). [Development]"),
+		metric.WithDescription("Go labels left out of samples and of Go probe records, by reason (label sets for truncated and unreadable, labels for undecodable). [Development]"),
 		metric.WithUnit("{label}"),
 	)
 	errs = errors.Join(errs, err)

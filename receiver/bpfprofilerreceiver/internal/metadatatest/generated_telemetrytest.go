@@ -88,7 +88,7 @@ func AssertEqualBpfprofilerGoLabels(t *testing.T, tt *componenttest.Telemetry, d
 func AssertEqualBpfprofilerGoLabelsLost(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_go_labels_lost",
-		Description: "Go labels left out, by reason (label sets for truncated and unreadable, labels for undecodable). [Development]",
+		Description: "Go labels left out of samples and of Go probe records, by reason (label sets for truncated and unreadable, labels for undecodable). [Development]",
 		Unit:        "{label}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
