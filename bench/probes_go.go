@@ -58,49 +58,38 @@ func buildGoWorkload(dir, name string, source []byte) (string, error) {
 // goProbeScenarios returns the Go scenarios: goprobeloop alone and under
 // the collector's probe on main.probedCall, every call a record; goserver
 // alone and under a probe on its handler's method, every request a record.
-func goProbeScenarios(ctx context.Context, e env, calls uint64) ([]probeScenario, error) {
-	scs, err := goLoopScenarios(e, calls)
-	if err != nil {
-		return nil, err
-	}
-	bin, err := buildGoWorkload(e.dir, "goserver", goserverSource)
-	if err != nil {
-		return nil, err
-	}
-	requests := e.o.goRequests
-	w := workload{name: "goserver", bin: bin, args: []string{strconv.FormatUint(requests, 10), strconv.Itoa(goServerClients)}}
-	scs = append(scs, probeScenario{scGoServer, func(ctx context.Context) (probeRun, error) {
-		res, err := runBaseline(ctx, w)
-		return probeRun{wall: res.wall}, err
-	}})
-	if !e.o.skipCollector {
-		cfg := e.collector(profileConfig{probes: []benchProbe{{
-			id: benchProbeID, fileMatch: "^" + regexp.QuoteMeta(bin) + "$", symbol: goServerProbed,
-		}}})
-		scs = append(scs, probeScenario{scGoServerProbed, func(ctx context.Context) (probeRun, error) {
-			return runProbedByCollector(ctx, cfg, w, requests, true, false)
+func goProbeScenarios(_ context.Context, e env, calls uint64) ([]probeScenario, error) {
+	var scs []probeScenario
+	for _, g := range []struct {
+		name          string
+		source        []byte
+		args          []string
+		symbol        string
+		count         uint64 // calls of symbol a run makes
+		alone, probed string // the scenarios
+	}{
+		{"goprobeloop", goprobeloopSource, []string{strconv.FormatUint(calls, 10)}, goProbed, calls, scGoNoProbe, scGoOurs},
+		{"goserver", goserverSource, []string{strconv.FormatUint(e.o.goRequests, 10), strconv.Itoa(goServerClients)},
+			goServerProbed, e.o.goRequests, scGoServer, scGoServerProbed},
+	} {
+		bin, err := buildGoWorkload(e.dir, g.name, g.source)
+		if err != nil {
+			return nil, err
+		}
+		w := workload{name: g.name, bin: bin, args: g.args}
+		scs = append(scs, probeScenario{g.alone, func(ctx context.Context) (probeRun, error) {
+			res, err := runBaseline(ctx, w)
+			return probeRun{wall: res.wall}, err
 		}})
-	}
-	return scs, nil
-}
-
-// goLoopScenarios are goprobeloop's scenarios.
-func goLoopScenarios(e env, calls uint64) ([]probeScenario, error) {
-	bin, err := buildGoWorkload(e.dir, "goprobeloop", goprobeloopSource)
-	if err != nil {
-		return nil, err
-	}
-	w := workload{name: "goprobeloop", bin: bin, args: []string{strconv.FormatUint(calls, 10)}}
-	scs := []probeScenario{{scGoNoProbe, func(ctx context.Context) (probeRun, error) {
-		res, err := runBaseline(ctx, w)
-		return probeRun{wall: res.wall}, err
-	}}}
-	if !e.o.skipCollector {
+		if e.o.skipCollector {
+			continue
+		}
 		cfg := e.collector(profileConfig{probes: []benchProbe{{
-			id: benchProbeID, fileMatch: "^" + regexp.QuoteMeta(bin) + "$", symbol: goProbed,
+			id: benchProbeID, fileMatch: "^" + regexp.QuoteMeta(bin) + "$", symbol: g.symbol,
 		}}})
-		scs = append(scs, probeScenario{scGoOurs, func(ctx context.Context) (probeRun, error) {
-			return runProbedByCollector(ctx, cfg, w, calls, true, false)
+		count := g.count
+		scs = append(scs, probeScenario{g.probed, func(ctx context.Context) (probeRun, error) {
+			return runProbedByCollector(ctx, cfg, w, count, true, false)
 		}})
 	}
 	return scs, nil

@@ -32,13 +32,19 @@ import (
 // call's goroutine labels ({request: n}, set around the call). A function
 // without a return instruction is refused. Built by the oldest and newest
 // Go toolchains the probes support (labels in a map, and in a slice) and
-// the machine's.
+// the machine's, that one also with a garbage collection at every 1% of
+// heap growth (each shrinks the stacks of goroutines using little of
+// theirs, so of calls parked inside the probed method) and 8 Ps on 2 CPUs
+// (more migrations): stacks moved inside calls, the process unharmed.
 func TestGoFunctionScopes(t *testing.T) {
 	testutil.RequireBPF(t)
-	for _, toolchain := range []string{"go1.21.13", "", "go1.27.3"} {
-		b := testutil.GoBuild{Toolchain: testutil.GoToolchain(toolchain)}
-		t.Run(cmp.Or(b.Toolchain, runtime.Version()), func(t *testing.T) {
-			w := startGoscopes(t, b, 1000, 16)
+	for _, tt := range []struct {
+		toolchain string
+		env       []string
+	}{{"go1.21.13", nil}, {"", nil}, {"", []string{"GOGC=1", "GOMAXPROCS=8"}}, {"go1.27.3", nil}} {
+		b := testutil.GoBuild{Toolchain: testutil.GoToolchain(tt.toolchain)}
+		t.Run(strings.Join(append([]string{cmp.Or(b.Toolchain, runtime.Version())}, tt.env...), " "), func(t *testing.T) {
+			w := startGoscopes(t, b, 1000, 16, tt.env...)
 			file := "^" + regexp.QuoteMeta(w.bin) + "$"
 			m, recs := openAndRun(t, []Spec{
 				{ID: "go.checkout", FileMatch: file, EntrySymbol: "main.(*server).checkout", Return: true},
@@ -54,6 +60,7 @@ func TestGoFunctionScopes(t *testing.T) {
 			require.Equal(t, 20, counts["panicked"])
 			require.Len(t, truth, 980)
 			require.Greater(t, counts["migrated"], 0, "no call resumed on another thread")
+			require.Greater(t, counts["moved"], 0, "no call's stack moved inside it")
 			require.Eventually(t, func() bool { return len(recs.byProbe(0)) >= len(truth) }, 5*time.Second, 10*time.Millisecond)
 			time.Sleep(100 * time.Millisecond) // any extra record
 			requireEachInside(t, recs.byProbe(0), truth, w.child.Pid())
@@ -61,8 +68,8 @@ func TestGoFunctionScopes(t *testing.T) {
 			abandoned := m.Stats().Drops[0].Abandoned
 			require.LessOrEqual(t, abandoned, uint64(counts["panicked"]))
 			require.NotZero(t, abandoned, "a panicked call's goroutine entered again")
-			t.Logf("%d records, %d calls resumed on another thread, %d panicked, %d scopes abandoned",
-				len(truth), counts["migrated"], counts["panicked"], abandoned)
+			t.Logf("%d records, %d calls resumed on another thread, %d moved their stack, %d panicked, %d scopes abandoned",
+				len(truth), counts["migrated"], counts["moved"], counts["panicked"], abandoned)
 		})
 	}
 }
@@ -98,10 +105,11 @@ type goscopes struct {
 
 // startGoscopes builds the goscopes workload as b says and starts it to
 // send requests from clients, once run says so.
-func startGoscopes(t *testing.T, b testutil.GoBuild, requests, clients int) goscopes {
+func startGoscopes(t *testing.T, b testutil.GoBuild, requests, clients int, env ...string) goscopes {
 	w := goscopes{bin: filepath.Join(t.TempDir(), "goscopes"), out: filepath.Join(t.TempDir(), "measured.txt")}
 	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goscopes"), w.bin, runtime.GOARCH, b))
 	cmd := exec.Command(w.bin, w.out, fmt.Sprint(requests), fmt.Sprint(clients))
+	cmd.Env = append(os.Environ(), env...)
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	w.stdin, w.child = stdin, testutil.StartChild(t, cmd)

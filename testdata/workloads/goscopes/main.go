@@ -13,7 +13,8 @@
 // writes one line per call that returned, "checkout <tid> <start> <end>"
 // (CLOCK_MONOTONIC ns around the call, the thread it ended on), then
 // "migrated <calls that ended on another thread than they started on>",
-// "panicked <n>" and "done", and exits.
+// "moved <calls whose stack moved while inside them>", "panicked <n>" and
+// "done", and exits.
 package main
 
 import (
@@ -43,6 +44,7 @@ type server struct {
 	mu       sync.Mutex
 	lines    []string
 	migrated int
+	moved    int
 	panicked int
 }
 
@@ -62,14 +64,19 @@ func (s *server) checkout(request int) int {
 		panic("checkout failed")
 	}
 	first := syscall.Gettid()
+	var mark byte
+	at := uintptr(unsafe.Pointer(&mark)) // changes when the stack moves (grown, or shrunk by the GC)
 	ms := 1 + request%7
 	time.Sleep(time.Duration(ms) * time.Millisecond / 2)
 	reply := make(chan int)
 	s.work <- reply
 	v := <-reply + grow(64)
 	time.Sleep(time.Duration(ms) * time.Millisecond / 2)
+	if uintptr(unsafe.Pointer(&mark)) != at {
+		v += 1 << 21
+	}
 	if syscall.Gettid() != first {
-		return v + 1<<20
+		return v + 1<<20 // a second return instruction
 	}
 	return v
 }
@@ -104,8 +111,11 @@ func (s *server) handleCheckout(w http.ResponseWriter, r *http.Request) {
 	})
 	s.mu.Lock()
 	s.lines = append(s.lines, fmt.Sprintf("checkout %d %d %d", syscall.Gettid(), start, end))
-	if v >= 1<<20 {
+	if v&(1<<20) != 0 {
 		s.migrated++
+	}
+	if v&(1<<21) != 0 {
+		s.moved++
 	}
 	s.mu.Unlock()
 	fmt.Fprintln(w, v)
@@ -164,7 +174,7 @@ func main() {
 	for _, l := range s.lines {
 		fmt.Fprintln(f, l)
 	}
-	fmt.Fprintf(f, "migrated %d\npanicked %d\ndone\n", s.migrated, s.panicked)
+	fmt.Fprintf(f, "migrated %d\nmoved %d\npanicked %d\ndone\n", s.migrated, s.moved, s.panicked)
 	s.mu.Unlock()
 	f.Close()
 	fmt.Println("DONE")
