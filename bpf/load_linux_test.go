@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -22,13 +24,15 @@ var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
 
 // TestProgramsLoad loads the collections of the CPU sampler and the off-CPU
 // tracer (the task_work one where the kernel has its kfunc, Linux 6.18) as
-// they are committed, reading open probe scopes (the largest programs): the
-// verifier of the running kernel accepts every program. Its figure (kernel matrix) is the most instructions the verifier
+// they are committed, reading open probe scopes (the largest programs), and
+// the probes' (before Linux 5.15, without attach cookies, as
+// internal/probes loads them: the cookie a constant): the verifier of the
+// running kernel accepts every program. Its figure (kernel matrix) is the most instructions the verifier
 // processed for one program, of its limit of 1M.
 func TestProgramsLoad(t *testing.T) {
 	testutil.RequireBPF(t)
 	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
-	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout}
+	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout, "probe": loadProbeAsUsed}
 	if kernelHasFunc(t, "bpf_task_work_schedule_resume_impl") {
 		loads["task_work"] = LoadOffcpu
 	}
@@ -67,10 +71,32 @@ func TestProgramsLoad(t *testing.T) {
 			}
 		}
 		coll.Close()
-		figures = append(figures, fmt.Sprintf("%s %dk (%s)", name, most/1000, which))
+		k := fmt.Sprintf("%dk", most/1000)
+		if most < 10000 {
+			k = fmt.Sprintf("%.1fk", float64(most)/1000)
+		}
+		figures = append(figures, fmt.Sprintf("%s %s (%s)", name, k, which))
 	}
 	sort.Strings(figures)
 	t.Logf("matrix: %s", strings.Join(figures, ", "))
+}
+
+// loadProbeAsUsed is LoadProbe with, on a kernel without attach cookies,
+// every bpf_get_attach_cookie call replaced by a constant, as
+// internal/probes replaces it by the probe index.
+func loadProbeAsUsed() (*ebpf.CollectionSpec, error) {
+	spec, err := LoadProbe()
+	if err != nil || features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) == nil {
+		return spec, err
+	}
+	for _, p := range spec.Programs {
+		for i, ins := range p.Instructions {
+			if ins.IsBuiltinCall() && ins.Constant == int64(asm.FnGetAttachCookie) {
+				p.Instructions[i] = asm.Mov.Imm(asm.R0, 0).WithMetadata(ins.Metadata)
+			}
+		}
+	}
+	return spec, nil
 }
 
 // kernelHasFunc says whether the running kernel's BTF has function name.

@@ -461,23 +461,60 @@ static __always_inline void copy_entry_stack(struct probe_stack_record *srec, st
 	}
 }
 
-/* Reserves a record, with room for the entry stack of key's scope if cfg keeps them, and fills that stack. */
-static __always_inline struct probe_record *reserve_record(const struct probe_config *cfg, struct scope_key *key)
+/* Fills the fields of a record of the scope started at start that every record has. */
+static __always_inline void fill_record(struct probe_record *rec, u64 start, u64 now, u32 pid, u32 tid, u32 index)
+{
+	rec->start_ns = start;
+	rec->end_ns = now;
+	rec->pid = pid;
+	rec->tid = tid;
+	rec->probe_index = index;
+	rec->reserved = 0;
+	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
+}
+
+/*
+ * Waking the reader for every record costs the traced thread more than
+ * the probe itself (a cross-CPU wakeup, expensive in a VM): wake it only
+ * when the buffer fills up; user space also polls it every few tens of
+ * milliseconds.
+ */
+static __always_inline u64 wakeup_flags(void)
+{
+	return bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= RECORDS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
+										      : BPF_RB_NO_WAKEUP;
+}
+
+/*
+ * Sends a record of key's scope, with its entry stack if cfg keeps them;
+ * -1: the ring buffer is full. Each reservation is filled and submitted
+ * where it is checked: 5.10's verifier does not know a reference checked
+ * before is not NULL when it is tested again.
+ */
+static __always_inline int send_record(const struct probe_config *cfg, struct scope_key *key, u64 start, u64 now,
+				       u32 pid, u32 tid, u32 index)
 {
 	struct probe_stack_record *srec;
 	struct probe_record *rec;
 
 	if (!cfg->entry_stack) {
 		rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
-		if (rec)
-			rec->stack_frames = 0;
-		return rec;
+		if (!rec)
+			return -1;
+		fill_record(rec, start, now, pid, tid, index);
+		rec->stack_frames = 0;
+		rec->labels_size = 0;
+		bpf_ringbuf_submit(rec, wakeup_flags());
+		return 0;
 	}
 	srec = bpf_ringbuf_reserve(&records, sizeof(*srec), 0);
 	if (!srec)
-		return NULL;
+		return -1;
+	fill_record(&srec->rec, start, now, pid, tid, index);
+	srec->rec.labels_size = 0;
 	copy_entry_stack(srec, key);
-	return &srec->rec;
+	bpf_ringbuf_submit(srec, wakeup_flags());
+	return 0;
 }
 
 /*
@@ -525,30 +562,6 @@ static __always_inline u32 labelled_record(const struct probe_config *cfg, struc
 	return sizeof(sc->srec) + n;
 }
 
-/* Fills the fields of a record of the scope started at start that every record has. */
-static __always_inline void fill_record(struct probe_record *rec, u64 start, u64 now, u32 pid, u32 tid, u32 index)
-{
-	rec->start_ns = start;
-	rec->end_ns = now;
-	rec->pid = pid;
-	rec->tid = tid;
-	rec->probe_index = index;
-	rec->reserved = 0;
-	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
-}
-
-/*
- * Waking the reader for every record costs the traced thread more than
- * the probe itself (a cross-CPU wakeup, expensive in a VM): wake it only
- * when the buffer fills up; user space also polls it every few tens of
- * milliseconds.
- */
-static __always_inline u64 wakeup_flags(void)
-{
-	return bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= RECORDS_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP
-										      : BPF_RB_NO_WAKEUP;
-}
-
 /*
  * A call leaves key's scope: the outermost one ends and is recorded, with
  * its goroutine's labels where gf says they are (NULL: none).
@@ -557,7 +570,6 @@ static __always_inline int scope_leaves(struct scope_key *key, const struct go_p
 {
 	u32 index = key->probe_index;
 	struct labels_scratch *sc = NULL;
-	struct probe_record *rec;
 	struct probe_config *cfg;
 	struct probe_drops *drop;
 	struct probe_stats *cnt;
@@ -603,14 +615,10 @@ static __always_inline int scope_leaves(struct scope_key *key, const struct go_p
 		cnt->records++;
 		return 0;
 	}
-	rec = reserve_record(cfg, key);
-	if (!rec) {
+	if (send_record(cfg, key, st->start_ns, now, pid, tid, index)) {
 		drop->ringbuf_full++;
 		return 0;
 	}
-	fill_record(rec, st->start_ns, now, pid, tid, index);
-	rec->labels_size = 0;
-	bpf_ringbuf_submit(rec, wakeup_flags());
 	cnt->records++;
 	return 0;
 }
