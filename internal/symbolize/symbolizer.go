@@ -128,6 +128,7 @@ type Symbolizer struct {
 	// tests replace it.
 	openInRoot func(pid uint32, path string) (*os.File, error)
 	procs      *lru[uint32, *process]
+	vdso       vdsoImage // the kernel's vDSO, read on first use
 	once       *onceSet
 	stats      Stats
 

@@ -238,6 +238,11 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameNative})
 	}
 	m := p.maps[idx]
+	if isVDSO(m) {
+		name := s.vdso.name(m.End-m.Start, la-m.Start)
+		s.count(name != "")
+		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameNative, Mapping: s.mapping(p, idx, nil)})
+	}
 	if !m.FileBacked() {
 		if fs, ok := s.codeFrames(pid, p, addr, la); ok {
 			mapping := s.mapping(p, idx, nil)

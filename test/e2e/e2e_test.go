@@ -224,10 +224,13 @@ service:
 		share := float64(hot) / float64(hot+cold)
 		st := burnStacks(otlp)
 		t.Logf("burn_hot=%d burn_cold=%d share=%.3f", hot, cold, share)
-		matrixFigure(t, "hot %.3f, named %.1f%%, chains %.1f%%", share, 100*st.named(), 100*st.chains())
+		matrixFigure(t, "hot %.3f, named %.1f%%, chains %.1f%%, vDSO frames named %d of %d", share, 100*st.named(), 100*st.chains(),
+			st.vdsoNamed, st.vdsoNamed+st.vdsoUnnamed)
 		assert.InDelta(t, 0.75, share, 0.05)
 		assert.GreaterOrEqual(t, st.named(), 0.95, "samples of the workload naming burn_hot or burn_cold")
 		assert.GreaterOrEqual(t, st.chains(), 0.95, "burn_* samples whose caller is run")
+		// cpuburn reads its clocks through the vDSO: those frames are named.
+		assert.Zero(t, st.vdsoUnnamed, "samples in the vDSO without a function name")
 	})
 
 	t.Run("own metrics on the collector's endpoint", func(t *testing.T) {
@@ -246,8 +249,9 @@ service:
 }
 
 // burnTotals are the samples of the cpuburn workload: all of them, those
-// naming burn_hot or burn_cold, and those of the latter whose caller is run.
-type burnTotals struct{ all, burning, chained int64 }
+// naming burn_hot or burn_cold, and those of the latter whose caller is run;
+// and those with a frame in the vDSO, named and not.
+type burnTotals struct{ all, burning, chained, vdsoNamed, vdsoUnnamed int64 }
 
 // named is the share of the workload's samples that name a burn function.
 func (b burnTotals) named() float64 { return ratio(b.burning, b.all) }
@@ -268,6 +272,14 @@ func burnStacks(s *otlpProfilesServer) burnTotals {
 	for _, pd := range s.all() {
 		for _, st := range pdata.Stacks(pd) {
 			b.all += st.Value
+			for _, fn := range st.Functions {
+				switch {
+				case strings.HasPrefix(fn, "[vdso]"):
+					b.vdsoUnnamed += st.Value
+				case strings.HasPrefix(fn, "__vdso_") || strings.HasPrefix(fn, "__kernel_") || fn == "clock_gettime":
+					b.vdsoNamed += st.Value
+				}
+			}
 			for i, fn := range st.Functions {
 				if fn != "burn_hot" && fn != "burn_cold" {
 					continue
