@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -134,6 +135,16 @@ func (r *Reader) Publish(record []byte) error {
 	res, err := r.Run(1, Loop)
 	if err != nil {
 		return err
+	}
+	if res.ThreadPointer == 0 && canSetThreadPointer {
+		// arm64 without cgo: the thread gets one, as libc gives a C
+		// thread (its own page's address will do), which the kernel keeps
+		// for the readers once it switches the thread out.
+		setThreadPointer(uint64(uintptr(unsafe.Pointer(&r.page[0]))))
+		time.Sleep(time.Millisecond)
+		if res, err = r.Run(1, Loop); err != nil {
+			return err
+		}
 	}
 	if res.ThreadPointer == 0 {
 		return ErrNoThreadPointer
