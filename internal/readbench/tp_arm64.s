@@ -1,3 +1,5 @@
+//go:build linux
+
 #include "textflag.h"
 
 // func setThreadPointer(tp uint64)
