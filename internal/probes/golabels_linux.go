@@ -4,6 +4,7 @@ package probes
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"sync"
 
@@ -45,11 +46,7 @@ func (g *goLabelFiles) cookie(id fileID, f *os.File) uint64 {
 		return c
 	}
 	g.files[id] = 0
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return 0
-	}
-	b, err := golabels.Prepare(f, ef)
+	b, err := prepareLabels(f)
 	if err != nil {
 		g.log.Debug("Go probe records carry no goroutine labels", zap.String("file", f.Name()), zap.Error(err))
 		return 0
@@ -68,4 +65,20 @@ func (g *goLabelFiles) cookie(id fileID, f *os.File) uint64 {
 	g.next++
 	g.files[id] = uint64(g.next) << 32
 	return g.files[id]
+}
+
+// prepareLabels reads what the exit probes need to read the labels of f's
+// goroutines; a parser's panic on a crafted file (the process's to
+// choose) is an error.
+func prepareLabels(f *os.File) (b *golabels.Binary, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			b, err = nil, fmt.Errorf("malformed file: %v", r)
+		}
+	}()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, err
+	}
+	return golabels.Prepare(f, ef)
 }

@@ -3,37 +3,34 @@
 package symbolize
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 // readOwnVDSO returns the bytes of the collector's own [vdso] mapping.
 func readOwnVDSO() ([]byte, error) {
-	maps, err := os.ReadFile("/proc/self/maps")
+	pid := uint32(os.Getpid()) //nolint:gosec // a pid
+	maps, err := procfs.Default.Maps(pid)
 	if err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(maps))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasSuffix(line, " [vdso]") {
+	for _, m := range maps {
+		if !isVDSO(m) {
 			continue
 		}
-		var start, end uint64
-		if _, err := fmt.Sscanf(line, "%x-%x", &start, &end); err != nil || end <= start || end-start > maxVDSOBytes {
-			return nil, fmt.Errorf("[vdso] mapping %q", line)
+		if m.End <= m.Start || m.End-m.Start > maxVDSOBytes {
+			return nil, fmt.Errorf("[vdso] mapping of %#x-%#x", m.Start, m.End)
 		}
-		mem, err := os.Open("/proc/self/mem")
+		mem, err := os.Open(procfs.Default.Path(pid, "mem"))
 		if err != nil {
 			return nil, err
 		}
 		defer mem.Close()
-		data := make([]byte, end-start)
-		if _, err := mem.ReadAt(data, int64(start)); err != nil {
+		data := make([]byte, m.End-m.Start)
+		if _, err := mem.ReadAt(data, int64(m.Start)); err != nil { //nolint:gosec // a user address, below 2^63
 			return nil, err
 		}
 		return data, nil

@@ -30,13 +30,11 @@ func (l *Loader) detectGoLabels(r io.ReaderAt, ef *elf.File) *golabels.Binary {
 	var b *golabels.Binary
 	err := noPanic(func() (err error) { b, err = golabels.PrepareGoroutines(r, ef); return err })
 	switch {
-	case err == nil && (!b.SetsLabels || l.noGoLabels) && !l.goroutines:
+	case err == nil && !b.SetsLabels && !l.goroutines:
 		l.stats.GoLabels.NoLabels++
 	case err == nil:
 		if !b.SetsLabels || l.noGoLabels {
-			only := *b
-			only.Offsets.Layout = golabels.NoLayout
-			return &only
+			b.Offsets.Layout = golabels.NoLayout
 		}
 		return b
 	case errors.Is(err, golabels.ErrNotGo):
