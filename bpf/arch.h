@@ -83,6 +83,10 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 /* Return addresses carry nothing but the address. */
 #define RETURN_ADDRESS(ra) (ra)
 
+/* Address bits of the in-place runtime frame words (hotspot.h, v8.h): user
+ * addresses are below 2^47; a word's position gets the 16 bits above. */
+#define IN_PLACE_ADDR_BITS 47
+
 /* At a function's first instruction (a uprobe), its return address: on top of the stack. */
 static __always_inline u64 entry_return_address(const u64 *r)
 {
@@ -171,6 +175,16 @@ static __always_inline int pthread_of(u64 id, u64 tp)
 
 /* Pointer authentication signs return addresses in their top bits (48-bit user addresses). */
 #define RETURN_ADDRESS(ra) ((ra) & ((1ULL << 48) - 1))
+
+/* x30 after a frame-pointer stack's pc, its leaf's caller perhaps
+ * (cpu.bpf.c): bits 56-62 set, which no user address (below 2^52) has, and
+ * not bit 63 (the runtime frame words'). */
+#define LINK_REGISTER_WORD(lr) ((0x7fULL << 56) | (lr))
+
+/* Address bits of the in-place runtime frame words (hotspot.h, v8.h): user
+ * addresses reach 2^48 (mmap places memory just below it); a word's
+ * position gets the 15 bits above. */
+#define IN_PLACE_ADDR_BITS 48
 
 /* At a function's first instruction (a uprobe), its return address: in the link register. */
 static __always_inline u64 entry_return_address(const u64 *r)

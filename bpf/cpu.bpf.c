@@ -69,6 +69,48 @@ static __always_inline s32 capture_stack(struct bpf_perf_event_data *ctx, void *
 	return store_stack(stacks, frames, hash_frames(frames, n));
 }
 
+#if defined(__TARGET_ARCH_arm64)
+/*
+ * The user stack by frame pointers (before the process's tables load), and
+ * arm64's leaf caller: bpf_get_stack follows the frame records from x29,
+ * so a function that has not saved x30 in one (a leaf; any function in its
+ * prologue or epilogue) loses its caller, which x30 alone holds. When x30
+ * is not the records' first return address, it follows the pc as a
+ * LINK_REGISTER_WORD (arch.h), the stack taken again one slot on; user
+ * space keeps it where it is in another function than the pc
+ * (internal/assemble): after a call, x30 points into the pc's own function.
+ */
+static __always_inline s32 capture_user_stack(struct bpf_perf_event_data *ctx, struct task_struct *task, void *stacks,
+					      u64 *frames)
+{
+	int n = bpf_get_stack(ctx, frames, sizeof(stack_trace_t), BPF_F_USER_STACK); /* int: see common.h */
+	struct user_regs regs;
+	u64 lr;
+	int m;
+
+	if (n > 0 && !sample_user_regs(ctx, task, &regs)) {
+		lr = RETURN_ADDRESS(regs.lr);
+		if (lr && lr != frames[1] && lr != frames[0]) {
+			m = bpf_get_stack(ctx, frames + 1, sizeof(stack_trace_t) - sizeof(u64), BPF_F_USER_STACK);
+			if (m > 0) {
+				frames[0] = frames[1];
+				frames[1] = LINK_REGISTER_WORD(lr);
+				n = m + sizeof(u64);
+			}
+		}
+	}
+	if (n == 0)
+		n = -EFAULT;
+	return store_stack(stacks, frames, hash_frames(frames, n));
+}
+#else
+static __always_inline s32 capture_user_stack(struct bpf_perf_event_data *ctx, struct task_struct *task, void *stacks,
+					      u64 *frames)
+{
+	return capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
+}
+#endif
+
 /* A sample whose user stack is being walked with unwind tables (unwind.h). */
 struct walk_state {
 	struct stack_key key;
@@ -185,7 +227,7 @@ static __always_inline void record(struct bpf_perf_event_data *ctx, u32 gen, voi
 	key->user_stack_id = -1;
 	if (!(flags & PF_KTHREAD)) {
 		walk_with_tables(ctx, task, key, gen, host_tgid, flags, st);
-		key->user_stack_id = capture_stack(ctx, stacks, frames, BPF_F_USER_STACK);
+		key->user_stack_id = capture_user_stack(ctx, task, stacks, frames);
 	}
 	finish(ctx, counts, stacks, key, st, frames, host_tgid, flags);
 }

@@ -2,7 +2,9 @@
 /*
  * HotSpot's Java frames, walked in place between the native frames
  * (unwind.h calls hotspot_step for a pc in anonymous executable memory);
- * x86-64. The JVM keeps no frame pointer in compiled code, so:
+ * x86-64 and arm64, whose frames HotSpot lays out alike (a frame record of
+ * the saved frame pointer, rbp or x29, and the return address at its
+ * top). The JVM keeps no frame pointer in compiled code, so:
  * - a pc in the template interpreter's code is an interpreted frame: rbp is
  *   its frame pointer (saved rbp at [rbp], return address at [rbp+8]) and
  *   the caller's stack pointer is saved in the frame (sender_sp words from
@@ -18,7 +20,8 @@
  * - blobs without one (the call stub, most stubs) keep rbp as a frame
  *   pointer: the native walk's frame pointer rule; but a leaf in a stub
  *   with no frame at all (vtable stubs, adapters) has its return address
- *   at sp, which a code address there tells.
+ *   at sp on x86-64, which a code address there tells, and in x30 on
+ *   arm64, unless the stub saved x30 in a frame record of its own.
  * User space (internal/runtimes/hotspot) fills hotspot_procs once a JVM's
  * code cache exists; the offsets are read from the JVM's own VMStructs.
  */
@@ -39,12 +42,15 @@
 
 /*
  * The word written after an interpreted frame's pc (internal/capture): the
- * top bit set (no user pc has it), the position in bits 47-62 (the
- * bytecode index + 1, 0xffff when unknown; 0 is never written) and the
- * Method* in the low 47 bits.
+ * top bit set (no user pc has it), the position above the address bits
+ * (IN_PLACE_ADDR_BITS, arch.h: the bytecode index + 1, all ones when
+ * unknown; 0 is never written) and the Method* in the address bits.
  */
-#define HOTSPOT_FRAME_WORD(method, position) ((1ULL << 63) | ((u64)(position) << 47) | ((method) & ((1ULL << 47) - 1)))
-#define HOTSPOT_BCI_UNKNOWN 0xffff
+#define IN_PLACE_ADDR_MASK ((1ULL << IN_PLACE_ADDR_BITS) - 1)
+#define IN_PLACE_POSITION_UNKNOWN ((1U << (63 - IN_PLACE_ADDR_BITS)) - 1)
+#define HOTSPOT_FRAME_WORD(method, position) \
+	((1ULL << 63) | ((u64)(position) << IN_PLACE_ADDR_BITS) | ((method)&IN_PLACE_ADDR_MASK))
+#define HOTSPOT_BCI_UNKNOWN IN_PLACE_POSITION_UNKNOWN
 
 /* One code heap: its reserved code [low, high) and its segment map. */
 struct hotspot_heap {
@@ -80,6 +86,23 @@ struct {
 	__type(key, u32);
 	__type(value, struct hotspot_proc);
 } hotspot_procs SEC(".maps");
+
+/*
+ * The return address and the caller's sp of a frame interrupted before it
+ * is built (or of a stub that builds none): at sp on x86-64; in the link
+ * register on arm64, whose sp is then still the caller's.
+ */
+static __always_inline int hotspot_entry_return(const struct user_regs *regs, u64 *ra, u64 *sp)
+{
+#if defined(__TARGET_ARCH_arm64)
+	*ra = regs->lr;
+	*sp = regs->sp;
+	return 0;
+#else
+	*sp = regs->sp + 8;
+	return read_user_u64(ra, regs->sp);
+#endif
+}
 
 /* The first byte of the block holding segment seg of h: its blob follows. */
 static __always_inline int hotspot_block(const struct hotspot_heap *h, u64 *seg)
@@ -157,13 +180,16 @@ static __always_inline int hotspot_step(struct user_regs *regs, u32 pid, int fir
 	if (frame_size <= 0) {
 		/* Interrupted in a stub with no frame of its own (vtable and
 		 * itable stubs, adapters): its caller's return address is at sp,
-		 * where a stub with a frame has saved rbp (a stack address). */
-		if (first && !read_user_u64(&ra, regs->sp) && find_mapping(pid, ra - 1)) {
-			sp = regs->sp + 8;
-			fp = regs->bp;
-			goto done;
-		}
-		return HOTSPOT_FRAME_POINTER;
+		 * where a stub with a frame has saved rbp (a stack address); on
+		 * arm64 in x30, which a stub with a frame has saved at x29 + 8. */
+		if (!first || hotspot_entry_return(regs, &ra, &sp) || !find_mapping(pid, RETURN_ADDRESS(ra) - 1))
+			return HOTSPOT_FRAME_POINTER;
+#if defined(__TARGET_ARCH_arm64)
+		if (!read_user_u64(&fp, regs->bp + 8) && fp == ra)
+			return HOTSPOT_FRAME_POINTER;
+#endif
+		fp = regs->bp;
+		goto done;
 	}
 	if (frame_size > HOTSPOT_MAX_FRAME_WORDS)
 		return UNWIND_END_BAD_FRAME;
@@ -183,9 +209,8 @@ static __always_inline int hotspot_step(struct user_regs *regs, u32 pid, int fir
 			return UNWIND_END_READ_FAULT;
 		}
 		if (complete > 0 && pc >= code && pc < code + complete) {
-			if (read_user_u64(&ra, regs->sp))
+			if (hotspot_entry_return(regs, &ra, &sp))
 				return UNWIND_END_READ_FAULT;
-			sp = regs->sp + 8;
 			fp = regs->bp;
 			goto done;
 		}
@@ -195,11 +220,14 @@ static __always_inline int hotspot_step(struct user_regs *regs, u32 pid, int fir
 		return UNWIND_END_READ_FAULT;
 	sp = cfa;
 done:
+	ra = RETURN_ADDRESS(ra);
 	if (!ra)
 		return UNWIND_END_ROOT;
 	regs->ip = ra;
 	regs->sp = sp;
 	regs->bp = fp;
+	regs->lr = 0;
+	regs->sp_guessed = 0;
 	return -1;
 }
 

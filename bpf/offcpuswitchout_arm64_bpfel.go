@@ -189,11 +189,12 @@ type OffcpuSwitchoutSwitchoutWalk struct {
 	Walk struct {
 		_    structs.HostLayout
 		Regs struct {
-			_  structs.HostLayout
-			Ip uint64
-			Sp uint64
-			Bp uint64
-			Lr uint64
+			_         structs.HostLayout
+			Ip        uint64
+			Sp        uint64
+			Bp        uint64
+			Lr        uint64
+			SpGuessed uint64
 		}
 		Pid    uint32
 		Frames uint32

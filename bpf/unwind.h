@@ -160,6 +160,14 @@ struct user_regs {
 	u64 sp;
 	u64 bp; /* the frame pointer: rbp, x29 */
 	u64 lr; /* arm64: x30, the link register, while the registers are interrupted ones */
+	/*
+	 * arm64: sp is a guess, fp + 16, after a frame-pointer step: right
+	 * where the callee's frame record is at its top, wrong where more is
+	 * above it (callee-saved registers in V8's JSEntry, GCC's frames with
+	 * their record at the bottom). unwind_step takes the CFA of a caller
+	 * with a frame record of its own from x29 then.
+	 */
+	u64 sp_guessed;
 };
 
 /*
@@ -190,6 +198,7 @@ static __always_inline int saved_user_regs(struct task_struct *task, struct user
 	    bpf_probe_read_kernel(&regs->bp, sizeof(u64), (void *)(base + UREGS_BP)))
 		return -1;
 	regs->lr = 0;
+	regs->sp_guessed = 0;
 #if defined(__TARGET_ARCH_arm64)
 	if (bpf_probe_read_kernel(&regs->lr, sizeof(u64), (void *)(base + UREGS_LR)))
 		return -1;
@@ -211,6 +220,7 @@ static __always_inline int sample_user_regs(struct bpf_perf_event_data *ctx, str
 		regs->sp = r[UREGS_SP / 8];
 		regs->bp = r[UREGS_BP / 8];
 		regs->lr = 0;
+		regs->sp_guessed = 0;
 #if defined(__TARGET_ARCH_arm64)
 		regs->lr = r[UREGS_LR / 8];
 #endif
@@ -277,12 +287,6 @@ static __always_inline int read_user_u64(u64 *dst, u64 addr)
 #include "hotspot.h" /* JIT code's runtimes: after what they use */
 #include "v8.h"
 
-#if !defined(__TARGET_ARCH_x86)
-/* The HotSpot and V8 walkers know x86-64 frames only: elsewhere, frame pointers. */
-#define hotspot_step(regs, pid, first, lookup, word) HOTSPOT_FRAME_POINTER
-#define v8_frame_word(pid, fp) 0
-#endif
-
 /*
  * Out of a signal trampoline at regs: the interrupted registers, from the
  * kernel's signal frame at sp. Returns -2 (the ip is an interrupted one, not
@@ -302,6 +306,7 @@ static __always_inline int signal_frame(struct user_regs *regs)
 #endif
 	regs->ip = ip;
 	regs->sp = sp;
+	regs->sp_guessed = 0;
 	return -2;
 }
 
@@ -397,6 +402,12 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	default:
 		return UNWIND_END_UNSUPPORTED;
 	}
+#if defined(__TARGET_ARCH_arm64)
+	/* x29 points at the frame record of a function that keeps one (it has
+	 * called, so its prologue is done): its CFA, where sp is a guess. */
+	if (regs->sp_guessed && fp_slot && !ROW_CFA_FP(rule) && !first)
+		cfa = regs->bp - fp_slot;
+#endif
 	if (ra_slot) {
 		if (read_user_u64(&ra, cfa + ra_slot))
 			return UNWIND_END_READ_FAULT;
@@ -409,6 +420,7 @@ static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int firs
 	}
 	if (fp_slot && read_user_u64(&fp, cfa + fp_slot))
 		return UNWIND_END_READ_FAULT;
+	regs->sp_guessed = 0;
 	goto done;
 
 frame_pointer:
@@ -420,6 +432,9 @@ frame_pointer:
 	if (read_user_u64(&ra, fp + 8) || read_user_u64(&fp, fp))
 		return UNWIND_END_READ_FAULT;
 	cfa = regs->bp + 16;
+#if defined(__TARGET_ARCH_arm64)
+	regs->sp_guessed = 1;
+#endif
 done:
 	ra = RETURN_ADDRESS(ra);
 	if (!ra)

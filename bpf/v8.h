@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * V8's JavaScript frames (node), read in place between the native frames;
- * x86-64. V8 keeps a frame pointer in every frame of its JIT code and of
+ * x86-64 and arm64, whose frames V8 lays out alike. V8 keeps a frame pointer in every frame of its JIT code and of
  * its embedded builtins, so the native walk's frame pointer rule walks
  * them; this file only tells what each such frame runs. unwind.h asks
  * v8_frame_word for every frame of a node process walked by its frame
@@ -24,19 +24,21 @@
 #define BPFPROFILER_V8_H
 
 #include "common.h"
+#include "hotspot.h" /* the in-place frame word */
 
 #define V8_HEAP_OBJECT_TAG 1
 /* Positions: 0 for compiled code, else the bytecode offset + 1; offsets at
  * or beyond V8_POSITION_UNKNOWN - 1 are not told. */
-#define V8_POSITION_UNKNOWN 0xffff
+#define V8_POSITION_UNKNOWN IN_PLACE_POSITION_UNKNOWN
 
 /*
  * The word written after a JavaScript frame's pc (internal/capture): the
- * top bit set (no user pc has it), the position in bits 47-62 and the
- * SharedFunctionInfo, tagged, in the low 47 bits. Its tag bit (bit 0) tells
- * it from HotSpot's word (hotspot.h), whose Method* is aligned.
+ * top bit set (no user pc has it), the position above the address bits
+ * and the SharedFunctionInfo, tagged, in them (as hotspot.h's word). Its
+ * tag bit (bit 0) tells it from HotSpot's word, whose Method* is aligned.
  */
-#define V8_FRAME_WORD(sfi, position) ((1ULL << 63) | ((u64)(position) << 47) | ((sfi) & ((1ULL << 47) - 1)))
+#define V8_FRAME_WORD(sfi, position) \
+	((1ULL << 63) | ((u64)(position) << IN_PLACE_ADDR_BITS) | ((sfi)&IN_PLACE_ADDR_MASK))
 
 /* What the walk needs of one node process (internal/runtimes/v8.walkerProc). */
 struct v8_proc {

@@ -233,6 +233,7 @@ func (a *Assembler) frames(s capture.RawStack, id report.Identity, exited bool) 
 	}
 	var native []report.Frame
 	if addrs := s.Addresses(capture.UserFrame); len(addrs) > 0 {
+		addrs = a.withLinkRegister(s, addrs, exited)
 		native = nameJITFrames(a.user(s, addrs, exited), id.ExeName)
 	} else if s.UserLoss != capture.StackKept {
 		native = []report.Frame{markerFrame(s.UserLoss, false)}

@@ -6,6 +6,7 @@
 package capture
 
 import (
+	"runtime"
 	"strings"
 	"time"
 )
@@ -25,6 +26,11 @@ const (
 	// object it runs (CPython: its code object) in the process, Position
 	// where in that object it is (CPython: the instruction, in code units).
 	RuntimeFrame
+	// LinkRegisterFrame is arm64's x30 after the pc of a stack taken by
+	// frame pointers (bpf/cpu.bpf.c): the leaf's caller when the leaf has
+	// saved no frame record, else a return address into the leaf itself;
+	// internal/assemble tells which.
+	LinkRegisterFrame
 )
 
 // Runtime is the language runtime of a RuntimeFrame; its package in
@@ -69,28 +75,54 @@ type Frame struct {
 // Runtime frame words as the BPF walkers write them: the object's address
 // in the low bits, the position above it, the Entry flag in the top bit.
 // CPython's words (bpf/cpython.h) keep 48 address bits, arm64's user
-// addresses, and 15 of position; the in-place words of the x86-64-only
-// walkers (bpf/hotspot.h, bpf/v8.h) keep 47 and 16.
+// addresses, and 15 of position; the in-place words of the walkers
+// (bpf/hotspot.h, bpf/v8.h) keep 47 and 16 on x86-64, whose user addresses
+// are below 2^47, and 48 and 15 on arm64 (IN_PLACE_ADDR_BITS, bpf/arch.h).
 const (
-	pythonAddrBits  = 48
-	inPlaceAddrBits = 47
-	runtimeEntry    = 1 << 63
+	pythonAddrBits = 48
+	runtimeEntry   = 1 << 63
 )
+
+// linkRegisterMark is the top byte of a LINK_REGISTER_WORD (bpf/arch.h):
+// bits 56-62, which no user address has, and not runtimeEntry.
+const linkRegisterMark = 0x7f
+
+var inPlaceAddrBits = inPlaceAddrBitsOf(runtime.GOARCH)
+
+func inPlaceAddrBitsOf(goarch string) uint {
+	if goarch == "arm64" {
+		return 48
+	}
+	return 47
+}
+
+// InPlacePositionUnknown is the position of an in-place word whose walker
+// could not tell it (all ones in 16 bits); a 15-bit word's all ones is
+// decoded as it.
+const InPlacePositionUnknown = 0xffff
 
 // RuntimeFrames decodes the frame words of a stack of runtime rt (leaf
 // first).
 func RuntimeFrames(rt Runtime, words []uint64) []Frame {
-	bits := uint(inPlaceAddrBits)
+	return runtimeFrames(rt, words, inPlaceAddrBits)
+}
+
+func runtimeFrames(rt Runtime, words []uint64, inPlaceBits uint) []Frame {
+	bits := inPlaceBits
 	if rt == CPython {
 		bits = pythonAddrBits
 	}
 	out := make([]Frame, 0, len(words))
 	for _, w := range words {
+		pos := uint32((w &^ runtimeEntry) >> bits)
+		if rt != CPython && pos == 1<<(63-bits)-1 {
+			pos = InPlacePositionUnknown
+		}
 		out = append(out, Frame{
 			Kind:     RuntimeFrame,
 			Runtime:  rt,
 			Address:  w & (1<<bits - 1),
-			Position: uint32((w &^ runtimeEntry) >> bits),
+			Position: pos,
 			Entry:    w&runtimeEntry != 0,
 		})
 	}
@@ -142,7 +174,8 @@ func (s RawStack) Addresses(kind FrameKind) []uint64 {
 // user address has, is the runtime frame the walk read in place at the
 // native frame before it, a word as RuntimeFrames decodes: an interpreted
 // Java frame's Method* (bpf/hotspot.h, aligned) or a JavaScript frame's
-// SharedFunctionInfo (bpf/v8.h, a tagged pointer: bit 0 set).
+// SharedFunctionInfo (bpf/v8.h, a tagged pointer: bit 0 set). A word with
+// bits 56-62 set and not the top one is arm64's x30 (LinkRegisterFrame).
 func StackFrames(kernel, user []uint64) []Frame {
 	if len(kernel)+len(user) == 0 {
 		return nil
@@ -153,6 +186,10 @@ func StackFrames(kernel, user []uint64) []Frame {
 	}
 	var native uint64
 	for _, a := range user {
+		if a>>56 == linkRegisterMark {
+			out = append(out, Frame{Kind: LinkRegisterFrame, Address: a &^ (linkRegisterMark << 56)})
+			continue
+		}
 		if a&runtimeEntry != 0 {
 			rt := HotSpot
 			if a&1 != 0 {

@@ -63,3 +63,37 @@ func TestStackFramesWithRuntimeWords(t *testing.T) {
 		{Kind: RuntimeFrame, Runtime: V8, Address: 0x3e00_0000_0051, Entry: true, Native: 0x5555_0000_0020},
 	}, got)
 }
+
+// The in-place words keep 47 address bits and 16 of position on x86-64,
+// 48 and 15 on arm64 (whose mmap places objects just below 2^48); a
+// 15-bit all-ones position is the unknown one.
+func TestInPlaceWordsByArchitecture(t *testing.T) {
+	for _, tc := range []struct {
+		goarch string
+		word   uint64
+		want   Frame
+	}{
+		{"amd64", 1<<63 | 5<<47 | 0x7e00_0000_0040, Frame{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0x7e00_0000_0040, Position: 5, Entry: true}},
+		{"amd64", 1<<63 | 0xffff<<47 | 0x7e00_0000_0040, Frame{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0x7e00_0000_0040, Position: InPlacePositionUnknown, Entry: true}},
+		{"arm64", 1<<63 | 5<<48 | 0xffff_8000_0040, Frame{Kind: RuntimeFrame, Runtime: HotSpot, Address: 0xffff_8000_0040, Position: 5, Entry: true}},
+		{"arm64", 1<<63 | 0x7fff<<48 | 0xffff_8000_0041, Frame{Kind: RuntimeFrame, Runtime: V8, Address: 0xffff_8000_0041, Position: InPlacePositionUnknown, Entry: true}},
+	} {
+		rt := HotSpot
+		if tc.word&1 != 0 {
+			rt = V8
+		}
+		got := runtimeFrames(rt, []uint64{tc.word}, inPlaceAddrBitsOf(tc.goarch))
+		require.Equal(t, []Frame{tc.want}, got, "%s %#x", tc.goarch, tc.word)
+	}
+}
+
+// arm64's x30 word (bits 56-62 set) is a LinkRegisterFrame of its address,
+// not a runtime word.
+func TestStackFramesWithLinkRegister(t *testing.T) {
+	got := StackFrames(nil, []uint64{0xaaaa_0000_1010, 0x7f<<56 | 0xffff_8000_2020, 0xaaaa_0000_3030})
+	require.Equal(t, []Frame{
+		{Kind: UserFrame, Address: 0xaaaa_0000_1010},
+		{Kind: LinkRegisterFrame, Address: 0xffff_8000_2020},
+		{Kind: UserFrame, Address: 0xaaaa_0000_3030},
+	}, got)
+}

@@ -218,10 +218,13 @@ type ScopeLink struct {
 }
 
 // NamedFrame is one line of a location: its function, source file and line,
-// and the location's profile.frame.type.
+// and the location's profile.frame.type; for an unsymbolized one, the
+// location's address and mapping file.
 type NamedFrame struct {
 	Function, File, Type string
 	Line                 int64
+	Address              uint64
+	Mapping              string
 }
 
 // Stacks returns the stacks of every sample in p with their first value, for
@@ -244,18 +247,35 @@ func Stacks(p pprofile.Profiles) []NamedStack {
 			typ := frameType(dict, loc)
 			if loc.Lines().Len() == 0 {
 				st.Functions = append(st.Functions, "")
-				st.Frames = append(st.Frames, NamedFrame{Type: typ})
+				st.Frames = append(st.Frames, NamedFrame{Type: typ, Address: loc.Address(), Mapping: mappingFile(dict, loc)})
 			}
 			for _, l := range loc.Lines().All() {
 				fn := symbolName(dict, l.FunctionIndex())
 				st.Functions = append(st.Functions, fn)
-				st.Frames = append(st.Frames, NamedFrame{Function: fn, File: fileName(dict, l.FunctionIndex()), Type: typ, Line: l.Line()})
+				nf := NamedFrame{Function: fn, File: fileName(dict, l.FunctionIndex()), Type: typ, Line: l.Line()}
+				if fn == "" {
+					nf.Address, nf.Mapping = loc.Address(), mappingFile(dict, loc)
+				}
+				st.Frames = append(st.Frames, nf)
 			}
 			return true
 		})
 		out = append(out, st)
 	})
 	return out
+}
+
+// mappingFile is the file name of loc's mapping; "" without one.
+func mappingFile(dict pprofile.ProfilesDictionary, loc pprofile.Location) string {
+	i := int(loc.MappingIndex())
+	if i <= 0 || i >= dict.MappingTable().Len() {
+		return ""
+	}
+	s := int(dict.MappingTable().At(i).FilenameStrindex())
+	if s < 0 || s >= dict.StringTable().Len() {
+		return ""
+	}
+	return dict.StringTable().At(s)
 }
 
 // ProcessAttributes returns, by process.pid, the attributes that describe

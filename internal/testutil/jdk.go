@@ -3,16 +3,22 @@ package testutil
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
 
-// OpenJDK17 is Debian's OpenJDK 17, which every machine running the tests
-// has; Temurin25 is on this machine kind only where the image carries it.
-const (
-	OpenJDK17 = "/usr/lib/jvm/java-17-openjdk-amd64"
-	Temurin25 = "/usr/lib/jvm/temurin-25-jdk-amd64"
-)
+// OpenJDK17 is Debian's OpenJDK 17 of the machine's architecture, which
+// every machine running the tests has (the kernel matrix's arm64 guests
+// get the arm64 package's); Temurin25 is on this machine kind only where
+// the image carries it.
+var OpenJDK17 = OpenJDK17Of(runtime.GOARCH)
+
+const Temurin25 = "/usr/lib/jvm/temurin-25-jdk-amd64"
+
+// OpenJDK17Of is where Debian's OpenJDK 17 package of arch (amd64,
+// arm64) installs its home.
+func OpenJDK17Of(arch string) string { return "/usr/lib/jvm/java-17-openjdk-" + arch }
 
 // ExtraJDKsEnv names more JDK homes to test, separated by colons (e.g.
 // OpenJDK 11 and 21 extracted from Debian's packages).

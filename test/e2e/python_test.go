@@ -91,6 +91,9 @@ func describeFrames(frames []pdata.NamedFrame) string {
 			b.WriteString(" <- ")
 		}
 		b.WriteString(f.Function)
+		if f.Function == "" {
+			fmt.Fprintf(&b, "?%s@%#x", f.Mapping, f.Address)
+		}
 		if f.Type == "cpython" {
 			fmt.Fprintf(&b, ":%d", f.Line)
 		}

@@ -44,6 +44,7 @@ var checks = []check{
 	{"programs load", "bpf.test", "TestProgramsLoad", nil},
 	{"stack store", "bpf.test", "TestStackStoreHelpers", nil},
 	{"cpu 75/25, chains", "e2e.test", "TestCollectorEndToEnd", nil},
+	{"leaf callers", "e2e.test", "TestCollectorKeepsLeafCallers", nil},
 	{"no frame pointers", "e2e.test", "TestCollectorUnwindsWithoutFramePointers", nil},
 	{"off-cpu 3:1", "e2e.test", "TestCollectorOffCPUProfile", nil},
 	{"probe", "e2e.test", "TestCollectorProbeLogs", nil},
@@ -54,15 +55,15 @@ var checks = []check{
 	{"thread context", "e2e.test", "TestCollectorLinksSamplesToThreadContext", nil},
 	{"go labels", "e2e.test", "TestCollectorCarriesGoLabels", nil},
 	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
-	// The HotSpot walker reads x86-64 frames only.
-	{"java", "e2e.test", "TestCollectorJavaFrames", []string{"amd64"}},
+	{"java", "e2e.test", "TestCollectorJavaFrames", nil},
+	{"node", "e2e.test", "TestCollectorNodeFrames", nil},
 }
 
 // checkMinutes are the go test timeouts of checks that need more than
 // the 5 minutes (times the architecture's patience) every other has: the
 // Go labels check may wait 2 minutes for the collector and then up to
 // 220 s for its samples, under emulation beside four CPU-bound workloads.
-var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8, "TestCollectorJavaFrames": 8}
+var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8, "TestCollectorJavaFrames": 8, "TestCollectorNodeFrames": 8}
 
 // minutes is c's go test timeout, before patience.
 func (c check) minutes() int {
@@ -214,13 +215,15 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err != nil {
 		return nil, fmt.Errorf("copy Debian sid's CPython %s: %w", guestSidPython, err)
 	}
-	var java []string
-	if a.host() { // the host's OpenJDK; the java check runs on amd64 alone
-		if java, err = copyJava(root); err != nil {
-			return nil, fmt.Errorf("copy Debian's OpenJDK 17: %w", err)
-		}
+	java, err := copyJava(root, u)
+	if err != nil {
+		return nil, fmt.Errorf("copy Debian's OpenJDK 17: %w", err)
 	}
-	if err := copyLibraries(ctx, root, u, append(append(bins, python...), java...)); err != nil {
+	node, err := copyNode(root, a)
+	if err != nil {
+		return nil, fmt.Errorf("copy node %d: %w", guestNodeMajor, err)
+	}
+	if err := copyLibraries(ctx, root, u, slices.Concat(bins, python, java, node)); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name), sid)), 0o755); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -28,6 +29,8 @@ func (u userland) path(guest string) string { return filepath.Join(u.sysroot, gu
 var debianUserland = []string{
 	"busybox-static", "libc6", "libc6-dbg",
 	"python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "zlib1g", "libexpat1",
+	// The java check's JVM, and the C++ runtime it and node link.
+	"openjdk-17-jre-headless", "libstdc++6", "libgcc-s1",
 }
 
 // unpackUserland downloads debianUserland for a through the matrix's apt
@@ -88,6 +91,12 @@ func (u userland) elfLibraries(bins []string) ([]string, error) {
 	dirs := []string{"/lib/" + u.arch.triplet, "/usr/lib/" + u.arch.triplet}
 	seen := map[string]bool{}
 	loaders := map[string]bool{} // libc's DT_NEEDED of the loader is the loader
+	// A library among bins themselves comes with them (the JDK's libjvm.so,
+	// which its other libraries name without a RUNPATH).
+	own := map[string]bool{}
+	for _, b := range bins {
+		own[filepath.Base(b)] = true
+	}
 	var libs []string
 	for queue := bins; len(queue) > 0; queue = queue[1:] {
 		interp, needed, err := elfDependencies(queue[0])
@@ -100,7 +109,7 @@ func (u userland) elfLibraries(bins []string) ([]string, error) {
 			loaders[filepath.Base(interp)] = true
 		}
 		for _, n := range needed {
-			if loaders[n] {
+			if loaders[n] || own[n] {
 				continue
 			}
 			i := 0
@@ -123,7 +132,9 @@ func (u userland) elfLibraries(bins []string) ([]string, error) {
 	return libs, nil
 }
 
-// elfDependencies returns the loader and the libraries an ELF file names.
+// elfDependencies returns the loader and the system libraries an ELF
+// file names: not those its RUNPATH finds beside it ($ORIGIN), which come
+// with the file's own package (the JDK's libjli.so and libjvm.so).
 func elfDependencies(path string) (interp string, needed []string, err error) {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -139,9 +150,25 @@ func elfDependencies(path string) (interp string, needed []string, err error) {
 			interp = strings.TrimRight(string(b), "\x00")
 		}
 	}
-	needed, err = f.ImportedLibraries()
+	all, err := f.ImportedLibraries()
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var origins []string
+	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
+		paths, _ := f.DynString(tag)
+		for _, p := range paths {
+			for _, d := range strings.Split(p, ":") {
+				if rest, ok := strings.CutPrefix(d, "$ORIGIN"); ok {
+					origins = append(origins, filepath.Join(filepath.Dir(path), rest))
+				}
+			}
+		}
+	}
+	for _, n := range all {
+		if !slices.ContainsFunc(origins, func(d string) bool { return exists(filepath.Join(d, n)) }) {
+			needed = append(needed, n)
+		}
 	}
 	return interp, needed, nil
 }

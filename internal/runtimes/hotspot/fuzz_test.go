@@ -1,6 +1,7 @@
 package hotspot
 
 import (
+	"debug/elf"
 	"testing"
 	"time"
 )
@@ -18,7 +19,7 @@ func FuzzReadHostileMemory(f *testing.F) {
 			a, ok := im.syms[s]
 			return a, ok
 		}
-		_, _ = WalkerProc(mem, addr)
+		_, _ = WalkerProc(mem, addr, elf.EM_AARCH64)
 		vm, err := Read(mem, addr)
 		if err != nil {
 			return

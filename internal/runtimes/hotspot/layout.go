@@ -42,9 +42,6 @@ type Layout struct {
 	// at KlassConstants, it indexes.
 	SourceFileInKlass bool
 	KlassConstants    uint64
-	// An interpreted frame's Method* and bytecode pointer, in words from
-	// its frame pointer.
-	FrameMethod, FrameBCP int64
 }
 
 // FieldOf finds field in typ or, inherited, in its superclasses.
@@ -150,14 +147,6 @@ func NewLayout(vm *VMStructs) (*Layout, error) {
 	} else {
 		l.BlobCode = offset("CodeBlob", "_code_begin")
 	}
-	// The interpreter's frame layout (frame_x86.hpp): HotSpot publishes
-	// the sender sp and last sp slots; the Method* is the slot below the
-	// last sp, the bytecode pointer five below that (JDK 11 to 25).
-	lastSP, ok := vm.Ints["frame::interpreter_frame_last_sp_offset"]
-	if !ok {
-		missing = append(missing, "frame::interpreter_frame_last_sp_offset")
-	}
-	l.FrameMethod, l.FrameBCP = lastSP-1, lastSP-6
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrIncomplete, strings.Join(missing, ", "))
 	}

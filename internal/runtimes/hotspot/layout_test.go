@@ -55,8 +55,6 @@ func TestNewLayoutVersions(t *testing.T) {
 			assert.Equal(t, uint64(32), l.BlobCode)
 			assert.False(t, l.BlobCodeIsOffset)
 			assert.Equal(t, uint64(112), l.NMethodMethod, "CompiledMethod's")
-			assert.Equal(t, int64(-3), l.FrameMethod)
-			assert.Equal(t, int64(-8), l.FrameBCP)
 		}},
 		{name: "JDK 11: GenericGrowableArray, the source file in the class", change: func(vm *VMStructs) {
 			// OpenJDK 11.0.32's names and offsets.

@@ -18,24 +18,28 @@ var Runtime = &runtimes.Runtime{
 	NamesCode: true,
 	Exports:   []string{"gHotSpotVMStructs"}, // libjvm's, in any JDK layout
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
-		if err := runtimes.RequireX86(f, "the HotSpot walker"); err != nil {
+		if err := runtimes.RequireWalkedMachine(f, "the HotSpot walker"); err != nil {
 			return nil, err
 		}
 		syms, err := ExportedSymbols(f)
 		if err != nil {
 			return nil, nil // not a serviceable HotSpot
 		}
-		return &interpreter{syms: syms}, nil
+		return &interpreter{syms: syms, machine: f.Machine}, nil
 	},
 }
 
-// interpreter is one libjvm: the file addresses of its exports.
-type interpreter struct{ syms map[string]uint64 }
+// interpreter is one libjvm: the file addresses of its exports and its
+// machine (whose frames its interpreter lays out).
+type interpreter struct {
+	syms    map[string]uint64
+	machine elf.Machine
+}
 
 // WalkerProc reads the process's code cache: ErrNotInitialised (and
 // others) until the JVM has made it.
 func (in *interpreter) WalkerProc(mem io.ReaderAt, bias uint64) ([]byte, error) {
-	return WalkerProc(mem, in.addr(bias))
+	return WalkerProc(mem, in.addr(bias), in.machine)
 }
 
 // CodeRanges are the reserved ranges of the code heaps of the walker entry

@@ -113,10 +113,11 @@ func TestReadRealJVMs(t *testing.T) {
 			_, inherited := vm.FieldOf("nmethod", "_method")
 			assert.True(t, inherited, "nmethod::_method, its own or CompiledMethod's")
 
-			l, err := NewLayout(vm)
+			_, err := NewLayout(vm)
 			require.NoError(t, err)
-			assert.Equal(t, int64(-3), l.FrameMethod, "x86-64 interpreter frames")
-			assert.Equal(t, int64(-8), l.FrameBCP)
+			wl, err := NewWalkerLayout(vm, elf.EM_X86_64)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{-1, -3, -8}, []int64{wl.FrameSenderSP, wl.FrameMethod, wl.FrameBCP}, "x86-64 interpreter frames")
 		})
 	}
 }
@@ -155,7 +156,7 @@ func TestCodeCacheOfRealJVMs(t *testing.T) {
 
 			// The walker's entry: every heap, up to its reserved end, and
 			// the interpreter's code inside one of them.
-			b, err := WalkerProc(mem, jvmAddr(t, pid))
+			b, err := WalkerProc(mem, jvmAddr(t, pid), elf.EM_X86_64)
 			require.NoError(t, err)
 			var p walkerProc
 			_, err = binary.Decode(b, binary.NativeEndian, &p)

@@ -2,6 +2,7 @@ package hotspot
 
 import (
 	"cmp"
+	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -20,13 +21,29 @@ type WalkerLayout struct {
 	// StubQueue::_stub_buffer (its first byte) and _buffer_limit (int).
 	StubBuffer, StubBufferLimit uint64
 	SpaceHighBoundary           uint64 // VirtualSpace::_high_boundary
-	// frame::interpreter_frame_sender_sp_offset, in words from rbp.
-	FrameSenderSP int64
+	// An interpreted frame's slots, in words from its frame pointer (rbp,
+	// x29): the caller's sp (frame::interpreter_frame_sender_sp_offset),
+	// the Method* and the bytecode pointer.
+	FrameSenderSP, FrameMethod, FrameBCP int64
 }
 
-// NewWalkerLayout derives the WalkerLayout of vm's JVM, or names every
-// missing part.
-func NewWalkerLayout(vm *VMStructs) (*WalkerLayout, error) {
+// interpreterSlots are an interpreted frame's slots by machine, in words
+// from its frame pointer, the same in JDK 11 to 25: the caller's sp and
+// the last sp (which x86-64's VMStructs publishes, frame::
+// interpreter_frame_sender_sp_offset and _last_sp_offset; arm64's
+// publishes neither: read from OpenJDK 17.0.21 for arm64, Debian's, under
+// qemu-aarch64), then, below the last sp, the Method* and the bytecode
+// pointer: frame_x86.hpp has method, mirror, mdp, cache, locals, bcp;
+// frame_aarch64.hpp method, mdp, a padding word (the extended sp from JDK
+// 22), mirror, cache, locals, bcp.
+var interpreterSlots = map[elf.Machine]struct{ senderSP, lastSP, method, bcp int64 }{
+	elf.EM_X86_64:  {senderSP: -1, lastSP: -2, method: -1, bcp: -6},
+	elf.EM_AARCH64: {senderSP: -1, lastSP: -2, method: -1, bcp: -7},
+}
+
+// NewWalkerLayout derives the WalkerLayout of vm's JVM, a libjvm of
+// machine, or names every missing part.
+func NewWalkerLayout(vm *VMStructs, machine elf.Machine) (*WalkerLayout, error) {
 	var missing []string
 	field := func(typ, name string, static bool) Field {
 		f, ok := vm.FieldOf(typ, name)
@@ -44,11 +61,24 @@ func NewWalkerLayout(vm *VMStructs) (*WalkerLayout, error) {
 		StubBufferLimit:     field("StubQueue", "_buffer_limit", false).Offset,
 		SpaceHighBoundary:   field("VirtualSpace", "_high_boundary", false).Offset,
 	}
-	sp, ok := vm.Ints["frame::interpreter_frame_sender_sp_offset"]
+	slots, ok := interpreterSlots[machine]
 	if !ok {
-		missing = append(missing, "frame::interpreter_frame_sender_sp_offset")
+		return nil, fmt.Errorf("no interpreter frame layout for %v", machine)
 	}
-	w.FrameSenderSP = sp
+	// What the JVM publishes, else the machine's layout; x86-64's JVMs
+	// publish both (a JVM that does not is not one the table knows).
+	published := func(name string, known int64) int64 {
+		if v, ok := vm.Ints[name]; ok {
+			return v
+		}
+		if machine == elf.EM_X86_64 {
+			missing = append(missing, name)
+		}
+		return known
+	}
+	w.FrameSenderSP = published("frame::interpreter_frame_sender_sp_offset", slots.senderSP)
+	lastSP := published("frame::interpreter_frame_last_sp_offset", slots.lastSP)
+	w.FrameMethod, w.FrameBCP = lastSP+slots.method, lastSP+slots.bcp
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrIncomplete, strings.Join(missing, ", "))
 	}
@@ -83,8 +113,8 @@ const maxInterpreterSize = 16 << 20
 // WalkerProc reads what the walker needs of the JVM whose memory is mem
 // and returns it as its hotspot_procs entry: the reserved bounds of each
 // code heap (so heaps that grow need no update), their segment maps, the
-// interpreter's code and the offsets of this build.
-func WalkerProc(mem io.ReaderAt, addr func(symbol string) (uint64, bool)) ([]byte, error) {
+// interpreter's code and the offsets of this build (a libjvm of machine).
+func WalkerProc(mem io.ReaderAt, addr func(symbol string) (uint64, bool), machine elf.Machine) ([]byte, error) {
 	vm, err := Read(mem, addr)
 	if err != nil {
 		return nil, err
@@ -93,7 +123,7 @@ func WalkerProc(mem io.ReaderAt, addr func(symbol string) (uint64, bool)) ([]byt
 	if err != nil {
 		return nil, err
 	}
-	wl, err := NewWalkerLayout(vm)
+	wl, err := NewWalkerLayout(vm, machine)
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +138,8 @@ func WalkerProc(mem io.ReaderAt, addr func(symbol string) (uint64, bool)) ([]byt
 		BlobFrameComplete: uint16(wl.BlobFrameComplete),
 		BlobCode:          uint16(l.BlobCode),
 		InterpSenderSP:    int16(wl.FrameSenderSP),
-		InterpMethod:      int16(l.FrameMethod),
-		InterpBCP:         int16(l.FrameBCP),
+		InterpMethod:      int16(wl.FrameMethod),
+		InterpBCP:         int16(wl.FrameBCP),
 		MethodConst:       uint16(l.MethodConst),
 		ConstMethodSize:   uint16(l.ConstMethodSize),
 	}
@@ -118,7 +148,7 @@ func WalkerProc(mem io.ReaderAt, addr func(symbol string) (uint64, bool)) ([]byt
 			return nil, fmt.Errorf("implausible CodeBlob offset %d", off)
 		}
 	}
-	for _, slot := range []int64{wl.FrameSenderSP, l.FrameMethod, l.FrameBCP} {
+	for _, slot := range []int64{wl.FrameSenderSP, wl.FrameMethod, wl.FrameBCP} {
 		if slot < -16 || slot >= 0 {
 			return nil, fmt.Errorf("implausible interpreter frame slot %d", slot)
 		}
@@ -184,7 +214,7 @@ func interpreterCode(r *memReader, wl *WalkerLayout) (low, high uint64, err erro
 		return 0, 0, fmt.Errorf("the interpreter's code: %w", err)
 	}
 	size := int32(binary.LittleEndian.Uint32(b))
-	if low == 0 || size <= 0 || size > maxInterpreterSize || low > 1<<47 {
+	if low == 0 || size <= 0 || size > maxInterpreterSize || low > 1<<48 {
 		return 0, 0, fmt.Errorf("the interpreter's code: %d bytes at %#x", size, low)
 	}
 	return low, low + uint64(size), nil

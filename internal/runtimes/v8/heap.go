@@ -38,9 +38,13 @@ type heap struct {
 	buf [8]byte
 }
 
+// maxUserAddress bounds user addresses: below 2^47 on x86-64, 2^48 on
+// arm64 (where mmap places memory just below it).
+const maxUserAddress = 1 << 48
+
 // objectAddr checks tagged is a heap object pointer and returns its address.
 func objectAddr(tagged uint64) (uint64, error) {
-	if tagged&heapObjectTagMask != heapObjectTag || tagged < 0x1000 || tagged >= 1<<47 {
+	if tagged&heapObjectTagMask != heapObjectTag || tagged < 0x1000 || tagged >= maxUserAddress {
 		return 0, fmt.Errorf("%w: %#x", ErrNotObject, tagged)
 	}
 	return tagged - heapObjectTag, nil
@@ -48,7 +52,7 @@ func objectAddr(tagged uint64) (uint64, error) {
 
 // read fills b from addr.
 func (h *heap) read(addr uint64, b []byte) error {
-	if addr >= 1<<47 || addr+uint64(len(b)) >= 1<<47 {
+	if addr >= maxUserAddress || addr+uint64(len(b)) >= maxUserAddress {
 		return fmt.Errorf("read %d bytes at %#x: out of the user address space", len(b), addr)
 	}
 	if _, err := h.mem.ReadAt(b, int64(addr)); err != nil {

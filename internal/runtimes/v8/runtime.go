@@ -20,7 +20,7 @@ var Runtime = &runtimes.Runtime{
 	// version (for native addons), under any name.
 	Exports: []string{symMajor},
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
-		if err := runtimes.RequireX86(f, "the V8 walker"); err != nil {
+		if err := runtimes.RequireWalkedMachine(f, "the V8 walker"); err != nil {
 			return nil, err
 		}
 		l, err := ReadLayout(f)
