@@ -333,7 +333,9 @@ static __always_inline int signal_trampoline(struct user_regs *regs, int first, 
  * to the caller's. Returns an enum unwind_end reason to stop, or -1 to go
  * on. first says regs are the interrupted ones (ip is the faulting or
  * interrupted instruction, not a return address). A runtime's frame that
- * carries more than its pc sets *word (hotspot.h).
+ * carries more than its pc sets *word (hotspot.h, v8.h), as does arm64's x30
+ * where it may be the caller of an interrupted frame walked by its frame
+ * pointer (LINK_REGISTER_WORD).
  */
 static __always_inline int unwind_step(struct user_regs *regs, u32 pid, int first, u64 *word)
 {
@@ -434,6 +436,12 @@ frame_pointer:
 	cfa = regs->bp + 16;
 #if defined(__TARGET_ARCH_arm64)
 	regs->sp_guessed = 1;
+	/* An interrupted function may have saved no frame record (a leaf, a
+	 * prologue): then x30 holds its caller, which the record's return
+	 * address skips. It follows the pc as a LINK_REGISTER_WORD, kept by
+	 * user space where it is in another function (cpu.bpf.c). */
+	if (first && !*word && regs->lr && RETURN_ADDRESS(regs->lr) != RETURN_ADDRESS(ra))
+		*word = LINK_REGISTER_WORD(RETURN_ADDRESS(regs->lr));
 #endif
 done:
 	ra = RETURN_ADDRESS(ra);
