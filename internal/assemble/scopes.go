@@ -70,18 +70,21 @@ func Scopes(probes []Probe, ids ScopeIDs, scopes []ReadScope) []report.ProcessSc
 
 func scopeRecord(p Probe, ids ScopeIDs, s ReadScope) report.ScopeRecord {
 	trace, span := ids.Of(s.PID, s.TID, s.ProbeIndex, s.Start)
+	end := clock.UnixNanos(s.End)
 	return report.ScopeRecord{
 		TraceID:     trace,
 		SpanID:      span,
 		ProbeID:     p.ID,
 		EntrySymbol: p.EntrySymbol,
 		ExitSymbol:  p.ExitSymbol,
-		Start:       clock.UnixNanos(s.Start),
-		End:         clock.UnixNanos(s.End),
-		Observed:    s.Observed,
-		TID:         s.TID,
-		ThreadName:  s.Comm,
-		MainThread:  s.MainThread(),
-		Labels:      s.GoLabels,
+		// One offset for both ends: the duration stays the kernel's
+		// even when the offset is measured again in between.
+		Start:      end - (s.End - s.Start),
+		End:        end,
+		Observed:   s.Observed,
+		TID:        s.TID,
+		ThreadName: s.Comm,
+		MainThread: s.MainThread(),
+		Labels:     s.GoLabels,
 	}
 }

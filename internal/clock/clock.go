@@ -1,19 +1,52 @@
 // Package clock converts kernel timestamps taken with bpf_ktime_get_ns
 // (CLOCK_MONOTONIC) into unix time. The offset between the two clocks is
-// measured once per process and shared by every signal (profile sample
-// times, probe log records), so timestamps of different signals line up.
+// shared by every signal (profile times, probe log records), so timestamps
+// of different signals line up, and measured again once it is a second old,
+// so they follow a step of the wall clock (settimeofday, an NTP step).
 package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-var shared = sync.OnceValues(MeasureOffset)
+// Refresh is how long one measurement of the offset serves.
+const Refresh = time.Second
+
+// offsetAt is an offset and the monotonic time it was measured at.
+type offsetAt struct{ offset, at int64 }
+
+var (
+	current   atomic.Pointer[offsetAt]
+	measuring sync.Mutex
+	measure   = MeasureOffset // tests replace it
+)
 
 // Offset returns the process-wide offset: unix ns = monotonic ns + offset.
-// It is measured on first use.
-func Offset() (int64, error) { return shared() }
+// It is measured on first use and again when older than Refresh; when a
+// new measurement fails, the last one stands.
+func Offset() (int64, error) {
+	now := int64(Now())
+	if c := current.Load(); c != nil && now-c.at < int64(Refresh) {
+		return c.offset, nil
+	}
+	measuring.Lock()
+	defer measuring.Unlock()
+	c := current.Load()
+	if c != nil && now-c.at < int64(Refresh) {
+		return c.offset, nil // measured by another caller meanwhile
+	}
+	off, err := measure()
+	if err != nil {
+		if c != nil {
+			return c.offset, nil
+		}
+		return 0, err
+	}
+	current.Store(&offsetAt{offset: off, at: now})
+	return off, nil
+}
 
 // toUnix converts a CLOCK_MONOTONIC nanosecond timestamp into unix
 // nanoseconds with the shared offset (0 and the error when it cannot be
@@ -51,7 +84,3 @@ func UnixNanos(mono uint64) uint64 {
 	}
 	return ns
 }
-
-// Wall is the receiver's wall clock: the monotonic clock now with the shared
-// offset, so profile times and probe log records line up.
-func Wall() time.Time { return time.Unix(0, int64(UnixNanos(Now()))) }

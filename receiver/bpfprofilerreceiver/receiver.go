@@ -64,7 +64,10 @@ type profilerReceiver struct {
 	probes   *probeRunner
 	// scopes joins probe scopes to profiles; nil: no probe asks for it.
 	scopes    *scopeJoin
-	lastDrain time.Time
+	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
+	// window is as long as the monotonic clock says, ending at the wall
+	// clock's now, even across a step of the wall clock.
+	lastDrain uint64
 	// unwindGauges are the unwind table gauges last recorded.
 	unwindGauges struct {
 		tables, bytes, jvm, v8, threadCtx, goLabels uint64
@@ -237,7 +240,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 	}
 	r.cancel = cancel
 	r.done = make(chan struct{})
-	r.lastDrain = clock.Wall()
+	r.lastDrain = clock.Now()
 	go r.reportLoop(ctx)
 	if len(r.sources) > 0 {
 		r.background.Go(r.symbols.LoadKernel)
@@ -295,9 +298,10 @@ func (r *profilerReceiver) reportLoop(ctx context.Context) {
 // report drains every source, builds the profiles and hands them on; final
 // is the last report, at Shutdown.
 func (r *profilerReceiver) report(ctx context.Context, final bool) {
-	end := clock.Wall()
-	start := r.lastDrain
-	r.lastDrain = end
+	now := clock.Now()
+	end := time.Unix(0, int64(clock.UnixNanos(now)))
+	start := end.Add(-time.Duration(now - r.lastDrain))
+	r.lastDrain = now
 	// Exits announced before this drain: their samples are in it.
 	exited, overflow := r.exits.take()
 	lost := overflow

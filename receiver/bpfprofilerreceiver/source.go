@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/kernelcheck"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -115,6 +116,9 @@ type probeSource interface {
 // openKernelStacks opens the CPU sampler or the off-CPU tracer, which hand
 // over capture values as they are.
 func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error) {
+	if err := kernelcheck.Check(); err != nil {
+		return nil, err
+	}
 	tables, err := opts.unwind.get()
 	if err != nil {
 		return nil, fmt.Errorf("unwinding::method %s: %w", cfg.Unwinding.Method, err)
@@ -155,5 +159,8 @@ func openKernelStacks(cfg *Config, kind report.Kind, opts sourceOptions) (stackS
 // openKernelProbes attaches the probes; scopes carry pids as the
 // collector's /proc knows them, like the profiles.
 func openKernelProbes(specs []probes.Spec, opts sourceOptions) (probeSource, error) {
+	if err := kernelcheck.Check(); err != nil {
+		return nil, err
+	}
 	return probes.Open(specs, probes.Options{Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns, OpenScopes: opts.openScopes})
 }

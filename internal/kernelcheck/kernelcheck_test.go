@@ -1,0 +1,43 @@
+package kernelcheck
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestLockdown(t *testing.T) {
+	for _, tc := range []struct {
+		content, mode string
+		fails         bool
+	}{
+		{"[none] integrity confidentiality\n", "none", false},
+		{"none [integrity] confidentiality\n", "integrity", false},
+		{"none integrity [confidentiality]\n", "confidentiality", true},
+		{"", "", false},
+		{"[]\n", "", false},
+	} {
+		mode := lockdownMode(tc.content)
+		assert.Equal(t, tc.mode, mode, "%q", tc.content)
+		err := lockdownError(mode)
+		if !tc.fails {
+			assert.NoError(t, err, "%q", tc.content)
+			continue
+		}
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), LockdownFile)
+		assert.Contains(t, err.Error(), "lockdown=integrity")
+	}
+}
+
+func TestBTFErrorNamesCauseAndFix(t *testing.T) {
+	cause := errors.New("no BTF found")
+	err := btfError("5.4.0-test", cause)
+	assert.Contains(t, err.Error(), cause.Error())
+	assert.NotErrorIs(t, err, cause, "not a kernel feature to run without: Start fails")
+	for _, want := range []string{"5.4.0-test", "/sys/kernel/btf/vmlinux", "CONFIG_DEBUG_INFO_BTF=y"} {
+		assert.Contains(t, err.Error(), want)
+	}
+}
