@@ -20,7 +20,7 @@ export GOFLAGS ?= -mod=mod
 # COLLECTOR_CORE, COLLECTOR_STABLE, COLLECTOR_CONTRIB, MDATAGEN_VERSION.
 include collector-release.mk
 
-.PHONY: all build run test unit fuzz check-runtimes bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
+.PHONY: all build run test faults unit fuzz check-runtimes bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -74,6 +74,18 @@ test: $(COLLECTOR) test-tools
 	@# The readers again from a position-independent executable: its literals at its load bias.
 	$(GO) test -count=1 -buildmode=pie -run TestReadersReadWhatTheThreadPublishes ./internal/readbench
 	$(MAKE) fuzz
+
+# The fault scenarios of README.md "Reliability" (test/e2e TestFault*): a
+# collector SIGKILLed while starting and running, degraded nodes, the
+# backend down and slow, clock steps. FAULTS=full measures the README's
+# figures (about 45 minutes); FAULTS=short is CI's version, each scenario
+# within about 3 minutes. Not part of make test: they step the wall clock,
+# change sysctls and must have the machine to themselves. Each prints its
+# figures as "FIGURE <scenario>: ...".
+FAULTS ?= full
+faults: $(COLLECTOR) test-tools
+	BPFPROFILER_FAULTS=$(FAULTS) BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_REQUIRE_BPF=1 \
+		$(GO) test -count=1 -p 1 -v -timeout 3h -run '^TestFault' ./test/e2e
 
 # Every fuzz target of the repository (found by name, so a new one is
 # included), each its seed corpus then FUZZTIME of fuzzing; none needs root.

@@ -30,11 +30,16 @@ type releasedSink struct {
 	collectorpb.UnimplementedProfilesServiceServer
 
 	delay time.Duration // how long each answer takes
+	every time.Duration // when set, at most one request is let in per every
+	gate  sync.Mutex    // held by a request waiting for its turn
+	next  time.Time     // when the gate lets the next request in
 
 	mu       sync.Mutex
 	received []*collectorpb.ExportProfilesServiceRequest
 	refused  []string       // requests the HTTP handler could not decode, and why
 	versions map[string]int // the profiles development version each request declared ("" none)
+	viaGRPC  int            // requests received over gRPC
+	viaHTTP  int            // and over HTTP
 }
 
 // versionHeader is the request metadata (gRPC) or header (HTTP) in which
@@ -82,8 +87,14 @@ func startReleasedHTTPSink(t *testing.T) (*releasedSink, string) {
 // Export keeps the request, then answers after the sink's delay (or when
 // the client gives up).
 func (s *releasedSink) Export(ctx context.Context, req *collectorpb.ExportProfilesServiceRequest) (*collectorpb.ExportProfilesServiceResponse, error) {
+	if err := s.admit(ctx); err != nil {
+		return nil, err
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	s.keep(req, strings.Join(md.Get(versionHeader), ","))
+	s.mu.Lock()
+	s.viaGRPC++
+	s.mu.Unlock()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -93,6 +104,10 @@ func (s *releasedSink) Export(ctx context.Context, req *collectorpb.ExportProfil
 }
 
 func (s *releasedSink) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := s.admit(r.Context()); err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
 	req, err := decodeHTTPRequest(r)
 	if err != nil {
 		s.mu.Lock()
@@ -102,6 +117,9 @@ func (s *releasedSink) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.keep(req, strings.Join(r.Header.Values(versionHeader), ","))
+	s.mu.Lock()
+	s.viaHTTP++
+	s.mu.Unlock()
 	body, err := proto.Marshal(&collectorpb.ExportProfilesServiceResponse{})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -143,6 +161,26 @@ func decodeHTTPRequest(r *http.Request) (*collectorpb.ExportProfilesServiceReque
 	return req, nil
 }
 
+// admit waits for the request's turn when the sink lets one in per
+// s.every: a backend that keeps up with one request a minute. It returns
+// the context's error when the client gives up first.
+func (s *releasedSink) admit(ctx context.Context) error {
+	if s.every == 0 {
+		return nil
+	}
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if wait := time.Until(s.next); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	s.next = time.Now().Add(s.every)
+	return nil
+}
+
 func (s *releasedSink) keep(req *collectorpb.ExportProfilesServiceRequest, version string) {
 	s.mu.Lock()
 	s.received = append(s.received, req)
@@ -159,6 +197,13 @@ func (s *releasedSink) declaredVersions() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return maps.Clone(s.versions)
+}
+
+// protocols returns how many requests came over gRPC and over HTTP.
+func (s *releasedSink) protocols() (grpc, http int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.viaGRPC, s.viaHTTP
 }
 
 // requests returns what the sink has received so far.
