@@ -5,6 +5,7 @@
 package kernelcheck
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -23,6 +24,12 @@ func lockdownMode(content string) string {
 	return ""
 }
 
+// errLockdownFix says why confidentiality lockdown stops the receiver and
+// what to change.
+var errLockdownFix = errors.New("it forbids BPF programs to read kernel memory, which the samplers and probes do; " +
+	"boot with lockdown=integrity or lockdown=none on the kernel command line " +
+	"(a kernel that locks down under Secure Boot does so in integrity mode unless told otherwise)")
+
 // lockdownError is the error of a kernel in mode, nil when the mode allows
 // the receiver's programs. Integrity mode forbids only writes (to user
 // memory from BPF, among others), which no program here does;
@@ -32,9 +39,23 @@ func lockdownError(mode string) error {
 	if mode != "confidentiality" {
 		return nil
 	}
-	return fmt.Errorf("kernel lockdown is in confidentiality mode (%s): it forbids BPF programs to read kernel memory, "+
-		"which the samplers and probes do; boot with lockdown=integrity or lockdown=none on the kernel command line "+
-		"(a kernel that locks down under Secure Boot does so in integrity mode unless told otherwise)", LockdownFile)
+	return fmt.Errorf("kernel lockdown is in confidentiality mode (%s): %w", LockdownFile, errLockdownFix)
+}
+
+// lockedHelper is how the verifier refuses a program calling a helper that
+// confidentiality lockdown withdrew: as if the kernel had no such helper.
+const lockedHelper = "unknown func bpf_probe_read_kernel"
+
+// Explain returns err with the lockdown error added when it is the
+// verifier refusing bpf_probe_read_kernel: what a locked-down kernel says
+// where the lockdown file is not visible (securityfs is not mounted in
+// containers). Any other error is returned unchanged.
+func Explain(err error) error {
+	if err == nil || !strings.Contains(err.Error(), lockedHelper) {
+		return err
+	}
+	return fmt.Errorf("%w (%s: is kernel lockdown in confidentiality mode? %w)", err, lockedHelper,
+		errors.Unwrap(lockdownError("confidentiality")))
 }
 
 // btfError is the error of a kernel without BTF. It does not wrap err

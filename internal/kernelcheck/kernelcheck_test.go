@@ -41,3 +41,15 @@ func TestBTFErrorNamesCauseAndFix(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 }
+
+func TestExplainVerifierLockdown(t *testing.T) {
+	refused := errors.New("load program: invalid argument: unknown func bpf_probe_read_kernel#113")
+	err := Explain(refused)
+	require.ErrorIs(t, err, refused)
+	assert.Contains(t, err.Error(), "confidentiality mode")
+	assert.Contains(t, err.Error(), "lockdown=integrity")
+
+	other := errors.New("load program: permission denied")
+	assert.Equal(t, other, Explain(other))
+	assert.NoError(t, Explain(nil))
+}

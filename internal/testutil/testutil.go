@@ -24,6 +24,10 @@ const RequireBPFEnv = "BPFPROFILER_REQUIRE_BPF"
 // runs the tests in virtual machines that have no C compiler.
 const PrebuiltWorkloadsEnv = "BPFPROFILER_PREBUILT_WORKLOADS"
 
+// DisposableKernelEnv is set to 1 where a test may change the kernel until
+// it reboots (raise its lockdown): the kernel matrix's guests.
+const DisposableKernelEnv = "BPFPROFILER_DISPOSABLE_KERNEL"
+
 // CFlags are the flags every C workload is compiled with: frame pointers, so
 // that frame-pointer unwinding walks the workloads' own functions.
 var CFlags = []string{"-O1", "-g", "-fno-omit-frame-pointer", "-pthread"}

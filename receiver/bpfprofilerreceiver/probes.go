@@ -13,6 +13,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/kernelcheck"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadata"
@@ -53,7 +54,7 @@ func (r *profilerReceiver) startProbes(ctx context.Context, opts sourceOptions) 
 	}
 	src, err := r.kernel.probes(specs, opts)
 	if err != nil {
-		return fmt.Errorf("start probes: %w", err)
+		return fmt.Errorf("start probes: %w", kernelcheck.Explain(err))
 	}
 	p := &probeRunner{
 		r: r, specs: specs, names: scopeNames(specs), source: src,

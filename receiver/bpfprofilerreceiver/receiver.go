@@ -63,7 +63,7 @@ type profilerReceiver struct {
 	ids      *identity.Resolver
 	probes   *probeRunner
 	// scopes joins probe scopes to profiles; nil: no probe asks for it.
-	scopes    *scopeJoin
+	scopes *scopeJoin
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall
 	// clock's now, even across a step of the wall clock.

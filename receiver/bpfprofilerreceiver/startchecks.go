@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
+	"github.com/bpfprofiler/bpfprofiler/internal/kernelcheck"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
@@ -37,9 +38,10 @@ func checkPprofDirectory(dir string) error {
 }
 
 // explainSourceError names the capabilities the collector lacks when a
-// profile source failed to load or attach for want of permission.
+// profile source failed to load or attach for want of permission, and
+// kernel lockdown when the verifier refused a helper it withdraws.
 func explainSourceError(err error) error {
-	return capabilities.Explain(err, capabilities.BPF, capabilities.Perfmon)
+	return kernelcheck.Explain(capabilities.Explain(err, capabilities.BPF, capabilities.Perfmon))
 }
 
 // warnMissingRuntimeDirs warns when kubernetes::host_root shows none of the

@@ -81,7 +81,7 @@ func runHost(ctx context.Context, p *payload, timeout time.Duration) kernelResul
 	defer cancel()
 	out := timedLog{start: time.Now()}
 	fmt.Fprintf(&out, "%s%s\n", markKernel, release)
-	for _, c := range checksOn(p.arch.name) {
+	for _, c := range checksOn(p.arch.name, true) {
 		fmt.Fprintf(&out, "%s%s\n", markCheck, c.test)
 		cmd := exec.CommandContext(ctx, filepath.Join(p.root, "bin", c.binary),
 			"-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%dm", c.minutes()), "-test.run", "^"+c.test+"$")

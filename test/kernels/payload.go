@@ -25,14 +25,18 @@ type check struct {
 	arches []string // the architectures it runs on (n/a on others); nil: all
 }
 
-// runsOn reports whether c is checked on architecture arch.
-func (c check) runsOn(arch string) bool { return c.arches == nil || slices.Contains(c.arches, arch) }
+// runsOn reports whether c is checked on architecture arch, in a guest or
+// on the host.
+func (c check) runsOn(arch string, host bool) bool {
+	return (c.arches == nil || slices.Contains(c.arches, arch)) && !(host && guestOnly[c.test])
+}
 
-// checksOn returns the checks run on architecture arch.
-func checksOn(arch string) []check {
+// checksOn returns the checks run on architecture arch, in a guest or on
+// the host.
+func checksOn(arch string, host bool) []check {
 	var out []check
 	for _, c := range checks {
-		if c.runsOn(arch) {
+		if c.runsOn(arch, host) {
 			out = append(out, c)
 		}
 	}
@@ -57,7 +61,14 @@ var checks = []check{
 	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
 	{"java", "e2e.test", "TestCollectorJavaFrames", nil},
 	{"node", "e2e.test", "TestCollectorNodeFrames", nil},
+	// Last: it raises the guest's lockdown for good.
+	{"lockdown", "e2e.test", "TestCollectorUnderLockdown", nil},
 }
+
+// guestOnly are the checks that change the kernel until it reboots
+// (lockdown is raised, never lowered): run in the guests, where the init
+// script sets testutil.DisposableKernelEnv, never on the host.
+var guestOnly = map[string]bool{"TestCollectorUnderLockdown": true}
 
 // checkMinutes are the go test timeouts of checks that need more than
 // the 5 minutes (times the architecture's patience) every other has: the
@@ -226,7 +237,7 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err := copyLibraries(ctx, root, u, slices.Concat(bins, python, java, node)); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name), sid)), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name, false), sid)), 0o755); err != nil {
 		return nil, err
 	}
 	p := &payload{arch: a, root: root, initramfs: filepath.Join(dir, "initramfs.gz")}
@@ -490,6 +501,7 @@ hostname kernel-matrix
 	fmt.Fprintf(&b, "export %s=debian-3.11=%s,%s=%s\n", testutil.PythonsEnv, guestPython, sid.Name, sid.Path)
 	patience := max(a.patience, 1)
 	fmt.Fprintf(&b, "export %s=%d\n", testutil.PatienceEnv, patience)
+	fmt.Fprintf(&b, "export %s=1\n", testutil.DisposableKernelEnv)
 	fmt.Fprintf(&b, "echo \"%s$(uname -r)\"\n", markKernel)
 	for _, c := range checks {
 		fmt.Fprintf(&b, "echo '%s%s'\n", markCheck, c.test)

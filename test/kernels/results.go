@@ -41,7 +41,7 @@ func (r kernelResult) label() string {
 }
 
 func (r kernelResult) failed() bool {
-	for _, c := range checksOn(r.arch) {
+	for _, c := range checksOn(r.arch, r.kernel == "host") {
 		if res := r.checks[c.test]; !res.ran || !res.passed {
 			return true
 		}
@@ -53,7 +53,7 @@ func (r kernelResult) summary() string {
 	if r.err != nil {
 		return "error: " + r.err.Error()
 	}
-	passed, run := 0, checksOn(r.arch)
+	passed, run := 0, checksOn(r.arch, r.kernel == "host")
 	for _, c := range run {
 		if r.checks[c.test].passed {
 			passed++
@@ -168,7 +168,7 @@ func renderTable(results []kernelResult) string {
 		for _, c := range checks {
 			cell := r.checks[c.test]
 			switch {
-			case !c.runsOn(r.arch):
+			case !c.runsOn(r.arch, r.kernel == "host"):
 				b.WriteString(" n/a |")
 			case !cell.ran:
 				b.WriteString(" ✗ not run |")
