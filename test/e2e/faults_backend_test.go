@@ -58,6 +58,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 
 	var peakRSS uint64
+	var peakHeap float64 // the Go heap's allocated bytes, from the collector's own metrics
 	queued := map[string]float64{} // exporter -> its queue's largest size seen
 	watch := func(phase string, d time.Duration) {
 		t.Helper()
@@ -71,6 +72,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 			require.NotZero(t, rss, "%s: the collector exited:\n%s", phase, out)
 			peakRSS = max(peakRSS, rss)
 			text := scrape(t, metrics)
+			peakHeap = max(peakHeap, metricValue(text, "otelcol_process_runtime_heap_alloc_bytes"))
 			for _, e := range []string{"otlp_grpc", "otlp_http"} {
 				size := metricValue(text, "otelcol_exporter_queue_size", `exporter="`+e+`"`)
 				capacity := metricValue(text, "otelcol_exporter_queue_capacity", `exporter="`+e+`"`)
@@ -78,8 +80,8 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 				queued[e] = max(queued[e], size)
 			}
 		}
-		faultFigure(t, "%s for %v: collector RSS peak %.0f MiB, cgroup peak %.0f MiB (limit %d MiB, BPF maps included), queues' peak %v bytes",
-			phase, d, mib(peakRSS), mib(cg.peak()), daemonSetMemory>>20, queued)
+		faultFigure(t, "%s for %v: collector RSS peak %.0f MiB (Go heap %.0f MiB), cgroup peak %.0f MiB (limit %d MiB), queues' peak %.1f and %.1f MiB (gRPC, HTTP)",
+			phase, d, mib(peakRSS), peakHeap/(1<<20), mib(cg.peak()), daemonSetMemory>>20, queued["otlp_grpc"]/(1<<20), queued["otlp_http"]/(1<<20))
 	}
 
 	// Down: nothing listens on either port.
