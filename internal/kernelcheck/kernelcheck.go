@@ -43,11 +43,13 @@ func lockdownError(mode string) error {
 }
 
 // lockedHelper is how the verifier refuses a program calling a helper that
-// confidentiality lockdown withdrew: as if the kernel had no such helper.
-const lockedHelper = "unknown func bpf_probe_read_kernel"
+// confidentiality lockdown withdrew, as if the kernel had no such helper:
+// bpf_probe_read_kernel, or bpf_probe_read where the loader uses it (Linux
+// 5.10: "unknown func bpf_probe_read#4").
+const lockedHelper = "unknown func bpf_probe_read"
 
 // Explain returns err with the lockdown error added when it is the
-// verifier refusing bpf_probe_read_kernel: what a locked-down kernel says
+// verifier refusing to read kernel memory: what a locked-down kernel says
 // where the lockdown file is not visible (securityfs is not mounted in
 // containers). Any other error is returned unchanged.
 func Explain(err error) error {

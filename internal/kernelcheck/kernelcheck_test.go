@@ -43,11 +43,16 @@ func TestBTFErrorNamesCauseAndFix(t *testing.T) {
 }
 
 func TestExplainVerifierLockdown(t *testing.T) {
-	refused := errors.New("load program: invalid argument: unknown func bpf_probe_read_kernel#113")
-	err := Explain(refused)
-	require.ErrorIs(t, err, refused)
-	assert.Contains(t, err.Error(), "confidentiality mode")
-	assert.Contains(t, err.Error(), "lockdown=integrity")
+	for _, verifier := range []string{
+		"load program: invalid argument: unknown func bpf_probe_read_kernel#113",
+		"load program: invalid argument:\n\t8: (85) call bpf_probe_read#4\n\tunknown func bpf_probe_read#4\n", // Linux 5.10
+	} {
+		refused := errors.New(verifier)
+		err := Explain(refused)
+		require.ErrorIs(t, err, refused)
+		assert.Contains(t, err.Error(), "confidentiality mode")
+		assert.Contains(t, err.Error(), "lockdown=integrity")
+	}
 
 	other := errors.New("load program: permission denied")
 	assert.Equal(t, other, Explain(other))
