@@ -58,15 +58,13 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 
 	var peakRSS uint64
-	var peakHeap float64 // the Go heap's allocated bytes, from the collector's own metrics
+	var peakHeap float64           // the Go heap's allocated bytes, from the collector's own metrics
 	queued := map[string]float64{} // exporter -> its queue's largest size seen
 	watch := func(phase string, d time.Duration) {
 		t.Helper()
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			select {
-			case <-time.After(time.Second):
-			}
+			time.Sleep(time.Second)
 			require.Zero(t, cg.ooms(), "%s: the collector was killed for memory", phase)
 			rss := rssOf(pid)
 			require.NotZero(t, rss, "%s: the collector exited:\n%s", phase, out)

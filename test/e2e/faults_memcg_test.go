@@ -67,9 +67,8 @@ func (cg *memoryCgroup) read(v1, v2 string) uint64 {
 	return n
 }
 
-// usage is the memory charged to the cgroup now; peak its maximum so far.
-func (cg *memoryCgroup) usage() uint64 { return cg.read("memory.usage_in_bytes", "memory.current") }
-func (cg *memoryCgroup) peak() uint64  { return cg.read("memory.max_usage_in_bytes", "memory.peak") }
+// peak is the most memory charged to the cgroup so far.
+func (cg *memoryCgroup) peak() uint64 { return cg.read("memory.max_usage_in_bytes", "memory.peak") }
 
 // ooms counts the processes of the cgroup the kernel killed for memory.
 func (cg *memoryCgroup) ooms() uint64 {

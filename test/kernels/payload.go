@@ -28,7 +28,8 @@ type check struct {
 // runsOn reports whether c is checked on architecture arch, in a guest or
 // on the host.
 func (c check) runsOn(arch string, host bool) bool {
-	return (c.arches == nil || slices.Contains(c.arches, arch)) && !(host && guestOnly[c.test])
+	onArch := c.arches == nil || slices.Contains(c.arches, arch)
+	return onArch && (!host || !guestOnly[c.test])
 }
 
 // checksOn returns the checks run on architecture arch, in a guest or on
