@@ -7,6 +7,7 @@ package kernelcheck
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 )
 
@@ -67,4 +68,14 @@ func btfError(release string, err error) error {
 	return fmt.Errorf("kernel %s has no BTF (/sys/kernel/btf/vmlinux): the receiver's BPF programs are compiled "+
 		"once and relocated against it; run a kernel built with CONFIG_DEBUG_INFO_BTF=y (Debian 11, Ubuntu 20.10, "+
 		"RHEL 8.2 and later kernels are), and in a container leave the host's /sys/kernel/btf visible (%v)", release, err)
+}
+
+// Release is the running kernel's release, for messages ("unknown" where
+// /proc does not say).
+func Release() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
 }

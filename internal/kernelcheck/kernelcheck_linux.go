@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -24,17 +23,9 @@ func Check() error {
 	}
 	if _, err := btf.LoadKernelSpec(); err != nil {
 		if errors.Is(err, ebpf.ErrNotSupported) || errors.Is(err, os.ErrNotExist) {
-			return btfError(release(), err)
+			return btfError(Release(), err)
 		}
 		return fmt.Errorf("read the kernel's BTF: %w", err)
 	}
 	return nil
-}
-
-func release() string {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return "(unknown release)"
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
 	"github.com/bpfprofiler/bpfprofiler/internal/identity"
+	"github.com/bpfprofiler/bpfprofiler/internal/kernelcheck"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/pproffile"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -203,7 +203,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		case errors.Is(err, ebpf.ErrNotSupported):
 			// The kernel lacks a feature: the rest keeps running.
 			logger.Error(k.key+" profiling is not supported on this kernel; the receiver runs without it",
-				zap.String("kernel", kernelRelease()), zap.Error(err))
+				zap.String("kernel", kernelcheck.Release()), zap.Error(err))
 			unsupported = append(unsupported, fmt.Errorf("%s: %w", k.key, err))
 			continue
 		case err != nil:
@@ -255,15 +255,6 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		r.background.Go(func() { r.followProcesses(ctx, events) })
 	}
 	return nil
-}
-
-// kernelRelease is the running kernel's release, for messages.
-func kernelRelease() string {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // resolveTargets checks that every target pid exists and returns the pids
