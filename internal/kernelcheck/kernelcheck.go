@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 )
 
@@ -44,20 +45,26 @@ func lockdownError(mode string) error {
 }
 
 // lockedHelper is how the verifier refuses a program calling a helper that
-// confidentiality lockdown withdrew, as if the kernel had no such helper:
-// bpf_probe_read_kernel, or bpf_probe_read where the loader uses it (Linux
-// 5.10: "unknown func bpf_probe_read#4").
-const lockedHelper = "unknown func bpf_probe_read"
+// confidentiality lockdown withdrew (bpf_probe_read_kernel, or
+// bpf_probe_read, which the programs' CO-RE reads call): as if the kernel
+// had no such helper ("unknown func bpf_probe_read#4", Linux 5.10 to 6.1)
+// or as if the program's type could not call it ("program of this type
+// cannot use helper bpf_probe_read#4", 6.12).
+var lockedHelper = regexp.MustCompile(`(unknown func|cannot use helper) bpf_probe_read(_kernel)?#`)
 
 // Explain returns err with the lockdown error added when it is the
 // verifier refusing to read kernel memory: what a locked-down kernel says
 // where the lockdown file is not visible (securityfs is not mounted in
 // containers). Any other error is returned unchanged.
 func Explain(err error) error {
-	if err == nil || !strings.Contains(err.Error(), lockedHelper) {
+	if err == nil {
+		return nil
+	}
+	refusal := lockedHelper.FindString(err.Error())
+	if refusal == "" {
 		return err
 	}
-	return fmt.Errorf("%w (%s: is kernel lockdown in confidentiality mode? %w)", err, lockedHelper,
+	return fmt.Errorf("%w (%s: is kernel lockdown in confidentiality mode? %w)", err, refusal,
 		errors.Unwrap(lockdownError("confidentiality")))
 }
 

@@ -45,7 +45,8 @@ func TestBTFErrorNamesCauseAndFix(t *testing.T) {
 func TestExplainVerifierLockdown(t *testing.T) {
 	for _, verifier := range []string{
 		"load program: invalid argument: unknown func bpf_probe_read_kernel#113",
-		"load program: invalid argument:\n\t8: (85) call bpf_probe_read#4\n\tunknown func bpf_probe_read#4\n", // Linux 5.10
+		"load program: invalid argument:\n\t8: (85) call bpf_probe_read#4\n\tunknown func bpf_probe_read#4\n",                           // Linux 5.10
+		"load program: invalid argument:\n\t8: (85) call bpf_probe_read#4\n\tprogram of this type cannot use helper bpf_probe_read#4\n", // 6.12
 	} {
 		refused := errors.New(verifier)
 		err := Explain(refused)
@@ -54,7 +55,7 @@ func TestExplainVerifierLockdown(t *testing.T) {
 		assert.Contains(t, err.Error(), "lockdown=integrity")
 	}
 
-	other := errors.New("load program: permission denied")
+	other := errors.New("load program: permission denied: call bpf_probe_read#4")
 	assert.Equal(t, other, Explain(other))
 	assert.NoError(t, Explain(nil))
 }
