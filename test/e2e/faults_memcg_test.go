@@ -85,18 +85,3 @@ func (cg *memoryCgroup) ooms() uint64 {
 	}
 	return 0
 }
-
-// rssOf is a process's resident memory, 0 once it is gone.
-func rssOf(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
-}
