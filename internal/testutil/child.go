@@ -205,6 +205,15 @@ func (c *Child) until(timeout time.Duration, match func(string) bool) ([]string,
 	}
 }
 
+// Pending returns the child's lines of stdout not yet taken, at once.
+func (c *Child) Pending() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lines := c.pending
+	c.pending = nil
+	return lines
+}
+
 // Wait waits for the child to exit by itself and returns what exec's Wait
 // returned. When it has not exited within timeout it is killed and the test
 // fails with its last output.

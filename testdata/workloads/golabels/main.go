@@ -6,7 +6,10 @@
 // sampling period: under emulation a run sees only a few of its phases); a
 // second goroutine, under handler=sleeper, waits in nanosleep system
 // calls (off CPU, its goroutine still its thread's). It runs for a number
-// of seconds (first argument) and prints its pid first.
+// of seconds (first argument) and prints its pid first, then each second
+// "cpu <checkout ns> <search ns>": the thread CPU time each labelled burn
+// really took so far, overshoot included, the truth a profile's split is
+// compared with.
 package main
 
 import (
@@ -49,27 +52,37 @@ func spin() {
 // however its callers were walked (a stripped Go executable has no CFI);
 // spin is inlined into each.
 
-// burnCheckout burns d of the thread's CPU time.
+// burnCheckout burns d of the thread's CPU time and returns how much it
+// took (a spin more).
 //
 //go:noinline
-func burnCheckout(d time.Duration) {
-	for end := threadCPU() + d; threadCPU() < end; {
+func burnCheckout(d time.Duration) time.Duration {
+	start := threadCPU()
+	now := start
+	for end := start + d; now < end; now = threadCPU() {
 		spin()
 	}
+	return now - start
 }
 
 //go:noinline
-func burnSearch(d time.Duration) {
-	for end := threadCPU() + d; threadCPU() < end; {
+func burnSearch(d time.Duration) time.Duration {
+	start := threadCPU()
+	now := start
+	for end := start + d; now < end; now = threadCPU() {
 		spin()
 	}
+	return now - start
 }
 
 //go:noinline
-func burnUnlabeled(d time.Duration) {
-	for end := threadCPU() + d; threadCPU() < end; {
+func burnUnlabeled(d time.Duration) time.Duration {
+	start := threadCPU()
+	now := start
+	for end := start + d; now < end; now = threadCPU() {
 		spin()
 	}
+	return now - start
 }
 
 //go:noinline
@@ -99,10 +112,16 @@ func main() {
 	// The literals are referenced by the reader; tenant's value, made at
 	// run time (on the heap), is copied.
 	tenant := "t-" + strconv.Itoa(42)
-	for time.Now().Before(until) {
+	var checkout, search time.Duration
+	next := time.Now().Add(time.Second)
+	for now := time.Now(); now.Before(until); now = time.Now() {
+		if now.After(next) {
+			fmt.Printf("cpu %d %d\n", checkout, search)
+			next = now.Add(time.Second)
+		}
 		u := time.Millisecond + rand.N(2*time.Millisecond)
-		pprof.Do(ctx, pprof.Labels("handler", "checkout"), func(context.Context) { burnCheckout(3 * u) })
-		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", tenant), func(context.Context) { burnSearch(u) })
+		pprof.Do(ctx, pprof.Labels("handler", "checkout"), func(context.Context) { checkout += burnCheckout(3 * u) })
+		pprof.Do(ctx, pprof.Labels("handler", "search", "tenant", tenant), func(context.Context) { search += burnSearch(u) })
 		burnUnlabeled(u)
 	}
 }
