@@ -330,6 +330,9 @@ type Stats struct {
 	// drain (their mappings are walked with frame pointers).
 	UnwindTables, UnwindTableBytes uint64
 	TableFailures                  TableFailures
+	// TableFailureNotes are the first file of each reason left without a
+	// table in the collector's life, for one log line each.
+	TableFailureNotes []string
 	// TablesReady are how long the processes announced since the previous
 	// drain waited for the tables of all their files (a sample of them
 	// when very many started).
@@ -441,6 +444,7 @@ func (s Stats) Add(o Stats) Stats {
 		s.TableFailures[i] += o.TableFailures[i]
 	}
 	s.TablesReady = append(s.TablesReady[:len(s.TablesReady):len(s.TablesReady)], o.TablesReady...)
+	s.TableFailureNotes = append(s.TableFailureNotes[:len(s.TableFailureNotes):len(s.TableFailureNotes)], o.TableFailureNotes...)
 	s.PythonUnsupported += o.PythonUnsupported
 	s.PythonUnsupportedErrors = append(s.PythonUnsupportedErrors[:len(s.PythonUnsupportedErrors):len(s.PythonUnsupportedErrors)],
 		o.PythonUnsupportedErrors...)

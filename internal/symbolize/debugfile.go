@@ -108,8 +108,10 @@ type debugFile struct {
 // id buildID (build ids must be equal when both have one; a file found
 // through .gnu_debuglink must also have the CRC link.crc) and returns its
 // .symtab. It may panic on a fault of a truncated mapping (the caller
-// recovers, see withFaultPanic).
-func parseDebugFile(data []byte, c debugCandidate, buildID string, link debugLink) (rawSymbols, error) {
+// recovers, see withFaultPanic). release, when not nil, drops pages of data
+// from the resident set once read (the CRC reads the whole file: a
+// ClickHouse's is gigabytes).
+func parseDebugFile(data []byte, release func([]byte), c debugCandidate, buildID string, link debugLink) (rawSymbols, error) {
 	f, noSections, err := newELF(data)
 	if err != nil {
 		return rawSymbols{}, err
@@ -118,7 +120,7 @@ func parseDebugFile(data []byte, c debugCandidate, buildID string, link debugLin
 		return rawSymbols{}, errors.New("section header table unusable")
 	}
 	if c.link {
-		if crc := crc32.ChecksumIEEE(data); crc != link.crc {
+		if crc := checksum(data, release); crc != link.crc {
 			return rawSymbols{}, fmt.Errorf("%w: CRC-32 %08x, the .gnu_debuglink of the binary says %08x", errDebugMismatch, crc, link.crc)
 		}
 	}
@@ -222,7 +224,7 @@ func (s *Symbolizer) openDebugFile(pid uint32, c debugCandidate, st procfs.Statu
 		return nil, fmt.Errorf("map %s: %w", name, err)
 	}
 	var raw rawSymbols
-	if ferr := withFaultPanic(func() { raw, err = parseDebugFile(mf.data, c, ef.buildIDGNU, ef.debugLink) }); ferr != nil {
+	if ferr := withFaultPanic(func() { raw, err = parseDebugFile(mf.data, mf.release, c, ef.buildIDGNU, ef.debugLink) }); ferr != nil {
 		err = fmt.Errorf("malformed ELF: %w", ferr)
 	}
 	mf.releasePages()
@@ -231,4 +233,22 @@ func (s *Symbolizer) openDebugFile(pid uint32, c debugCandidate, st procfs.Statu
 		return nil, fmt.Errorf("parse %s: %w", name, err)
 	}
 	return &debugFile{path: c.path, mapped: mf, symtab: raw}, nil
+}
+
+// crcChunk is how much of a file checksum reads before it releases the
+// pages read: what the CRC adds to the collector's resident set.
+const crcChunk = 8 << 20
+
+// checksum is the CRC-32 (IEEE) of data, read crcChunk at a time, each
+// chunk's pages released after it when release is not nil.
+func checksum(data []byte, release func([]byte)) uint32 {
+	var crc uint32
+	for off := 0; off < len(data); off += crcChunk {
+		chunk := data[off:min(off+crcChunk, len(data))]
+		crc = crc32.Update(crc, crc32.IEEETable, chunk)
+		if release != nil {
+			release(chunk)
+		}
+	}
+	return crc
 }

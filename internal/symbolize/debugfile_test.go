@@ -149,7 +149,7 @@ func FuzzDebugFile(f *testing.F) {
 			return
 		}
 		parseDebugLink(ef, data)
-		raw, err := parseDebugFile(data, debugCandidate{link: true}, "", debugLink{crc: crc32.ChecksumIEEE(data)})
+		raw, err := parseDebugFile(data, nil, debugCandidate{link: true}, "", debugLink{crc: crc32.ChecksumIEEE(data)})
 		if err != nil {
 			return
 		}
@@ -158,4 +158,26 @@ func FuzzDebugFile(f *testing.F) {
 			tab.lookup(e.addr)
 		}
 	})
+}
+
+func TestChecksumByChunks(t *testing.T) {
+	for _, n := range []int{0, 1, crcChunk - 1, crcChunk, crcChunk + 1, 3*crcChunk - 5} {
+		data := make([]byte, n)
+		for i := range data {
+			data[i] = byte(i*7 + i>>9)
+		}
+		var released int
+		got := checksum(data, func(b []byte) {
+			if len(b) > crcChunk {
+				t.Errorf("%d bytes: a chunk of %d released", n, len(b))
+			}
+			released += len(b)
+		})
+		if want := crc32.ChecksumIEEE(data); got != want {
+			t.Errorf("%d bytes: CRC %08x, want %08x", n, got, want)
+		}
+		if released != n {
+			t.Errorf("%d bytes: %d released", n, released)
+		}
+	}
 }

@@ -1,10 +1,14 @@
 package unwinder
 
 import (
+	"errors"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 )
 
 func TestTableBudget(t *testing.T) {
@@ -52,4 +56,22 @@ func TestTableBudgetChargesPages(t *testing.T) {
 	assert.Equal(t, uint64(2048), b.used)
 	b.releaseRows(1)
 	assert.Equal(t, uint64(1024), b.used, "a table gives back what it was charged")
+}
+
+func TestFailureNotesFirstOfEachReason(t *testing.T) {
+	var n failureNotes
+	for _, c := range []struct {
+		reason capture.TableFailure
+		path   string
+	}{{capture.TableSpaceFull, "/a"}, {capture.TableSpaceFull, "/b"}, {capture.TableOpenFailed, "/c"}, {capture.TableSpaceFull, "/d"}} {
+		n.note(c.reason, c.path, errors.New(c.reason.Reason()))
+	}
+	if got, want := n.take(), []string{"/a: space_full", "/c: open_failed"}; !slices.Equal(got, want) {
+		t.Errorf("first take %q, want %q", got, want)
+	}
+	n.note(capture.TableSpaceFull, "/e", errors.New("space_full"))
+	n.note(capture.TableTooLarge, "/f", errors.New("too_large"))
+	if got, want := n.take(), []string{"/f: too_large"}; !slices.Equal(got, want) {
+		t.Errorf("second take %q, want %q", got, want)
+	}
 }

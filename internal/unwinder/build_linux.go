@@ -34,6 +34,7 @@ type pendingBuild struct {
 	t       *fileTable
 	f       *os.File
 	ef      *elf.File
+	path    string // as the first process that maps it sees it
 	id      string // build id
 	large   bool   // built in the large files' queue
 	rank    int    // how many files of its process were queued before it
@@ -90,7 +91,7 @@ func (l *Loader) table(pid uint32, m procfs.Map, rank *int) (*fileTable, fileKey
 		var err error
 		var stamp fileStamp
 		if t, stamp, err = l.identify(pid, m, rank); err != nil {
-			l.stats.countFailure(err)
+			l.failed(err, m.Path)
 		}
 		if t == nil {
 			t = &fileTable{}
@@ -146,7 +147,7 @@ func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, file
 	// frame pointers, and its interpreter, thread context and Go labels,
 	// if any, are read already.
 	t := &fileTable{progs: progHeaders(ef), runtime: l.detectRuntime(ef), threadCtx: l.detectThreadCtx(ef), goLabels: l.detectGoLabels(f, ef)}
-	pb := &pendingBuild{t: t, f: f, ef: ef, id: id, large: cfiSize(ef) >= largeCFI, rank: *rank}
+	pb := &pendingBuild{t: t, f: f, ef: ef, path: m.Path, id: id, large: cfiSize(ef) >= largeCFI, rank: *rank}
 	*rank++
 	t.building = pb
 	if id != "" {
@@ -221,7 +222,7 @@ func (l *Loader) runBuilds(ln lane) {
 			err = l.install(pb, rows, base)
 		}
 		if err != nil {
-			l.stats.countFailure(err)
+			l.failed(err, pb.path)
 		}
 		now := time.Now()
 		for _, w := range pb.waiters {
@@ -275,12 +276,13 @@ func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64)
 		return nil
 	}
 	if len(rows) > maxSearchRows {
-		return &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, at most %d", len(rows), maxSearchRows)}
+		return &Failure{Reason: capture.TableTooLarge, Err: fmt.Errorf("%d rows, more than the %d a table's search covers", len(rows), maxSearchRows)}
 	}
 	slot, ok := l.allocEvicting(uint32(len(rows)))
 	if !ok {
 		return &Failure{Reason: capture.TableSpaceFull,
-			Err: fmt.Errorf("%d rows do not fit (%d of %d in use)", len(rows), l.budget.used, l.budget.capacity)}
+			Err: fmt.Errorf("%d rows (%.1f MiB) do not fit unwinding::table_memory_mib (%.1f of %.1f MiB in use): raise it",
+				len(rows), mib(uint64(len(rows))), mib(l.budget.used), mib(l.budget.capacity))}
 	}
 	if err := l.addTable(slot, rows); err != nil {
 		l.budget.releaseRows(uint32(len(rows)))

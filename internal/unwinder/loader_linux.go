@@ -155,6 +155,22 @@ type Loader struct {
 	// unsupportedSeen are the reasons for refused interpreters already
 	// taken: each is reported once.
 	unsupportedSeen map[string]bool
+	// failures keeps the first file of each reason that got no table.
+	failures failureNotes
+}
+
+// failed counts err, why the file at path got no table, and keeps the
+// first of its reason for the log (TakeFailureNotes).
+func (l *Loader) failed(err error, path string) {
+	l.failures.note(l.stats.countFailure(err), path, err)
+}
+
+// TakeFailureNotes returns the first failure of each reason not taken yet,
+// as "<path>: <reason>: <error>".
+func (l *Loader) TakeFailureNotes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.failures.take()
 }
 
 // NewLoader returns a Loader of maps whose tables hold at most capacity

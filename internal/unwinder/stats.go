@@ -2,6 +2,7 @@ package unwinder
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -77,11 +78,38 @@ type Failure struct {
 func (f *Failure) Error() string { return f.Reason.Reason() + ": " + f.Err.Error() }
 func (f *Failure) Unwrap() error { return f.Err }
 
-func (s *Stats) countFailure(err error) {
-	var f *Failure
-	if errors.As(err, &f) {
-		s.Failed[f.Reason]++
-		return
+// countFailure counts err under its reason and returns the reason.
+func (s *Stats) countFailure(err error) capture.TableFailure {
+	reason := capture.TableMalformed
+	if f := (*Failure)(nil); errors.As(err, &f) {
+		reason = f.Reason
 	}
-	s.Failed[capture.TableMalformed]++
+	s.Failed[reason]++
+	return reason
+}
+
+// mib is rows' kernel memory in MiB.
+func mib(rows uint64) float64 { return float64(rows*RowBytes) / (1 << 20) }
+
+// failureNotes keeps the first failure of each reason for the log: one
+// line per reason in the loader's life, the others only counted.
+type failureNotes struct {
+	noted   capture.TableFailures // non-zero: the reason's first was kept
+	pending []string
+}
+
+// note keeps err, the failure of the file at path, when it is the first
+// of its reason.
+func (n *failureNotes) note(reason capture.TableFailure, path string, err error) {
+	if n.noted[reason] == 0 {
+		n.noted[reason] = 1
+		n.pending = append(n.pending, fmt.Sprintf("%s: %v", path, err))
+	}
+}
+
+// take returns the notes kept since the previous take.
+func (n *failureNotes) take() []string {
+	out := n.pending
+	n.pending = nil
+	return out
 }

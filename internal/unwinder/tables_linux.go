@@ -414,4 +414,5 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.PythonUnsupported += py - t.reportedPythonUnsupported
 	t.reportedPythonUnsupported = py
 	st.PythonUnsupportedErrors = append(st.PythonUnsupportedErrors, t.loader.takeUnsupportedErrors(capture.CPython.Name())...)
+	st.TableFailureNotes = append(st.TableFailureNotes, t.loader.TakeFailureNotes()...)
 }
