@@ -20,7 +20,7 @@ export GOFLAGS ?= -mod=mod
 # COLLECTOR_CORE, COLLECTOR_STABLE, COLLECTOR_CONTRIB, MDATAGEN_VERSION.
 include collector-release.mk
 
-.PHONY: all build run test faults unit fuzz check-runtimes bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
+.PHONY: all build run test faults container-tools unit fuzz check-runtimes bench gateway-collector generate generate-bpf generate-metadata check-generated check-release upgrade-collector lint tools collector clean test-tools test-kernels kernel-tools
 
 # apt_install installs those of the Debian packages $(1) that are missing.
 apt_install = @need=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
@@ -83,7 +83,7 @@ test: $(COLLECTOR) test-tools
 # change sysctls and must have the machine to themselves. Each prints its
 # figures as "FIGURE <scenario>: ...".
 FAULTS ?= full
-faults: $(COLLECTOR) test-tools
+faults: $(COLLECTOR) test-tools container-tools
 	BPFPROFILER_FAULTS=$(FAULTS) BPFPROFILER_COLLECTOR=$(COLLECTOR) BPFPROFILER_REQUIRE_BPF=1 \
 		$(GO) test -count=1 -p 1 -v -timeout 3h -run '^TestFault' ./test/e2e
 
@@ -158,6 +158,13 @@ test-tools:
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }
+
+# The container runtimes of the fault scenario TestFaultContainerRuntimes:
+# Debian's containerd and runc, docker.io (dockerd; its client is
+# /usr/bin/docker) and podman. The test runs daemons of its own, with their
+# own state, whether or not the packages' services run.
+container-tools:
+	$(call apt_install,containerd runc docker.io podman)
 
 # The plain gateway collector of the bench's gateway suite (otlp receiver,
 # otlp_grpc exporter, core components only), built by ocb.
