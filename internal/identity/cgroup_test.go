@@ -201,6 +201,40 @@ var cgroupCases = []struct {
 		file: "0::/kubepods.slice/kubepods-podnot_a_uid.slice/cri-containerd-" + idCtrd + ".scope\n",
 		want: Cgroup{ContainerID: idCtrd, Runtime: RuntimeContainerd},
 	},
+	// As the runtimes of test/e2e TestFaultContainerRuntimes write them on
+	// a hybrid host (runc's cgroupfs manager, every hierarchy), and from a
+	// mount namespace where /sys/fs/cgroup is cgroup2 alone (v2 only; the
+	// v1 lines stay the parent's).
+	{
+		name: "containerd CRI cgroupfs besteffort, hybrid",
+		file: "9:name=systemd:/kubepods/besteffort/pod" + podUID1 + "/" + idBare + "\n" +
+			"4:memory:/kubepods/besteffort/pod" + podUID1 + "/" + idBare + "\n" +
+			"1:cpu:/kubepods/besteffort/pod" + podUID1 + "/" + idBare + "\n" +
+			"0::/kubepods/besteffort/pod" + podUID1 + "/" + idBare + "\n",
+		want: Cgroup{ContainerID: idBare, PodUID: podUID1},
+	},
+	{
+		name: "containerd CRI cgroupfs besteffort, v2 only",
+		file: "9:name=systemd:/\n4:memory:/process_api/de7fd388248a30412ba49adb2f6a9503\n1:cpu:/\n" +
+			"0::/kubepods/besteffort/pod" + podUID1 + "/" + idBare + "\n",
+		want: Cgroup{ContainerID: idBare, PodUID: podUID1},
+	},
+	{
+		name: "docker cgroupfs, v2 only",
+		file: "9:name=systemd:/\n4:memory:/process_api/de7fd388248a30412ba49adb2f6a9503\n0::/docker/" + idDocker + "\n",
+		want: Cgroup{ContainerID: idDocker, Runtime: RuntimeDocker},
+	},
+	{
+		name: "podman cgroupfs, hybrid",
+		file: "9:name=systemd:/libpod_parent/libpod-" + idPodman + "\n1:cpu:/libpod_parent/libpod-" + idPodman + "\n" +
+			"0::/libpod_parent/libpod-" + idPodman + "\n",
+		want: Cgroup{ContainerID: idPodman, Runtime: RuntimePodman},
+	},
+	{
+		name: "podman cgroupfs, v2 only",
+		file: "9:name=systemd:/\n4:memory:/process_api/de7fd388248a30412ba49adb2f6a9503\n0::/libpod_parent/libpod-" + idPodman + "\n",
+		want: Cgroup{ContainerID: idPodman, Runtime: RuntimePodman},
+	},
 	{
 		name: "this machine's memory cgroup",
 		file: "9:name=systemd:/\n4:memory:/process_api/de7fd388248a30412ba49adb2f6a9503\n0::/\n",
