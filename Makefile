@@ -77,7 +77,8 @@ test: $(COLLECTOR) test-tools
 
 # The fault scenarios of README.md "Reliability" (test/e2e TestFault*): a
 # collector SIGKILLed while starting and running, degraded nodes, the
-# backend down and slow, clock steps. FAULTS=full measures the README's
+# backend down and slow, clock steps, real container runtimes (installed by
+# container-tools). FAULTS=full measures the README's
 # figures (about 45 minutes); FAULTS=short is CI's version, each scenario
 # within about 3 minutes. Not part of make test: they step the wall clock,
 # change sysctls and must have the machine to themselves. Each prints its
