@@ -22,6 +22,17 @@ const (
 // own. A file without CFI gets an empty table; malformed entries are
 // skipped and counted in the table's Stats.
 func Build(f *elf.File) (*Table, error) {
+	rows, err := BuildRows(f)
+	if err != nil {
+		return nil, err
+	}
+	return rows.table(), nil
+}
+
+// BuildRows is Build without the table's own copy of the rows: Rows.All
+// hands them out in order (a file of millions of rows is then held once,
+// and the caller keeps them in its own form).
+func BuildRows(f *elf.File) (*Rows, error) {
 	a := archOf(f.Machine)
 	if f.Class != elf.ELFCLASS64 || a == nil {
 		return nil, fmt.Errorf("cfi: %v %v: only x86-64 and aarch64 are supported", f.Class, f.Machine)
@@ -38,7 +49,7 @@ func Build(f *elf.File) (*Table, error) {
 		}
 		src.dbg = &frameSection{data: data, debug: true}
 	}
-	return buildSections(src)
+	return parseSections(src)
 }
 
 // sources are what a table is built from.
@@ -52,6 +63,15 @@ type sources struct {
 
 // buildSections builds the table of src.
 func buildSections(src sources) (*Table, error) {
+	rows, err := parseSections(src)
+	if err != nil {
+		return nil, err
+	}
+	return rows.table(), nil
+}
+
+// parseSections turns the FDEs of src into rows, not laid out yet.
+func parseSections(src sources) (*Rows, error) {
 	b := &builder{arch: src.arch, sink: rowSink{max: maxRows}, exec: src.exec}
 	if eh := src.eh; eh.sec != nil {
 		var err error
@@ -73,6 +93,8 @@ func buildSections(src sources) (*Table, error) {
 	if err := b.addStubs(src.stubs); err != nil {
 		return nil, fmt.Errorf("cfi: PLT: %w", err)
 	}
+	// The sections' bytes can go before the rows are laid out.
+	src.eh.sec, src.dbg, b.cies = nil, nil, nil
 	return b.finish(), nil
 }
 
@@ -288,7 +310,7 @@ func (b *builder) executable(start, end uint64) bool {
 
 // finish lays the spans out: .eh_frame first, .debug_frame in its gaps,
 // stubs in what is left.
-func (b *builder) finish() *Table {
+func (b *builder) finish() *Rows {
 	eh, dropped := resolveOverlaps(b.ehSpans)
 	dbg, dropped2 := resolveOverlaps(b.spans)
 	dbg, covered := uncovered(dbg, eh)
@@ -303,10 +325,5 @@ func (b *builder) finish() *Table {
 		all = append(all, stubs...)
 		slices.SortFunc(all, byStart)
 	}
-	t := &Table{Rows: layout(&b.sink, all), Stats: b.stats}
-	b.sink = rowSink{} // let the rows go
-	for _, r := range t.Rows {
-		t.Stats.Rows[r.Kind]++
-	}
-	return t
+	return &Rows{sink: b.sink, spans: all, Stats: b.stats}
 }

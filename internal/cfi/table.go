@@ -8,6 +8,7 @@ package cfi
 
 import (
 	"fmt"
+	"iter"
 	"sort"
 )
 
@@ -234,4 +235,38 @@ func appendRow(rows []Row, r Row) []Row {
 		return rows
 	}
 	return append(rows, r)
+}
+
+// Rows are a file's unwind rows built but not laid out yet (BuildRows).
+type Rows struct {
+	sink  rowSink
+	spans []span
+	// Stats are the build's; its Rows counts are filled only in a Table.
+	Stats Stats
+}
+
+// All yields the rows as Table.Rows holds them: by PC, alike neighbours
+// merged, gaps between FDEs as KindNoCFI rows.
+func (r *Rows) All() iter.Seq[Row] {
+	return func(yield func(Row) bool) {
+		var last Row
+		n, stop := 0, false
+		walkLayout(&r.sink, r.spans, func(row Row) {
+			if stop || n > 0 && sameRule(last, row) {
+				return
+			}
+			n++
+			last = row
+			stop = !yield(row)
+		})
+	}
+}
+
+// table lays the rows out in a Table.
+func (r *Rows) table() *Table {
+	t := &Table{Rows: layout(&r.sink, r.spans), Stats: r.Stats}
+	for _, row := range t.Rows {
+		t.Stats.Rows[row.Kind]++
+	}
+	return t
 }

@@ -1,9 +1,13 @@
 package cfi
 
 import (
+	"debug/elf"
 	"encoding/binary"
+	"path/filepath"
+	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -223,4 +227,26 @@ func TestRowsAcrossChunks(t *testing.T) {
 	}
 	require.Equal(t, len(want), len(table.Rows))
 	require.Greater(t, len(want), 3*rowChunk, "rows in more than three chunks")
+}
+
+// Rows.All yields what Build's table holds, for the system's own C library
+// and loader.
+func TestRowsAllIsTheTable(t *testing.T) {
+	files, _ := filepath.Glob("/lib/*-linux-gnu/libc.so.6")
+	more, _ := filepath.Glob("/lib/*-linux-gnu/ld-linux-*.so.*")
+	files = append(files, more...)
+	if len(files) == 0 {
+		t.Skip("no glibc here")
+	}
+	for _, path := range files {
+		f, err := elf.Open(path)
+		require.NoError(t, err)
+		table, err := Build(f)
+		require.NoError(t, err)
+		rows, err := BuildRows(f)
+		require.NoError(t, err)
+		f.Close()
+		assert.Equal(t, table.Rows, slices.Collect(rows.All()), path)
+		assert.Greater(t, len(table.Rows), 1000, path)
+	}
 }

@@ -3,6 +3,7 @@ package unwinder
 import (
 	"debug/elf"
 	"fmt"
+	"iter"
 	"runtime"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
@@ -29,11 +30,11 @@ func buildRows(f *elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
 	if f.Machine != hostMachine {
 		return nil, 0, fmt.Errorf("a %v file on a %v host: no table", f.Machine, hostMachine)
 	}
-	t, err := cfi.Build(f)
+	rows, err := cfi.BuildRows(f)
 	if err != nil {
 		return nil, 0, err
 	}
-	return kernelRows(f.Machine, t.Rows)
+	return kernelRows(f.Machine, rows.All())
 }
 
 // kernelRowOf returns the row conversion of machine's layout, or nil.
@@ -47,30 +48,33 @@ func kernelRowOf(m elf.Machine) func(cfi.Row) bpf.CpuUnwindRow {
 	return nil
 }
 
-// kernelRows converts rows (sorted by PC) of a file of machine m to the
+// kernelRows converts rows (by PC) of a file of machine m to the
 // kernel's layout: pcs relative to the first row's, which is returned as
-// the base. A file whose rows are all KindNoCFI has no table (nil).
-func kernelRows(m elf.Machine, rows []cfi.Row) ([]bpf.CpuUnwindRow, uint64, error) {
+// the base. A file whose rows are all KindNoCFI has no table (nil). rows
+// is read twice: once to size the table, once to fill it.
+func kernelRows(m elf.Machine, rows iter.Seq[cfi.Row]) ([]bpf.CpuUnwindRow, uint64, error) {
 	convert := kernelRowOf(m)
 	if convert == nil {
 		return nil, 0, fmt.Errorf("no unwind row layout for %v", m)
 	}
-	useful := false
-	for _, r := range rows {
-		if r.Kind != cfi.KindNoCFI {
-			useful = true
-			break
+	n, useful := 0, false
+	var base, last uint64
+	for r := range rows {
+		if n == 0 {
+			base = r.PC
 		}
+		n++
+		last = r.PC
+		useful = useful || r.Kind != cfi.KindNoCFI
 	}
 	if !useful {
 		return nil, 0, nil
 	}
-	base := rows[0].PC
-	if last := rows[len(rows)-1].PC; last-base >= maxTableLength {
+	if last-base >= maxTableLength {
 		return nil, 0, fmt.Errorf("CFI spans %#x bytes, more than a table covers", last-base)
 	}
-	out := make([]bpf.CpuUnwindRow, 0, len(rows))
-	for _, r := range rows {
+	out := make([]bpf.CpuUnwindRow, 0, n)
+	for r := range rows {
 		kr := convert(r)
 		kr.Pc = uint32(r.PC - base)
 		// Rows that convert alike merge (the first one's pc stays).

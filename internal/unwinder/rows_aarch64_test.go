@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestBuildRowsARM64(t *testing.T) {
 				_, _, err := buildRows(f)
 				require.ErrorContains(t, err, "no table", "another machine's file gets no table")
 			}
-			rows, base, err := kernelRows(f.Machine, table.Rows)
+			rows, base, err := kernelRows(f.Machine, slices.Values(table.Rows))
 			require.NoError(t, err)
 			require.NotEmpty(t, rows)
 

@@ -2,6 +2,7 @@ package unwinder
 
 import (
 	"debug/elf"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -84,12 +85,12 @@ func TestKernelRows(t *testing.T) {
 	cfa := func(pc uint64, off int32) cfi.Row {
 		return cfi.Row{PC: pc, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: off, RAOffset: -8}
 	}
-	rows, base, err := kernelRows(elf.EM_X86_64, []cfi.Row{
+	rows, base, err := kernelRows(elf.EM_X86_64, slices.Values([]cfi.Row{
 		cfa(0x401000, 8), cfa(0x401004, 16),
 		{PC: 0x401010, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 16, RAOffset: -8, FPOffset: 1 << 20}, // unsupported
 		{PC: 0x401020, Kind: cfi.KindUnsupported},                                                            // merges with the one before
 		{PC: 0x401030},
-	})
+	}))
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0x401000), base)
 	assert.Equal(t, []bpf.CpuUnwindRow{
@@ -99,14 +100,14 @@ func TestKernelRows(t *testing.T) {
 		{Pc: 0x30, Rule: kindNoCFI},
 	}, rows)
 
-	rows, _, err = kernelRows(elf.EM_X86_64, []cfi.Row{{PC: 0x1000}, {PC: 0x2000}})
+	rows, _, err = kernelRows(elf.EM_X86_64, slices.Values([]cfi.Row{{PC: 0x1000}, {PC: 0x2000}}))
 	require.NoError(t, err)
 	assert.Nil(t, rows, "a file without CFI has no table")
 
-	_, _, err = kernelRows(elf.EM_X86_64, []cfi.Row{cfa(0x1000, 8), cfa(0x1000+1<<32, 8)})
+	_, _, err = kernelRows(elf.EM_X86_64, slices.Values([]cfi.Row{cfa(0x1000, 8), cfa(0x1000+1<<32, 8)}))
 	assert.Error(t, err, "rows 4 GiB apart do not fit 32-bit pcs")
 
-	_, _, err = kernelRows(elf.EM_RISCV, []cfi.Row{cfa(0x1000, 8), {PC: 0x1010}})
+	_, _, err = kernelRows(elf.EM_RISCV, slices.Values([]cfi.Row{cfa(0x1000, 8), {PC: 0x1010}}))
 	assert.Error(t, err, "a machine without a layout")
 }
 
@@ -200,14 +201,14 @@ func TestKernelRowARM64(t *testing.T) {
 }
 
 func TestKernelRowsARM64(t *testing.T) {
-	rows, base, err := kernelRows(elf.EM_AARCH64, []cfi.Row{
+	rows, base, err := kernelRows(elf.EM_AARCH64, slices.Values([]cfi.Row{
 		{PC: 0x10000, Kind: cfi.KindCFA, CFAReg: cfi.RegSP},
 		{PC: 0x10004, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 32, FPOffset: -32, RAOffset: -24},
 		{PC: 0x10010, Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 1 << 16, FPOffset: -32, RAOffset: -24}, // unsupported
 		{PC: 0x10014, Kind: cfi.KindUnsupported},                                                              // merges with the one before
 		{PC: 0x10020, Kind: cfi.KindStop},
 		{PC: 0x10030},
-	})
+	}))
 	require.NoError(t, err)
 	assert.Equal(t, uint64(0x10000), base)
 	assert.Equal(t, []bpf.CpuUnwindRow{

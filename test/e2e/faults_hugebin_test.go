@@ -136,6 +136,16 @@ service:
 		}
 	} else {
 		assert.GreaterOrEqual(t, spaceFull, 1.0, "the huge binary's table refused for space, counted")
+		var logged []string
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, "got no unwind table") && strings.Contains(line, "space_full") {
+				logged = append(logged, line)
+			}
+		}
+		if assert.Len(t, logged, 1, "log lines of a table refused for space") {
+			assert.Contains(t, logged[0], filepath.Base(huge))
+			assert.Contains(t, logged[0], "unwinding::table_memory_mib")
+		}
 		assert.Less(t, hugeShare, 0.1, "whole stacks of a binary without its table (its chain keeps no frame pointers)")
 	}
 }
