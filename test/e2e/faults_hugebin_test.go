@@ -20,7 +20,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// A binary of ClickHouse's size (3.1 M unwind rows, 25 MiB of .eh_frame,
+// A binary of ClickHouse's size (3.1 M unwind rows, 20 MiB of .eh_frame,
 // 520k C++ symbols in a separate debug file of 1 GiB) already running when
 // a host-wide collector starts in the DaemonSet's memory cgroup, beside a
 // small binary with the same chain: how soon its stacks are whole, the
