@@ -172,13 +172,8 @@ func procStatusKiB(t *testing.T, pid int, field string) uint64 {
 // clears rbp), so only its unwind table can walk it.
 var hugeChain = []string{"spin_rows", "scan_block", "plan_run", "query_execute", "main"}
 
-// hugeFunctionRows is how many unwind rows each filler function of a huge
-// binary has (its CFA changes five times: 6 rows, the last shared with the
-// next function's first).
-const hugeFunctionRows = 6
-
 // hugeBinary builds a binary the size of ClickHouse's or Chromium's in
-// dir: fillers functions with C++ names and the CFI of a pushing,
+// dir: filler functions with C++ names and the CFI of a pushing,
 // frame-allocating prologue each (rows of .eh_frame), and the hot chain
 // between them. It is stripped as distributions ship it: its names and
 // debugBytes of debug sections are in .debug/<name>.debug, found through
