@@ -90,6 +90,19 @@ func waitReady(t *testing.T, out *syncBuffer) {
 // sending its profiles to the OTLP gRPC endpoint addr, with the
 // collector's own metrics off.
 func profilesTo(receiver, addr string) string {
+	return profilesWithMetrics(receiver, addr, "{level: none}")
+}
+
+// profilesMetricsTo is profilesTo with the collector's own metrics served
+// in Prometheus form on 127.0.0.1:metricsPort.
+func profilesMetricsTo(receiver, addr string, metricsPort int) string {
+	return profilesWithMetrics(receiver, addr, fmt.Sprintf(`
+      level: normal
+      readers:
+        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}`, metricsPort))
+}
+
+func profilesWithMetrics(receiver, addr, metrics string) string {
 	return fmt.Sprintf(`
 receivers:
   bpfprofiler:
@@ -99,10 +112,10 @@ receivers:
     tls: {insecure: true}
 service:
   telemetry:
-    metrics: {level: none}
+    metrics: %s
   pipelines:
     profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, receiver, addr)
+`, receiver, addr, metrics)
 }
 
 // startStoppableCollector runs the collector on config; stop ends it before
@@ -267,9 +280,16 @@ func ratio(n, d int64) float64 {
 }
 
 // burnStacks checks the stacks the OTLP endpoint received from cpuburn.
-func burnStacks(s *otlpProfilesServer) burnTotals {
+func burnStacks(s *otlpProfilesServer) burnTotals { return burnStacksOf(s, 0) }
+
+// burnStacksOf checks the stacks of cpuburn's process pid (0: every
+// process's) the OTLP endpoint received.
+func burnStacksOf(s *otlpProfilesServer, pid int) burnTotals {
 	var b burnTotals
 	for _, pd := range s.all() {
+		if pid != 0 {
+			pd = pdata.OfPID(pd, pid)
+		}
 		for _, st := range pdata.Stacks(pd) {
 			b.all += st.Value
 			for _, fn := range st.Functions {

@@ -154,7 +154,7 @@ func TestFaultContainerRuntimes(t *testing.T) {
 				"%s: %v: want ≥ 99%% of its samples with %v, got %d of %d; the commonest other: %s", c.name, w, c.want(w), good, all, wrong)
 		}
 	}
-	st := hostStacks(imageOTLP, host.Pid())
+	st := burnStacksOf(imageOTLP, host.Pid())
 	faultFigure(t, "image: host process pid %d: %d samples, %.1f%% naming burn_hot or burn_cold, %.1f%% of those called from run",
 		host.Pid(), st.all, 100*st.named(), 100*st.chains())
 	assert.GreaterOrEqual(t, st.named(), 0.95, "image: share of the host process's %d samples naming burn_hot or burn_cold", st.all)
@@ -236,27 +236,6 @@ func counts(s *otlpProfilesServer, ws []workload) string {
 		c = append(c, fmt.Sprintf("%v: %d (%d named)", w, all, good))
 	}
 	return strings.Join(c, "; ")
-}
-
-// hostStacks checks the stacks of cpuburn's process pid (see burnStacks).
-func hostStacks(s *otlpProfilesServer, pid int) burnTotals {
-	var b burnTotals
-	for _, pd := range s.all() {
-		for _, st := range pdata.Stacks(pdata.OfPID(pd, pid)) {
-			b.all += st.Value
-			for i, fn := range st.Functions {
-				if fn != "burn_hot" && fn != "burn_cold" {
-					continue
-				}
-				b.burning += st.Value
-				if i+1 < len(st.Functions) && st.Functions[i+1] == "run" {
-					b.chained += st.Value
-				}
-				break
-			}
-		}
-	}
-	return b
 }
 
 // daemonSetCaps are the capabilities deploy/kubernetes/daemonset.yaml adds

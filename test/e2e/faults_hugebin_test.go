@@ -56,25 +56,10 @@ func runHugeBinary(t *testing.T, bin, huge, small string, budgetMiB int, fits, f
 	require.NoError(t, err)
 	otlp, addr := startOTLPServer(t)
 	metricsPort := freePort(t)
-	config := fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 1s
+	config := profilesMetricsTo(fmt.Sprintf(`    report_interval: 1s
     cpu: {samples_per_second: 99}
     unwinding: {table_memory_mib: %d}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  telemetry:
-    metrics:
-      level: normal
-      readers:
-        - pull: {exporter: {prometheus: {host: 127.0.0.1, port: %d}}}
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
-`, budgetMiB, addr, metricsPort)
+`, budgetMiB), addr, metricsPort)
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
 	cg := newMemoryCgroup(t, daemonSetMemory)
