@@ -159,8 +159,18 @@ type execPacer struct {
 	skipped atomic.Int64 // ticks with every slot busy
 }
 
-// startPacer starts the pacer; stop it with stop.
+// pacerRunTimeout bounds each run of the pacer: one still running then is
+// killed (and not counted).
+const pacerRunTimeout = 10 * time.Second
+
+// startPacer starts the pacer running argv; stop it with stop.
 func startPacer(rate int, argv ...string) *execPacer {
+	return startPacerOf(rate, func() []string { return argv })
+}
+
+// startPacerOf starts a pacer running the command line next returns at each
+// tick (another program each time, if it likes); stop it with stop.
+func startPacerOf(rate int, next func() []string) *execPacer {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &execPacer{cancel: cancel}
 	slots := make(chan struct{}, pacerInFlight)
@@ -181,11 +191,14 @@ func startPacer(rate int, argv ...string) *execPacer {
 				p.skipped.Add(1)
 				continue
 			}
+			argv := next()
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
 				defer func() { <-slots }()
-				cmd := exec.Command(argv[0], argv[1:]...)
+				runCtx, cancel := context.WithTimeout(ctx, pacerRunTimeout)
+				defer cancel()
+				cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
 				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 				if cmd.Run() == nil {
 					p.done.Add(1)
