@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -46,9 +48,13 @@ func drawSoakPNG(path, title string, samples []soakSample) error {
 			{"all maps", toMiB(func(s soakSample) uint64 { return s.bpf.total() }), soakBlue},
 			{"unwind tables", toMiB(func(s soakSample) uint64 { return s.bpf.innerByte }), soakOrange},
 		}},
-		{"collector CPU", "% of a core", []soakSeries{
+		{"collector CPU (from the first interval on: the first sample holds the start-up)", "% of a core", []soakSeries{
 			{"CPU", func(s soakSample) float64 { return s.cpu }, soakBlue},
 		}},
+	}
+	cpuSamples := samples
+	if len(cpuSamples) > 1 {
+		cpuSamples = cpuSamples[1:]
 	}
 	const rows = 3
 	img := vgimg.New(10*vg.Inch, 9*vg.Inch)
@@ -59,12 +65,17 @@ func drawSoakPNG(path, title string, samples []soakSample) error {
 		p.Title.Text = panel.title
 		p.X.Label.Text = "minutes since the collector was ready"
 		p.Y.Label.Text = panel.unit
-		p.Y.Min = 0
+		p.X.Tick.Marker = minuteTicks{}
 		p.Add(plotter.NewGrid())
 		p.Legend.Top = true
 		p.Legend.Left = true
+		panelSamples := samples
+		if i == len(panels)-1 {
+			panelSamples = cpuSamples
+		}
+		top := 0.0
 		for _, s := range panel.series {
-			line, err := plotter.NewLine(soakPoints(samples, s.value))
+			line, err := plotter.NewLine(soakPoints(panelSamples, s.value))
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
@@ -72,7 +83,12 @@ func drawSoakPNG(path, title string, samples []soakSample) error {
 			line.Width = vg.Points(1.5)
 			p.Add(line)
 			p.Legend.Add(s.name, line)
+			for _, pt := range line.XYs {
+				top = max(top, pt.Y)
+			}
 		}
+		// Room above the lines for the legend.
+		p.Y.Min, p.Y.Max = 0, max(top*1.35, 1)
 		p.Draw(tiles.At(dc, 0, i))
 	}
 	f, err := os.Create(path)
@@ -93,4 +109,23 @@ func soakPoints(samples []soakSample, value func(soakSample) float64) plotter.XY
 		pts = append(pts, plotter.XY{X: float64(s.at) / float64(time.Minute), Y: value(s)})
 	}
 	return pts
+}
+
+// minuteTicks marks the time axis every 1, 2, 5, 10 or 15 minutes: the
+// smallest step with at most 12 marks.
+type minuteTicks struct{}
+
+func (minuteTicks) Ticks(lo, hi float64) []plot.Tick {
+	step := 15.0
+	for _, s := range []float64{0.5, 1, 2, 5, 10} {
+		if (hi-lo)/s <= 12 {
+			step = s
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for x := math.Ceil(lo/step) * step; x <= hi; x += step {
+		ticks = append(ticks, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
+	}
+	return ticks
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/csv"
+	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -296,6 +297,50 @@ func TestFdinfoField(t *testing.T) {
 	} {
 		if got, ok := fdinfoField(data, c.key); got != c.want || ok != c.ok {
 			t.Errorf("fdinfoField(%q) = %d, %v; want %d, %v", c.key, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestDrawSoakPNG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "soak.png")
+	samples := samplesGrowing(time.Hour, 0)
+	for i := range samples {
+		samples[i].cpu = 2
+		samples[i].cgroup = samples[i].rss + samples[i].bpf.total()
+	}
+	if err := drawSoakPNG(path, "test", samples); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg, err := png.DecodeConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Width < 600 || cfg.Height < 500 {
+		t.Errorf("a %dx%d image", cfg.Width, cfg.Height)
+	}
+}
+
+func TestMinuteTicks(t *testing.T) {
+	for _, c := range []struct {
+		lo, hi float64
+		want   string
+	}{
+		{0, 3, "0 0.5 1 1.5 2 2.5 3"},
+		{0, 60, "0 5 10 15 20 25 30 35 40 45 50 55 60"},
+		{0.2, 11, "1 2 3 4 5 6 7 8 9 10 11"},
+		{0, 240, "0 15 30 45 60 75 90 105 120 135 150 165 180 195 210 225 240"},
+	} {
+		var got []string
+		for _, tk := range (minuteTicks{}).Ticks(c.lo, c.hi) {
+			got = append(got, tk.Label)
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("ticks of %v..%v: %q, want %q", c.lo, c.hi, strings.Join(got, " "), c.want)
 		}
 	}
 }
