@@ -200,8 +200,8 @@ func sampleSoak(ctx context.Context, probe *soakProbe, table *soakCSV, c *collec
 // line is s as a line of progress.
 func (s soakSample) line() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%5.1f min: RSS %.1f MiB, Go heap %.1f MiB, cgroup %.1f MiB, BPF %.1f MiB (%d maps, %d tables %.1f MiB), CPU %.2f%%, %d execs (%.1f/s), build ids %d",
-		s.at.Minutes(), mib(s.rss), mib(s.goHeap), mib(s.cgroup), mib(s.bpf.total()), s.bpf.maps, s.bpf.inner, mib(s.bpf.innerByte),
+	fmt.Fprintf(&b, "%5.1f min: RSS %.1f MiB, Go heap %.1f MiB, cgroup %.1f MiB (page cache %.1f, peak %.1f), BPF %.1f MiB (%d maps, %d tables %.1f MiB), CPU %.2f%%, %d execs (%.1f/s), build ids %d",
+		s.at.Minutes(), mib(s.rss), mib(s.goHeap), mib(s.cgroup), mib(s.cgroupCache), mib(s.cgroupPeak), mib(s.bpf.total()), s.bpf.maps, s.bpf.inner, mib(s.bpf.innerByte),
 		s.cpu, s.execs, s.execRate, s.buildIDs)
 	if s.metricsOK {
 		fmt.Fprintf(&b, ", unwind tables %.0f (%.1f MiB), python %.0f, jvm %.0f, v8 %.0f processes",
@@ -239,6 +239,8 @@ func printSoakFigures(w io.Writer, samples []soakSample) {
 	bytesRow("collector RSS", func(s soakSample) uint64 { return s.rss })
 	bytesRow("Go heap", func(s soakSample) uint64 { return s.goHeap })
 	bytesRow("cgroup memory", func(s soakSample) uint64 { return s.cgroup })
+	bytesRow("cgroup page cache", func(s soakSample) uint64 { return s.cgroupCache })
+	bytesRow("cgroup less page cache", func(s soakSample) uint64 { return s.cgroup - min(s.cgroup, s.cgroupCache) })
 	bytesRow("BPF maps, all", func(s soakSample) uint64 { return s.bpf.total() })
 	bytesRow("BPF maps, unwind tables", func(s soakSample) uint64 { return s.bpf.innerByte })
 	countRow := func(name, unit string, f func(soakSample) float64) {

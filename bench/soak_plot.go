@@ -40,7 +40,8 @@ func drawSoakPNG(path, title string, samples []soakSample) error {
 		series      []soakSeries
 	}{
 		{title, "MiB", []soakSeries{
-			{"cgroup (BPF maps included)", toMiB(func(s soakSample) uint64 { return s.cgroup }), soakRed},
+			{"cgroup (BPF maps and page cache included)", toMiB(func(s soakSample) uint64 { return s.cgroup }), soakRed},
+			{"cgroup less page cache", toMiB(func(s soakSample) uint64 { return s.cgroup - min(s.cgroup, s.cgroupCache) }), soakOrange},
 			{"RSS", toMiB(func(s soakSample) uint64 { return s.rss }), soakBlue},
 			{"Go heap", toMiB(func(s soakSample) uint64 { return s.goHeap }), soakGreen},
 		}},

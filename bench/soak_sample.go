@@ -13,14 +13,17 @@ import (
 
 // soakSample is one reading of the collector and its load.
 type soakSample struct {
-	at       time.Duration // since the collector was ready
-	rss      uint64        // VmRSS
-	goHeap   uint64        // otelcol_process_runtime_heap_alloc_bytes (0: not scraped)
-	cgroup   uint64        // memory charged to its cgroup, BPF maps included
-	bpf      bpfMemory
-	cpu      float64 // % of a core since the previous sample (the first: since the start)
-	execs    int64   // pacer runs completed since the collector was ready
-	execRate float64 // per second since the previous sample
+	at     time.Duration // since the collector was ready
+	rss    uint64        // VmRSS
+	goHeap uint64        // otelcol_process_runtime_heap_alloc_bytes (0: not scraped)
+	cgroup uint64        // memory charged to its cgroup, BPF maps included
+	// cgroupCache is the page cache in cgroup (files the collector read),
+	// reclaimable; cgroupPeak the most charged so far.
+	cgroupCache, cgroupPeak uint64
+	bpf                     bpfMemory
+	cpu                     float64 // % of a core since the previous sample (the first: since the start)
+	execs                   int64   // pacer runs completed since the collector was ready
+	execRate                float64 // per second since the previous sample
 	// The collector's own gauges (-1: not scraped).
 	unwindTables, unwindTableBytes float64
 	pythonProcs, jvmProcs, v8Procs float64
@@ -33,7 +36,7 @@ type soakSample struct {
 
 // soakCSVHeader names the columns of the soak's CSV, one sample a row.
 var soakCSVHeader = []string{
-	"seconds", "rss_bytes", "go_heap_bytes", "cgroup_bytes", "bpf_bytes", "bpf_map_bytes", "bpf_table_bytes",
+	"seconds", "rss_bytes", "go_heap_bytes", "cgroup_bytes", "cgroup_page_cache_bytes", "cgroup_peak_bytes", "bpf_bytes", "bpf_map_bytes", "bpf_table_bytes",
 	"bpf_maps", "bpf_tables", "cpu_percent", "execs", "execs_per_second",
 	"unwind_tables", "unwind_table_bytes", "python_processes", "jvm_processes", "v8_processes",
 	"oom_kills", "build_ids",
@@ -44,7 +47,7 @@ func (s soakSample) csvRecord() []string {
 	u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 	f := func(x float64, prec int) string { return strconv.FormatFloat(x, 'f', prec, 64) }
 	return []string{
-		f(s.at.Seconds(), 1), u(s.rss), u(s.goHeap), u(s.cgroup), u(s.bpf.total()), u(s.bpf.mapBytes), u(s.bpf.innerByte),
+		f(s.at.Seconds(), 1), u(s.rss), u(s.goHeap), u(s.cgroup), u(s.cgroupCache), u(s.cgroupPeak), u(s.bpf.total()), u(s.bpf.mapBytes), u(s.bpf.innerByte),
 		strconv.Itoa(s.bpf.maps), strconv.Itoa(s.bpf.inner), f(s.cpu, 2), strconv.FormatInt(s.execs, 10), f(s.execRate, 1),
 		f(s.unwindTables, 0), f(s.unwindTableBytes, 0), f(s.pythonProcs, 0), f(s.jvmProcs, 0), f(s.v8Procs, 0),
 		u(s.oomKills), strconv.Itoa(s.buildIDs),
@@ -97,7 +100,7 @@ func (p *soakProbe) read(ctx context.Context) (soakSample, error) {
 	if s.rss, err = readVmRSS(p.pid); err != nil {
 		return s, fmt.Errorf("collector gone: %w", err)
 	}
-	s.cgroup, s.oomKills = p.cgroup.Usage(), p.cgroup.OOMKills()
+	s.cgroup, s.cgroupCache, s.cgroupPeak, s.oomKills = p.cgroup.Usage(), p.cgroup.PageCache(), p.cgroup.Peak(), p.cgroup.OOMKills()
 	var bpfErr error
 	if s.bpf, bpfErr = readBPFMemory(p.pid); bpfErr != nil {
 		s.bpfErr = bpfErr.Error()

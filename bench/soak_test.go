@@ -145,7 +145,7 @@ func TestSoakCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := soakSample{at: 90 * time.Second, rss: 100 << 20, goHeap: 30 << 20, cgroup: 200 << 20,
+	s := soakSample{at: 90 * time.Second, rss: 100 << 20, goHeap: 30 << 20, cgroup: 200 << 20, cgroupCache: 50 << 20, cgroupPeak: 300 << 20,
 		bpf: bpfMemory{maps: 70, mapBytes: 60 << 20, inner: 12, innerByte: 4 << 20}, cpu: 1.234, execs: 9000, execRate: 99.96,
 		unwindTables: 12, unwindTableBytes: 3 << 20, pythonProcs: 5, jvmProcs: 2, v8Procs: 1, buildIDs: 100}
 	for _, s := range []soakSample{s, {at: 100 * time.Second, unwindTables: -1, unwindTableBytes: -1, pythonProcs: -1, jvmProcs: -1, v8Procs: -1, oomKills: 1}} {
@@ -159,9 +159,9 @@ func TestSoakCSV(t *testing.T) {
 	}
 	want := [][]string{
 		soakCSVHeader,
-		{"90.0", "104857600", "31457280", "209715200", "67108864", "62914560", "4194304", "70", "12", "1.23", "9000", "100.0",
+		{"90.0", "104857600", "31457280", "209715200", "52428800", "314572800", "67108864", "62914560", "4194304", "70", "12", "1.23", "9000", "100.0",
 			"12", "3145728", "5", "2", "1", "0", "100"},
-		{"100.0", "0", "0", "0", "0", "0", "0", "0", "0", "0.00", "0", "0.0", "-1", "-1", "-1", "-1", "-1", "1", "0"},
+		{"100.0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0", "0.00", "0", "0.0", "-1", "-1", "-1", "-1", "-1", "1", "0"},
 	}
 	if len(rows) != len(want) {
 		t.Fatalf("%d rows, want %d:\n%s", len(rows), len(want), buf.String())

@@ -87,6 +87,30 @@ func (cg *MemoryCgroup) Usage() uint64 { return cg.read("memory.usage_in_bytes",
 // Peak is the most memory charged to the cgroup so far.
 func (cg *MemoryCgroup) Peak() uint64 { return cg.read("memory.max_usage_in_bytes", "memory.peak") }
 
+// PageCache is the file pages charged to the cgroup (files it read or
+// wrote), which the kernel reclaims before it kills for memory.
+func (cg *MemoryCgroup) PageCache() uint64 {
+	name, key := "memory.stat", "file"
+	if cg.V1 {
+		key = "cache"
+	}
+	b, _ := os.ReadFile(filepath.Join(cg.Dir, name))
+	return ParseMemoryStat(b, key)
+}
+
+// ParseMemoryStat returns the value of key in a memory.stat file, 0 when it
+// has none.
+func ParseMemoryStat(data []byte, key string) uint64 {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == key {
+			n, _ := strconv.ParseUint(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
 // OOMKills counts the processes of the cgroup the kernel killed for memory.
 func (cg *MemoryCgroup) OOMKills() uint64 {
 	name := "memory.events"
@@ -100,12 +124,5 @@ func (cg *MemoryCgroup) OOMKills() uint64 {
 // ParseOOMKills returns the oom_kill count of a cgroup v1 memory.oom_control
 // or v2 memory.events file, 0 when it has none.
 func ParseOOMKills(data []byte) uint64 {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "oom_kill" {
-			n, _ := strconv.ParseUint(f[1], 10, 64)
-			return n
-		}
-	}
-	return 0
+	return ParseMemoryStat(data, "oom_kill")
 }

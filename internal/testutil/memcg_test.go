@@ -19,3 +19,22 @@ func TestParseOOMKills(t *testing.T) {
 		})
 	}
 }
+
+func TestParseMemoryStat(t *testing.T) {
+	v1 := "cache 1048576\nrss 4096\nrss_huge 0\ntotal_cache 2097152\n"
+	v2 := "anon 8192\nfile 3145728\nkernel 65536\n"
+	for _, c := range []struct {
+		name, data, key string
+		want            uint64
+	}{
+		{"v1 cache, not total_cache", v1, "cache", 1 << 20},
+		{"v2 file", v2, "file", 3 << 20},
+		{"absent", v2, "cache", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := ParseMemoryStat([]byte(c.data), c.key); got != c.want {
+				t.Errorf("ParseMemoryStat(%q) = %d, want %d", c.key, got, c.want)
+			}
+		})
+	}
+}
