@@ -188,7 +188,7 @@ func main() {
 	flag.DurationVar(&o.soakDuration, "soak-duration", time.Hour, "soak suite: how long the collector is sampled (growth is judged from 30m on)")
 	flag.DurationVar(&o.soakInterval, "soak-interval", 10*time.Second, "soak suite: time between samples")
 	flag.DurationVar(&o.soakRebuild, "soak-rebuild", time.Minute, "soak suite: how often the churning binaries are rebuilt with new build ids")
-	flag.StringVar(&o.soakOut, "soak-out", "", "soak suite: directory for soak.csv and soak.png (default: the scratch directory, kept)")
+	flag.StringVar(&o.soakOut, "soak-out", "", "soak suite: directory for soak.csv and soak.png (default: the scratch directory, kept with -keep)")
 	flag.StringVar(&o.soakRuntimes, "soak-runtimes", "", "soak suite: the runtimes run, as -busy-runtimes; empty: all")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
