@@ -157,7 +157,7 @@ func runBusySuite(ctx context.Context, e env) (err error) {
 			return err
 		}
 		if n := load.pacer.skipped.Load(); n > 0 {
-			fmt.Printf("pacer: %d ticks skipped with %d execs in flight\n", n, pacerInFlight)
+			fmt.Printf("pacer: %d runs skipped with %d execs in flight\n", n, pacerInFlight)
 		}
 	}
 	load.stop()

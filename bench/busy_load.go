@@ -150,47 +150,67 @@ func raiseLimits(extra int) error {
 	return nil
 }
 
-// execPacer runs a command rate times a second, at most pacerInFlight at
-// once, and counts the runs that completed.
+// execPacer runs a command rate times a second, at most a number at once,
+// and counts the runs that completed.
 type execPacer struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	done    atomic.Int64 // runs that exited
-	skipped atomic.Int64 // ticks with every slot busy
+	skipped atomic.Int64 // runs due with every slot busy
 }
 
-// startPacer starts the pacer; stop it with stop.
+// pacerRunTimeout bounds each run of the pacer: one still running then is
+// killed (and not counted).
+const pacerRunTimeout = 10 * time.Second
+
+// startPacer starts the pacer running argv, at most pacerInFlight at once;
+// stop it with stop.
 func startPacer(rate int, argv ...string) *execPacer {
+	return startPacerOf(rate, pacerInFlight, func() []string { return argv })
+}
+
+// startPacerOf starts a pacer running the command line next returns (another
+// program each time, if it likes), at most inFlight at once; stop it with
+// stop. Runs are due by the clock, so a tick that comes late (a loaded host)
+// starts the runs it missed.
+func startPacerOf(rate, inFlight int, next func() []string) *execPacer {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &execPacer{cancel: cancel}
-	slots := make(chan struct{}, pacerInFlight)
+	slots := make(chan struct{}, inFlight)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		t := time.NewTicker(time.Second / time.Duration(rate))
 		defer t.Stop()
+		start, issued := time.Now(), int64(0)
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			select {
-			case slots <- struct{}{}:
-			default:
-				p.skipped.Add(1)
-				continue
-			}
-			p.wg.Add(1)
-			go func() {
-				defer p.wg.Done()
-				defer func() { <-slots }()
-				cmd := exec.Command(argv[0], argv[1:]...)
-				cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-				if cmd.Run() == nil {
-					p.done.Add(1)
+			due := int64(time.Since(start) * time.Duration(rate) / time.Second)
+			for ; issued < due; issued++ {
+				select {
+				case slots <- struct{}{}:
+				default:
+					p.skipped.Add(1)
+					continue
 				}
-			}()
+				argv := next()
+				p.wg.Add(1)
+				go func() {
+					defer p.wg.Done()
+					defer func() { <-slots }()
+					runCtx, cancel := context.WithTimeout(ctx, pacerRunTimeout)
+					defer cancel()
+					cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
+					cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+					if cmd.Run() == nil {
+						p.done.Add(1)
+					}
+				}()
+			}
 		}
 	}()
 	return p

@@ -28,6 +28,13 @@ type collectorConfig struct {
 	readyTimeout time.Duration // how long to wait for readyMessage
 	settle       time.Duration // wait after ready before measuring
 	profile      profileConfig // what the receiver profiles
+	// yaml, when set, is the whole configuration, written instead of the
+	// one profile makes.
+	yaml string
+	// wrap, when set, turns the collector's command line into the one
+	// started (a memory cgroup's Wrap); env is added to its environment.
+	wrap func(argv ...string) []string
+	env  []string
 }
 
 // profileConfig is what the receiver of a bench collector profiles, always
@@ -170,14 +177,19 @@ func yamlQuote(s string) string {
 }
 
 // writeCollectorConfig writes the config file of collector run n into dir
-// and returns its path and the run's pprof directory.
-func writeCollectorConfig(dir string, n int, p profileConfig) (conf, profiles string, err error) {
+// (cfg.yaml, else the one cfg.profile makes) and returns its path and the
+// run's pprof directory.
+func writeCollectorConfig(dir string, n int, cfg collectorConfig) (conf, profiles string, err error) {
 	profiles = filepath.Join(dir, fmt.Sprintf("profiles-%d", n))
 	if err := os.MkdirAll(profiles, 0o755); err != nil {
 		return "", "", err
 	}
+	text := cfg.yaml
+	if text == "" {
+		text = collectorYAML(cfg.profile, profiles)
+	}
 	conf = filepath.Join(dir, fmt.Sprintf("collector-%d.yaml", n))
-	return conf, profiles, os.WriteFile(conf, []byte(collectorYAML(p, profiles)), 0o644)
+	return conf, profiles, os.WriteFile(conf, []byte(text), 0o644)
 }
 
 // collector is a running collector process.
@@ -213,7 +225,7 @@ func startCollector(ctx context.Context, cfg collectorConfig) (*collector, error
 // launchCollector starts the collector process and returns at once.
 func launchCollector(cfg collectorConfig) (*collector, error) {
 	collectorRuns++
-	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns, cfg.profile)
+	confPath, profiles, err := writeCollectorConfig(cfg.dir, collectorRuns, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -223,8 +235,17 @@ func launchCollector(cfg collectorConfig) (*collector, error) {
 		return nil, err
 	}
 	out := newLineLog(logFile)
-	cmd := exec.Command(cfg.binary, "--config", confPath, "--feature-gates=service.profilesSupport")
+	argv := []string{cfg.binary, "--config", confPath, "--feature-gates=service.profilesSupport"}
+	if cfg.wrap != nil {
+		argv = cfg.wrap(argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = out, out
+	if len(cfg.env) > 0 {
+		cmd.Env = append(os.Environ(), cfg.env...)
+	}
+	// Killed with the bench, whatever kills it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
 		logFile.Close()

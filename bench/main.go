@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|startup|gateway|all,
+// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|startup|gateway|soak|all,
 // default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -58,6 +58,10 @@
 // Suite context (workloads that publish an OpenTelemetry thread context,
 // Go labels, or nothing; two of each at once): the CPU sampler's BPF run
 // time per sample with the readers on and off, see context.go.
+//
+// Suite soak (soak.go; not in all) runs the collector as the DaemonSet
+// does, inside its memory limit, for -soak-duration on a churning host, and
+// fails when its memory grows or a bound is passed (`make soak`).
 //
 // Suite busy (a busy node in four phases, see busy.go) also gives the OTLP
 // bytes per minute the collector's otlp_grpc exporter sends; suite startup
@@ -136,11 +140,17 @@ type options struct {
 	gatewayStep        time.Duration
 	gatewayPayloads    string
 	gatewayCompression string
+	// The soak suite (soak.go).
+	soakDuration time.Duration
+	soakInterval time.Duration
+	soakRebuild  time.Duration
+	soakOut      string
+	soakRuntimes string
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes), soak (the DaemonSet's collector on a churning host, in its memory limit, -soak-duration) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -175,6 +185,11 @@ func main() {
 	flag.DurationVar(&o.gatewayStep, "gateway-step", 20*time.Second, "gateway suite: how long each step replays")
 	flag.StringVar(&o.gatewayPayloads, "gateway-payloads", "", "gateway suite: replay the *.pb files of this directory (e.g. otlp-payloads of a kept scratch directory) instead of capturing a busy node")
 	flag.StringVar(&o.gatewayCompression, "gateway-compression", "", "gateway suite: the gateway exporter's compression, none or gzip (default: the exporter's, gzip; the bench's sink decodes no other)")
+	flag.DurationVar(&o.soakDuration, "soak-duration", time.Hour, "soak suite: how long the collector is sampled (growth is judged from 30m on)")
+	flag.DurationVar(&o.soakInterval, "soak-interval", 10*time.Second, "soak suite: time between samples")
+	flag.DurationVar(&o.soakRebuild, "soak-rebuild", time.Minute, "soak suite: how often the churning binaries are rebuilt with new build ids")
+	flag.StringVar(&o.soakOut, "soak-out", "", "soak suite: directory for soak.csv and soak.png (default: the scratch directory, kept with -keep)")
+	flag.StringVar(&o.soakRuntimes, "soak-runtimes", "", "soak suite: the runtimes run, as -busy-runtimes; empty: all")
 	flag.BoolVar(&o.keep, "keep", false, "keep the scratch directory (workloads, collector configs and logs)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -208,8 +223,11 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) ||
-		slices.Equal(suites, []string{suiteReaders}) || slices.Equal(suites, []string{suiteStartup}) {
-		o.skipPerf = true // the busy, gateway, context, readers and startup suites do not run perf
+		slices.Equal(suites, []string{suiteReaders}) || slices.Equal(suites, []string{suiteStartup}) || slices.Equal(suites, []string{suiteSoak}) {
+		o.skipPerf = true // the busy, gateway, context, readers, startup and soak suites do not run perf
+	}
+	if o.skipCollector && slices.Contains(suites, suiteSoak) {
+		return fmt.Errorf("the soak suite measures the collector: -skip-collector does not apply")
 	}
 	perf, err := preflight(&o)
 	if err != nil {
@@ -275,6 +293,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		return runReadersSuite(ctx, e)
 	case suiteGateway:
 		return runGatewaySuite(ctx, e)
+	case suiteSoak:
+		return runSoakSuite(ctx, e)
 	}
 	defer cleanup()
 	if err != nil {

@@ -127,20 +127,30 @@ func (p FakePod) Enter(pid int) (undo func() error, err error) {
 // ConfigMap (deploy/kubernetes/configmap.yaml) ships, as text.
 func ShippedCollectorYAML(t testing.TB) string {
 	t.Helper()
-	file := filepath.Join(RepoRoot(t), "deploy", "kubernetes", "configmap.yaml")
-	b, err := os.ReadFile(file)
+	text, err := ReadShippedCollectorYAML(RepoRoot(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	return text
+}
+
+// ReadShippedCollectorYAML returns the collector configuration of
+// deploy/kubernetes/configmap.yaml under the repository root, as text.
+func ReadShippedCollectorYAML(root string) (string, error) {
+	file := filepath.Join(root, "deploy", "kubernetes", "configmap.yaml")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
 	}
 	var cm struct {
 		Data map[string]string `yaml:"data"`
 	}
 	if err := yaml.Unmarshal(b, &cm); err != nil {
-		t.Fatalf("%s: %v", file, err)
+		return "", fmt.Errorf("%s: %w", file, err)
 	}
 	text, ok := cm.Data["collector.yaml"]
 	if !ok {
-		t.Fatalf("%s: no data.collector.yaml", file)
+		return "", fmt.Errorf("%s: no data.collector.yaml", file)
 	}
-	return text
+	return text, nil
 }

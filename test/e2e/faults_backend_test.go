@@ -49,7 +49,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
 
 	cg := newMemoryCgroup(t, daemonSetMemory)
-	argv := cg.wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
+	argv := cg.Wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", daemonSetMemory))
 	out, stop := runStoppableCollector(t, cmd)
@@ -65,7 +65,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
 			time.Sleep(time.Second)
-			require.Zero(t, cg.ooms(), "%s: the collector was killed for memory", phase)
+			require.Zero(t, cg.OOMKills(), "%s: the collector was killed for memory", phase)
 			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 			require.NoError(t, err, "%s: the collector exited:\n%s", phase, out)
 			text := scrape(t, metrics)
@@ -79,7 +79,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 			}
 		}
 		faultFigure(t, "%s for %v: collector RSS peak %.0f MiB (Go heap %.0f MiB), cgroup peak %.0f MiB (limit %d MiB), queues' peak %.1f and %.1f MiB (gRPC, HTTP)",
-			phase, d, mib(peakRSS), peakHeap/(1<<20), mib(cg.peak()), daemonSetMemory>>20, queued["otlp_grpc"]/(1<<20), queued["otlp_http"]/(1<<20))
+			phase, d, mib(peakRSS), peakHeap/(1<<20), mib(cg.Peak()), daemonSetMemory>>20, queued["otlp_grpc"]/(1<<20), queued["otlp_http"]/(1<<20))
 	}
 
 	// Down: nothing listens on either port.

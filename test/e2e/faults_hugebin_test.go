@@ -63,7 +63,7 @@ func runHugeBinary(t *testing.T, bin, huge, small string, budgetMiB int, fits, f
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
 	cg := newMemoryCgroup(t, daemonSetMemory)
-	argv := cg.wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
+	argv := cg.Wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", daemonSetMemory))
 	start := time.Now()
@@ -107,8 +107,8 @@ func runHugeBinary(t *testing.T, bin, huge, small string, budgetMiB int, fits, f
 
 	faultFigure(t, "%d MiB budget: collector ready %v, huge binary's stacks whole %v after its start; then whole: huge %.1f%% of %d samples, small %.1f%% of %d; peak RSS %.0f MiB, cgroup peak %.0f MiB, OOM kills %d; BPF maps %.1f MiB, unwind rows %.1f MiB; tables refused for space %.0f",
 		budgetMiB, started.Round(100*time.Millisecond), ready.Round(100*time.Millisecond), 100*hugeShare, hugeN, 100*smallShare, smallN,
-		float64(peakRSS)/(1<<20), float64(cg.peak())/(1<<20), cg.ooms(), float64(bpfBytes)/(1<<20), tableBytes/(1<<20), spaceFull)
-	assert.Zero(t, cg.ooms(), "OOM kills in the collector's cgroup")
+		float64(peakRSS)/(1<<20), float64(cg.Peak())/(1<<20), cg.OOMKills(), float64(bpfBytes)/(1<<20), tableBytes/(1<<20), spaceFull)
+	assert.Zero(t, cg.OOMKills(), "OOM kills in the collector's cgroup")
 	assert.GreaterOrEqual(t, smallN, int64(200), "the small binary's samples over %v", window)
 	assert.GreaterOrEqual(t, smallShare, 0.9, "the small binary's whole stacks")
 	if fits {
