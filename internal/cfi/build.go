@@ -204,7 +204,7 @@ func (b *builder) resetCIEs(s *frameSection) {
 }
 
 // addFDE evaluates one FDE into a span (entryErr: the entry was unreadable).
-// Only errTooManyRows is returned; other problems are counted.
+// Only ErrTooManyRows is returned; other problems are counted.
 func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 	if entryErr != nil {
 		b.stats.Skipped[SkipMalformed]++
@@ -242,8 +242,8 @@ func (b *builder) addFDE(s *frameSection, e entry, entryErr error) error {
 		err = p.run(h.instr, s.addr)
 	}
 	b.stack = p.stack[:0] // the next FDE's
-	if errors.Is(err, errTooManyRows) {
-		return fmt.Errorf("%w: more than %d", errTooManyRows, b.sink.max)
+	if errors.Is(err, ErrTooManyRows) {
+		return fmt.Errorf("%w: more than %d", ErrTooManyRows, b.sink.max)
 	}
 	if err != nil {
 		b.stats.BadPrograms++

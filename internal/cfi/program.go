@@ -42,7 +42,9 @@ type ruleSet struct {
 // maxStateDepth bounds DW_CFA_remember_state nesting.
 const maxStateDepth = 64
 
-var errTooManyRows = errors.New("too many rows")
+// ErrTooManyRows is the error of a file with more rows than a table may
+// hold (maxRows).
+var ErrTooManyRows = errors.New("too many rows")
 
 // rowChunk is how many rows a chunk of a rowSink holds (an FDE with more
 // gets a chunk of its own).
@@ -84,7 +86,7 @@ func (s *rowSink) add(row Row) error {
 		return nil
 	}
 	if s.total >= s.max {
-		return errTooManyRows
+		return ErrTooManyRows
 	}
 	if len(c) == cap(c) { // the FDE's rows move to a new chunk
 		fde := c[s.fde:]
@@ -126,7 +128,7 @@ func (p *program) run(r reader, secAddr uint64) error {
 		return err
 	}
 	if err != nil {
-		if errors.Is(err, errTooManyRows) {
+		if errors.Is(err, ErrTooManyRows) {
 			return err
 		}
 		if e := p.add(Row{PC: p.loc, Kind: KindUnsupported}); e != nil {

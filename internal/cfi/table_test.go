@@ -195,7 +195,7 @@ func TestRowLimit(t *testing.T) {
 	b := &builder{arch: archX86, sink: rowSink{max: 100}}
 	b.cies = map[int]cieResult{}
 	sec := assemble(false, fdeSpec{0x1000, 0x1000, instr})
-	require.ErrorIs(t, b.parseAll(sec, false), errTooManyRows)
+	require.ErrorIs(t, b.parseAll(sec, false), ErrTooManyRows)
 }
 
 // FDEs whose rows straddle the sink's chunks, one of them longer than a

@@ -4,6 +4,7 @@ package unwinder
 
 import (
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
@@ -225,9 +227,12 @@ func (l *Loader) runBuilds(ln lane) {
 
 		l.mu.Lock()
 		l.stats.BuildTime += time.Since(began)
-		if err != nil {
+		switch {
+		case errors.Is(err, cfi.ErrTooManyRows):
+			err = &Failure{Reason: capture.TableTooLarge, Err: err}
+		case err != nil:
 			err = &Failure{Reason: capture.TableMalformed, Err: err}
-		} else {
+		default:
 			err = l.install(pb, rows, base)
 		}
 		if err != nil {

@@ -4,6 +4,7 @@ package unwinder
 
 import (
 	"debug/elf"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -211,14 +212,45 @@ func expireIdle(t *testing.T, l *Loader) {
 	assert.Zero(t, l.Stats().Tables, "idle tables expire")
 }
 
-// A table that does not fit leaves the file to frame pointers, counted.
-func TestLoaderSpaceFull(t *testing.T) {
-	maps := newTestMaps(t, maxTables)
-	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 16)
-	require.NoError(t, l.Load(uint32(os.Getpid())))
-	st := l.Stats()
-	assert.NotZero(t, st.Failed[capture.TableSpaceFull], "stats %+v", st)
-	assert.Zero(t, st.Tables)
+// A table that does not fit, or one of more rows than a table holds,
+// leaves the file to frame pointers, counted under its reason and noted
+// once for the log.
+func TestLoaderTableRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		capacity uint64
+		build    func(*elf.File) ([]bpf.CpuUnwindRow, uint64, error)
+		reason   capture.TableFailure
+		says     string
+	}{
+		{"space full", 16, nil, capture.TableSpaceFull, "unwinding::table_memory_mib"},
+		{"too many rows", 1 << 20, func(*elf.File) ([]bpf.CpuUnwindRow, uint64, error) {
+			return nil, 0, fmt.Errorf("cfi: .eh_frame: %w", cfi.ErrTooManyRows)
+		}, capture.TableTooLarge, "too many rows"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLoader(newTestMaps(t, maxTables), procfs.FS{Root: "/proc"}, tc.capacity)
+			if tc.build != nil {
+				l.build = tc.build
+			}
+			require.NoError(t, l.Load(uint32(os.Getpid())))
+			l.RunBuilds()
+			st := l.Stats()
+			assert.NotZero(t, st.Failed[tc.reason], "stats %+v", st)
+			assert.Zero(t, st.Tables)
+			notes := l.TakeFailureNotes()
+			var of []string
+			for _, n := range notes {
+				if strings.Contains(n, tc.reason.Reason()) {
+					of = append(of, n)
+				}
+			}
+			if assert.Len(t, of, 1, "notes %q", notes) {
+				assert.Contains(t, of[0], tc.says)
+			}
+			assert.Empty(t, l.TakeFailureNotes(), "each note is taken once")
+		})
+	}
 }
 
 func unsafePointer(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
