@@ -34,7 +34,6 @@ const (
 	suiteSoak     = "soak"
 	soakExecRate  = 100
 	soakBinaries  = 50
-	soakMemory    = 512 << 20 // deploy/kubernetes/daemonset.yaml's limits.memory, and so GOMEMLIMIT
 	soakStopAfter = 15 * time.Second
 	// soakExecsInFlight lets the execs keep their rate on a loaded host,
 	// where each waits longer for a CPU (busy's pacer allows 8).
@@ -53,13 +52,18 @@ func runSoakSuite(ctx context.Context, e env) (err error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	fmt.Printf("== suite soak: %v, %d execs/s from %d binaries rebuilt every %v, runtimes; collector in a memory cgroup of %d MiB, GOMEMLIMIT=%d ==\n",
-		o.soakDuration, soakExecRate, soakBinaries, o.soakRebuild, soakMemory>>20, soakMemory)
-
 	shipped, err := testutil.ReadShippedCollectorYAML(".")
 	if err != nil {
 		return fmt.Errorf("%w (run the bench from the repository's root)", err)
 	}
+	// The DaemonSet's memory limit and GOMEMLIMIT.
+	ds, err := testutil.ReadDaemonSetMemory(".")
+	if err != nil {
+		return err
+	}
+	soakMemory := ds.Limit
+	fmt.Printf("== suite soak: %v, %d execs/s from %d binaries rebuilt every %v, runtimes; collector in a memory cgroup of %d MiB, GOMEMLIMIT=%s ==\n",
+		o.soakDuration, soakExecRate, soakBinaries, o.soakRebuild, soakMemory>>20, ds.GoMemLimit)
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -102,7 +106,7 @@ func runSoakSuite(ctx context.Context, e env) (err error) {
 	}
 	defer sink.close()
 	cfg := collectorConfig{binary: o.collector, dir: e.dir, readyTimeout: 60 * time.Second, yaml: conf, wrap: cg.Wrap,
-		env: []string{fmt.Sprintf("GOMEMLIMIT=%d", soakMemory), "OTLP_ENDPOINT=" + sink.addr}}
+		env: []string{"GOMEMLIMIT=" + ds.GoMemLimit, "OTLP_ENDPOINT=" + sink.addr}}
 	c, err := launchCollector(cfg)
 	if err != nil {
 		return err

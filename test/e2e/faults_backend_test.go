@@ -24,9 +24,13 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// daemonSetMemory is the DaemonSet's memory limit (and GOMEMLIMIT):
-// deploy/kubernetes/daemonset.yaml's resources.limits.memory.
-const daemonSetMemory = 512 << 20
+// daemonSetCgroup is a memory cgroup with the DaemonSet's limit, and the
+// environment with its GOMEMLIMIT (deploy/kubernetes/daemonset.yaml).
+func daemonSetCgroup(t *testing.T) (*testutil.MemoryCgroup, []string) {
+	t.Helper()
+	ds := testutil.ShippedDaemonSetMemory(t)
+	return newMemoryCgroup(t, ds.Limit), append(os.Environ(), "GOMEMLIMIT="+ds.GoMemLimit)
+}
 
 // The OTLP gRPC and HTTP exporters as the DaemonSet's configuration ships
 // them, in a memory cgroup with the DaemonSet's limit: the backend down (a
@@ -48,10 +52,10 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
 
-	cg := newMemoryCgroup(t, daemonSetMemory)
+	cg, env := daemonSetCgroup(t)
 	argv := cg.Wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", daemonSetMemory))
+	cmd.Env = env
 	out, stop := runStoppableCollector(t, cmd)
 	waitReady(t, out)
 	pid := cmd.Process.Pid
@@ -79,7 +83,7 @@ func TestFaultBackendDownAndSlow(t *testing.T) {
 			}
 		}
 		faultFigure(t, "%s for %v: collector RSS peak %.0f MiB (Go heap %.0f MiB), cgroup peak %.0f MiB (limit %d MiB), queues' peak %.1f and %.1f MiB (gRPC, HTTP)",
-			phase, d, mib(peakRSS), peakHeap/(1<<20), mib(cg.Peak()), daemonSetMemory>>20, queued["otlp_grpc"]/(1<<20), queued["otlp_http"]/(1<<20))
+			phase, d, mib(peakRSS), peakHeap/(1<<20), mib(cg.Peak()), testutil.ShippedDaemonSetMemory(t).Limit>>20, queued["otlp_grpc"]/(1<<20), queued["otlp_http"]/(1<<20))
 	}
 
 	// Down: nothing listens on either port.

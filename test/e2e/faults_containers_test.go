@@ -311,8 +311,9 @@ func startImageCollector(t *testing.T, ctd *engine, base string, full bool, addr
 	id := newContainerID()
 	hostname, _ := os.Hostname()
 	log := filepath.Join(base, "collector.log")
+	ds := testutil.ShippedDaemonSetMemory(t)
 	args := []string{"run", "-d", "--net-host", "--with-ns", fmt.Sprintf("pid:/proc/%d/ns/pid", os.Getpid()),
-		"--read-only", "--memory-limit", fmt.Sprint(daemonSetMemory), "--log-uri", "file://" + log,
+		"--read-only", "--memory-limit", fmt.Sprint(ds.Limit), "--log-uri", "file://" + log,
 		"--cgroup", fmt.Sprintf("/kubepods/burstable/pod%s/%s", pod.uid, id)}
 	for _, c := range ctrDefaultCaps {
 		args = append(args, "--cap-drop", c)
@@ -330,7 +331,7 @@ func startImageCollector(t *testing.T, ctd *engine, base string, full bool, addr
 	}
 	for _, env := range []string{"OTLP_ENDPOINT=" + addr, "POD_NAME=" + pod.pod, "POD_NAMESPACE=" + pod.namespace,
 		"POD_UID=" + pod.uid, "CONTAINER_NAME=" + pod.container, "NODE_NAME=" + hostname,
-		fmt.Sprintf("GOMEMLIMIT=%d", daemonSetMemory)} {
+		"GOMEMLIMIT=" + ds.GoMemLimit} {
 		args = append(args, "--env", env)
 	}
 	args = append(args, image, id, "/otelcol-bpfprofiler", "--config=/conf/collector.yaml", "--feature-gates=service.profilesSupport")

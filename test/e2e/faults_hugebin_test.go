@@ -62,10 +62,10 @@ func runHugeBinary(t *testing.T, bin, huge, small string, budgetMiB int, fits, f
 `, budgetMiB), addr, metricsPort)
 	path := filepath.Join(t.TempDir(), "collector.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(config), 0o600))
-	cg := newMemoryCgroup(t, daemonSetMemory)
+	cg, env := daemonSetCgroup(t)
 	argv := cg.Wrap(bin, "--config", path, "--feature-gates=service.profilesSupport")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("GOMEMLIMIT=%d", daemonSetMemory))
+	cmd.Env = env
 	start := time.Now()
 	out, _ := runStoppableCollector(t, cmd)
 	waitReady(t, out)
