@@ -1,6 +1,9 @@
 package symbolize
 
-import "container/list"
+import (
+	"container/list"
+	"time"
+)
 
 // lru is a small bounded least-recently-used map. Besides the number of
 // entries it can bound their total weight (an estimate of the bytes each
@@ -13,12 +16,15 @@ type lru[K comparable, V any] struct {
 	ll        *list.List // front = most recently used
 	items     map[K]*list.Element
 	onEvict   func(K, V)
+	// now, when set, stamps each entry at its last use (expireBefore).
+	now func() time.Time
 }
 
 type lruEntry[K comparable, V any] struct {
 	key    K
 	val    V
 	weight int64
+	used   time.Time // at its last use, when now is set
 }
 
 func newLRU[K comparable, V any](max int, onEvict func(K, V)) *lru[K, V] {
@@ -30,7 +36,7 @@ func newLRU[K comparable, V any](max int, onEvict func(K, V)) *lru[K, V] {
 
 func (c *lru[K, V]) get(k K) (V, bool) {
 	if e, ok := c.items[k]; ok {
-		c.ll.MoveToFront(e)
+		c.use(e)
 		return e.Value.(*lruEntry[K, V]).val, true
 	}
 	var zero V
@@ -39,12 +45,32 @@ func (c *lru[K, V]) get(k K) (V, bool) {
 
 func (c *lru[K, V]) add(k K, v V) {
 	if e, ok := c.items[k]; ok {
-		c.ll.MoveToFront(e)
+		c.use(e)
 		e.Value.(*lruEntry[K, V]).val = v
 		return
 	}
 	c.items[k] = c.ll.PushFront(&lruEntry[K, V]{key: k, val: v})
+	c.use(c.items[k])
 	c.trim()
+}
+
+// use marks e most recently used.
+func (c *lru[K, V]) use(e *list.Element) {
+	c.ll.MoveToFront(e)
+	if c.now != nil {
+		e.Value.(*lruEntry[K, V]).used = c.now()
+	}
+}
+
+// expireBefore removes the entries last used before t (with now set),
+// least recently used first, and returns how many.
+func (c *lru[K, V]) expireBefore(t time.Time) int {
+	n := 0
+	for e := c.ll.Back(); e != nil && e.Value.(*lruEntry[K, V]).used.Before(t); e = c.ll.Back() {
+		c.removeElement(e)
+		n++
+	}
+	return n
 }
 
 // setWeight sets the weight of k, marks it most recently used and evicts
@@ -54,7 +80,7 @@ func (c *lru[K, V]) setWeight(k K, w int64) {
 	if !ok {
 		return
 	}
-	c.ll.MoveToFront(e)
+	c.use(e)
 	ent := e.Value.(*lruEntry[K, V])
 	c.weight += w - ent.weight
 	ent.weight = w

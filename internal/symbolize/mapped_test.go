@@ -273,3 +273,61 @@ func TestPagesReleasedEveryFewLookups(t *testing.T) {
 	assert.Equal(t, 1, released, "cached frames read no pages")
 	assert.Equal(t, 0, s.lookups)
 }
+
+// A file no lookup used for fileIdleTTL is closed at the next sweep (on a
+// node of ever new binaries the cache holds those in use); one in use
+// stays.
+func TestIdleFilesExpire(t *testing.T) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	a := realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin"))
+	b := realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin"))
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	cached := func() []string {
+		var names []string
+		s.files.each(func(k fileKey, _ *fileEntry) { names = append(names, filepath.Base(k.path)) })
+		slices.Sort(names)
+		return names
+	}
+	s.User(1, a[10:12])
+	s.User(2, b[10:12])
+	require.Equal(t, []string{"a.bin", "b.bin"}, cached())
+	for _, step := range []struct {
+		after time.Duration
+		use   []uint64 // looked up in a.bin (not cached frames) before the sweep
+		want  []string
+	}{
+		{time.Minute, a[12:14], []string{"a.bin", "b.bin"}},
+		{fileIdleTTL - time.Minute - 10*time.Second, a[14:16], []string{"a.bin", "b.bin"}}, // b idle 10 s short of it
+		{20 * time.Second, a[16:18], []string{"a.bin"}},
+		{fileIdleTTL + time.Second, nil, nil},
+	} {
+		now = now.Add(step.after)
+		s.pagesReleased = time.Time{}
+		if step.use != nil {
+			s.User(1, step.use)
+		} else {
+			s.maybeReleasePages()
+		}
+		assert.Equal(t, step.want, cached(), "after %v more", step.after)
+	}
+}
+
+func TestLRUExpireBefore(t *testing.T) {
+	now := time.Unix(1000, 0)
+	var evicted []string
+	c := newLRU[string, int](10, func(k string, _ int) { evicted = append(evicted, k) })
+	c.now = func() time.Time { return now }
+	for _, k := range []string{"a", "b", "c"} {
+		c.add(k, 0)
+		now = now.Add(time.Second)
+	}
+	c.get("a") // used last now
+	assert.Equal(t, 0, c.expireBefore(time.Unix(1000, 0)))
+	assert.Equal(t, 2, c.expireBefore(time.Unix(1002, 500)))
+	assert.Equal(t, []string{"b", "c"}, evicted)
+	assert.Equal(t, 1, c.len())
+}

@@ -83,6 +83,11 @@ const (
 	// dropped from the resident set, so that it holds the pages touched in
 	// the last interval only, not every page ever touched.
 	pageReleaseInterval = 10 * time.Second
+	// fileIdleTTL is how long a file no lookup used stays cached: on a node
+	// that runs ever new binaries (deploys, builds) the cache holds those
+	// in use, not the last MaxFiles ever run. The unwinder keeps a file's
+	// table as long after its last process.
+	fileIdleTTL = 2 * time.Minute
 	// releaseAfterLookups is how many lookups of uncached addresses in
 	// mapped files release the pages they read (at most ~4 MiB then).
 	releaseAfterLookups = 64
@@ -189,6 +194,7 @@ func New(opts Options) *Symbolizer {
 		return loadPerfMap(s.proc, pid, file, st, prev, s.maxPerfMap)
 	}
 	s.files.maxWeight = opts.MaxFileBytes
+	s.files.now = func() time.Time { return s.now() }
 	s.procs = newLRU(opts.MaxProcesses, func(_ uint32, p *process) {
 		s.dropFrames(p)
 		s.dropPerfMap(p)
@@ -231,13 +237,15 @@ func (s *Symbolizer) Close() error {
 // maybeReleasePages drops the resident pages of the cached files read since
 // their last release, every pageReleaseInterval. They stay in the page
 // cache. A file whose runtime interpreter reads it (which the symbolizer
-// does not see) counts as read.
+// does not see) counts as read. Files no lookup used for fileIdleTTL are
+// closed then too.
 func (s *Symbolizer) maybeReleasePages() {
 	now := s.now()
 	if now.Sub(s.pagesReleased) < pageReleaseInterval {
 		return
 	}
 	s.pagesReleased = now
+	s.files.expireBefore(now.Add(-fileIdleTTL))
 	s.files.each(func(_ fileKey, e *fileEntry) {
 		if e.ef != nil && (e.ef.touched || len(e.ef.interps) > 0) {
 			e.ef.releasePages()
