@@ -34,6 +34,7 @@ func TestFaultContainerRuntimes(t *testing.T) {
 	bin, full := faultLength(t)
 	began := time.Now()
 	installContainerRuntimes(t)
+	removeRuntimeLeftovers(t)
 
 	// Samples of each workload the collectors must have: the share's
 	// standard error at 99% is 0.6 points with 300, 0.2 with 2000.
@@ -383,4 +384,25 @@ func startImageCollector(t *testing.T, ctd *engine, base string, full bool, addr
 		}
 	}()
 	return out
+}
+
+// runtimeLeftovers are directories the runtimes make whatever their state
+// directories (shims' sockets, runc's and podman's defaults): removed after
+// the test where they were not there before, so that a node's later tests
+// (or the next CI run on a machine kept) meet the host they met before.
+var runtimeLeftovers = []string{"/run/containerd", "/run/containers", "/run/docker", "/run/runc", "/run/crun",
+	"/run/libpod", "/var/lib/containers"}
+
+func removeRuntimeLeftovers(t *testing.T) {
+	t.Helper()
+	for _, dir := range runtimeLeftovers {
+		if _, err := os.Lstat(dir); err == nil {
+			continue
+		}
+		t.Cleanup(func() {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Logf("remove %s: %v", dir, err)
+			}
+		})
+	}
 }

@@ -108,6 +108,9 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 // config writes a collector configuration readable by uid nobody: CPU and
 // off-CPU profiles of pids and, with probes, a probe on scopes.c's
 // timed_scope, all printed by the debug exporter.
+// The container runtimes' state is looked for under s.dir, which holds none:
+// what the host's runtimes left there (root-only /run/containerd) would
+// need CAP_DAC_READ_SEARCH, which is not what these cases test.
 func (s *unprivilegedSetup) config(t *testing.T, pids []int, probes bool) string {
 	t.Helper()
 	var b strings.Builder
@@ -118,7 +121,8 @@ receivers:
     targets: {pids: %s}
     cpu: {samples_per_second: 99}
     off_cpu: {enabled: true}
-`, strings.Join(strings.Fields(fmt.Sprint(pids)), ", "))
+    kubernetes: {host_root: %s}
+`, strings.Join(strings.Fields(fmt.Sprint(pids)), ", "), s.dir)
 	if probes {
 		fmt.Fprintf(&b, `    probes:
       - {id: app.timed, file_match: '^%s$', symbol: timed_scope, main_thread_only: true, min_duration: 10ms}
