@@ -77,10 +77,10 @@ test: $(COLLECTOR) test-tools
 
 # The fault scenarios of README.md "Reliability" (test/e2e TestFault*): a
 # collector SIGKILLed while starting and running, degraded nodes, the
-# backend down and slow, clock steps, real container runtimes (installed by
-# container-tools). FAULTS=full measures the README's
-# figures (about 45 minutes); FAULTS=short is CI's version, each scenario
-# within about 3 minutes. Not part of make test: they step the wall clock,
+# backend down and slow, clock steps, a binary of ClickHouse's size, real
+# container runtimes (installed by container-tools). FAULTS=full measures
+# the README's figures (about 50 minutes); FAULTS=short is CI's version,
+# each scenario within about 3 minutes. Not part of make test: they step the wall clock,
 # change sysctls and must have the machine to themselves. Each prints its
 # figures as "FIGURE <scenario>: ...".
 FAULTS ?= full
