@@ -23,11 +23,7 @@ type DaemonSetMemory struct {
 // ShippedDaemonSetMemory returns the DaemonSet's memory settings.
 func ShippedDaemonSetMemory(t testing.TB) DaemonSetMemory {
 	t.Helper()
-	m, err := ReadDaemonSetMemory(RepoRoot(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return readShipped(t, ReadDaemonSetMemory)
 }
 
 // ReadDaemonSetMemory reads the memory settings of deploy/kubernetes/

@@ -127,11 +127,18 @@ func (p FakePod) Enter(pid int) (undo func() error, err error) {
 // ConfigMap (deploy/kubernetes/configmap.yaml) ships, as text.
 func ShippedCollectorYAML(t testing.TB) string {
 	t.Helper()
-	text, err := ReadShippedCollectorYAML(RepoRoot(t))
+	return readShipped(t, ReadShippedCollectorYAML)
+}
+
+// readShipped reads what read finds under the repository root, failing
+// the test when it cannot.
+func readShipped[T any](t testing.TB, read func(root string) (T, error)) T {
+	t.Helper()
+	v, err := read(RepoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return text
+	return v
 }
 
 // ReadShippedCollectorYAML returns the collector configuration of
