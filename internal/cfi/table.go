@@ -193,24 +193,9 @@ func uncovered(spans, cover []span) (out []span, covered int) {
 	return out, covered
 }
 
-// layout lays the spans (sorted, disjoint) out as one table: each span's
-// rows clipped to its range, KindNoCFI rows in the gaps and after the last.
-// A first pass counts the rows, so the table is allocated once, at size.
-func layout(rows *rowSink, spans []span) []Row {
-	n := 0
-	var last Row
-	walkLayout(rows, spans, func(r Row) {
-		if n == 0 || !sameRule(last, r) {
-			n++
-			last = r
-		}
-	})
-	out := make([]Row, 0, n)
-	walkLayout(rows, spans, func(r Row) { out = appendRow(out, r) })
-	return out
-}
-
-// walkLayout hands layout's rows to emit in order, repeats not merged.
+// walkLayout hands the rows of the spans (sorted, disjoint) to emit in
+// order, each span's rows clipped to its range, KindNoCFI rows in the gaps
+// and after the last; repeats not merged (Rows.All merges them).
 func walkLayout(rows *rowSink, spans []span, emit func(Row)) {
 	for i, s := range spans {
 		if i > 0 && s.start > spans[i-1].end {
@@ -228,13 +213,6 @@ func walkLayout(rows *rowSink, spans []span, emit func(Row)) {
 	if n := len(spans); n > 0 {
 		emit(Row{PC: spans[n-1].end})
 	}
-}
-
-func appendRow(rows []Row, r Row) []Row {
-	if n := len(rows); n > 0 && sameRule(rows[n-1], r) {
-		return rows
-	}
-	return append(rows, r)
 }
 
 // Rows are a file's unwind rows built but not laid out yet (BuildRows).
@@ -262,10 +240,16 @@ func (r *Rows) All() iter.Seq[Row] {
 	}
 }
 
-// table lays the rows out in a Table.
+// table lays the rows out in a Table, allocated once at its size (a first
+// pass counts them).
 func (r *Rows) table() *Table {
-	t := &Table{Rows: layout(&r.sink, r.spans), Stats: r.Stats}
-	for _, row := range t.Rows {
+	n := 0
+	for range r.All() {
+		n++
+	}
+	t := &Table{Rows: make([]Row, 0, n), Stats: r.Stats}
+	for row := range r.All() {
+		t.Rows = append(t.Rows, row)
 		t.Stats.Rows[row.Kind]++
 	}
 	return t

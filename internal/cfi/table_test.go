@@ -250,3 +250,12 @@ func TestRowsAllIsTheTable(t *testing.T) {
 		assert.Greater(t, len(table.Rows), 1000, path)
 	}
 }
+
+// appendRow appends r unless it repeats the rule of the last row, as a
+// table merges them.
+func appendRow(rows []Row, r Row) []Row {
+	if n := len(rows); n > 0 && sameRule(rows[n-1], r) {
+		return rows
+	}
+	return append(rows, r)
+}

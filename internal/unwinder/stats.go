@@ -94,15 +94,18 @@ func mib(rows uint64) float64 { return float64(rows*RowBytes) / (1 << 20) }
 // failureNotes keeps the first failure of each reason for the log: one
 // line per reason in the loader's life, the others only counted.
 type failureNotes struct {
-	noted   capture.TableFailures // non-zero: the reason's first was kept
+	noted   map[capture.TableFailure]bool // the reason's first was kept
 	pending []string
 }
 
 // note keeps err, the failure of the file at path, when it is the first
 // of its reason.
 func (n *failureNotes) note(reason capture.TableFailure, path string, err error) {
-	if n.noted[reason] == 0 {
-		n.noted[reason] = 1
+	if !n.noted[reason] {
+		if n.noted == nil {
+			n.noted = map[capture.TableFailure]bool{}
+		}
+		n.noted[reason] = true
 		n.pending = append(n.pending, fmt.Sprintf("%s: %v", path, err))
 	}
 }

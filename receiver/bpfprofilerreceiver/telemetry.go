@@ -200,6 +200,10 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 			tel.BpfprofilerUnwindTablesFailed.Add(ctx, int64(n), metric.WithAttributes(attribute.String(attrReason, f.Reason())))
 		}
 	}
+	for _, e := range st.TableFailureNotes {
+		r.settings.Logger.Warn("a file got no unwind table: its code is walked with frame pointers; other files failing for the same reason are only counted (otelcol_bpfprofiler_unwind_tables_failed)",
+			zap.String("file", e))
+	}
 	for _, d := range st.TablesReady {
 		tel.BpfprofilerUnwindTablesReady.Record(ctx, d.Seconds())
 	}
@@ -250,10 +254,6 @@ func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute
 	}
 	if st.PythonUnsupported > 0 {
 		tel.BpfprofilerPythonInterpretersUnsupported.Add(ctx, int64(st.PythonUnsupported))
-	}
-	for _, e := range st.TableFailureNotes {
-		r.settings.Logger.Warn("a file got no unwind table: its code is walked with frame pointers; other files failing for the same reason are only counted (otelcol_bpfprofiler_unwind_tables_failed)",
-			zap.String("file", e))
 	}
 	for _, e := range st.PythonUnsupportedErrors {
 		r.settings.Logger.Warn("a CPython interpreter is not walked: its Python frames stay the interpreter's native ones",
