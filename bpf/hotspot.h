@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * HotSpot's Java frames, walked in place between the native frames
- * (unwind.h calls hotspot_step for a pc in anonymous executable memory);
+ * (runtimes.h hands hotspot_step the frame-pointer frames of a JVM);
  * x86-64 and arm64, whose frames HotSpot lays out alike (a frame record of
  * the saved frame pointer, rbp or x29, and the return address at its
  * top). The JVM keeps no frame pointer in compiled code, so:
@@ -28,7 +28,7 @@
 #ifndef BPFPROFILER_HOTSPOT_H
 #define BPFPROFILER_HOTSPOT_H
 
-#include "common.h"
+#include "unwind.h"
 
 #define HOTSPOT_MAX_HEAPS 4
 /* Segment map hops back to a block's start: each goes back up to 254
@@ -38,18 +38,13 @@
 /* Frame sizes beyond this (words) are not a frame: the walk stops. */
 #define HOTSPOT_MAX_FRAME_WORDS 65536
 /* hotspot_step: not a Java frame, walk it with the frame pointer. */
-#define HOTSPOT_FRAME_POINTER (-3)
+#define HOTSPOT_FRAME_POINTER UNWIND_NATIVE_STEP
 
 /*
- * The word written after an interpreted frame's pc (internal/capture): the
- * top bit set (no user pc has it), the position above the address bits
- * (IN_PLACE_ADDR_BITS, arch.h: the bytecode index + 1, all ones when
- * unknown; 0 is never written) and the Method* in the address bits.
+ * The word written after an interpreted frame's pc (unwind.h IN_PLACE_WORD):
+ * its Method*, aligned, and the bytecode index + 1.
  */
-#define IN_PLACE_ADDR_MASK ((1ULL << IN_PLACE_ADDR_BITS) - 1)
-#define IN_PLACE_POSITION_UNKNOWN ((1U << (63 - IN_PLACE_ADDR_BITS)) - 1)
-#define HOTSPOT_FRAME_WORD(method, position) \
-	((1ULL << 63) | ((u64)(position) << IN_PLACE_ADDR_BITS) | ((method)&IN_PLACE_ADDR_MASK))
+#define HOTSPOT_FRAME_WORD(method, position) IN_PLACE_WORD(method, position)
 #define HOTSPOT_BCI_UNKNOWN IN_PLACE_POSITION_UNKNOWN
 
 /* One code heap: its reserved code [low, high) and its segment map. */

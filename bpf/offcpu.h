@@ -22,7 +22,7 @@
 #include "stackstore.h"
 #include "drainmaps.h"
 #include "announce.h"
-#include "unwind.h"
+#include "unwind_walk.h"
 #include "cpython.h"
 #include "scopes.h"
 #include "threadctx.h"

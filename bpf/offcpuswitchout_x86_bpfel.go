@@ -79,6 +79,14 @@ type OffcpuSwitchoutInflightSeq struct {
 	Exit  uint64
 }
 
+type OffcpuSwitchoutInplaceRuntime uint32
+
+const (
+	OffcpuSwitchoutInplaceRuntimeINPLACE_NONE    OffcpuSwitchoutInplaceRuntime = 0
+	OffcpuSwitchoutInplaceRuntimeINPLACE_HOTSPOT OffcpuSwitchoutInplaceRuntime = 1
+	OffcpuSwitchoutInplaceRuntimeINPLACE_V8      OffcpuSwitchoutInplaceRuntime = 2
+)
+
 type OffcpuSwitchoutOffcpuSleep struct {
 	_            structs.HostLayout
 	Timestamp    uint64
@@ -256,10 +264,12 @@ type OffcpuSwitchoutThreadCtxScratch struct {
 }
 
 type OffcpuSwitchoutUnwindMapping struct {
-	_     structs.HostLayout
-	Bias  uint64
-	Table uint32
-	Rows  uint32
+	_        structs.HostLayout
+	Bias     uint64
+	Table    uint32
+	Rows     uint32
+	Runtime  uint32
+	Reserved uint32
 }
 
 type OffcpuSwitchoutUnwindMappingKey struct {
@@ -336,6 +346,7 @@ const (
 	OffcpuSwitchoutProgOffcpuSwitch     = "offcpu_switch"
 	OffcpuSwitchoutProgWalkSwitchOut    = "walk_switch_out"
 	OffcpuSwitchoutVarHaveTaskPtRegs    = "have_task_pt_regs"
+	OffcpuSwitchoutVarInplaceRuntimeIds = "inplace_runtime_ids"
 	OffcpuSwitchoutVarLinkScopes        = "link_scopes"
 	OffcpuSwitchoutVarMinBlockNs        = "min_block_ns"
 	OffcpuSwitchoutVarUnwindRowLayout   = "unwind_row_layout"
@@ -438,11 +449,12 @@ type OffcpuSwitchoutMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutVariableSpecs struct {
-	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
-	MinBlockNs      *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
-	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs    *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	InplaceRuntimeIds *ebpf.VariableSpec `ebpf:"inplace_runtime_ids"`
+	LinkScopes        *ebpf.VariableSpec `ebpf:"link_scopes"`
+	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	UnwindRowLayout   *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutObjects contains all objects after they have been loaded into the kernel.
@@ -548,11 +560,12 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutVariables struct {
-	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
-	MinBlockNs      *ebpf.Variable `ebpf:"min_block_ns"`
-	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
-	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs    *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	InplaceRuntimeIds *ebpf.Variable `ebpf:"inplace_runtime_ids"`
+	LinkScopes        *ebpf.Variable `ebpf:"link_scopes"`
+	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
+	UnwindRowLayout   *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutPrograms contains all programs after they have been loaded into the kernel.

@@ -38,32 +38,6 @@ type ReadbenchGoLabelsProc struct {
 	StringsHi  uint64
 }
 
-type ReadbenchHotspotProc struct {
-	_     structs.HostLayout
-	Heaps [4]struct {
-		_           structs.HostLayout
-		Low         uint64
-		High        uint64
-		Segmap      uint64
-		Log2Segment uint32
-		Reserved    uint32
-	}
-	InterpLow         uint64
-	InterpHigh        uint64
-	HeapsN            uint32
-	BlockHeader       uint16
-	BlobFrameSize     uint16
-	BlobFrameComplete uint16
-	BlobCode          uint16
-	InterpSenderSp    int16
-	InterpMethod      int16
-	InterpBcp         int16
-	MethodConst       uint16
-	ConstMethodSize   uint16
-	FrameComplete16   uint8
-	CodeIsOffset      uint8
-}
-
 type ReadbenchReadbenchResult struct {
 	_             structs.HostLayout
 	Ns            uint64
@@ -130,10 +104,12 @@ type ReadbenchThreadCtxScratch struct {
 }
 
 type ReadbenchUnwindMapping struct {
-	_     structs.HostLayout
-	Bias  uint64
-	Table uint32
-	Rows  uint32
+	_        structs.HostLayout
+	Bias     uint64
+	Table    uint32
+	Rows     uint32
+	Runtime  uint32
+	Reserved uint32
 }
 
 type ReadbenchUnwindMappingKey struct {
@@ -149,27 +125,12 @@ type ReadbenchUnwindRow struct {
 	Rule uint32
 }
 
-type ReadbenchV8Proc struct {
-	_                      structs.HostLayout
-	FpMarker               int16
-	FpFunction             int16
-	FpBytecodeArray        int16
-	FpBytecodeOffset       int16
-	FunctionShared         uint16
-	MapInstanceType        uint16
-	BytecodeHeader         uint16
-	TypeSharedFunctionInfo uint16
-	TypeBytecodeArray      uint16
-	Reserved               uint16
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ReadbenchMapContextPids      = "context_pids"
 	ReadbenchMapContextProcs     = "context_procs"
-	ReadbenchMapHotspotProcs     = "hotspot_procs"
 	ReadbenchMapReadbenchRegs    = "readbench_regs"
 	ReadbenchMapReadbenchResults = "readbench_results"
 	ReadbenchMapThreadCtxAttrs   = "thread_ctx_attrs"
@@ -178,7 +139,6 @@ const (
 	ReadbenchMapUnwindFiles      = "unwind_files"
 	ReadbenchMapUnwindMappings   = "unwind_mappings"
 	ReadbenchMapUnwindTableUsed  = "unwind_table_used"
-	ReadbenchMapV8Procs          = "v8_procs"
 	ReadbenchProgRunReadbench    = "run_readbench"
 	ReadbenchVarHaveTaskPtRegs   = "have_task_pt_regs"
 	ReadbenchVarUnwindRowLayout  = "unwind_row_layout"
@@ -236,7 +196,6 @@ type ReadbenchProgramSpecs struct {
 type ReadbenchMapSpecs struct {
 	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
 	ContextProcs     *ebpf.MapSpec `ebpf:"context_procs"`
-	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	ReadbenchRegs    *ebpf.MapSpec `ebpf:"readbench_regs"`
 	ReadbenchResults *ebpf.MapSpec `ebpf:"readbench_results"`
 	ThreadCtxAttrs   *ebpf.MapSpec `ebpf:"thread_ctx_attrs"`
@@ -245,7 +204,6 @@ type ReadbenchMapSpecs struct {
 	UnwindFiles      *ebpf.MapSpec `ebpf:"unwind_files"`
 	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindTableUsed  *ebpf.MapSpec `ebpf:"unwind_table_used"`
-	V8Procs          *ebpf.MapSpec `ebpf:"v8_procs"`
 }
 
 // ReadbenchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -279,7 +237,6 @@ func (o *ReadbenchObjects) Close() error {
 type ReadbenchMaps struct {
 	ContextPids      *ebpf.Map `ebpf:"context_pids"`
 	ContextProcs     *ebpf.Map `ebpf:"context_procs"`
-	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	ReadbenchRegs    *ebpf.Map `ebpf:"readbench_regs"`
 	ReadbenchResults *ebpf.Map `ebpf:"readbench_results"`
 	ThreadCtxAttrs   *ebpf.Map `ebpf:"thread_ctx_attrs"`
@@ -288,14 +245,12 @@ type ReadbenchMaps struct {
 	UnwindFiles      *ebpf.Map `ebpf:"unwind_files"`
 	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindTableUsed  *ebpf.Map `ebpf:"unwind_table_used"`
-	V8Procs          *ebpf.Map `ebpf:"v8_procs"`
 }
 
 func (m *ReadbenchMaps) Close() error {
 	return _ReadbenchClose(
 		m.ContextPids,
 		m.ContextProcs,
-		m.HotspotProcs,
 		m.ReadbenchRegs,
 		m.ReadbenchResults,
 		m.ThreadCtxAttrs,
@@ -304,7 +259,6 @@ func (m *ReadbenchMaps) Close() error {
 		m.UnwindFiles,
 		m.UnwindMappings,
 		m.UnwindTableUsed,
-		m.V8Procs,
 	)
 }
 

@@ -3,8 +3,8 @@
  * V8's JavaScript frames (node), read in place between the native frames;
  * x86-64 and arm64, whose frames V8 lays out alike. V8 keeps a frame pointer in every frame of its JIT code and of
  * its embedded builtins, so the native walk's frame pointer rule walks
- * them; this file only tells what each such frame runs. unwind.h asks
- * v8_frame_word for every frame of a node process walked by its frame
+ * them; this file only tells what each such frame runs. runtimes.h asks
+ * v8_step for every frame of a node process walked by its frame
  * pointer: JIT code (Sparkplug, Maglev, TurboFan) in anonymous memory, and
  * the embedded builtins (the interpreter: Ignition's trampoline and
  * bytecode handlers), which have no CFI and which V8 12 on runs from a
@@ -23,8 +23,7 @@
 #ifndef BPFPROFILER_V8_H
 #define BPFPROFILER_V8_H
 
-#include "common.h"
-#include "hotspot.h" /* the in-place frame word */
+#include "unwind.h"
 
 #define V8_HEAP_OBJECT_TAG 1
 /* Positions: 0 for compiled code, else the bytecode offset + 1; offsets at
@@ -32,13 +31,11 @@
 #define V8_POSITION_UNKNOWN IN_PLACE_POSITION_UNKNOWN
 
 /*
- * The word written after a JavaScript frame's pc (internal/capture): the
- * top bit set (no user pc has it), the position above the address bits
- * and the SharedFunctionInfo, tagged, in them (as hotspot.h's word). Its
- * tag bit (bit 0) tells it from HotSpot's word, whose Method* is aligned.
+ * The word written after a JavaScript frame's pc (unwind.h IN_PLACE_WORD):
+ * its SharedFunctionInfo, tagged, whose tag bit (bit 0) tells it from
+ * HotSpot's word, whose Method* is aligned.
  */
-#define V8_FRAME_WORD(sfi, position) \
-	((1ULL << 63) | ((u64)(position) << IN_PLACE_ADDR_BITS) | ((sfi)&IN_PLACE_ADDR_MASK))
+#define V8_FRAME_WORD(sfi, position) IN_PLACE_WORD(sfi, position)
 
 /* What the walk needs of one node process (internal/runtimes/v8.walkerProc). */
 struct v8_proc {
@@ -106,6 +103,13 @@ static __always_inline u64 v8_frame_word(u32 pid, u64 fp)
 		position = smi >= 0 && smi < V8_POSITION_UNKNOWN - 1 ? smi + 1 : V8_POSITION_UNKNOWN;
 	}
 	return V8_FRAME_WORD(sfi, position);
+}
+
+/* A frame of a node process walked by its frame pointer: its word, if it is JavaScript's. */
+static __always_inline int v8_step(const struct user_regs *regs, u32 pid, u64 *word)
+{
+	*word = v8_frame_word(pid, regs->bp);
+	return UNWIND_NATIVE_STEP;
 }
 
 #endif /* BPFPROFILER_V8_H */

@@ -309,7 +309,7 @@ func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64)
 		if l.procs[w.lp.pid] != w.lp {
 			continue // loaded again, or forgotten
 		}
-		value := bpf.CpuUnwindMapping{Bias: w.bias + t.base, Table: t.slot, Rows: t.rows}
+		value := bpf.CpuUnwindMapping{Bias: w.bias + t.base, Table: t.slot, Rows: t.rows, Runtime: w.lp.inPlace}
 		for i := w.first; i < w.end; i++ {
 			if err := l.maps.Mappings.Put(&w.lp.keys[i], &value); err != nil {
 				l.stats.MappingsFull++

@@ -101,8 +101,8 @@ func (l *Loader) coldTables(now time.Time) []*fileTable {
 // loads it again) before its slot can serve another file. It reads every
 // loaded process: done only when a new table needs the room.
 func (l *Loader) evict(t *fileTable) {
-	value := bpf.CpuUnwindMapping{Table: evictedTable}
 	for _, lp := range l.procs {
+		value := bpf.CpuUnwindMapping{Table: evictedTable, Runtime: lp.inPlace}
 		for i, fk := range lp.keyFiles {
 			if fk != (fileKey{}) && l.files[fk] == t {
 				_ = l.maps.Mappings.Put(&lp.keys[i], &value) // there: lp's entries are loaded

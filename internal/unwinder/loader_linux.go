@@ -97,6 +97,9 @@ type loadedProcess struct {
 	// goBias.
 	goLabels *golabels.Binary
 	goBias   uint64
+	// inPlace is the id of the runtime the process runs whose walker reads
+	// frames in place (runtimes.Runtime.InPlace), on each of its entries.
+	inPlace uint32
 	// building counts the mappings waiting for their file's table;
 	// waitingSince is when the process was first loaded, until none waits
 	// (then zero: noteReady).
@@ -105,8 +108,8 @@ type loadedProcess struct {
 }
 
 // anonTable is bpf/unwind.h UNWIND_TABLE_ANON: the table of an anonymous
-// executable mapping (JIT code), walked by the runtimes' walkers there are
-// (bpf/hotspot.h) and with frame pointers.
+// executable mapping (JIT code), walked with frame pointers and by the
+// process's in-place runtime (bpf/runtimes.h).
 const anonTable = 0xfffffffe
 
 // releaseDelay is how long the slot of a removed table stays unused: a
@@ -241,25 +244,38 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		l.stats.Processes = uint64(len(l.procs))
 		l.noteReady(lp, time.Now())
 	}()
+	// The files first: the runtime one of them holds, if its walker reads
+	// frames in place, goes on every entry of the process.
+	rank := 0
+	tables := make([]*fileTable, len(maps))
+	tableKeys := make([]fileKey, len(maps))
+	for i, m := range maps {
+		if m.Executable() && m.FileBacked() {
+			t, key := l.table(pid, m, &rank)
+			tables[i], tableKeys[i] = t, key
+			if t.runtime != nil && lp.inPlace == 0 {
+				lp.inPlace = t.runtime.rt.InPlace
+			}
+		}
+	}
 	// Every entry goes in now, walked with frame pointers where its
 	// file's table is still to build: the builds are queued (runBuilds).
-	rank := 0
-	for _, m := range maps {
+	for i, m := range maps {
 		if !m.Executable() {
 			continue
 		}
-		value := bpf.CpuUnwindMapping{Table: anonTable}
+		value := bpf.CpuUnwindMapping{Table: anonTable, Runtime: lp.inPlace}
 		var file fileKey
 		var waiting *pendingBuild
 		var waitingBias uint64
 		if m.FileBacked() {
 			value.Table = 0
-			t, key := l.table(pid, m, &rank)
+			t, key := tables[i], tableKeys[i]
 			lp.files = append(lp.files, key)
 			bias, err := loadBias(t.progs, m.Start, m.Offset)
 			switch {
 			case t.rows > 0 && err == nil:
-				value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows}
+				value = bpf.CpuUnwindMapping{Bias: bias + t.base, Table: t.slot, Rows: t.rows, Runtime: lp.inPlace}
 				file = key
 			case err == nil:
 				waiting, waitingBias = t.building, bias

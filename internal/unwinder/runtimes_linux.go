@@ -127,7 +127,7 @@ func (l *Loader) putRuntime(lp *loadedProcess, fr *fileRuntime, value []byte) bo
 // memory (walked by the runtimes' walkers), beside the process's mappings
 // as they were read: code committed later is in them too.
 func (l *Loader) addCodeRanges(lp *loadedProcess, ranges [][2]uint64) {
-	value := bpf.CpuUnwindMapping{Table: anonTable}
+	value := bpf.CpuUnwindMapping{Table: anonTable, Runtime: lp.inPlace}
 	for _, r := range ranges {
 		for _, b := range blocks(r[0], r[1]) {
 			key := bpf.CpuUnwindMappingKey{Prefixlen: b.prefixLen(), Pid: lp.pid, Addr: bigEndian(b.addr)}

@@ -15,6 +15,7 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
 	ProcMap:   "hotspot_procs",
+	InPlace:   1, // bpf/runtimes.h INPLACE_HOTSPOT
 	NamesCode: true,
 	Exports:   []string{"gHotSpotVMStructs"}, // libjvm's, in any JDK layout
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {

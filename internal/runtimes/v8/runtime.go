@@ -16,6 +16,7 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:    "v8js",
 	ProcMap: "v8_procs",
+	InPlace: 2, // bpf/runtimes.h INPLACE_V8
 	// node, nodejs, libnode and any binary embedding them export V8's
 	// version (for native addons), under any name.
 	Exports: []string{symMajor},
