@@ -77,14 +77,6 @@ type CpuInflightSeq struct {
 	Exit  uint64
 }
 
-type CpuInplaceRuntime uint32
-
-const (
-	CpuInplaceRuntimeINPLACE_NONE    CpuInplaceRuntime = 0
-	CpuInplaceRuntimeINPLACE_HOTSPOT CpuInplaceRuntime = 1
-	CpuInplaceRuntimeINPLACE_V8      CpuInplaceRuntime = 2
-)
-
 type CpuOpenScope struct {
 	_        structs.HostLayout
 	StartNs  uint64
@@ -133,6 +125,15 @@ type CpuRescanWindow struct {
 	Next     uint64
 	Interval uint64
 }
+
+type CpuRuntimeId uint32
+
+const (
+	CpuRuntimeIdRUNTIME_NONE    CpuRuntimeId = 0
+	CpuRuntimeIdRUNTIME_CPYTHON CpuRuntimeId = 1
+	CpuRuntimeIdRUNTIME_HOTSPOT CpuRuntimeId = 2
+	CpuRuntimeIdRUNTIME_V8      CpuRuntimeId = 3
+)
 
 type CpuSamplerConfig struct {
 	_             structs.HostLayout
@@ -296,47 +297,47 @@ type CpuWalkState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CpuMapComms             = "comms"
-	CpuMapConfig            = "config"
-	CpuMapContextPids       = "context_pids"
-	CpuMapContextProcs      = "context_procs"
-	CpuMapCounts0           = "counts_0"
-	CpuMapCounts1           = "counts_1"
-	CpuMapGoOpenScopes      = "go_open_scopes"
-	CpuMapHotspotProcs      = "hotspot_procs"
-	CpuMapInflight          = "inflight"
-	CpuMapNewPids           = "new_pids"
-	CpuMapOpenScopes        = "open_scopes"
-	CpuMapPythonProcs       = "python_procs"
-	CpuMapPythonResults     = "python_results"
-	CpuMapPythonScratch     = "python_scratch"
-	CpuMapPythonThreads     = "python_threads"
-	CpuMapPythonWalks       = "python_walks"
-	CpuMapRescanAfter       = "rescan_after"
-	CpuMapScratch           = "scratch"
-	CpuMapSeenPids          = "seen_pids"
-	CpuMapStacks0           = "stacks_0"
-	CpuMapStacks1           = "stacks_1"
-	CpuMapStats             = "stats"
-	CpuMapTargetPids        = "target_pids"
-	CpuMapThreadCtxAttrs    = "thread_ctx_attrs"
-	CpuMapThreadCtxResults  = "thread_ctx_results"
-	CpuMapThreadCtxScratch  = "thread_ctx_scratch"
-	CpuMapUnwindFiles       = "unwind_files"
-	CpuMapUnwindMappings    = "unwind_mappings"
-	CpuMapUnwindTableUsed   = "unwind_table_used"
-	CpuMapV8Procs           = "v8_procs"
-	CpuMapWalkProgs         = "walk_progs"
-	CpuMapWalks             = "walks"
-	CpuProgForgetExec       = "forget_exec"
-	CpuProgForgetProcess    = "forget_process"
-	CpuProgSampleCpu        = "sample_cpu"
-	CpuProgWalkUserStack    = "walk_user_stack"
-	CpuVarHaveTaskPtRegs    = "have_task_pt_regs"
-	CpuVarInplaceRuntimeIds = "inplace_runtime_ids"
-	CpuVarLinkScopes        = "link_scopes"
-	CpuVarUnwindRowLayout   = "unwind_row_layout"
-	CpuVarUnwindTables      = "unwind_tables"
+	CpuMapComms            = "comms"
+	CpuMapConfig           = "config"
+	CpuMapContextPids      = "context_pids"
+	CpuMapContextProcs     = "context_procs"
+	CpuMapCounts0          = "counts_0"
+	CpuMapCounts1          = "counts_1"
+	CpuMapGoOpenScopes     = "go_open_scopes"
+	CpuMapHotspotProcs     = "hotspot_procs"
+	CpuMapInflight         = "inflight"
+	CpuMapNewPids          = "new_pids"
+	CpuMapOpenScopes       = "open_scopes"
+	CpuMapPythonProcs      = "python_procs"
+	CpuMapPythonResults    = "python_results"
+	CpuMapPythonScratch    = "python_scratch"
+	CpuMapPythonThreads    = "python_threads"
+	CpuMapPythonWalks      = "python_walks"
+	CpuMapRescanAfter      = "rescan_after"
+	CpuMapScratch          = "scratch"
+	CpuMapSeenPids         = "seen_pids"
+	CpuMapStacks0          = "stacks_0"
+	CpuMapStacks1          = "stacks_1"
+	CpuMapStats            = "stats"
+	CpuMapTargetPids       = "target_pids"
+	CpuMapThreadCtxAttrs   = "thread_ctx_attrs"
+	CpuMapThreadCtxResults = "thread_ctx_results"
+	CpuMapThreadCtxScratch = "thread_ctx_scratch"
+	CpuMapUnwindFiles      = "unwind_files"
+	CpuMapUnwindMappings   = "unwind_mappings"
+	CpuMapUnwindTableUsed  = "unwind_table_used"
+	CpuMapV8Procs          = "v8_procs"
+	CpuMapWalkProgs        = "walk_progs"
+	CpuMapWalks            = "walks"
+	CpuProgForgetExec      = "forget_exec"
+	CpuProgForgetProcess   = "forget_process"
+	CpuProgSampleCpu       = "sample_cpu"
+	CpuProgWalkUserStack   = "walk_user_stack"
+	CpuVarHaveTaskPtRegs   = "have_task_pt_regs"
+	CpuVarLinkScopes       = "link_scopes"
+	CpuVarRuntimeIds       = "runtime_ids"
+	CpuVarUnwindRowLayout  = "unwind_row_layout"
+	CpuVarUnwindTables     = "unwind_tables"
 )
 
 // LoadCpu returns the embedded CollectionSpec for Cpu.
@@ -429,11 +430,11 @@ type CpuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuVariableSpecs struct {
-	HaveTaskPtRegs    *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.VariableSpec `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.VariableSpec `ebpf:"link_scopes"`
-	UnwindRowLayout   *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	RuntimeIds      *ebpf.VariableSpec `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // CpuObjects contains all objects after they have been loaded into the kernel.
@@ -531,11 +532,11 @@ func (m *CpuMaps) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuVariables struct {
-	HaveTaskPtRegs    *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.Variable `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.Variable `ebpf:"link_scopes"`
-	UnwindRowLayout   *ebpf.Variable `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	RuntimeIds      *ebpf.Variable `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // CpuPrograms contains all programs after they have been loaded into the kernel.

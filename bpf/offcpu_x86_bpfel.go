@@ -79,14 +79,6 @@ type OffcpuInflightSeq struct {
 	Exit  uint64
 }
 
-type OffcpuInplaceRuntime uint32
-
-const (
-	OffcpuInplaceRuntimeINPLACE_NONE    OffcpuInplaceRuntime = 0
-	OffcpuInplaceRuntimeINPLACE_HOTSPOT OffcpuInplaceRuntime = 1
-	OffcpuInplaceRuntimeINPLACE_V8      OffcpuInplaceRuntime = 2
-)
-
 type OffcpuLoopWalk struct {
 	_ structs.HostLayout
 	W struct {
@@ -183,6 +175,15 @@ type OffcpuRescanWindow struct {
 	Next     uint64
 	Interval uint64
 }
+
+type OffcpuRuntimeId uint32
+
+const (
+	OffcpuRuntimeIdRUNTIME_NONE    OffcpuRuntimeId = 0
+	OffcpuRuntimeIdRUNTIME_CPYTHON OffcpuRuntimeId = 1
+	OffcpuRuntimeIdRUNTIME_HOTSPOT OffcpuRuntimeId = 2
+	OffcpuRuntimeIdRUNTIME_V8      OffcpuRuntimeId = 3
+)
 
 type OffcpuSamplerConfig struct {
 	_             structs.HostLayout
@@ -316,51 +317,51 @@ type OffcpuV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	OffcpuMapComms             = "comms"
-	OffcpuMapConfig            = "config"
-	OffcpuMapContextPids       = "context_pids"
-	OffcpuMapContextProcs      = "context_procs"
-	OffcpuMapCounts0           = "counts_0"
-	OffcpuMapCounts1           = "counts_1"
-	OffcpuMapExcludedPids      = "excluded_pids"
-	OffcpuMapGoOpenScopes      = "go_open_scopes"
-	OffcpuMapHotspotProcs      = "hotspot_procs"
-	OffcpuMapInflight          = "inflight"
-	OffcpuMapNewPids           = "new_pids"
-	OffcpuMapOpenScopes        = "open_scopes"
-	OffcpuMapPending           = "pending"
-	OffcpuMapPythonProcs       = "python_procs"
-	OffcpuMapPythonResults     = "python_results"
-	OffcpuMapPythonScratch     = "python_scratch"
-	OffcpuMapPythonThreads     = "python_threads"
-	OffcpuMapPythonWalks       = "python_walks"
-	OffcpuMapRescanAfter       = "rescan_after"
-	OffcpuMapScratch           = "scratch"
-	OffcpuMapSeenPids          = "seen_pids"
-	OffcpuMapStacks0           = "stacks_0"
-	OffcpuMapStacks1           = "stacks_1"
-	OffcpuMapStarts            = "starts"
-	OffcpuMapStats             = "stats"
-	OffcpuMapTargetPids        = "target_pids"
-	OffcpuMapThreadCtxAttrs    = "thread_ctx_attrs"
-	OffcpuMapThreadCtxResults  = "thread_ctx_results"
-	OffcpuMapThreadCtxScratch  = "thread_ctx_scratch"
-	OffcpuMapUnwindFiles       = "unwind_files"
-	OffcpuMapUnwindMappings    = "unwind_mappings"
-	OffcpuMapUnwindTableUsed   = "unwind_table_used"
-	OffcpuMapV8Procs           = "v8_procs"
-	OffcpuMapWalks             = "walks"
-	OffcpuMapZeroPending       = "zero_pending"
-	OffcpuProgForgetExec       = "forget_exec"
-	OffcpuProgForgetProcess    = "forget_process"
-	OffcpuProgOffcpuFree       = "offcpu_free"
-	OffcpuProgOffcpuSwitch     = "offcpu_switch"
-	OffcpuVarHaveTaskPtRegs    = "have_task_pt_regs"
-	OffcpuVarInplaceRuntimeIds = "inplace_runtime_ids"
-	OffcpuVarLinkScopes        = "link_scopes"
-	OffcpuVarMinBlockNs        = "min_block_ns"
-	OffcpuVarUnwindRowLayout   = "unwind_row_layout"
-	OffcpuVarUnwindTables      = "unwind_tables"
+	OffcpuMapComms            = "comms"
+	OffcpuMapConfig           = "config"
+	OffcpuMapContextPids      = "context_pids"
+	OffcpuMapContextProcs     = "context_procs"
+	OffcpuMapCounts0          = "counts_0"
+	OffcpuMapCounts1          = "counts_1"
+	OffcpuMapExcludedPids     = "excluded_pids"
+	OffcpuMapGoOpenScopes     = "go_open_scopes"
+	OffcpuMapHotspotProcs     = "hotspot_procs"
+	OffcpuMapInflight         = "inflight"
+	OffcpuMapNewPids          = "new_pids"
+	OffcpuMapOpenScopes       = "open_scopes"
+	OffcpuMapPending          = "pending"
+	OffcpuMapPythonProcs      = "python_procs"
+	OffcpuMapPythonResults    = "python_results"
+	OffcpuMapPythonScratch    = "python_scratch"
+	OffcpuMapPythonThreads    = "python_threads"
+	OffcpuMapPythonWalks      = "python_walks"
+	OffcpuMapRescanAfter      = "rescan_after"
+	OffcpuMapScratch          = "scratch"
+	OffcpuMapSeenPids         = "seen_pids"
+	OffcpuMapStacks0          = "stacks_0"
+	OffcpuMapStacks1          = "stacks_1"
+	OffcpuMapStarts           = "starts"
+	OffcpuMapStats            = "stats"
+	OffcpuMapTargetPids       = "target_pids"
+	OffcpuMapThreadCtxAttrs   = "thread_ctx_attrs"
+	OffcpuMapThreadCtxResults = "thread_ctx_results"
+	OffcpuMapThreadCtxScratch = "thread_ctx_scratch"
+	OffcpuMapUnwindFiles      = "unwind_files"
+	OffcpuMapUnwindMappings   = "unwind_mappings"
+	OffcpuMapUnwindTableUsed  = "unwind_table_used"
+	OffcpuMapV8Procs          = "v8_procs"
+	OffcpuMapWalks            = "walks"
+	OffcpuMapZeroPending      = "zero_pending"
+	OffcpuProgForgetExec      = "forget_exec"
+	OffcpuProgForgetProcess   = "forget_process"
+	OffcpuProgOffcpuFree      = "offcpu_free"
+	OffcpuProgOffcpuSwitch    = "offcpu_switch"
+	OffcpuVarHaveTaskPtRegs   = "have_task_pt_regs"
+	OffcpuVarLinkScopes       = "link_scopes"
+	OffcpuVarMinBlockNs       = "min_block_ns"
+	OffcpuVarRuntimeIds       = "runtime_ids"
+	OffcpuVarUnwindRowLayout  = "unwind_row_layout"
+	OffcpuVarUnwindTables     = "unwind_tables"
 )
 
 // LoadOffcpu returns the embedded CollectionSpec for Offcpu.
@@ -456,12 +457,12 @@ type OffcpuMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuVariableSpecs struct {
-	HaveTaskPtRegs    *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.VariableSpec `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.VariableSpec `ebpf:"link_scopes"`
-	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	UnwindRowLayout   *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	RuntimeIds      *ebpf.VariableSpec `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuObjects contains all objects after they have been loaded into the kernel.
@@ -565,12 +566,12 @@ func (m *OffcpuMaps) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuVariables struct {
-	HaveTaskPtRegs    *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.Variable `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.Variable `ebpf:"link_scopes"`
-	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
-	UnwindRowLayout   *ebpf.Variable `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.Variable `ebpf:"min_block_ns"`
+	RuntimeIds      *ebpf.Variable `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuPrograms contains all programs after they have been loaded into the kernel.

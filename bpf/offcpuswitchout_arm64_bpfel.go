@@ -79,14 +79,6 @@ type OffcpuSwitchoutInflightSeq struct {
 	Exit  uint64
 }
 
-type OffcpuSwitchoutInplaceRuntime uint32
-
-const (
-	OffcpuSwitchoutInplaceRuntimeINPLACE_NONE    OffcpuSwitchoutInplaceRuntime = 0
-	OffcpuSwitchoutInplaceRuntimeINPLACE_HOTSPOT OffcpuSwitchoutInplaceRuntime = 1
-	OffcpuSwitchoutInplaceRuntimeINPLACE_V8      OffcpuSwitchoutInplaceRuntime = 2
-)
-
 type OffcpuSwitchoutOffcpuSleep struct {
 	_            structs.HostLayout
 	Timestamp    uint64
@@ -149,6 +141,15 @@ type OffcpuSwitchoutRescanWindow struct {
 	Next     uint64
 	Interval uint64
 }
+
+type OffcpuSwitchoutRuntimeId uint32
+
+const (
+	OffcpuSwitchoutRuntimeIdRUNTIME_NONE    OffcpuSwitchoutRuntimeId = 0
+	OffcpuSwitchoutRuntimeIdRUNTIME_CPYTHON OffcpuSwitchoutRuntimeId = 1
+	OffcpuSwitchoutRuntimeIdRUNTIME_HOTSPOT OffcpuSwitchoutRuntimeId = 2
+	OffcpuSwitchoutRuntimeIdRUNTIME_V8      OffcpuSwitchoutRuntimeId = 3
+)
 
 type OffcpuSwitchoutSamplerConfig struct {
 	_             structs.HostLayout
@@ -346,9 +347,9 @@ const (
 	OffcpuSwitchoutProgOffcpuSwitch     = "offcpu_switch"
 	OffcpuSwitchoutProgWalkSwitchOut    = "walk_switch_out"
 	OffcpuSwitchoutVarHaveTaskPtRegs    = "have_task_pt_regs"
-	OffcpuSwitchoutVarInplaceRuntimeIds = "inplace_runtime_ids"
 	OffcpuSwitchoutVarLinkScopes        = "link_scopes"
 	OffcpuSwitchoutVarMinBlockNs        = "min_block_ns"
+	OffcpuSwitchoutVarRuntimeIds        = "runtime_ids"
 	OffcpuSwitchoutVarUnwindRowLayout   = "unwind_row_layout"
 	OffcpuSwitchoutVarUnwindTables      = "unwind_tables"
 )
@@ -449,12 +450,12 @@ type OffcpuSwitchoutMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutVariableSpecs struct {
-	HaveTaskPtRegs    *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.VariableSpec `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.VariableSpec `ebpf:"link_scopes"`
-	MinBlockNs        *ebpf.VariableSpec `ebpf:"min_block_ns"`
-	UnwindRowLayout   *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.VariableSpec `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.VariableSpec `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.VariableSpec `ebpf:"min_block_ns"`
+	RuntimeIds      *ebpf.VariableSpec `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.VariableSpec `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.VariableSpec `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutObjects contains all objects after they have been loaded into the kernel.
@@ -560,12 +561,12 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutVariables struct {
-	HaveTaskPtRegs    *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	InplaceRuntimeIds *ebpf.Variable `ebpf:"inplace_runtime_ids"`
-	LinkScopes        *ebpf.Variable `ebpf:"link_scopes"`
-	MinBlockNs        *ebpf.Variable `ebpf:"min_block_ns"`
-	UnwindRowLayout   *ebpf.Variable `ebpf:"unwind_row_layout"`
-	UnwindTables      *ebpf.Variable `ebpf:"unwind_tables"`
+	HaveTaskPtRegs  *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes      *ebpf.Variable `ebpf:"link_scopes"`
+	MinBlockNs      *ebpf.Variable `ebpf:"min_block_ns"`
+	RuntimeIds      *ebpf.Variable `ebpf:"runtime_ids"`
+	UnwindRowLayout *ebpf.Variable `ebpf:"unwind_row_layout"`
+	UnwindTables    *ebpf.Variable `ebpf:"unwind_tables"`
 }
 
 // OffcpuSwitchoutPrograms contains all programs after they have been loaded into the kernel.

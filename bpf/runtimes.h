@@ -3,7 +3,7 @@
  * The runtimes whose walkers read frames in place, during the native walk
  * (unwind_walk.h), and the one dispatch that enters them. User space puts
  * the id of a process's in-place runtime on each of its executable mappings
- * (unwind_mapping.runtime: internal/runtimes Runtime.InPlace); the walk
+ * (unwind_mapping.runtime: internal/runtimes Runtime.ID, where Runtime.InPlace); the walk
  * hands every frame-pointer frame of such a mapping to runtime_step. A
  * runtime adds its walker header and an entry here: a step that, for a pc
  * of its code, either steps out of the frame itself (sets regs to the
@@ -18,15 +18,19 @@
 #include "hotspot.h"
 #include "v8.h"
 
-/* unwind_mapping.runtime: internal/runtimes Runtime.InPlace. */
-enum inplace_runtime {
-	INPLACE_NONE = 0,
-	INPLACE_HOTSPOT = 1, /* hotspot.h */
-	INPLACE_V8 = 2,	     /* v8.h */
+/*
+ * The runtimes' ids, capture.Runtime's and internal/runtimes Runtime.ID:
+ * unwind_mapping.runtime holds that of a runtime walked in place.
+ */
+enum runtime_id {
+	RUNTIME_NONE = 0,
+	RUNTIME_CPYTHON = 1, /* cpython.h, walked apart */
+	RUNTIME_HOTSPOT = 2, /* hotspot.h */
+	RUNTIME_V8 = 3,	     /* v8.h */
 };
 
-/* Unused: keeps the enum in BTF, for bpf2go (Go's CpuInplaceRuntime). */
-const volatile enum inplace_runtime inplace_runtime_ids = INPLACE_NONE;
+/* Unused: keeps the enum in BTF, for bpf2go (Go's CpuRuntimeId). */
+const volatile enum runtime_id runtime_ids = RUNTIME_NONE;
 
 /*
  * One frame of runtime's code at regs (pc: the looked-up pc, the call for a
@@ -36,9 +40,9 @@ const volatile enum inplace_runtime inplace_runtime_ids = INPLACE_NONE;
 static __always_inline int runtime_step(u32 runtime, struct user_regs *regs, u32 pid, int first, u64 pc, u64 *word)
 {
 	switch (runtime) {
-	case INPLACE_HOTSPOT:
+	case RUNTIME_HOTSPOT:
 		return hotspot_step(regs, pid, first, pc, word);
-	case INPLACE_V8:
+	case RUNTIME_V8:
 		return v8_step(regs, pid, word);
 	}
 	return UNWIND_NATIVE_STEP;

@@ -102,7 +102,7 @@ struct unwind_mapping {
 	u64 bias;     /* table pc = address - bias */
 	u32 table;    /* the file's table: unwind_files[table] */
 	u32 rows;     /* its rows; 0: no table, walk with the frame pointer */
-	u32 runtime;  /* the process's in-place runtime (enum inplace_runtime, runtimes.h); 0: none */
+	u32 runtime;  /* the process's runtime walked in place (enum runtime_id, runtimes.h); 0: none */
 	u32 reserved; /* padding */
 };
 

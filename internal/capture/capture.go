@@ -34,7 +34,8 @@ const (
 )
 
 // Runtime is the language runtime of a RuntimeFrame; its package in
-// internal/runtimes names the frame.
+// internal/runtimes names the frame. The values are the kernel's too
+// (bpf/runtimes.h enum runtime_id) and each runtime's Runtime.ID.
 type Runtime uint8
 
 const (

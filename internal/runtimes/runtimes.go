@@ -26,12 +26,14 @@ type Runtime struct {
 	// ProcMap is the BPF map its walker reads per process: a hash from pid
 	// (as the collector sees it) to Interpreter.WalkerProc.
 	ProcMap string
-	// InPlace is the id of the runtime's walker in bpf/runtimes.h's
-	// dispatch (enum inplace_runtime) when it reads frames in place, during
-	// the native walk (JIT code): every executable mapping of a process
-	// running it carries the id. 0 for a runtime walked apart
-	// (EntryFunction).
-	InPlace uint32
+	// ID is the runtime's id: capture.Runtime's, and bpf/runtimes.h's
+	// enum runtime_id.
+	ID uint8
+	// InPlace says the runtime's walker reads frames in place, during the
+	// native walk (JIT code; bpf/runtimes.h's dispatch): every executable
+	// mapping of a process running it carries its ID. A runtime with an
+	// EntryFunction is walked apart instead.
+	InPlace bool
 	// NamesCode says the runtime names native code addresses in anonymous
 	// memory (JIT code): a frame there is asked of Process.Frame with the
 	// address as its object.

@@ -98,7 +98,8 @@ type loadedProcess struct {
 	goLabels *golabels.Binary
 	goBias   uint64
 	// inPlace is the id of the runtime the process runs whose walker reads
-	// frames in place (runtimes.Runtime.InPlace), on each of its entries.
+	// frames in place (runtimes.Runtime.InPlace), on each of its entries;
+	// 0: none. A process holding two (a JVM embedding node) gets the first.
 	inPlace uint32
 	// building counts the mappings waiting for their file's table;
 	// waitingSince is when the process was first loaded, until none waits
@@ -253,8 +254,8 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		if m.Executable() && m.FileBacked() {
 			t, key := l.table(pid, m, &rank)
 			tables[i], tableKeys[i] = t, key
-			if t.runtime != nil && lp.inPlace == 0 {
-				lp.inPlace = t.runtime.rt.InPlace
+			if t.runtime != nil && t.runtime.rt.InPlace && lp.inPlace == 0 {
+				lp.inPlace = uint32(t.runtime.rt.ID)
 			}
 		}
 	}

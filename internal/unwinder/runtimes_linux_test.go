@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -39,31 +40,28 @@ func TestRuntimeRetryGap(t *testing.T) {
 	}
 }
 
-// The runtimes' InPlace ids are bpf/runtimes.h's: each value of enum
-// inplace_runtime but INPLACE_NONE is the id of the runtime whose walker
-// its dispatch enters, and no runtime has an id the dispatch lacks.
-func TestInPlaceIDsAreTheDispatch(t *testing.T) {
+// A runtime's id is one in the kernel, capture and internal/runtimes:
+// each value of bpf/runtimes.h's enum runtime_id but RUNTIME_NONE is
+// RUNTIME_<the capture.Runtime of that id>, whose Name is the runtime's of
+// that ID; every runtime has one of them.
+func TestRuntimeIDsAgree(t *testing.T) {
 	spec, err := bpf.LoadCpu()
 	require.NoError(t, err)
 	var enum *btf.Enum
-	require.NoError(t, spec.Types.TypeByName("inplace_runtime", &enum))
-	walkers := map[string]string{"INPLACE_HOTSPOT": "jvm", "INPLACE_V8": "v8js"}
-	ids := map[uint32]string{}
+	require.NoError(t, spec.Types.TypeByName("runtime_id", &enum))
+	names := map[string]string{"cpython": "CPYTHON", "jvm": "HOTSPOT", "v8js": "V8"}
+	ids := map[uint8]string{}
 	for _, v := range enum.Values {
-		if v.Value == 0 {
-			continue
+		if v.Value != 0 {
+			ids[uint8(v.Value)] = v.Name
 		}
-		name, ok := walkers[v.Name]
-		require.True(t, ok, "%s: which runtime's walker?", v.Name)
-		ids[uint32(v.Value)] = name
 	}
 	for _, rt := range all.Runtimes {
-		if rt.InPlace != 0 {
-			assert.Equal(t, ids[rt.InPlace], rt.Name, "InPlace %d", rt.InPlace)
-			delete(ids, rt.InPlace)
-		}
+		assert.Equal(t, rt.Name, capture.Runtime(rt.ID).Name(), "%s: ID %d", rt.Name, rt.ID)
+		assert.Equal(t, "RUNTIME_"+names[rt.Name], ids[rt.ID], "%s: ID %d", rt.Name, rt.ID)
+		delete(ids, rt.ID)
 	}
-	assert.Empty(t, ids, "dispatch entries of no runtime")
+	assert.Empty(t, ids, "ids of no runtime")
 }
 
 // Every executable mapping of a process running node carries V8's in-place
@@ -94,7 +92,7 @@ func TestLoaderTagsInPlaceRuntime(t *testing.T) {
 			anon++
 		}
 	}
-	v8 := uint32(bpf.CpuInplaceRuntimeINPLACE_V8)
+	v8 := uint32(bpf.CpuRuntimeIdRUNTIME_V8)
 	assert.Len(t, runtimeOf[uint32(node.Pid())], 1, "node's entries: %v", runtimeOf[uint32(node.Pid())])
 	assert.NotZero(t, runtimeOf[uint32(node.Pid())][v8], "node's entries: %v", runtimeOf[uint32(node.Pid())])
 	assert.NotZero(t, anon, "node's JIT code")

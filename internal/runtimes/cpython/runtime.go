@@ -15,6 +15,7 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:          "cpython",
 	ProcMap:       "python_procs",
+	ID:            1, // capture.Runtime, bpf/runtimes.h RUNTIME_CPYTHON
 	EntryFunction: evalFunction,
 	// The executable or libpython, under any name; a static build has
 	// it in its own symbol table.

@@ -15,7 +15,8 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:      "jvm",
 	ProcMap:   "hotspot_procs",
-	InPlace:   1, // bpf/runtimes.h INPLACE_HOTSPOT
+	ID:        2, // capture.Runtime, bpf/runtimes.h RUNTIME_HOTSPOT
+	InPlace:   true,
 	NamesCode: true,
 	Exports:   []string{"gHotSpotVMStructs"}, // libjvm's, in any JDK layout
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {

@@ -16,7 +16,8 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:    "v8js",
 	ProcMap: "v8_procs",
-	InPlace: 2, // bpf/runtimes.h INPLACE_V8
+	ID:      3, // capture.Runtime, bpf/runtimes.h RUNTIME_V8
+	InPlace: true,
 	// node, nodejs, libnode and any binary embedding them export V8's
 	// version (for native addons), under any name.
 	Exports: []string{symMajor},
