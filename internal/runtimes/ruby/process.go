@@ -2,9 +2,8 @@ package ruby
 
 import (
 	"encoding/binary"
-	"time"
-
 	"io"
+	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
@@ -24,12 +23,13 @@ type process struct {
 	iseqs  map[uint64]cachedIseq
 }
 
-// cachedIseq is an iseq read, its cookie (its body's address and
-// instructions' address: both change when the memory holds another iseq)
+// cachedIseq is an iseq read, its cookie (its type, its body's address
+// and its instructions' address: they change when the memory holds
+// something else)
 // and when the cookie was last seen unchanged.
 type cachedIseq struct {
 	iseq    *Iseq
-	cookie  [2]uint64
+	cookie  [3]uint64
 	checked time.Time
 }
 
@@ -64,18 +64,19 @@ func (p *process) Read(iseq uint64, position uint32, now time.Time) (runtimes.Fr
 	return frameOf(c.iseq, position), nil
 }
 
-// cookie reads the iseq's body pointer and the body's iseq_encoded.
-func (p *process) cookie(iseq uint64) ([2]uint64, error) {
-	b, err := readMem(p.mem, iseq+uint64(p.layout.IseqBody), 8)
+// cookie reads the iseq's type bits (T_IMEMO, imemo_iseq), body pointer
+// and the body's iseq_encoded.
+func (p *process) cookie(iseq uint64) ([3]uint64, error) {
+	h, err := readMem(p.mem, iseq, int(p.layout.IseqBody)+8)
 	if err != nil {
-		return [2]uint64{}, err
+		return [3]uint64{}, err
 	}
-	body := binary.LittleEndian.Uint64(b)
+	body := binary.LittleEndian.Uint64(h[p.layout.IseqBody:])
 	e, err := readMem(p.mem, body+uint64(p.layout.BodyIseqEncoded), 8)
 	if err != nil {
-		return [2]uint64{}, err
+		return [3]uint64{}, err
 	}
-	return [2]uint64{body, binary.LittleEndian.Uint64(e)}, nil
+	return [3]uint64{binary.LittleEndian.Uint64(h) & (tMask | 0xf<<imemoShift), body, binary.LittleEndian.Uint64(e)}, nil
 }
 
 // frameOf is the frame of iseq at position: its label, path and line.

@@ -104,12 +104,9 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if f.Class != elf.ELFCLASS64 || (f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64) {
 		return nil, fmt.Errorf("%w %s on %s: only x86-64 and arm64 are supported", ErrUnsupported, in.Version, f.Machine)
 	}
-	minor := minorOf(in.Version)
-	l, ok := layouts[minor]
-	if !ok {
-		return nil, fmt.Errorf("%w version %q (supported: %s)", ErrUnsupported, in.Version, strings.Join(knownMinors(), ", "))
+	if in.Layout, err = layoutOf(in.Version); err != nil {
+		return nil, err
 	}
-	in.Layout = l
 	if s, ok := syms[symVMPtr]; ok {
 		in.VMPtr = s.Value
 	}
@@ -131,6 +128,16 @@ func tlsIndexOf(code []byte, addr uint64) uint64 {
 	}
 	rel := int32(binary.LittleEndian.Uint32(code[i+4:]))
 	return uint64(int64(addr) + int64(i+8) + int64(rel))
+}
+
+// layoutOf is the layout of version ("3.1.2"), or an error wrapping
+// ErrUnsupported that names the version and those known.
+func layoutOf(version string) (Layout, error) {
+	l, ok := layouts[minorOf(version)]
+	if !ok {
+		return Layout{}, fmt.Errorf("%w version %q (supported: %s)", ErrUnsupported, version, strings.Join(knownMinors(), ", "))
+	}
+	return l, nil
 }
 
 // minorOf is "3.1" of "3.1.2".
