@@ -49,6 +49,13 @@ type Layout struct {
 	StringEmbedShift  uint8
 	ArrayEmbedMask    uint64 // RARRAY_EMBED_LEN_MASK
 	ArrayHeapPtr      uint32 // RArray.as.heap.ptr; an embedded array's elements are at ArrayEmbed
+
+	// Classes: rb_callable_method_entry_t.owner (a class or module),
+	// whose path (a String, nil until named) is at ClassPathAt of the
+	// RClass: rb_classext_t.classpath, the classext following the RClass
+	// (3.3); 0 where the path is an instance variable (3.1).
+	MethodEntryOwner uint32
+	ClassPathAt      uint32
 }
 
 // Constants that are one across 3.1 to 3.3 (read in each version's
@@ -60,6 +67,9 @@ const (
 	tImemo       = 0x1a    // RUBY_T_IMEMO
 	imemoShift   = 12      // RUBY_FL_USHIFT: an imemo's type is flags >> 12 & 0xf
 	imemoIseq    = 7       // imemo_iseq
+	imemoMent    = 6       // imemo_ment: a method entry
+	tClass       = 0x02    // RUBY_T_CLASS
+	tModule      = 0x03    // RUBY_T_MODULE
 	flNoEmbed    = 1 << 13 // RSTRING_NOEMBED = FL_USER1; RARRAY_EMBED_FLAG is the same bit, set when embedded
 	arrayEmbed   = 16      // RArray.as.ary
 	arrayEmbedSh = 15      // RARRAY_EMBED_LEN_SHIFT
@@ -90,6 +100,7 @@ var layouts = map[string]Layout{
 		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, InsnInfoSize: 12,
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
+		MethodEntryOwner: 32,
 	},
 	"3.3": {
 		VMMainThread: 40, ThreadEC: 48, ECThread: 48, ThreadVM: 32,
@@ -100,5 +111,6 @@ var layouts = map[string]Layout{
 		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, InsnInfoSize: 12,
 		StringLenInHeader: true, StringLen: 16, StringPtr: 24, StringEmbed: 24,
 		ArrayEmbedMask: 0x3f8000, ArrayHeapPtr: 32,
+		MethodEntryOwner: 32, ClassPathAt: 152,
 	},
 }

@@ -84,6 +84,10 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 	script := testutil.Workload(t, "rubywork.rb")
 	p := in.Process(mem, bias)
 	good := 0
+	class := "" // the methods' class, where the version's layout reads it
+	if in.Layout.ClassPathAt != 0 {
+		class = "Burner#"
+	}
 	var seen []string
 	for i := 0; i < reads; i++ {
 		frames, err := in.Layout.Walk(mem, ec)
@@ -103,6 +107,14 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 				all = append(all, fmt.Sprintf("<iseq %#x: %v>", w.Iseq, err))
 				continue
 			}
+			if w.MethodEntry != 0 && in.Layout.ClassPathAt != 0 {
+				class, err := in.Layout.ClassPath(mem, w.MethodEntry)
+				if err != nil {
+					t.Logf("walk %d: class of %s: %v", i, fr.Function, err)
+				} else {
+					fr.Function = class + "#" + fr.Function
+				}
+			}
 			all = append(all, fmt.Sprintf("%s %s:%d entry=%v", fr.Function, filepath.Base(fr.File), fr.Line, w.Entry))
 			if fr.File == script {
 				chain = append(chain, fmt.Sprintf("%s:%d", fr.Function, fr.Line))
@@ -112,26 +124,27 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 			t.Logf("walk %d: %s", i, strings.Join(all, " <- "))
 		}
 		seen = append(seen, strings.Join(chain, " <- "))
-		if matchesChain(chain, lines) {
+		if matchesChain(chain, lines, class) {
 			good++
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("%d of %d walks saw spin <- block in work <- work <- <main>", good, reads)
+	t.Logf("%d of %d walks saw %sspin <- block in work <- %swork <- <main>", good, reads, class, class)
 	require.GreaterOrEqual(t, good, reads*8/10, "walks: %q", seen)
 }
 
 // matchesChain says whether chain (function:line, the script's frames) is
-// spin (in its body) <- block in work <- work <- <main> at the marked lines.
-func matchesChain(chain []string, lines map[string]int) bool {
+// spin (in its body) <- block in work <- work <- <main> at the marked
+// lines, the methods' names after class.
+func matchesChain(chain []string, lines map[string]int, class string) bool {
 	if len(chain) != 4 {
 		return false
 	}
 	name, line, _ := strings.Cut(chain[0], ":")
 	n, _ := strconv.Atoi(line)
-	return name == "spin" && n > lines["spin_def"] && n <= lines["spin_end"] &&
+	return name == class+"spin" && n > lines["spin_def"] && n <= lines["spin_end"] &&
 		chain[1] == fmt.Sprintf("block in work:%d", lines["work_block"]) &&
-		chain[2] == fmt.Sprintf("work:%d", lines["work_times"]) &&
+		chain[2] == fmt.Sprintf("%swork:%d", class, lines["work_times"]) &&
 		chain[3] == fmt.Sprintf("<main>:%d", lines["main"])
 }
 

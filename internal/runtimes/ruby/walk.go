@@ -19,8 +19,10 @@ type WalkedFrame struct {
 	// Magic is the frame's type (VM_FRAME_MAGIC_*, ep[0] &
 	// FrameMagicMask).
 	Magic uint32
-	// MethodEntry is ep[VM_ENV_DATA_INDEX_ME_CREF] of a C frame: its
-	// rb_callable_method_entry_t (named by def->original_id, an ID).
+	// MethodEntry is ep[VM_ENV_DATA_INDEX_ME_CREF] of a C frame or a
+	// method frame: its rb_callable_method_entry_t (a C frame is named by
+	// def->original_id, an ID; a method's class is its owner: ClassPath),
+	// or a cref (ClassPath tells).
 	MethodEntry uint64
 	// Entry says the frame is the first its vm_exec call pushed
 	// (VM_FRAME_FLAG_FINISH): it ends a run of frames under one native
@@ -35,7 +37,8 @@ type WalkedFrame struct {
 // last two are the thread's dummy frames). Per frame (CFPSize bytes at
 // cfp, then cfp += CFPSize): iseq, pc, and ep[0]'s flags; a frame with
 // VM_FRAME_FLAG_CFRAME or no iseq is a C frame (ep[-2] its method entry),
-// a dummy frame (VM_FRAME_MAGIC_DUMMY) is skipped, an iseq frame without a
+// a dummy frame (VM_FRAME_MAGIC_DUMMY) is skipped, a method frame's
+// ep[-2] is its method entry, an iseq frame without a
 // pc (pushed, not yet run) is skipped; the position is pc -
 // iseq->body->iseq_encoded. At most MaxFrames frames are read.
 func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
@@ -76,6 +79,9 @@ func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
 		case pc == 0:
 			continue
 		default:
+			if w.Magic == FrameMagicMethod {
+				w.MethodEntry = binary.LittleEndian.Uint64(env)
+			}
 			ih, err := readMem(mem, iseq+uint64(l.IseqBody), 8)
 			if err != nil {
 				return out, err
