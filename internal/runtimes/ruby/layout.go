@@ -56,6 +56,10 @@ type Layout struct {
 	// (3.3); 0 where the path is an instance variable (3.1).
 	MethodEntryOwner uint32
 	ClassPathAt      uint32
+
+	// Instructions is VM_INSTRUCTION_SIZE (insns.inc), the entries of
+	// vm_exec_core's insns_address_table (EntryRange).
+	Instructions uint32
 }
 
 // Constants that are one across 3.1 to 3.3 (read in each version's
@@ -101,6 +105,7 @@ var layouts = map[string]Layout{
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
 		MethodEntryOwner: 32,
+		Instructions:     202,
 	},
 	"3.3": {
 		VMMainThread: 40, ThreadEC: 48, ECThread: 48, ThreadVM: 32,
@@ -112,5 +117,6 @@ var layouts = map[string]Layout{
 		StringLenInHeader: true, StringLen: 16, StringPtr: 24, StringEmbed: 24,
 		ArrayEmbedMask: 0x3f8000, ArrayHeapPtr: 32,
 		MethodEntryOwner: 32, ClassPathAt: 152,
+		Instructions: 204,
 	},
 }

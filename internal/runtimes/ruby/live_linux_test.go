@@ -41,7 +41,7 @@ func TestWalkLive(t *testing.T) {
 			in, err := Detect(f)
 			require.NoError(t, err)
 			require.True(t, strings.HasPrefix(in.Version, r.Version+"."), "version %q", in.Version)
-			t.Logf("%s: %s, ruby_current_vm_ptr at %#x, ruby_current_ec's tls_index at %#x", r.Name, in.Description, in.VMPtr, in.ECTLSIndex)
+			t.Logf("%s: %s, ruby_current_vm_ptr at %#x, ruby_current_ec's tls_index at %#x", r.Name, in.Description, in.VMPtr, in.ECTLS.Slot)
 			walkLive(t, r, in, nil)
 			if out, err := testutil.RunWithin(exec.Command(r.Path, append(r.Args, "--yjit", "-e", "p defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?")...), testutil.BuildTimeout); err != nil || strings.TrimSpace(string(out)) != "true" {
 				t.Logf("%s has no YJIT: %s", r.Name, strings.TrimSpace(string(out)))
@@ -67,8 +67,8 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 		ec, err = in.Layout.MainEC(mem, binary.LittleEndian.Uint64(vm))
 		require.NoError(t, err)
 	}
-	if in.ECTLSIndex != 0 {
-		at, err := ECAddress(mem, threadPointer(t, pid), bias+in.ECTLSIndex)
+	if in.ECTLS.Slot != 0 {
+		at, err := ECAddress(mem, threadPointer(t, pid), bias+in.ECTLS.Slot)
 		require.NoError(t, err)
 		b, err := readMem(mem, at, 8)
 		require.NoError(t, err)

@@ -15,7 +15,6 @@ package ruby
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -74,12 +73,10 @@ type Interpreter struct {
 	// VMPtr is the address of ruby_current_vm_ptr, 0 where the file hides
 	// it (3.3).
 	VMPtr uint64
-	// ECTLSIndex is the address of the GOT's tls_index (module id, then
-	// offset) of ruby_current_ec, read from rb_thread_current's code
-	// (x86-64 general dynamic TLS); 0 when not found. A thread's
-	// ruby_current_ec is at dtv[module].pointer + offset of its thread
-	// pointer's dtv (ECAddress).
-	ECTLSIndex uint64
+	// ECTLS is where ruby_current_ec, the running thread's execution
+	// context, is in thread-local storage (ECTLSOffset); zero when not
+	// found.
+	ECTLS ECTLS
 }
 
 // Detect finds the Ruby VM in f: ErrNotRuby when f has no ruby_version, an
@@ -110,24 +107,10 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if s, ok := syms[symVMPtr]; ok {
 		in.VMPtr = s.Value
 	}
-	if s, ok := syms[symThreadCurrent]; ok && f.Machine == elf.EM_X86_64 {
-		if code, err := readFileData(f, s.Value, 32); err == nil {
-			in.ECTLSIndex = tlsIndexOf(code, s.Value)
-		}
+	if t, err := ECTLSOffset(f); err == nil {
+		in.ECTLS = t
 	}
 	return in, nil
-}
-
-// tlsIndexOf finds the general dynamic TLS sequence's `lea tls_index(%rip),
-// %rdi` (66 48 8d 3d rel32, before the call of __tls_get_addr) in the x86-64
-// code at addr, and returns the tls_index's address, or 0.
-func tlsIndexOf(code []byte, addr uint64) uint64 {
-	i := bytes.Index(code, []byte{0x66, 0x48, 0x8d, 0x3d})
-	if i < 0 || i+8 > len(code) {
-		return 0
-	}
-	rel := int32(binary.LittleEndian.Uint32(code[i+4:]))
-	return uint64(int64(addr) + int64(i+8) + int64(rel))
 }
 
 // layoutOf is the layout of version ("3.1.2"), or an error wrapping

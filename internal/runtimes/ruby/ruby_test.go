@@ -28,7 +28,7 @@ func TestDetectDebian(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, r.Version, minorOf(in.Version))
 			require.Contains(t, in.Description, "ruby "+in.Version)
-			require.NotZero(t, in.ECTLSIndex)
+			require.NotZero(t, in.ECTLS.Slot)
 			require.Equal(t, r.Version == "3.1", in.VMPtr != 0, "ruby_current_vm_ptr is exported by 3.1 alone")
 			// The executable links libruby: it holds no VM.
 			exe, err := elf.Open(r.Path)

@@ -119,7 +119,7 @@ func (l *Layout) MainEC(mem io.ReaderAt, vm uint64) (uint64, error) {
 // tp's dtv (x86-64 glibc: tcbhead_t.dtv at tp+8) entry for the module id
 // at tlsIndex (dtv entries are 16 bytes, {pointer, is_static}), plus the
 // offset at tlsIndex+8. tlsIndex is the process address of
-// Interpreter.ECTLSIndex.
+// Interpreter.ECTLS.Slot.
 func ECAddress(mem io.ReaderAt, tp, tlsIndex uint64) (uint64, error) {
 	ti, err := readMem(mem, tlsIndex, 16)
 	if err != nil {
