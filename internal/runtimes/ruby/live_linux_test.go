@@ -42,17 +42,17 @@ func TestWalkLive(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, strings.HasPrefix(in.Version, r.Version+"."), "version %q", in.Version)
 			t.Logf("%s: %s, ruby_current_vm_ptr at %#x, ruby_current_ec's tls_index at %#x", r.Name, in.Description, in.VMPtr, in.ECTLS.Slot)
-			walkLive(t, r, in, nil)
+			walkLive(t, r, f, in, nil)
 			if out, err := testutil.RunWithin(exec.Command(r.Path, append(r.Args, "--yjit", "-e", "p defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?")...), testutil.BuildTimeout); err != nil || strings.TrimSpace(string(out)) != "true" {
 				t.Logf("%s has no YJIT: %s", r.Name, strings.TrimSpace(string(out)))
 				return
 			}
-			t.Run("yjit", func(t *testing.T) { walkLive(t, r, in, []string{"--yjit"}) })
+			t.Run("yjit", func(t *testing.T) { walkLive(t, r, f, in, []string{"--yjit"}) })
 		})
 	}
 }
 
-func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
+func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra []string) {
 	cmd := testutil.StartRuby(t, r, extra, "60")
 	pid := cmd.Process.Pid
 	bias := loadBias(t, pid, r.Lib)
@@ -67,9 +67,12 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 		ec, err = in.Layout.MainEC(mem, binary.LittleEndian.Uint64(vm))
 		require.NoError(t, err)
 	}
+	regs := mainRegs(t, pid)
+	checkEntryStack(t, mem, f, bias, regs)
 	if in.ECTLS.Slot != 0 {
-		at, err := ECAddress(mem, threadPointer(t, pid), bias+in.ECTLS.Slot)
+		at, err := ECAddress(mem, regs.Fs_base, bias+in.ECTLS.Slot)
 		require.NoError(t, err)
+		checkTLS(t, mem, in, bias, regs.Fs_base, at)
 		b, err := readMem(mem, at, 8)
 		require.NoError(t, err)
 		tlsEC := binary.LittleEndian.Uint64(b)
@@ -89,12 +92,14 @@ func walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, extra []string) {
 		class = "Burner#"
 	}
 	var seen []string
+	entry := entryOf(t, f, bias)
 	for i := 0; i < reads; i++ {
 		frames, err := in.Layout.Walk(mem, ec)
 		if err != nil {
 			t.Logf("walk %d: %v", i, err)
 			continue
 		}
+		entry.checkFrames(t, mem, &in.Layout, frames)
 		var chain []string
 		var all []string
 		for _, w := range frames {
@@ -185,9 +190,9 @@ func loadBias(t *testing.T, pid int, path string) uint64 {
 	return 0
 }
 
-// threadPointer is the thread pointer (fs base) of pid's main thread, read
-// by stopping it under ptrace for a moment.
-func threadPointer(t *testing.T, pid int) uint64 {
+// mainRegs are the registers of pid's main thread, read by stopping it
+// under ptrace for a moment.
+func mainRegs(t *testing.T, pid int) syscall.PtraceRegs {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the thread pointer is read on amd64 only")
 	}
@@ -208,7 +213,7 @@ func threadPointer(t *testing.T, pid int) uint64 {
 		require.True(t, time.Now().Before(deadline), "PTRACE_GETREGS: %v", err)
 		time.Sleep(time.Millisecond)
 	}
-	return regs.Fs_base
+	return regs
 }
 
 func ptrace(request, pid int, data uintptr) error {
