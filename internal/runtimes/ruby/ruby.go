@@ -6,8 +6,9 @@
 // instruction sequence (iseq) and position by reading the process's
 // memory.
 //
-// Supported: CRuby 3.1 and 3.3, x86-64 (the layouts are 64-bit; arm64
-// shares them but is untested). Frames are named by the iseq's label
+// Supported: CRuby 3.1 and 3.3, x86-64 and arm64 (one layout table: the
+// offsets it holds are the same on both, docs/ruby-layouts.md; arm64's
+// files are read in tests, not run). Frames are named by the iseq's label
 // ("spin", "block in work", "<main>"): 3.1 and 3.3 keep no class in an
 // iseq (the class is the method entry's, ep[VM_ENV_DATA_INDEX_ME_CREF]).
 package ruby
@@ -39,9 +40,9 @@ const (
 var Runtime = &runtimes.Runtime{
 	Name:    "ruby",
 	ProcMap: "ruby_procs",
-	// vm_exec_core runs the frames of one vm_exec call (which rb_vm_exec
-	// is from 3.x); both are local symbols, absent from Debian's stripped
-	// libruby (docs/ruby-layouts.md).
+	// vm_exec_core runs the frames of one vm_exec call; both are local
+	// symbols, absent from Debian's stripped libruby: EntryRange finds
+	// vm_exec_core's range without them (docs/ruby-layouts.md).
 	EntryFunction: "vm_exec_core",
 	Exports:       []string{symVersion},
 	Static:        true,
