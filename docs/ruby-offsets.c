@@ -63,6 +63,10 @@ int main(void) {
 #ifdef RUBY_3_3
   P("RClass_classpath", offsetof(rb_classext_t, classpath) + sizeof(struct RClass));
   S(struct RClass);
+#else
+  O(struct RClass, ptr); O(rb_classext_t, iv_tbl);
 #endif
+  O(st_table, num_entries); O(st_table, bins); O(st_table, entries_start); O(st_table, entries_bound); O(st_table, entries);
+  /* st_table_entry is st.c's own: {st_hash_t hash; st_data_t key, record;}, 24 bytes (hash 0, key 8, record 16). */
   return 0;
 }

@@ -221,34 +221,3 @@ func readMem(mem io.ReaderAt, addr uint64, n int) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// ClassPath is the path ("Burner", "Net::HTTP") of the class or module
-// owning the method entry at cme (a frame's ep[VM_ENV_DATA_INDEX_ME_CREF]):
-// an error where the version keeps it elsewhere (3.1), where cme is not a
-// method entry (a cref), or the class has no path (anonymous, singleton).
-func (l *Layout) ClassPath(mem io.ReaderAt, cme uint64) (string, error) {
-	if l.ClassPathAt == 0 {
-		return "", errors.New("class paths of this version are not read")
-	}
-	h, err := readMem(mem, cme, int(l.MethodEntryOwner)+8)
-	if err != nil {
-		return "", fmt.Errorf("read method entry at %#x: %w", cme, err)
-	}
-	flags := binary.LittleEndian.Uint64(h)
-	if flags&tMask != tImemo || flags>>imemoShift&0xf != imemoMent {
-		return "", fmt.Errorf("not a method entry at %#x (flags %#x)", cme, flags)
-	}
-	owner := binary.LittleEndian.Uint64(h[l.MethodEntryOwner:])
-	c, err := readMem(mem, owner, int(l.ClassPathAt)+8)
-	if err != nil {
-		return "", fmt.Errorf("read class at %#x: %w", owner, err)
-	}
-	if t := binary.LittleEndian.Uint64(c) & tMask; t != tClass && t != tModule {
-		return "", fmt.Errorf("owner at %#x is not a class (type %#x)", owner, t)
-	}
-	path := binary.LittleEndian.Uint64(c[l.ClassPathAt:])
-	if path&7 != 0 || path == 0 { // nil, or another special constant
-		return "", fmt.Errorf("class at %#x has no path", owner)
-	}
-	return l.readString(mem, path)
-}

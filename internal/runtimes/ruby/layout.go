@@ -53,9 +53,13 @@ type Layout struct {
 	// Classes: rb_callable_method_entry_t.owner (a class or module),
 	// whose path (a String, nil until named) is at ClassPathAt of the
 	// RClass: rb_classext_t.classpath, the classext following the RClass
-	// (3.3); 0 where the path is an instance variable (3.1).
+	// (3.3); 0 where the path is the instance variable __classpath__
+	// (3.1): in the st_table at ClassExtIvTbl of the rb_classext_t at
+	// ClassExt of the RClass.
 	MethodEntryOwner uint32
 	ClassPathAt      uint32
+	ClassExt         uint32 // RClass.ptr (rb_classext_t*), 3.1
+	ClassExtIvTbl    uint32 // rb_classext_t.iv_tbl (st_table*: ID -> VALUE), 3.1
 
 	// Instructions is VM_INSTRUCTION_SIZE (insns.inc), the entries of
 	// vm_exec_core's insns_address_table (EntryRange).
@@ -104,8 +108,8 @@ var layouts = map[string]Layout{
 		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, InsnInfoSize: 12,
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
-		MethodEntryOwner: 32,
-		Instructions:     202,
+		MethodEntryOwner: 32, ClassExt: 24, ClassExtIvTbl: 8,
+		Instructions: 202,
 	},
 	"3.3": {
 		VMMainThread: 40, ThreadEC: 48, ECThread: 48, ThreadVM: 32,

@@ -87,9 +87,15 @@ func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra
 	script := testutil.Workload(t, "rubywork.rb")
 	p := in.Process(mem, bias)
 	good := 0
-	class := "" // the methods' class, where the version's layout reads it
-	if in.Layout.ClassPathAt != 0 {
-		class = "Burner#"
+	class := "Burner#" // the methods' class
+	var classpathID uint64
+	if in.Layout.ClassPathAt == 0 {
+		require.NotZero(t, in.Object, "rb_cObject")
+		object, err := readMem(mem, bias+in.Object, 8)
+		require.NoError(t, err)
+		classpathID, err = in.Layout.ClasspathID(mem, binary.LittleEndian.Uint64(object))
+		require.NoError(t, err)
+		t.Logf("__classpath__ is ID %#x (serial %d)", classpathID, classpathID>>4)
 	}
 	var seen []string
 	entry := entryOf(t, f, bias)
@@ -112,8 +118,8 @@ func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra
 				all = append(all, fmt.Sprintf("<iseq %#x: %v>", w.Iseq, err))
 				continue
 			}
-			if w.MethodEntry != 0 && in.Layout.ClassPathAt != 0 {
-				class, err := in.Layout.ClassPath(mem, w.MethodEntry)
+			if w.MethodEntry != 0 {
+				class, err := in.Layout.ClassPath(mem, w.MethodEntry, classpathID)
 				if err != nil {
 					t.Logf("walk %d: class of %s: %v", i, fr.Function, err)
 				} else {

@@ -33,6 +33,7 @@ const (
 	symVMPtr         = "ruby_current_vm_ptr" // rb_vm_t*: exported by 3.1, hidden from 3.3
 	symCurrentEC     = "ruby_current_ec"     // TLS rb_execution_context_t*: exported by 3.1, hidden from 3.3
 	symThreadCurrent = "rb_thread_current"   // exported; reads ruby_current_ec first (GET_EC())
+	symObject        = "rb_cObject"          // VALUE: the class Object
 )
 
 // Runtime is CRuby, as internal/runtimes describes a runtime. It is not in
@@ -78,12 +79,16 @@ type Interpreter struct {
 	// context, is in thread-local storage (ECTLSOffset); zero when not
 	// found.
 	ECTLS ECTLS
+	// Object is the address of rb_cObject (the class Object), where 3.1
+	// finds the ID of __classpath__ (Layout.ClasspathID); 0 if not
+	// exported.
+	Object uint64
 }
 
 // Detect finds the Ruby VM in f: ErrNotRuby when f has no ruby_version, an
 // error wrapping ErrUnsupported for a version without a layout.
 func Detect(f *elf.File) (*Interpreter, error) {
-	syms := definedSymbols(f, symVersion, symDescription, symVMPtr, symCurrentEC, symThreadCurrent)
+	syms := definedSymbols(f, symVersion, symDescription, symVMPtr, symObject)
 	vs, ok := syms[symVersion]
 	if !ok {
 		return nil, ErrNotRuby
@@ -107,6 +112,9 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	}
 	if s, ok := syms[symVMPtr]; ok {
 		in.VMPtr = s.Value
+	}
+	if s, ok := syms[symObject]; ok {
+		in.Object = s.Value
 	}
 	if t, err := ECTLSOffset(f); err == nil {
 		in.ECTLS = t
