@@ -91,7 +91,7 @@ func handlerTable(relocs []reloc, fdes []cfi.Range, n int) (cfi.Range, bool) {
 }
 
 // relativeRelocations returns f's relative relocations (of f's machine)
-// from its SHT_RELA sections, sorted by address.
+// from its relocation sections with addends, sorted by address.
 func relativeRelocations(f *elf.File) ([]reloc, error) {
 	typ := uint32(rX8664Relative)
 	if f.Machine == elf.EM_AARCH64 {
@@ -99,7 +99,7 @@ func relativeRelocations(f *elf.File) ([]reloc, error) {
 	}
 	var out []reloc
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_RELA || s.Size%24 != 0 || s.Size > 1<<28 {
+		if s.Type != elf.SHT_RELA || s.Size%24 != 0 || s.Size > 1<<28 { //nolint:misspell // ELF's name
 			continue
 		}
 		b := make([]byte, s.Size)

@@ -192,7 +192,7 @@ func (l *Layout) readString(mem io.ReaderAt, addr uint64) (string, error) {
 		n = int64((flags & l.StringEmbedMask) >> l.StringEmbedShift)
 	}
 	if n < 0 {
-		return "", fmt.Errorf("String of length %d", n)
+		return "", fmt.Errorf("a String of length %d", n)
 	}
 	if n == 0 {
 		return "", nil

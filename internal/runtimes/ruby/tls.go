@@ -134,7 +134,7 @@ func slotOffset(f *elf.File, slot uint64) (uint64, error) {
 	}
 	var symbols []elf.Symbol
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_RELA || s.Size%24 != 0 || s.Size > 1<<28 {
+		if s.Type != elf.SHT_RELA || s.Size%24 != 0 || s.Size > 1<<28 { //nolint:misspell // ELF's name
 			continue
 		}
 		b := make([]byte, s.Size)

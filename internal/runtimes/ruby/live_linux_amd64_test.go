@@ -199,15 +199,12 @@ func loadBias(t *testing.T, pid int, path string) uint64 {
 // mainRegs are the registers of pid's main thread, read by stopping it
 // under ptrace for a moment.
 func mainRegs(t *testing.T, pid int) syscall.PtraceRegs {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("the thread pointer is read on amd64 only")
-	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	// Seized and interrupted, it is stopped once GETREGS answers: no wait
 	// (the test's own reaper of its children would take the stop).
 	require.NoError(t, ptrace(unix.PTRACE_SEIZE, pid, 0))
-	defer ptrace(syscall.PTRACE_DETACH, pid, 0)
+	defer func() { _ = ptrace(syscall.PTRACE_DETACH, pid, 0) }()
 	require.NoError(t, ptrace(unix.PTRACE_INTERRUPT, pid, 0))
 	var regs syscall.PtraceRegs
 	deadline := time.Now().Add(5 * time.Second)
