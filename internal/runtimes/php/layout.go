@@ -3,7 +3,8 @@ package php
 // Layout is where a PHP version keeps what the frame walk and the naming
 // read: offsets in bytes of the Zend engine's structures, one PHP minor
 // version (its ABI is stable across patch releases). docs/php-layouts.md
-// says where each number was read; amd64, NTS (non-thread-safe) builds.
+// says where each number was read; NTS (non-thread-safe) builds, amd64
+// and arm64 alike.
 type Layout struct {
 	// ExecutorGlobalsSize is sizeof(zend_executor_globals): the size of
 	// the executor_globals symbol, checked against the file's.
@@ -42,7 +43,9 @@ const (
 
 // layouts are the layouts by minor version. Every number is offsetof or
 // sizeof printed by a C file compiled against the version's Zend headers
-// (Debian's php8.2-dev 8.2.36-1~deb12u1, php8.4-dev 8.4.27-1) but
+// (Debian's php8.2-dev 8.2.36-1~deb12u1, php8.4-dev 8.4.27-1; amd64 with
+// gcc, arm64 with aarch64-linux-gnu-gcc run under qemu-aarch64, the same
+// numbers) but
 // ExecutorGlobalsSize, which is the size of executor_globals in the
 // packages' php, php-fpm (and for 8.2 libphp) dynamic symbol tables.
 var layouts = map[string]Layout{

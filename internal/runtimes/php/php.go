@@ -7,7 +7,8 @@
 // its file and line.
 //
 // Supported: PHP 8.2 and 8.4, NTS (non-thread-safe) builds as Debian's, on
-// x86-64. docs/php-layouts.md says where each number was read.
+// x86-64 and arm64 (the same layouts: every offset was printed on both).
+// docs/php-layouts.md says where each number was read.
 package php
 
 import (
@@ -107,8 +108,8 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if _, ok := found[entryFunction]; !ok {
 		return nil, fmt.Errorf("%w %s: no %s", ErrUnsupported, v, entryFunction)
 	}
-	if f.Class != elf.ELFCLASS64 || f.Machine != elf.EM_X86_64 {
-		return nil, fmt.Errorf("%w %s on %s: only x86-64 is supported (the layouts were measured there)", ErrUnsupported, v, f.Machine)
+	if f.Class != elf.ELFCLASS64 || (f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64) {
+		return nil, fmt.Errorf("%w %s on %s: only x86-64 and arm64 are supported (the layouts were measured there)", ErrUnsupported, v, f.Machine)
 	}
 	l, err := layoutOf(v, eg.Size)
 	if err != nil {

@@ -240,33 +240,38 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
-// TestDetect detects Debian's PHP in its CLI and FPM programs, and none in
-// opcache.so.
+// TestDetect detects Debian's PHP in its CLI and FPM programs, amd64 and
+// arm64, and none in opcache.so.
 func TestDetect(t *testing.T) {
-	for _, v := range testutil.PHPVersions {
-		t.Run(v, func(t *testing.T) {
-			p := testutil.DebianPHP(t, v)
-			root := filepath.Dir(filepath.Dir(filepath.Dir(p.Path)))
-			for _, path := range []string{p.Path, filepath.Join(root, "usr/sbin/php-fpm"+v)} {
-				f, err := elf.Open(path)
+	for _, arch := range []string{"amd64", "arm64"} {
+		for _, v := range testutil.PHPVersions {
+			t.Run(arch+"/"+v, func(t *testing.T) {
+				p, err := testutil.DebianPHPOf(arch, v)
+				if err != nil {
+					testutil.SkipOrFail(t, "Debian's PHP %s (%s): %v", v, arch, err)
+				}
+				root := filepath.Dir(filepath.Dir(filepath.Dir(p.Path)))
+				for _, path := range []string{p.Path, filepath.Join(root, "usr/sbin/php-fpm"+v)} {
+					f, err := elf.Open(path)
+					require.NoError(t, err)
+					defer f.Close()
+					require.True(t, Runtime.MayHold(f), path)
+					in, err := Detect(f)
+					require.NoError(t, err, path)
+					require.Equal(t, v, in.RuntimeVersion())
+					require.Equal(t, layouts[v], in.Layout)
+					b, err := in.WalkerProc(nil, 0x1000)
+					require.NoError(t, err)
+					require.Len(t, b, 48)
+					require.Equal(t, in.ExecutorGlobals+0x1000, binary.LittleEndian.Uint64(b))
+				}
+				f, err := elf.Open(filepath.Join(p.ExtensionDir, "opcache.so"))
 				require.NoError(t, err)
 				defer f.Close()
-				require.True(t, Runtime.MayHold(f), path)
-				in, err := Detect(f)
-				require.NoError(t, err, path)
-				require.Equal(t, v, in.RuntimeVersion())
-				require.Equal(t, layouts[v], in.Layout)
-				b, err := in.WalkerProc(nil, 0x1000)
-				require.NoError(t, err)
-				require.Len(t, b, 48)
-				require.Equal(t, in.ExecutorGlobals+0x1000, binary.LittleEndian.Uint64(b))
-			}
-			f, err := elf.Open(filepath.Join(p.ExtensionDir, "opcache.so"))
-			require.NoError(t, err)
-			defer f.Close()
-			require.False(t, Runtime.MayHold(f))
-			_, err = Detect(f)
-			require.True(t, errors.Is(err, ErrNotPHP), "%v", err)
-		})
+				require.False(t, Runtime.MayHold(f))
+				_, err = Detect(f)
+				require.True(t, errors.Is(err, ErrNotPHP), "%v", err)
+			})
+		}
 	}
 }
