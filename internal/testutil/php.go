@@ -12,6 +12,8 @@ import (
 type PHP struct {
 	Version string // "8.2"
 	Path    string // the php program
+	// FPM is its FastCGI process manager, php-fpm<version>.
+	FPM string
 	// ExtensionDir is its extension directory (opcache.so is there).
 	ExtensionDir string
 }
@@ -64,17 +66,20 @@ func DebianPHPOf(arch, version string) (PHP, error) {
 		return PHP{}, err
 	}
 	path := filepath.Join(root, "usr/bin", "php"+version)
+	fpm := filepath.Join(root, "usr/sbin", "php-fpm"+version)
 	if src.suite.name != Bookworm.name {
 		lib := filepath.Join(root, "usr/lib", triplet)
-		if err := pointAtLibc(path, filepath.Join(lib, loader), lib); err != nil {
-			return PHP{}, err
+		for _, prog := range []string{path, fpm} {
+			if err := pointAtLibc(prog, filepath.Join(lib, loader), lib); err != nil {
+				return PHP{}, err
+			}
 		}
 	}
 	exts, _ := filepath.Glob(filepath.Join(root, "usr/lib/php/2*/opcache.so"))
 	if len(exts) != 1 {
 		return PHP{}, fmt.Errorf("php%s: want one opcache.so under %s/usr/lib/php, found %v", version, root, exts)
 	}
-	return PHP{Version: version, Path: path, ExtensionDir: filepath.Dir(exts[0])}, nil
+	return PHP{Version: version, Path: path, FPM: fpm, ExtensionDir: filepath.Dir(exts[0])}, nil
 }
 
 // Args returns the flags that run p from where it is unpacked, before the

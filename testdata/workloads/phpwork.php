@@ -1,8 +1,9 @@
 <?php
 // A PHP workload with known answers for the PHP walker's tests.
-// Usage: php phpwork.php [SECONDS]; prints "ready", then its pid, once
-// running, and spins in Spinner::spin under work under {main} for
-// SECONDS (default 60) seconds.
+// Usage: php phpwork.php [SECONDS], or a request for phpwork.php?seconds=
+// SECONDS (php-fpm); prints "ready", then its pid, once running, and spins
+// in Spinner::spin under work under {main} for SECONDS (default 60)
+// seconds.
 // Lines marked "// line:NAME" are the lines the tests expect.
 
 class Spinner
@@ -27,6 +28,6 @@ function work($spinner, $deadline)
     }
 }
 
-$seconds = isset($argv[1]) ? (float)$argv[1] : 60.0;
+$seconds = isset($argv[1]) ? (float)$argv[1] : (float)($_GET['seconds'] ?? 60.0);
 echo "ready\n", getmypid(), "\n";
 work(new Spinner(), microtime(true) + $seconds); // line:main_call

@@ -59,11 +59,16 @@ func TestWalkLive(t *testing.T) {
 // times, and checks them.
 func walkLive(t *testing.T, in *Interpreter, p testutil.PHP, flags []string, lines map[string]int64) {
 	cmd := testutil.StartPHP(t, p, flags, "30")
-	pid := cmd.Process.Pid
+	walkPID(t, in, cmd.Process.Pid, p.Path, lines)
+}
+
+// walkPID walks the frames of process pid, which runs phpwork.php with the
+// engine file exe, liveReads times, and checks them.
+func walkPID(t *testing.T, in *Interpreter, pid int, exe string, lines map[string]int64) {
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	require.NoError(t, err)
 	defer mem.Close()
-	eg := in.ExecutorGlobals + loadBias(t, pid, p.Path)
+	eg := in.ExecutorGlobals + loadBias(t, pid, exe)
 	script := testutil.Workload(t, "phpwork.php")
 	proc := in.Process(mem, 0)
 
