@@ -107,3 +107,43 @@ func StartPHP(t testing.TB, p PHP, flags []string, args ...string) *exec.Cmd {
 	t.Helper()
 	return StartReadyWorkload(t, p.Path, append(append(append([]string{}, flags...), Workload(t, "phpwork.php")), args...)...)
 }
+
+// phpEmulationLibs are the Debian packages of the shared libraries an
+// emulated php<version> needs beyond DebianPHPOf's, by version: sid's
+// come with it (their RUNPATH names them, LD_LIBRARY_PATH the ones they
+// need in turn), bookworm's php links the machine's own libraries, which
+// another architecture's machine would have.
+var phpEmulationLibs = map[string][]string{
+	"8.2": {"libc6", "libxml2", "libicu72", "liblzma5", "libssl3", "libpcre2-8-0", "zlib1g", "libsodium23", "libargon2-1",
+		"libgcc-s1", "libstdc++6"},
+}
+
+// qemuUser are the qemu-user programs (package qemu-user-static) that run
+// another architecture's programs, by Debian architecture.
+var qemuUser = map[string]string{"arm64": "qemu-aarch64-static"}
+
+// EmulatedPHP returns Debian's PHP version for arch, not the machine's,
+// and the command that runs its programs under qemu-user: the words
+// before the program and its flags. The guest's addresses are the host
+// process's (qemu-user maps a 64-bit guest at them when it can), so its
+// memory is read through /proc/PID/mem of the qemu process as a native
+// one's. Without qemu-user or the packages the test is skipped, or fails
+// under RequireBPFEnv.
+func EmulatedPHP(t testing.TB, arch, version string) (PHP, []string) {
+	t.Helper()
+	qemu, err := exec.LookPath(qemuUser[arch])
+	if qemuUser[arch] == "" || err != nil {
+		SkipOrFail(t, "no qemu-user for %s (package qemu-user-static): %v", arch, err)
+	}
+	p, err := DebianPHPOf(arch, version)
+	if err != nil {
+		SkipOrFail(t, "Debian's PHP %s (%s): %v", version, arch, err)
+	}
+	root := filepath.Dir(filepath.Dir(filepath.Dir(p.Path)))
+	if libs := phpEmulationLibs[version]; libs != nil {
+		root = DebianRoot(t, phpSuite[version].suite, arch, "php"+version+"-run", libs...)
+	}
+	triplet := map[string]string{"arm64": "aarch64-linux-gnu"}[arch]
+	ldPath := filepath.Join(root, "usr/lib", triplet) + ":" + filepath.Join(root, "lib", triplet)
+	return p, []string{qemu, "-L", root, "-E", "LD_LIBRARY_PATH=" + ldPath}
+}
