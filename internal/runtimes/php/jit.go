@@ -2,6 +2,7 @@ package php
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -14,12 +15,14 @@ import (
 // JITFrame returns how the native walker unwinds a pc in opcache's JIT
 // buffer, for the engine file f (php, php-fpm, libphp): the CFI row of
 // execute_ex's body, the row covering most of execute_ex's bytes (its
-// PC is execute_ex's first pc under that rule).
+// PC is execute_ex's first pc under that rule), on arm64 made relative to
+// x29 (see below).
 //
 // With Debian's hybrid VM, JIT code is entered from execute_ex by a jmp,
 // makes no native frame of its own and runs on execute_ex's: its stack
 // pointer (and, where execute_ex keeps a frame pointer, its frame
-// pointer) is execute_ex's after the prologue, so the CFA, the return
+// pointer) is execute_ex's after the prologue (on arm64 only x29 is:
+// the JIT lowers sp), so the CFA, the return
 // address into execute_ex's caller (zend_execute, zend_call_function...)
 // and the caller's saved frame pointer are where execute_ex's body row
 // says (docs/php-layouts.md, "Unwinding JIT code": measured with gdb at
@@ -44,7 +47,48 @@ func JITFrame(f *elf.File) (cfi.Row, error) {
 	if err != nil {
 		return cfi.Row{}, fmt.Errorf("PHP JIT frame: %w", err)
 	}
-	return bodyRow(rows.All(), lo, hi)
+	row, err := bodyRow(rows.All(), lo, hi)
+	if err != nil || f.Machine != elf.EM_AARCH64 || row.CFAReg == cfi.RegFP {
+		return row, err
+	}
+	// arm64: JIT code moves sp below execute_ex's (8.2's JIT by 32 bytes,
+	// 8.4's by 48) but keeps x29, which execute_ex points at its frame
+	// record (the saved x29 and x30): unwind from x29.
+	fp := int64(row.CFAOffset) + int64(row.FPOffset) // x29 - sp in the body
+	if row.FPOffset == 0 || fp < 0 || fp >= 1<<12 {
+		return cfi.Row{}, fmt.Errorf("PHP JIT frame: %s's body saves no frame record (%+v)", entryFunction, row)
+	}
+	if ok, err := setsFramePointer(f, lo, uint32(fp)); err != nil || !ok {
+		return cfi.Row{}, fmt.Errorf("PHP JIT frame: no add x29, sp, #%d in %s's prologue (%v)", fp, entryFunction, err)
+	}
+	row.CFAReg, row.CFAOffset = cfi.RegFP, -row.FPOffset
+	return row, nil
+}
+
+// prologueInsns is how many instructions of execute_ex setsFramePointer
+// looks at (its prologue's add x29 is the 5th in 8.2).
+const prologueInsns = 32
+
+// setsFramePointer reports whether one of the first instructions of the
+// arm64 function at addr is add x29, sp, #imm.
+func setsFramePointer(f *elf.File, addr uint64, imm uint32) (bool, error) {
+	var code [4 * prologueInsns]byte
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr+uint64(len(code)) > p.Vaddr+p.Filesz {
+			continue
+		}
+		if _, err := p.ReadAt(code[:], int64(addr-p.Vaddr)); err != nil {
+			return false, err
+		}
+		want := 0x910003fd | imm<<10 // ADD (immediate), 64-bit, Rn sp, Rd x29
+		for i := 0; i < len(code); i += 4 {
+			if binary.LittleEndian.Uint32(code[i:]) == want {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("%#x is in no loaded segment", addr)
 }
 
 // errNoBodyRow means execute_ex has no CFI row a JIT pc can use.

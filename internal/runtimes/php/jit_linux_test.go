@@ -76,12 +76,7 @@ func TestJITFrameLive(t *testing.T) {
 			f, err := elf.Open(p.Path)
 			require.NoError(t, err)
 			defer f.Close()
-			row, err := JITFrame(f)
-			require.NoError(t, err)
-			t.Logf("JIT row: %+v", row)
-			zx, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: []string{"zend_execute"}})
-			require.NoError(t, err)
-			require.Len(t, zx, 1)
+			row, zx := jitRowAndCaller(t, f)
 			for _, c := range []struct{ workload, jit string }{
 				{"phpwork.php", "function"},
 				{"phpwork.php", "tracing"},
@@ -96,34 +91,56 @@ func TestJITFrameLive(t *testing.T) {
 					bufs := JITBuffers(readMaps(t, pid))
 					require.Len(t, bufs, 1)
 					bias := loadBias(t, pid, p.Path)
-					lo, hi := zx[0].Value+bias, zx[0].Value+zx[0].Size+bias
-					inJIT, inHelpers := 0, 0
-					for _, s := range gdbSamples(t, gdb, pid, bufs[0]) {
-						if s.words == nil {
-							t.Logf("stop at %#x: no JIT frame", s.leaf)
-							continue
-						}
-						inJIT++
-						if s.depth > 0 {
-							inHelpers++
-						}
-						base := s.sp
-						if row.CFAReg == cfi.RegFP {
-							base = s.bp
-						}
-						ra := base + uint64(int64(row.CFAOffset)+int64(row.RAOffset))
-						i := (ra - s.sp) / 8
-						require.Less(t, i, uint64(len(s.words)), "the return address's slot is past the words read")
-						require.True(t, lo <= s.words[i] && s.words[i] < hi,
-							"stop at %#x (JIT pc %#x, %d frames in): the word at CFA%+d is %#x, not in zend_execute [%#x, %#x)",
-							s.leaf, s.pc, s.depth, row.RAOffset, s.words[i], lo, hi)
-					}
-					t.Logf("%d of %d stops in JIT code (%d in native code it called), each unwound into zend_execute", inJIT, jitSamples, inHelpers)
-					require.GreaterOrEqual(t, inJIT, jitSamples/2)
+					samples := gdbSamples(t, []string{gdb, "-p", strconv.Itoa(pid)},
+						fmt.Sprintf("JLO=%x", bufs[0].Start), fmt.Sprintf("JHI=%x", bufs[0].End))
+					checkJITSamples(t, row, samples, zx.Value+bias, zx.Value+zx.Size+bias, ^uint64(0))
 				})
 			}
 		})
 	}
+}
+
+// jitRowAndCaller returns f's JITFrame and its zend_execute (execute_ex's
+// caller in the CLI).
+func jitRowAndCaller(t *testing.T, f *elf.File) (cfi.Row, elfsym.Symbol) {
+	row, err := JITFrame(f)
+	require.NoError(t, err)
+	t.Logf("JIT row: %+v", row)
+	zx, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: []string{"zend_execute"}})
+	require.NoError(t, err)
+	require.Len(t, zx, 1)
+	return row, zx[0]
+}
+
+// checkJITSamples checks that row unwinds the JIT frame of each sample
+// into [lo, hi) (zend_execute, loaded): the word at CFA+RAOffset, masked
+// with mask (arm64's return addresses may be signed), is there. Most
+// samples must have a JIT frame.
+func checkJITSamples(t *testing.T, row cfi.Row, samples []gdbSample, lo, hi, mask uint64) {
+	inJIT, inHelpers := 0, 0
+	for _, s := range samples {
+		if s.words == nil {
+			t.Logf("stop at %#x: no JIT frame", s.leaf)
+			continue
+		}
+		inJIT++
+		if s.depth > 0 {
+			inHelpers++
+		}
+		base := s.sp
+		if row.CFAReg == cfi.RegFP {
+			base = s.bp
+		}
+		ra := base + uint64(int64(row.CFAOffset)+int64(row.RAOffset))
+		i := (ra - s.sp) / 8
+		require.Less(t, i, uint64(len(s.words)), "the return address's slot is past the words read")
+		w := s.words[i] & mask
+		require.True(t, lo <= w && w < hi,
+			"stop at %#x (JIT pc %#x, %d frames in, sp %#x, fp %#x): the word at CFA%+d is %#x, not in zend_execute [%#x, %#x)",
+			s.leaf, s.pc, s.depth, s.sp, s.bp, row.RAOffset, s.words[i], lo, hi)
+	}
+	t.Logf("%d of %d stops in JIT code (%d in native code it called), each unwound into zend_execute", inJIT, len(samples), inHelpers)
+	require.GreaterOrEqual(t, inJIT, len(samples)/2)
 }
 
 // gdbSample is one stop: the leaf pc and, when a frame is in the JIT
@@ -134,14 +151,15 @@ type gdbSample struct {
 	words            []uint64
 }
 
-// gdbSamples stops pid jitSamples times with testdata/gdbsample.py.
-func gdbSamples(t *testing.T, gdb string, pid int, buf procfs.Map) []gdbSample {
+// gdbSamples runs gdb (gdb and its arguments: the process to attach to)
+// with testdata/gdbsample.py and env, for jitSamples stops.
+func gdbSamples(t *testing.T, gdb []string, env ...string) []gdbSample {
 	script, err := filepath.Abs("testdata/gdbsample.py")
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Patient(90*time.Second))
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gdb, "-batch", "-nx", "-p", strconv.Itoa(pid), "-ex", "source "+script)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("JLO=%x", buf.Start), fmt.Sprintf("JHI=%x", buf.End), fmt.Sprintf("NS=%d", jitSamples))
+	cmd := exec.CommandContext(ctx, gdb[0], append(append([]string{"-batch", "-nx"}, gdb[1:]...), "-ex", "source "+script)...)
+	cmd.Env = append(append(os.Environ(), fmt.Sprintf("NS=%d", jitSamples)), env...)
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	var samples []gdbSample

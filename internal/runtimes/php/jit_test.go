@@ -27,8 +27,9 @@ func TestJITFrame(t *testing.T) {
 		{"amd64", "8.2", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 160, FPOffset: -32, RAOffset: -8}},
 		// push %rbp; mov %rsp,%rbp: CFA = rbp+16 (JIT code keeps rbp).
 		{"amd64", "8.4", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegFP, CFAOffset: 16, FPOffset: -16, RAOffset: -8}},
-		// sub sp, sp, #0x90; stp x29, x30, [sp, #64].
-		{"arm64", "8.2", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegSP, CFAOffset: 144, FPOffset: -80, RAOffset: -72}},
+		// sub sp, sp, #0x90; stp x29, x30, [sp, #64]; add x29, sp, #0x40:
+		// CFA = sp+144 = x29+80 (JIT code moves sp, keeps x29).
+		{"arm64", "8.2", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegFP, CFAOffset: 80, FPOffset: -80, RAOffset: -72}},
 		// sub sp, sp, #0xd0; stp x29, x30, [sp, #64]; add x29, sp, #0x40.
 		{"arm64", "8.4", cfi.Row{Kind: cfi.KindCFA, CFAReg: cfi.RegFP, CFAOffset: 144, FPOffset: -144, RAOffset: -136}},
 	} {
