@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +25,8 @@ import (
 // static workers on a unix socket), asks it for phpwork.php through
 // FastCGI and walks the busy worker's frames as TestWalkLive does, with
 // and without opcache's tracing JIT; with the JIT, the worker (a fork of
-// the master) has the master's JIT buffer.
+// the master) has the master's JIT buffer, and gdb's stops in its JIT code
+// unwind with JITFrame's row of php-fpm into zend_execute.
 func TestFPMLive(t *testing.T) {
 	lines := workloadLines(t)
 	for _, v := range testutil.PHPVersions {
@@ -47,12 +50,23 @@ func TestFPMLive(t *testing.T) {
 					go fcgiGet(sock, testutil.Workload(t, "phpwork.php"), "seconds=20") //nolint:errcheck // ends with the test
 					pid := busyWorker(t, in, master, p.FPM)
 					bufs := JITBuffers(readMaps(t, pid))
-					if mode.jit != "" {
-						require.Len(t, bufs, 1, "the worker's JIT buffer")
-					} else {
+					if mode.jit == "" {
 						require.Empty(t, bufs)
+						walkPID(t, in, pid, p.FPM, lines)
+						return
 					}
+					require.Len(t, bufs, 1, "the worker's JIT buffer")
 					walkPID(t, in, pid, p.FPM, lines)
+					gdb, err := exec.LookPath("gdb")
+					if err != nil || runtime.GOARCH != "amd64" {
+						t.Logf("the JIT row is not checked in php-fpm (gdb for x86-64: %v)", err)
+						return
+					}
+					row, zx := jitRowAndCaller(t, f)
+					bias := loadBias(t, pid, p.FPM)
+					samples := gdbSamples(t, []string{gdb, "-p", strconv.Itoa(pid)},
+						fmt.Sprintf("JLO=%x", bufs[0].Start), fmt.Sprintf("JHI=%x", bufs[0].End))
+					checkJITSamples(t, row, samples, zx.Value+bias, zx.Value+zx.Size+bias, ^uint64(0))
 				})
 			}
 		})
