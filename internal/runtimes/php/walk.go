@@ -1,0 +1,100 @@
+package php
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+)
+
+// WalkedFrame is what the walk records of one PHP frame: the zend_function
+// it runs (the frame's object), the op it is at (its position) and whether
+// it ends a run of frames (the frame an execute_ex call was entered with).
+type WalkedFrame struct {
+	Function uint64
+	Position uint32
+	Entry    bool
+}
+
+// NoPosition is the position of a frame with no op to be at: an internal
+// (C) function's, or one whose opline is not in its function's ops.
+const NoPosition = ^uint32(0)
+
+// Walk walks the PHP frames of the process whose memory is mem and whose
+// executor_globals is at executorGlobals (load bias added), the innermost
+// first, at most max of them. It is the reference of the BPF walker
+// (bpf/php.h): it reads what that reads, in the same order, and decides
+// as it must.
+//
+// Per frame, from execute_data (EG(current_execute_data) first, then each
+// prev_execute_data until NULL):
+//   - read execute_data's opline, func, call info (This.u1.type_info) and
+//     prev_execute_data: 56 bytes, one read;
+//   - read func's type (u8) and, for user code (ZEND_USER_FUNCTION,
+//     ZEND_EVAL_CODE), op_array.last and op_array.opcodes;
+//   - position = (opline - opcodes) / sizeof(zend_op) when opline is an op
+//     of the function (opcodes <= opline, aligned, index < last), else
+//     NoPosition; internal functions have NoPosition;
+//   - entry = the call info has ZEND_CALL_TOP and func is user code: the
+//     frame an execute_ex call was entered with, which ends the run that
+//     call runs. An internal function called by zend_call_function has
+//     ZEND_CALL_TOP too but runs in no execute_ex: its frame belongs to the
+//     run below it.
+//
+// A frame whose func cannot be read ends the walk with an error, the
+// frames before it returned.
+//
+// The innermost frame's opline in memory is where its handlers last saved
+// it, often stale (docs/php-layouts.md, "Live results"): the VM keeps the
+// current one in %r15 (x86-64), which the BPF walker can take instead when
+// the sampled pc is the VM's (execute_ex and its helpers; not JIT code,
+// where no opline is current). Walk, reading memory only, cannot.
+func (l *Layout) Walk(mem io.ReaderAt, executorGlobals uint64, max int) ([]WalkedFrame, error) {
+	b, err := readMem(mem, executorGlobals+uint64(l.CurrentExecuteData), 8)
+	if err != nil {
+		return nil, fmt.Errorf("read current_execute_data: %w", err)
+	}
+	ex := binary.LittleEndian.Uint64(b)
+	var frames []WalkedFrame
+	for ex != 0 && len(frames) < max {
+		e, err := readMem(mem, ex, executeDataSize)
+		if err != nil {
+			return frames, fmt.Errorf("read execute_data at %#x: %w", ex, err)
+		}
+		opline := binary.LittleEndian.Uint64(e[l.ExecuteDataOpline:])
+		fn := binary.LittleEndian.Uint64(e[l.ExecuteDataFunc:])
+		callInfo := binary.LittleEndian.Uint32(e[l.ExecuteDataCallInfo:])
+		ex = binary.LittleEndian.Uint64(e[l.ExecuteDataPrev:])
+		t, err := readMem(mem, fn+uint64(l.FunctionType), 1)
+		if err != nil {
+			return frames, fmt.Errorf("read function at %#x: %w", fn, err)
+		}
+		f := WalkedFrame{Function: fn, Position: NoPosition}
+		if user := t[0] == userFunction || t[0] == evalCode; user {
+			o, err := readMem(mem, fn+uint64(l.OpArrayLast), 4)
+			if err != nil {
+				return frames, fmt.Errorf("read op_array at %#x: %w", fn, err)
+			}
+			p, err := readMem(mem, fn+uint64(l.OpArrayOpcodes), 8)
+			if err != nil {
+				return frames, fmt.Errorf("read op_array at %#x: %w", fn, err)
+			}
+			f.Position = l.position(opline, binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint32(o))
+			f.Entry = callInfo&callTop != 0
+		}
+		frames = append(frames, f)
+	}
+	return frames, nil
+}
+
+// position is the index of the op at opline in the ops at opcodes, last of
+// them, or NoPosition.
+func (l *Layout) position(opline, opcodes uint64, last uint32) uint32 {
+	if opline < opcodes || (opline-opcodes)%uint64(l.OpSize) != 0 {
+		return NoPosition
+	}
+	i := (opline - opcodes) / uint64(l.OpSize)
+	if i >= uint64(last) {
+		return NoPosition
+	}
+	return uint32(i)
+}
