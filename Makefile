@@ -149,13 +149,14 @@ kernel-tools:
 # has them, Debian sid's 3.14 and 3.15, which patchelf points at sid's
 # glibc, 3.13 and 3.14 built once from source, free-threaded, and 3.14 with a struct
 # field moved, with make and zlib1g-dev's headers), gdb reads CPython's struct layouts for internal/runtimes/cpython's
-# oracle, openjdk-17-jdk-headless runs the Java tests (javac compiles the
+# oracle and stops PHP's JIT code for internal/runtimes/php (gdb-multiarch
+# under qemu-user for arm64's), openjdk-17-jdk-headless runs the Java tests (javac compiles the
 # Java workloads for the kernel matrix's guests), gcc-aarch64-linux-gnu and
 # qemu-user-static build and run the arm64 builds of the thread context and
 # Go labels fixtures. No test needs bpftool, bpftrace or clang.
 test-tools:
 	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb openjdk-17-jdk-headless \
-		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev)
+		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev gdb-multiarch)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }

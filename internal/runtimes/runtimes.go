@@ -11,7 +11,9 @@ package runtimes
 import (
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
@@ -136,4 +138,23 @@ type Frame struct {
 	Function, File string
 	Line           int64
 	Inlined        []Frame
+}
+
+// ReadMem reads n bytes at addr of a process's memory mem, all or an
+// error: the runtimes' bounded read of memory they do not trust.
+func ReadMem(mem io.ReaderAt, addr uint64, n int) ([]byte, error) {
+	if addr == 0 {
+		return nil, errors.New("NULL pointer")
+	}
+	if n < 0 || addr > math.MaxInt64-uint64(n) {
+		return nil, fmt.Errorf("%d bytes at address %#x: out of range", n, addr)
+	}
+	b := make([]byte, n)
+	if got, err := mem.ReadAt(b, int64(addr)); got < n {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("read %d bytes at %#x: %w", n, addr, err)
+	}
+	return b, nil
 }

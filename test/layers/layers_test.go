@@ -44,6 +44,9 @@ var forbidden = map[string][]string{
 	"internal/runtimes/all":     runtimeForbidden,
 	"internal/runtimes/cpython": runtimeForbidden,
 	"internal/runtimes/hotspot": runtimeForbidden,
+	"internal/runtimes/php":     runtimeForbidden,
+	"internal/runtimes/ruby":    runtimeForbidden,
+	"internal/runtimes/v8":      runtimeForbidden,
 }
 
 var runtimeForbidden = []string{"kernel", "internal/capture", "internal/assemble", "internal/report", "internal/pdata",

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // Bounds on what ReadCode reads: the process is not trusted.
@@ -38,7 +39,7 @@ func (o *Offsets) ReadCode(mem io.ReaderAt, addr uint64) (*Code, error) {
 	if !o.codeHeaderCovers() || o.UnicodeASCIIData < max(o.UnicodeState+4, o.UnicodeLength+8) || o.BytesData < o.VarObjectSize+8 {
 		return nil, errors.New("read code object: offsets incomplete")
 	}
-	h, err := readMem(mem, addr, int(o.CodeSize))
+	h, err := runtimes.ReadMem(mem, addr, int(o.CodeSize))
 	if err != nil {
 		return nil, fmt.Errorf("read code object at %#x: %w", addr, err)
 	}
@@ -81,7 +82,7 @@ func (o *Offsets) codeUnits(mem io.ReaderAt, h []byte) (int, error) {
 	if o.CodeCode == 0 {
 		n = int64(binary.LittleEndian.Uint64(h[o.VarObjectSize:]))
 	} else {
-		b, err := readMem(mem, binary.LittleEndian.Uint64(h[o.CodeCode:]), int(o.VarObjectSize)+8)
+		b, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(h[o.CodeCode:]), int(o.VarObjectSize)+8)
 		if err != nil {
 			return 0, err
 		}
@@ -96,11 +97,11 @@ func (o *Offsets) codeUnits(mem io.ReaderAt, h []byte) (int, error) {
 // checkType checks that the object whose header is h has the type named
 // want (PyTypeObject.tp_name).
 func (o *Offsets) checkType(mem io.ReaderAt, h []byte, want string) error {
-	typ, err := readMem(mem, binary.LittleEndian.Uint64(h[o.ObjectType:]), int(o.TypeName)+8)
+	typ, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(h[o.ObjectType:]), int(o.TypeName)+8)
 	if err != nil {
 		return fmt.Errorf("read type: %w", err)
 	}
-	name, err := readMem(mem, binary.LittleEndian.Uint64(typ[o.TypeName:]), len(want)+1)
+	name, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(typ[o.TypeName:]), len(want)+1)
 	if err != nil {
 		return fmt.Errorf("read type name: %w", err)
 	}
@@ -114,7 +115,7 @@ func (o *Offsets) checkType(mem io.ReaderAt, h []byte, want string) error {
 // readString reads the compact str object at addr, its characters cut to
 // maxStringBytes bytes.
 func (o *Offsets) readString(mem io.ReaderAt, addr uint64) (string, error) {
-	h, err := readMem(mem, addr, int(o.UnicodeASCIIData))
+	h, err := runtimes.ReadMem(mem, addr, int(o.UnicodeASCIIData))
 	if err != nil {
 		return "", err
 	}
@@ -132,7 +133,7 @@ func (o *Offsets) readString(mem io.ReaderAt, addr uint64) (string, error) {
 		data = uint64(o.UnicodeASCIIData)
 	}
 	n := min(length, int64(maxStringBytes/kind))
-	b, err := readMem(mem, addr+data, int(n)*kind)
+	b, err := runtimes.ReadMem(mem, addr+data, int(n)*kind)
 	if err != nil {
 		return "", err
 	}
@@ -160,7 +161,7 @@ func (o *Offsets) readString(mem io.ReaderAt, addr uint64) (string, error) {
 
 // readBytes reads the bytes object at addr, cut to max bytes.
 func (o *Offsets) readBytes(mem io.ReaderAt, addr uint64, max int) ([]byte, error) {
-	h, err := readMem(mem, addr, int(o.BytesData))
+	h, err := runtimes.ReadMem(mem, addr, int(o.BytesData))
 	if err != nil {
 		return nil, err
 	}
@@ -168,23 +169,5 @@ func (o *Offsets) readBytes(mem io.ReaderAt, addr uint64, max int) ([]byte, erro
 	if n < 0 {
 		return nil, fmt.Errorf("not a bytes object (length %d)", n)
 	}
-	return readMem(mem, addr+uint64(o.BytesData), int(min(n, int64(max))))
-}
-
-// readMem reads n bytes at addr, all or an error.
-func readMem(mem io.ReaderAt, addr uint64, n int) ([]byte, error) {
-	if addr == 0 {
-		return nil, errors.New("NULL pointer")
-	}
-	if addr > math.MaxInt64-uint64(n) {
-		return nil, fmt.Errorf("address %#x out of range", addr)
-	}
-	b := make([]byte, n)
-	if got, err := mem.ReadAt(b, int64(addr)); got < n {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("read %d bytes at %#x: %w", n, addr, err)
-	}
-	return b, nil
+	return runtimes.ReadMem(mem, addr+uint64(o.BytesData), int(min(n, int64(max))))
 }

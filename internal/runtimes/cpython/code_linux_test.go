@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -170,7 +171,7 @@ type walkedFrame struct {
 func walkThread(t *testing.T, mem io.ReaderAt, o *Offsets, runtime, threadID uint64) []walkedFrame {
 	t.Helper()
 	word := func(addr uint64, size int) uint64 {
-		b, err := readMem(mem, addr, size)
+		b, err := runtimes.ReadMem(mem, addr, size)
 		require.NoError(t, err)
 		var v [8]byte
 		copy(v[:], b)

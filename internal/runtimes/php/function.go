@@ -52,7 +52,7 @@ func (l *Layout) ReadFunction(mem io.ReaderAt, addr uint64) (*Function, error) {
 	if !l.covers() {
 		return nil, errors.New("read zend_function: layout incomplete")
 	}
-	h, err := readMem(mem, addr, int(l.FunctionSize))
+	h, err := runtimes.ReadMem(mem, addr, int(l.FunctionSize))
 	if err != nil {
 		return nil, fmt.Errorf("read zend_function at %#x: %w", addr, err)
 	}
@@ -88,7 +88,7 @@ func (l *Layout) ReadFunction(mem io.ReaderAt, addr uint64) (*Function, error) {
 		return nil, fmt.Errorf("zend_function at %#x: name: %w", addr, err)
 	}
 	if scope := pointer(l.FunctionScope); scope != 0 {
-		c, err := readMem(mem, scope+uint64(l.ClassName), 8)
+		c, err := runtimes.ReadMem(mem, scope+uint64(l.ClassName), 8)
 		if err != nil {
 			return nil, fmt.Errorf("zend_function at %#x: class: %w", addr, err)
 		}
@@ -123,7 +123,7 @@ func (f *Function) Line(l *Layout, mem io.ReaderAt, position uint32) (int64, err
 	if line, ok := f.lines[position]; ok {
 		return line, nil
 	}
-	b, err := readMem(mem, f.opcodes+uint64(position)*uint64(l.OpSize)+uint64(l.OpLineno), 4)
+	b, err := runtimes.ReadMem(mem, f.opcodes+uint64(position)*uint64(l.OpSize)+uint64(l.OpLineno), 4)
 	if err != nil {
 		return 0, fmt.Errorf("read op %d: %w", position, err)
 	}
@@ -147,7 +147,7 @@ func (f *Function) cachedLine(position uint32) (int64, bool) {
 // readString reads the zend_string at addr, its characters cut to
 // maxStringBytes bytes.
 func (l *Layout) readString(mem io.ReaderAt, addr uint64) (string, error) {
-	h, err := readMem(mem, addr, int(l.StringVal))
+	h, err := runtimes.ReadMem(mem, addr, int(l.StringVal))
 	if err != nil {
 		return "", err
 	}
@@ -155,29 +155,11 @@ func (l *Layout) readString(mem io.ReaderAt, addr uint64) (string, error) {
 	if n > math.MaxInt32 {
 		return "", fmt.Errorf("not a zend_string (length %d)", n)
 	}
-	b, err := readMem(mem, addr+uint64(l.StringVal), int(min(n, maxStringBytes)))
+	b, err := runtimes.ReadMem(mem, addr+uint64(l.StringVal), int(min(n, maxStringBytes)))
 	if err != nil {
 		return "", err
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD"), nil
-}
-
-// readMem reads n bytes at addr, all or an error.
-func readMem(mem io.ReaderAt, addr uint64, n int) ([]byte, error) {
-	if addr == 0 {
-		return nil, errors.New("NULL pointer")
-	}
-	if addr > math.MaxInt64-uint64(n) {
-		return nil, fmt.Errorf("address %#x out of range", addr)
-	}
-	b := make([]byte, n)
-	if got, err := mem.ReadAt(b, int64(addr)); got < n {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("read %d bytes at %#x: %w", n, addr, err)
-	}
-	return b, nil
 }
 
 // maxFunctions bounds the functions cached per process; recheck is how
@@ -243,7 +225,7 @@ func (p *process) Read(fn uint64, position uint32, now time.Time) (runtimes.Fram
 
 // unchanged says whether the zend_function at addr still has f's cookie.
 func (p *process) unchanged(addr uint64, f *Function) bool {
-	h, err := readMem(p.mem, addr, int(p.layout.FunctionSize))
+	h, err := runtimes.ReadMem(p.mem, addr, int(p.layout.FunctionSize))
 	return err == nil && p.layout.cookieOf(h) == f.cookie
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // WalkedFrame is what the walk records of one PHP frame: the zend_function
@@ -49,14 +51,14 @@ const NoPosition = ^uint32(0)
 // the sampled pc is the VM's (execute_ex and its helpers; not JIT code,
 // where no opline is current). Walk, reading memory only, cannot.
 func (l *Layout) Walk(mem io.ReaderAt, executorGlobals uint64, max int) ([]WalkedFrame, error) {
-	b, err := readMem(mem, executorGlobals+uint64(l.CurrentExecuteData), 8)
+	b, err := runtimes.ReadMem(mem, executorGlobals+uint64(l.CurrentExecuteData), 8)
 	if err != nil {
 		return nil, fmt.Errorf("read current_execute_data: %w", err)
 	}
 	ex := binary.LittleEndian.Uint64(b)
 	var frames []WalkedFrame
 	for ex != 0 && len(frames) < max {
-		e, err := readMem(mem, ex, executeDataSize)
+		e, err := runtimes.ReadMem(mem, ex, executeDataSize)
 		if err != nil {
 			return frames, fmt.Errorf("read execute_data at %#x: %w", ex, err)
 		}
@@ -64,17 +66,17 @@ func (l *Layout) Walk(mem io.ReaderAt, executorGlobals uint64, max int) ([]Walke
 		fn := binary.LittleEndian.Uint64(e[l.ExecuteDataFunc:])
 		callInfo := binary.LittleEndian.Uint32(e[l.ExecuteDataCallInfo:])
 		ex = binary.LittleEndian.Uint64(e[l.ExecuteDataPrev:])
-		t, err := readMem(mem, fn+uint64(l.FunctionType), 1)
+		t, err := runtimes.ReadMem(mem, fn+uint64(l.FunctionType), 1)
 		if err != nil {
 			return frames, fmt.Errorf("read function at %#x: %w", fn, err)
 		}
 		f := WalkedFrame{Function: fn, Position: NoPosition}
 		if user := t[0] == userFunction || t[0] == evalCode; user {
-			o, err := readMem(mem, fn+uint64(l.OpArrayLast), 4)
+			o, err := runtimes.ReadMem(mem, fn+uint64(l.OpArrayLast), 4)
 			if err != nil {
 				return frames, fmt.Errorf("read op_array at %#x: %w", fn, err)
 			}
-			p, err := readMem(mem, fn+uint64(l.OpArrayOpcodes), 8)
+			p, err := runtimes.ReadMem(mem, fn+uint64(l.OpArrayOpcodes), 8)
 			if err != nil {
 				return frames, fmt.Errorf("read op_array at %#x: %w", fn, err)
 			}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // st_table (include/ruby/st.h, one in 3.1 to 3.3) and st.c's entries.
@@ -29,7 +31,7 @@ const (
 // the class's instance variable __classpath__, whose ID classpathID is
 // (ClasspathID; unused by 3.3).
 func (l *Layout) ClassPath(mem io.ReaderAt, cme, classpathID uint64) (string, error) {
-	h, err := readMem(mem, cme, int(l.MethodEntryOwner)+8)
+	h, err := runtimes.ReadMem(mem, cme, int(l.MethodEntryOwner)+8)
 	if err != nil {
 		return "", fmt.Errorf("read method entry at %#x: %w", cme, err)
 	}
@@ -88,7 +90,7 @@ func special(v uint64) bool { return v&7 != 0 || v <= 0x24 }
 // readClass reads n+8 bytes of the class or module at addr, checking its
 // type.
 func (l *Layout) readClass(mem io.ReaderAt, addr uint64, n uint32) ([]byte, error) {
-	c, err := readMem(mem, addr, int(n)+8)
+	c, err := runtimes.ReadMem(mem, addr, int(n)+8)
 	if err != nil {
 		return nil, fmt.Errorf("read class at %#x: %w", addr, err)
 	}
@@ -108,7 +110,7 @@ func (l *Layout) classIvar(mem io.ReaderAt, class uint64, match func(key, record
 		return 0, err
 	}
 	ext := binary.LittleEndian.Uint64(c[l.ClassExt:])
-	t, err := readMem(mem, ext+uint64(l.ClassExtIvTbl), 8)
+	t, err := runtimes.ReadMem(mem, ext+uint64(l.ClassExtIvTbl), 8)
 	if err != nil {
 		return 0, fmt.Errorf("read classext at %#x: %w", ext, err)
 	}
@@ -116,7 +118,7 @@ func (l *Layout) classIvar(mem io.ReaderAt, class uint64, match func(key, record
 	if tbl == 0 {
 		return 0, fmt.Errorf("class at %#x has no instance variables", class)
 	}
-	h, err := readMem(mem, tbl, stEntries+8)
+	h, err := runtimes.ReadMem(mem, tbl, stEntries+8)
 	if err != nil {
 		return 0, fmt.Errorf("read st_table at %#x: %w", tbl, err)
 	}
@@ -128,7 +130,7 @@ func (l *Layout) classIvar(mem io.ReaderAt, class uint64, match func(key, record
 	if bound == start {
 		return 0, fmt.Errorf("class at %#x: no match in its instance variables", class)
 	}
-	b, err := readMem(mem, entries+start*stEntrySize, int(bound-start)*stEntrySize)
+	b, err := runtimes.ReadMem(mem, entries+start*stEntrySize, int(bound-start)*stEntrySize)
 	if err != nil {
 		return 0, fmt.Errorf("read st_table entries at %#x: %w", entries, err)
 	}

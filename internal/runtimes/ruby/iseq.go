@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/bits"
 	"strings"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // Bounds on what ReadIseq reads: the process is not trusted.
@@ -42,7 +43,7 @@ type Iseq struct {
 // ReadIseq reads the iseq at addr from mem (a process's memory). Reads are
 // bounded: label and path at most 1 KiB, at most 64 Ki line entries.
 func (l *Layout) ReadIseq(mem io.ReaderAt, addr uint64) (*Iseq, error) {
-	h, err := readMem(mem, addr, iseqHeaderSize)
+	h, err := runtimes.ReadMem(mem, addr, iseqHeaderSize)
 	if err != nil {
 		return nil, fmt.Errorf("read iseq at %#x: %w", addr, err)
 	}
@@ -50,7 +51,7 @@ func (l *Layout) ReadIseq(mem io.ReaderAt, addr uint64) (*Iseq, error) {
 	if flags&tMask != tImemo || flags>>imemoShift&0xf != imemoIseq {
 		return nil, fmt.Errorf("object at %#x: %w (flags %#x)", addr, ErrNotIseq, flags)
 	}
-	b, err := readMem(mem, binary.LittleEndian.Uint64(h[l.IseqBody:]), bodyHeaderSize)
+	b, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(h[l.IseqBody:]), bodyHeaderSize)
 	if err != nil {
 		return nil, fmt.Errorf("iseq at %#x: read body: %w", addr, err)
 	}
@@ -78,7 +79,7 @@ func (l *Layout) ReadIseq(mem io.ReaderAt, addr uint64) (*Iseq, error) {
 	if n == 0 {
 		return in, nil
 	}
-	info, err := readMem(mem, u64(l.BodyInsnsInfo), n*int(l.InsnInfoSize))
+	info, err := runtimes.ReadMem(mem, u64(l.BodyInsnsInfo), n*int(l.InsnInfoSize))
 	if err != nil {
 		return nil, fmt.Errorf("iseq at %#x: line entries: %w", addr, err)
 	}
@@ -93,7 +94,7 @@ func (l *Layout) ReadIseq(mem io.ReaderAt, addr uint64) (*Iseq, error) {
 		} else {
 			size += (in.Size - succImmediate + 511) / 512 * succBlockSize
 		}
-		if in.succ, err = readMem(mem, u64(l.BodyInsnsSuccTable), size); err != nil {
+		if in.succ, err = runtimes.ReadMem(mem, u64(l.BodyInsnsSuccTable), size); err != nil {
 			return nil, fmt.Errorf("iseq at %#x: line positions: %w", addr, err)
 		}
 	}
@@ -146,7 +147,7 @@ func (in *Iseq) rank(pos int) int {
 
 // readPath reads an iseq's pathobj: a String, or an Array [path, realpath].
 func (l *Layout) readPath(mem io.ReaderAt, addr uint64) (string, error) {
-	h, err := readMem(mem, addr, int(l.ArrayHeapPtr)+8)
+	h, err := runtimes.ReadMem(mem, addr, int(l.ArrayHeapPtr)+8)
 	if err != nil {
 		return "", err
 	}
@@ -157,7 +158,7 @@ func (l *Layout) readPath(mem io.ReaderAt, addr uint64) (string, error) {
 	case tArray:
 		elems := binary.LittleEndian.Uint64(h[arrayEmbed:]) // embedded: as.ary[0]
 		if flags&flNoEmbed == 0 {                           // RARRAY_EMBED_FLAG clear: on the heap
-			p, err := readMem(mem, binary.LittleEndian.Uint64(h[l.ArrayHeapPtr:]), 8)
+			p, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(h[l.ArrayHeapPtr:]), 8)
 			if err != nil {
 				return "", err
 			}
@@ -172,7 +173,7 @@ func (l *Layout) readPath(mem io.ReaderAt, addr uint64) (string, error) {
 
 // readString reads the String at addr, cut to maxStringBytes.
 func (l *Layout) readString(mem io.ReaderAt, addr uint64) (string, error) {
-	h, err := readMem(mem, addr, int(l.StringPtr)+8)
+	h, err := runtimes.ReadMem(mem, addr, int(l.StringPtr)+8)
 	if err != nil {
 		return "", err
 	}
@@ -197,27 +198,9 @@ func (l *Layout) readString(mem io.ReaderAt, addr uint64) (string, error) {
 	if n == 0 {
 		return "", nil
 	}
-	b, err := readMem(mem, data, int(min(n, maxStringBytes)))
+	b, err := runtimes.ReadMem(mem, data, int(min(n, maxStringBytes)))
 	if err != nil {
 		return "", err
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD"), nil
-}
-
-// readMem reads n bytes at addr, all or an error.
-func readMem(mem io.ReaderAt, addr uint64, n int) ([]byte, error) {
-	if addr == 0 {
-		return nil, errors.New("NULL pointer")
-	}
-	if addr > math.MaxInt64-uint64(n) {
-		return nil, fmt.Errorf("address %#x out of range", addr)
-	}
-	b := make([]byte, n)
-	if got, err := mem.ReadAt(b, int64(addr)); got < n {
-		if err == nil || err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, fmt.Errorf("read %d bytes at %#x: %w", n, addr, err)
-	}
-	return b, nil
 }

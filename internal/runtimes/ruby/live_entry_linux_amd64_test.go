@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // liveEntry is vm_exec_core's range in a process (EntryRange plus the
@@ -35,11 +37,11 @@ func (e *liveEntry) checkFrames(t *testing.T, mem io.ReaderAt, l *Layout, frames
 		if w.Iseq == 0 {
 			continue
 		}
-		body, err := readMem(mem, w.Iseq+uint64(l.IseqBody), 8)
+		body, err := runtimes.ReadMem(mem, w.Iseq+uint64(l.IseqBody), 8)
 		if err != nil {
 			continue // freed under the walk
 		}
-		b, err := readMem(mem, binary.LittleEndian.Uint64(body), int(l.BodyIseqEncoded)+8)
+		b, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(body), int(l.BodyIseqEncoded)+8)
 		if err != nil {
 			continue
 		}
@@ -51,7 +53,7 @@ func (e *liveEntry) checkFrames(t *testing.T, mem io.ReaderAt, l *Layout, frames
 		}
 		e.iseqs++
 		for _, at := range words {
-			v, err := readMem(mem, at, 8)
+			v, err := runtimes.ReadMem(mem, at, 8)
 			require.NoError(t, err)
 			insn := binary.LittleEndian.Uint64(v)
 			require.True(t, insn >= e.start && insn < e.end, "instruction %#x at %#x of iseq %#x outside vm_exec_core [%#x, %#x)", insn, at, w.Iseq, e.start, e.end)
@@ -95,7 +97,7 @@ func checkEntryStack(t *testing.T, mem io.ReaderAt, f *elf.File, bias uint64, re
 // from the thread pointer (libruby, loaded with the program, is in the
 // static TLS below tp: x86-64's variant II).
 func checkTLS(t *testing.T, mem io.ReaderAt, in *Interpreter, bias, tp, at uint64) {
-	ti, err := readMem(mem, bias+in.ECTLS.Slot, 16)
+	ti, err := runtimes.ReadMem(mem, bias+in.ECTLS.Slot, 16)
 	require.NoError(t, err)
 	require.Equal(t, in.ECTLS.Offset, binary.LittleEndian.Uint64(ti[8:]), "tls_index.offset in the process")
 	block := at - in.ECTLS.Offset

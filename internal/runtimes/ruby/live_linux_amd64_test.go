@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra
 
 	var ec uint64
 	if in.VMPtr != 0 {
-		vm, err := readMem(mem, bias+in.VMPtr, 8)
+		vm, err := runtimes.ReadMem(mem, bias+in.VMPtr, 8)
 		require.NoError(t, err)
 		ec, err = in.Layout.MainEC(mem, binary.LittleEndian.Uint64(vm))
 		require.NoError(t, err)
@@ -73,7 +74,7 @@ func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra
 		at, err := ECAddress(mem, regs.Fs_base, bias+in.ECTLS.Slot)
 		require.NoError(t, err)
 		checkTLS(t, mem, in, bias, regs.Fs_base, at)
-		b, err := readMem(mem, at, 8)
+		b, err := runtimes.ReadMem(mem, at, 8)
 		require.NoError(t, err)
 		tlsEC := binary.LittleEndian.Uint64(b)
 		if ec != 0 {
@@ -91,7 +92,7 @@ func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra
 	var classpathID uint64
 	if in.Layout.ClassPathAt == 0 {
 		require.NotZero(t, in.Object, "rb_cObject")
-		object, err := readMem(mem, bias+in.Object, 8)
+		object, err := runtimes.ReadMem(mem, bias+in.Object, 8)
 		require.NoError(t, err)
 		classpathID, err = in.Layout.ClasspathID(mem, binary.LittleEndian.Uint64(object))
 		require.NoError(t, err)

@@ -67,12 +67,12 @@ func (p *process) Read(iseq uint64, position uint32, now time.Time) (runtimes.Fr
 // cookie reads the iseq's type bits (T_IMEMO, imemo_iseq), body pointer
 // and the body's iseq_encoded.
 func (p *process) cookie(iseq uint64) ([3]uint64, error) {
-	h, err := readMem(p.mem, iseq, int(p.layout.IseqBody)+8)
+	h, err := runtimes.ReadMem(p.mem, iseq, int(p.layout.IseqBody)+8)
 	if err != nil {
 		return [3]uint64{}, err
 	}
 	body := binary.LittleEndian.Uint64(h[p.layout.IseqBody:])
-	e, err := readMem(p.mem, body+uint64(p.layout.BodyIseqEncoded), 8)
+	e, err := runtimes.ReadMem(p.mem, body+uint64(p.layout.BodyIseqEncoded), 8)
 	if err != nil {
 		return [3]uint64{}, err
 	}

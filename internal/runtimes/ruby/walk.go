@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // MaxFrames bounds the control frames Walk reads of one thread.
@@ -42,7 +44,7 @@ type WalkedFrame struct {
 // pc (pushed, not yet run) is skipped; the position is pc -
 // iseq->body->iseq_encoded. At most MaxFrames frames are read.
 func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
-	h, err := readMem(mem, ec, int(l.ECCFP)+8)
+	h, err := runtimes.ReadMem(mem, ec, int(l.ECCFP)+8)
 	if err != nil {
 		return nil, fmt.Errorf("read execution context at %#x: %w", ec, err)
 	}
@@ -58,14 +60,14 @@ func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
 	}
 	var out []WalkedFrame
 	for n := 0; cfp+uint64(l.CFPSize) <= end && n < MaxFrames; n, cfp = n+1, cfp+uint64(l.CFPSize) {
-		f, err := readMem(mem, cfp, int(l.CFPSize))
+		f, err := runtimes.ReadMem(mem, cfp, int(l.CFPSize))
 		if err != nil {
 			return out, err
 		}
 		iseq := binary.LittleEndian.Uint64(f[l.CFPIseq:])
 		pc := binary.LittleEndian.Uint64(f[l.CFPPC:])
 		ep := binary.LittleEndian.Uint64(f[l.CFPEP:])
-		env, err := readMem(mem, ep-16, 24) // ep[-2], ep[-1], ep[0]
+		env, err := runtimes.ReadMem(mem, ep-16, 24) // ep[-2], ep[-1], ep[0]
 		if err != nil {
 			return out, err
 		}
@@ -82,11 +84,11 @@ func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
 			if w.Magic == FrameMagicMethod {
 				w.MethodEntry = binary.LittleEndian.Uint64(env)
 			}
-			ih, err := readMem(mem, iseq+uint64(l.IseqBody), 8)
+			ih, err := runtimes.ReadMem(mem, iseq+uint64(l.IseqBody), 8)
 			if err != nil {
 				return out, err
 			}
-			body, err := readMem(mem, binary.LittleEndian.Uint64(ih)+uint64(l.BodyIseqEncoded), 8)
+			body, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(ih)+uint64(l.BodyIseqEncoded), 8)
 			if err != nil {
 				return out, err
 			}
@@ -104,11 +106,11 @@ func (l *Layout) Walk(mem io.ReaderAt, ec uint64) ([]WalkedFrame, error) {
 // MainEC returns the main thread's execution context from the VM at vm
 // (*ruby_current_vm_ptr): vm->ractor.main_thread->ec.
 func (l *Layout) MainEC(mem io.ReaderAt, vm uint64) (uint64, error) {
-	th, err := readMem(mem, vm+uint64(l.VMMainThread), 8)
+	th, err := runtimes.ReadMem(mem, vm+uint64(l.VMMainThread), 8)
 	if err != nil {
 		return 0, fmt.Errorf("read the main thread of the VM at %#x: %w", vm, err)
 	}
-	ec, err := readMem(mem, binary.LittleEndian.Uint64(th)+uint64(l.ThreadEC), 8)
+	ec, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(th)+uint64(l.ThreadEC), 8)
 	if err != nil {
 		return 0, fmt.Errorf("read the main thread's execution context: %w", err)
 	}
@@ -121,7 +123,7 @@ func (l *Layout) MainEC(mem io.ReaderAt, vm uint64) (uint64, error) {
 // offset at tlsIndex+8. tlsIndex is the process address of
 // Interpreter.ECTLS.Slot.
 func ECAddress(mem io.ReaderAt, tp, tlsIndex uint64) (uint64, error) {
-	ti, err := readMem(mem, tlsIndex, 16)
+	ti, err := runtimes.ReadMem(mem, tlsIndex, 16)
 	if err != nil {
 		return 0, fmt.Errorf("read tls_index: %w", err)
 	}
@@ -129,11 +131,11 @@ func ECAddress(mem io.ReaderAt, tp, tlsIndex uint64) (uint64, error) {
 	if module == 0 || module > 1<<16 {
 		return 0, fmt.Errorf("tls_index module %d", module)
 	}
-	dtv, err := readMem(mem, tp+8, 8)
+	dtv, err := runtimes.ReadMem(mem, tp+8, 8)
 	if err != nil {
 		return 0, fmt.Errorf("read dtv: %w", err)
 	}
-	block, err := readMem(mem, binary.LittleEndian.Uint64(dtv)+module*16, 8)
+	block, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(dtv)+module*16, 8)
 	if err != nil {
 		return 0, fmt.Errorf("read dtv[%d]: %w", module, err)
 	}
