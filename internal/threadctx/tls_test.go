@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -84,7 +83,7 @@ func TestResolveInProcess(t *testing.T) {
 			m, err := Prepare(f)
 			require.NoError(t, err)
 			assert.Equal(t, b.library == "", m.executable, "told an executable from a library")
-			loc, err := m.Locate(mem, loadBias(t, pid, file, f))
+			loc, err := m.Locate(mem, testutil.LoadBias(t, pid, file))
 			require.NoError(t, err)
 			got, err := loc.Address(mem, tp, f.Machine)
 			require.NoError(t, err)
@@ -92,29 +91,6 @@ func TestResolveInProcess(t *testing.T) {
 			t.Logf("%+v", loc)
 		})
 	}
-}
-
-// loadBias returns the load bias of file in process pid.
-func loadBias(t *testing.T, pid int, file string, f *elf.File) uint64 {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		maps, err := procfs.Default.Maps(uint32(pid))
-		require.NoError(t, err)
-		for _, m := range maps {
-			if m.Path != file || m.Offset != 0 {
-				continue
-			}
-			for _, p := range f.Progs {
-				if p.Type == elf.PT_LOAD && p.Off == 0 {
-					return m.Start - p.Vaddr
-				}
-			}
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s not mapped in pid %d", file, pid)
-	return 0
 }
 
 // TestResolveExecutableARM64 checks the arm64 layout (TLS variant I) against

@@ -1,7 +1,6 @@
 package cpython
 
 import (
-	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,7 +85,7 @@ func TestReadCodeLive(t *testing.T) {
 				b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
 				return err == nil && strings.HasPrefix(string(b), "0 0x0 ") // read(0, ...)
 			}, 10*time.Second, 10*time.Millisecond)
-			bias := loadBias(t, pid, tc.runtimeFile)
+			bias := testutil.LoadBias(t, pid, tc.runtimeFile)
 			frames := walkThread(t, mem, &py.Offsets, py.RuntimeAddr+bias, report.ThreadID)
 			var got []string
 			for _, f := range frames {
@@ -129,34 +127,6 @@ func markedLine(t *testing.T, src []byte, marker string) int {
 		}
 	}
 	t.Fatalf("no %q in the workload", marker)
-	return 0
-}
-
-// loadBias returns where file is loaded in pid less its link-time address:
-// the start of its mapping at offset 0 less its first PT_LOAD's page.
-func loadBias(t *testing.T, pid int, file string) uint64 {
-	t.Helper()
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	require.NoError(t, err)
-	f, err := elf.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
-	var firstLoad uint64
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			firstLoad = p.Vaddr &^ (p.Align - 1)
-			break
-		}
-	}
-	for _, l := range strings.Split(string(maps), "\n") {
-		fields := strings.Fields(l)
-		if len(fields) == 6 && fields[5] == file && fields[2] == "00000000" {
-			start, err := strconv.ParseUint(strings.Split(fields[0], "-")[0], 16, 64)
-			require.NoError(t, err)
-			return start - firstLoad
-		}
-	}
-	t.Fatalf("%s is not mapped in %d", file, pid)
 	return 0
 }
 

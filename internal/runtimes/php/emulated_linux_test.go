@@ -98,7 +98,7 @@ func TestJITFrameEmulated(t *testing.T) {
 					cmd := testutil.StartWorkload(t, qemu[0], args...) // waits for gdb
 					pid := cmd.Process.Pid
 					waitMapped(t, pid, p.Path)
-					bias := loadBias(t, pid, p.Path)
+					bias := testutil.LoadBias(t, pid, p.Path)
 					// The program's and its libraries' CFI for gdb: qemu's stub names
 					// neither.
 					samples := gdbSamples(t, []string{gdb, "-ex", "set sysroot " + qemu[2], "-ex", "file " + p.Path,

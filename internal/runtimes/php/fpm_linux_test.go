@@ -63,7 +63,7 @@ func TestFPMLive(t *testing.T) {
 						return
 					}
 					row, zx := jitRowAndCaller(t, f)
-					bias := loadBias(t, pid, p.FPM)
+					bias := testutil.LoadBias(t, pid, p.FPM)
 					samples := gdbSamples(t, []string{gdb, "-p", strconv.Itoa(pid)},
 						fmt.Sprintf("JLO=%x", bufs[0].Start), fmt.Sprintf("JHI=%x", bufs[0].End))
 					checkJITSamples(t, row, samples, zx.Value+bias, zx.Value+zx.Size+bias, ^uint64(0))
@@ -119,7 +119,7 @@ func busyWorker(t *testing.T, in *Interpreter, master int, exe string) int {
 			if err != nil {
 				continue
 			}
-			frames, _ := in.Layout.Walk(mem, in.ExecutorGlobals+loadBias(t, pid, exe), 64)
+			frames, _ := in.Layout.Walk(mem, in.ExecutorGlobals+testutil.LoadBias(t, pid, exe), 64)
 			mem.Close()
 			if len(frames) > 0 {
 				return pid

@@ -90,7 +90,7 @@ func TestJITFrameLive(t *testing.T) {
 					time.Sleep(500 * time.Millisecond) // past the JIT's warm-up
 					bufs := JITBuffers(readMaps(t, pid))
 					require.Len(t, bufs, 1)
-					bias := loadBias(t, pid, p.Path)
+					bias := testutil.LoadBias(t, pid, p.Path)
 					samples := gdbSamples(t, []string{gdb, "-p", strconv.Itoa(pid)},
 						fmt.Sprintf("JLO=%x", bufs[0].Start), fmt.Sprintf("JHI=%x", bufs[0].End))
 					checkJITSamples(t, row, samples, zx.Value+bias, zx.Value+zx.Size+bias, ^uint64(0))

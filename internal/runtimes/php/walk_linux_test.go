@@ -6,7 +6,6 @@ import (
 	"os"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +67,7 @@ func walkPID(t *testing.T, in *Interpreter, pid int, exe string, lines map[strin
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	require.NoError(t, err)
 	defer mem.Close()
-	eg := in.ExecutorGlobals + loadBias(t, pid, exe)
+	eg := in.ExecutorGlobals + testutil.LoadBias(t, pid, exe)
 	script := testutil.Workload(t, "phpwork.php")
 	proc := in.Process(mem, 0)
 
@@ -157,32 +156,4 @@ func workloadLines(t *testing.T) map[string]int64 {
 		require.NotZero(t, lines[k], k)
 	}
 	return lines
-}
-
-// loadBias returns where file is loaded in pid less its link-time address:
-// the start of its mapping at offset 0 less its first PT_LOAD's page.
-func loadBias(t *testing.T, pid int, file string) uint64 {
-	t.Helper()
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	require.NoError(t, err)
-	f, err := elf.Open(file)
-	require.NoError(t, err)
-	defer f.Close()
-	var firstLoad uint64
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD {
-			firstLoad = p.Vaddr &^ (p.Align - 1)
-			break
-		}
-	}
-	for _, l := range strings.Split(string(maps), "\n") {
-		fields := strings.Fields(l)
-		if len(fields) == 6 && fields[5] == file && fields[2] == "00000000" {
-			start, err := strconv.ParseUint(strings.Split(fields[0], "-")[0], 16, 64)
-			require.NoError(t, err)
-			return start - firstLoad
-		}
-	}
-	t.Fatalf("%s is not mapped in %d", file, pid)
-	return 0
 }

@@ -1,7 +1,6 @@
 package ruby
 
 import (
-	"bufio"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -56,7 +55,7 @@ func TestWalkLive(t *testing.T) {
 func walkLive(t *testing.T, r testutil.Ruby, f *elf.File, in *Interpreter, extra []string) {
 	cmd := testutil.StartRuby(t, r, extra, "60")
 	pid := cmd.Process.Pid
-	bias := loadBias(t, pid, r.Lib)
+	bias := testutil.LoadBias(t, pid, r.Lib)
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	require.NoError(t, err)
 	defer mem.Close()
@@ -173,28 +172,6 @@ func rubyLines(t *testing.T) map[string]int {
 		}
 	}
 	return lines
-}
-
-// loadBias is where pid maps the file at path (its first segment, at file
-// offset 0 and address 0 in a shared library).
-func loadBias(t *testing.T, pid int, path string) uint64 {
-	real, err := filepath.EvalSymlinks(path)
-	require.NoError(t, err)
-	maps, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	require.NoError(t, err)
-	defer maps.Close()
-	s := bufio.NewScanner(maps)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) == 6 && fields[5] == real && fields[2] == "00000000" {
-			start, _, _ := strings.Cut(fields[0], "-")
-			bias, err := strconv.ParseUint(start, 16, 64)
-			require.NoError(t, err)
-			return bias
-		}
-	}
-	t.Fatalf("pid %d does not map %s", pid, real)
-	return 0
 }
 
 // mainRegs are the registers of pid's main thread, read by stopping it
