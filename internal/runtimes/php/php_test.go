@@ -275,3 +275,33 @@ func TestDetect(t *testing.T) {
 		}
 	}
 }
+
+// Hostile memory makes errors or bounded names, never a panic or an
+// unbounded read: the fuzzer writes spin's zend_function, its name, the
+// innermost execute_data and spin's ops.
+func FuzzReadFunction(f *testing.F) {
+	l := layouts["8.4"]
+	seed := fakeProcess(&l)
+	f.Add(seed[spinFn], seed[spinFn+0x1000], seed[stackBase+0x200], seed[spinFn+0x3000], uint32(2))
+	f.Fuzz(func(t *testing.T, fn, name, frame, ops []byte, position uint32) {
+		for _, v := range []string{"8.2", "8.4"} {
+			l := layouts[v]
+			m := fakeProcess(&l)
+			m[spinFn] = append(fn, make([]byte, max(0, int(l.FunctionSize)-len(fn)))...)
+			m[spinFn+0x1000] = name
+			m[stackBase+0x200] = frame
+			m[spinFn+0x3000] = ops
+			frames, _ := l.Walk(m, egAddr, 16)
+			require.LessOrEqual(t, len(frames), 16)
+			if fun, err := l.ReadFunction(m, spinFn); err == nil {
+				// Each string is cut to maxStringBytes, whose invalid
+				// UTF-8 bytes may each become a 3-byte U+FFFD.
+				require.LessOrEqual(t, len(fun.Name), 2*3*maxStringBytes+2, "class::name")
+				require.LessOrEqual(t, len(fun.File), 3*maxStringBytes)
+				_, _ = fun.Line(&l, m, position)
+			}
+			p := (&Interpreter{Layout: l}).Process(m, 0)
+			_, _ = p.Read(spinFn, position, time.Now())
+		}
+	})
+}
