@@ -316,6 +316,37 @@ func TestIdleFilesExpire(t *testing.T) {
 	}
 }
 
+// The cache gauges follow what is cached: two processes' files and frames
+// once their addresses are looked up, none once the files expire and the
+// processes are forgotten.
+func TestCacheSizes(t *testing.T) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	a := realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin"))
+	b := realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin"))
+	s := New(Options{Proc: fs})
+	defer s.Close()
+	assert.Equal(t, CacheSizes{}, s.CacheSizes())
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	s.User(1, a[10:13])
+	s.User(2, b[10:12])
+	got := s.CacheSizes()
+	assert.Equal(t, 2, got.Files)
+	assert.Equal(t, s.files.weight, got.FileBytes)
+	assert.Positive(t, got.FileBytes)
+	assert.Equal(t, 2, got.Processes)
+	assert.Equal(t, 5, got.Frames)
+	assert.Zero(t, got.PerfMapBytes)
+
+	s.ForgetProcess(1)
+	s.ForgetProcess(2)
+	now = now.Add(fileIdleTTL + time.Second)
+	s.pagesReleased = time.Time{}
+	s.maybeReleasePages()
+	assert.Equal(t, CacheSizes{}, s.CacheSizes())
+}
+
 func TestLRUExpireBefore(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var evicted []string

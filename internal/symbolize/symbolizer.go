@@ -214,6 +214,29 @@ func (s *Symbolizer) Stats() Stats {
 	return st
 }
 
+// CacheSizes are what the symbolizer's caches hold now, each within its
+// bound (Options): gauges, where Stats are counters.
+type CacheSizes struct {
+	Files        int   // files whose symbols are cached (mapped)
+	FileBytes    int64 // their weight, the estimate Options.MaxFileBytes bounds
+	PerfMapBytes int64 // the heap of the loaded perf maps
+	Processes    int   // processes whose mappings are cached
+	Frames       int   // resolved frames cached, of all processes
+}
+
+// CacheSizes returns what the caches hold now.
+func (s *Symbolizer) CacheSizes() CacheSizes {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return CacheSizes{
+		Files:        s.files.len(),
+		FileBytes:    s.files.weight,
+		PerfMapBytes: s.perfMapBytes,
+		Processes:    s.procs.len(),
+		Frames:       s.cachedFrames,
+	}
+}
+
 // ForgetProcess drops what is cached about pid, its maps and resolved
 // frames (call it when the process exits). Parsed files stay cached: other
 // processes may map them.

@@ -78,6 +78,8 @@ type profilerReceiver struct {
 	// its counts of Java and JavaScript frames.
 	pythonUnsymbolized map[string]uint64
 	jvmNamed, v8Named  runtimeNamed
+	// symbolCache are the symbolizer's cache gauges last recorded.
+	symbolCache symbolize.CacheSizes
 	// targetWatch warns once when every target pid has exited.
 	targetWatch targetWatch
 	// background runs the kernel symbol preload and the followProcesses
@@ -327,6 +329,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	r.recordPythonSymbolization(ctx, symStats.RuntimeUnsymbolized[capture.CPython.Name()])
 	r.recordJVMSymbolization(ctx, symStats)
 	r.recordV8Symbolization(ctx, symStats)
+	r.recordSymbolCache(ctx, r.symbols.CacheSizes())
 	r.recordProcessReads(ctx)
 	r.recordProcessContexts(ctx)
 	r.forgetExited(exited, lost)

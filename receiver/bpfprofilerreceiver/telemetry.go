@@ -363,3 +363,14 @@ func (r *profilerReceiver) recordPythonVersions(ctx context.Context, now map[str
 	}
 	r.unwindGauges.python = maps.Clone(now)
 }
+
+// recordSymbolCache records what the symbolizer's caches hold now.
+func (r *profilerReceiver) recordSymbolCache(ctx context.Context, now symbolize.CacheSizes) {
+	tel, last := r.telemetry, r.symbolCache
+	tel.BpfprofilerSymbolCacheFiles.Add(ctx, int64(now.Files-last.Files))
+	tel.BpfprofilerSymbolCacheFileBytes.Add(ctx, now.FileBytes-last.FileBytes)
+	tel.BpfprofilerSymbolCachePerfMapBytes.Add(ctx, now.PerfMapBytes-last.PerfMapBytes)
+	tel.BpfprofilerSymbolCacheProcesses.Add(ctx, int64(now.Processes-last.Processes))
+	tel.BpfprofilerSymbolCacheFrames.Add(ctx, int64(now.Frames-last.Frames))
+	r.symbolCache = now
+}

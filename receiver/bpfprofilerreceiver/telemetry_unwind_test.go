@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/receiver/bpfprofilerreceiver/internal/metadatatest"
 )
 
@@ -71,4 +72,22 @@ func TestUnwindTelemetry(t *testing.T) {
 	rcv.cfg = fp
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, capture.Stats{})
 	metadatatest.AssertEqualBpfprofilerUnwindTables(t, tel, []metricdata.DataPoint[int64]{{Value: 4}}, metricdatatest.IgnoreTimestamp())
+}
+
+// The symbol cache gauges end at what the symbolizer's caches held when
+// last recorded, up or down.
+func TestSymbolCacheTelemetry(t *testing.T) {
+	tel := componenttest.NewTelemetry()
+	t.Cleanup(func() { require.NoError(t, tel.Shutdown(context.Background())) })
+	rcv, err := newProfilerReceiver(createDefaultConfig().(*Config), metadatatest.NewSettings(tel))
+	require.NoError(t, err)
+	ctx := context.Background()
+	rcv.recordSymbolCache(ctx, symbolize.CacheSizes{Files: 7, FileBytes: 9 << 20, PerfMapBytes: 4096, Processes: 30, Frames: 900})
+	rcv.recordSymbolCache(ctx, symbolize.CacheSizes{Files: 3, FileBytes: 2 << 20, Processes: 31, Frames: 1200})
+	gauge := func(v int64) []metricdata.DataPoint[int64] { return []metricdata.DataPoint[int64]{{Value: v}} }
+	metadatatest.AssertEqualBpfprofilerSymbolCacheFiles(t, tel, gauge(3), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerSymbolCacheFileBytes(t, tel, gauge(2<<20), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerSymbolCachePerfMapBytes(t, tel, gauge(0), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerSymbolCacheProcesses(t, tel, gauge(31), metricdatatest.IgnoreTimestamp())
+	metadatatest.AssertEqualBpfprofilerSymbolCacheFrames(t, tel, gauge(1200), metricdatatest.IgnoreTimestamp())
 }

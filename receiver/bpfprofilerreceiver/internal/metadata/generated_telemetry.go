@@ -52,6 +52,11 @@ type TelemetryBuilder struct {
 	BpfprofilerSamplesLost                   metric.Int64Counter
 	BpfprofilerSamplesRecorded               metric.Int64Counter
 	BpfprofilerStacksLost                    metric.Int64Counter
+	BpfprofilerSymbolCacheFileBytes          metric.Int64UpDownCounter
+	BpfprofilerSymbolCacheFiles              metric.Int64UpDownCounter
+	BpfprofilerSymbolCacheFrames             metric.Int64UpDownCounter
+	BpfprofilerSymbolCachePerfMapBytes       metric.Int64UpDownCounter
+	BpfprofilerSymbolCacheProcesses          metric.Int64UpDownCounter
 	BpfprofilerThreadContextAttributesLost   metric.Int64Counter
 	BpfprofilerThreadContexts                metric.Int64Counter
 	BpfprofilerUnwindFrames                  metric.Int64Counter
@@ -248,6 +253,36 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_stacks_lost",
 		metric.WithDescription("Recorded samples (cpu) or waits (off_cpu) that lost their user or kernel stack, by kind, stack and reason. They are kept (and counted in bpfprofiler_samples_recorded) with one marker frame in place of the lost stack, named [user stack lost: <reason>] or [kernel stack lost: <reason>], so process totals stay right and a flame graph shows the loss. [Development]"),
 		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerSymbolCacheFileBytes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_symbol_cache_file_bytes",
+		metric.WithDescription("The weight of the files whose symbols the symbolizer caches: its estimate of their symbol tables, bounded by 32 MiB. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerSymbolCacheFiles, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_symbol_cache_files",
+		metric.WithDescription("Files whose symbols the symbolizer caches (mapped), at most 256; a file no lookup used for 2 minutes is closed. [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerSymbolCacheFrames, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_symbol_cache_frames",
+		metric.WithDescription("Resolved frames the symbolizer caches, of all processes, at most 32768. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerSymbolCachePerfMapBytes, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_symbol_cache_perf_map_bytes",
+		metric.WithDescription("Heap held by the perf maps (JIT symbol files) the symbolizer has loaded. [Development]"),
+		metric.WithUnit("By"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerSymbolCacheProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_symbol_cache_processes",
+		metric.WithDescription("Processes whose mappings the symbolizer caches, at most 4096. [Development]"),
+		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerThreadContextAttributesLost, err = builder.meter.Int64Counter(

@@ -45,6 +45,11 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
 	tb.BpfprofilerStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerSymbolCacheFileBytes.Add(context.Background(), 1)
+	tb.BpfprofilerSymbolCacheFiles.Add(context.Background(), 1)
+	tb.BpfprofilerSymbolCacheFrames.Add(context.Background(), 1)
+	tb.BpfprofilerSymbolCachePerfMapBytes.Add(context.Background(), 1)
+	tb.BpfprofilerSymbolCacheProcesses.Add(context.Background(), 1)
 	tb.BpfprofilerThreadContextAttributesLost.Add(context.Background(), 1)
 	tb.BpfprofilerThreadContexts.Add(context.Background(), 1)
 	tb.BpfprofilerUnwindFrames.Add(context.Background(), 1)
@@ -132,6 +137,21 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerSymbolCacheFileBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerSymbolCacheFiles(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerSymbolCacheFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerSymbolCachePerfMapBytes(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerSymbolCacheProcesses(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerThreadContextAttributesLost(t, testTel,
