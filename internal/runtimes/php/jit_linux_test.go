@@ -44,7 +44,7 @@ func TestJITBuffersLive(t *testing.T) {
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					cmd := testutil.StartPHP(t, p, p.Args(c.opcache, c.jit), "30")
-					bufs := JITBuffers(readMaps(t, cmd.Process.Pid))
+					bufs := jitBuffers(t, cmd.Process.Pid, c.want)
 					require.Len(t, bufs, c.want, "%v", bufs)
 					for _, b := range bufs {
 						require.Equal(t, uint64(64<<20), b.End-b.Start, "the buffer is opcache.jit_buffer_size")
@@ -88,7 +88,7 @@ func TestJITFrameLive(t *testing.T) {
 					cmd := testutil.StartReadyWorkload(t, p.Path, flags...)
 					pid := cmd.Process.Pid
 					time.Sleep(500 * time.Millisecond) // past the JIT's warm-up
-					bufs := JITBuffers(readMaps(t, pid))
+					bufs := jitBuffers(t, pid, 1)
 					require.Len(t, bufs, 1)
 					bias := testutil.LoadBias(t, pid, p.Path)
 					samples := gdbSamples(t, []string{gdb, "-p", strconv.Itoa(pid)},
@@ -197,6 +197,19 @@ func gdbSamples(t *testing.T, gdb []string, env ...string) []gdbSample {
 	}
 	require.Len(t, samples, jitSamples, "%s", out)
 	return samples
+}
+
+// jitBuffers returns JITBuffers of pid's mappings once it finds want of
+// them, or what it last found at a deadline. While the JIT compiles (the
+// tracing JIT does so whenever a loop or call gets hot) the buffer is
+// writable and not executable; it is executable again when it is done.
+func jitBuffers(t *testing.T, pid, want int) []procfs.Map {
+	bufs := JITBuffers(readMaps(t, pid))
+	for deadline := time.Now().Add(10 * time.Second); len(bufs) < want && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		bufs = JITBuffers(readMaps(t, pid))
+	}
+	return bufs
 }
 
 func readMaps(t *testing.T, pid int) []procfs.Map {
