@@ -25,8 +25,17 @@ func (m Map) Executable() bool { return len(m.Perms) > 2 && m.Perms[2] == 'x' }
 func (m Map) Contains(addr uint64) bool { return addr >= m.Start && addr < m.End }
 
 // FileBacked reports whether the mapping is backed by a regular file (an
-// absolute path and a non-zero inode).
-func (m Map) FileBacked() bool { return m.Inode != 0 && strings.HasPrefix(m.Path, "/") }
+// absolute path and a non-zero inode). Shared anonymous memory is not,
+// though the kernel names it by an inode of its own: "/dev/zero (deleted)"
+// (mmap MAP_SHARED|MAP_ANONYMOUS; PHP's opcache and its JIT buffer) and
+// "/SYSV<key> (deleted)" (a System V segment).
+func (m Map) FileBacked() bool {
+	return m.Inode != 0 && strings.HasPrefix(m.Path, "/") && !m.sharedAnonymous()
+}
+
+func (m Map) sharedAnonymous() bool {
+	return m.Path == "/dev/zero"+deletedSuffix || strings.HasPrefix(m.Path, "/SYSV") && m.Deleted()
+}
 
 // Deleted reports whether the mapped file was deleted.
 func (m Map) Deleted() bool { return strings.HasSuffix(m.Path, deletedSuffix) }

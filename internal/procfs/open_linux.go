@@ -142,6 +142,11 @@ func checkRegular(f *os.File) error {
 	return nil
 }
 
+// ErrMappingGone says that the process no longer has the mapping whose
+// file was to be opened (it unmapped it, exec'd or exited): the failure
+// says nothing of the file, which another process's mapping may open.
+var ErrMappingGone = errors.New("the mapping is gone from the process")
+
 // OpenMappedFile opens the file of mapping m of process pid: its path
 // inside the process's root (OpenInRoot), kept only when its device and
 // inode are those of the mapping, so the process cannot offer another file
@@ -172,10 +177,20 @@ func (fs FS) OpenMappedFile(pid uint32, m Map) (*os.File, error) {
 		}
 		f.Close()
 	}
+	// Gone: neither the path nor the kernel's link is there (a path
+	// there but refused is the process's doing, and stays a refusal).
+	if notThere(err) && (first == nil || notThere(first)) {
+		err = fmt.Errorf("%w: %w", ErrMappingGone, err)
+	}
 	if first != nil {
 		return nil, errors.Join(first, err)
 	}
 	return nil, err
+}
+
+// notThere says err is a missing file or process.
+func notThere(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)
 }
 
 // sameFile refuses f unless its device and inode are those of m.

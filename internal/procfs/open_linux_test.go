@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -289,4 +290,33 @@ func TestDeadline(t *testing.T) {
 	require.Eventually(t, func() bool { return d.InFlight() == 0 }, 5*time.Second, time.Millisecond)
 	_, err = Within(d, "a", func() (string, error) { return "", nil }, nil)
 	assert.NoError(t, err, "a file whose call returned is read again")
+}
+
+// The file of a mapping of a process that has exited is not opened, and
+// the error says the mapping is gone (not that the file is bad).
+func TestOpenMappedFileOfAnExitedProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	require.NoError(t, cmd.Start())
+	pid := uint32(cmd.Process.Pid)
+	fs := FS{Root: "/proc"}
+	var m Map
+	require.Eventually(t, func() bool {
+		maps, err := fs.Maps(pid)
+		require.NoError(t, err)
+		for _, mm := range maps {
+			if mm.Executable() && strings.HasSuffix(mm.Path, "/sleep") {
+				m = mm
+			}
+		}
+		return m.Inode != 0
+	}, 5*time.Second, 5*time.Millisecond, "sleep's own mapping")
+	f, err := fs.OpenMappedFile(pid, m)
+	require.NoError(t, err, "alive")
+	f.Close()
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait() // killed: its error says so
+	_, err = fs.OpenMappedFile(pid, m)
+	require.ErrorIs(t, err, ErrMappingGone)
+	assert.Empty(t, RefusalReason(err), "not refused: gone")
 }

@@ -17,12 +17,15 @@ const mapsFixture = `55d0c5a00000-55d0c5a01000 r--p 00000000 fd:01 1234         
 7f1c2b000000-7f1c2b100000 r-xp 00000000 103:02 99                        /tmp/my lib.so (deleted)
 7ffd1e3f0000-7ffd1e411000 rw-p 00000000 00:00 0                          [stack]
 ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+7f1c2c000000-7f1c2c100000 r-xs 00200000 00:01 2048                       /dev/zero (deleted)
+7f1c2d000000-7f1c2d100000 rw-s 00000000 00:01 32770                      /SYSV0001e240 (deleted)
+7f1c2e000000-7f1c2e100000 r-xp 00000000 00:01 4096                       /memfd:runc_cloned:/proc/self/exe (deleted)
 `
 
 func TestParseMaps(t *testing.T) {
 	maps, err := ParseMaps(strings.NewReader(mapsFixture))
 	require.NoError(t, err)
-	require.Len(t, maps, 6)
+	require.Len(t, maps, 9)
 	assert.Equal(t, Map{Start: 0x55d0c5a01000, End: 0x55d0c5a02000, Offset: 0x1000, Perms: "r-xp",
 		DevMajor: 0xfd, DevMinor: 1, Inode: 1234, Path: "/usr/bin/prog"}, maps[1])
 	assert.True(t, maps[1].Executable())
@@ -34,6 +37,9 @@ func TestParseMaps(t *testing.T) {
 	assert.True(t, maps[3].Deleted())
 	assert.Equal(t, "[stack]", maps[4].Path)
 	assert.True(t, maps[5].Contains(0xffffffffff600500))
+	assert.False(t, maps[6].FileBacked(), "shared anonymous memory")
+	assert.False(t, maps[7].FileBacked(), "a System V segment")
+	assert.True(t, maps[8].FileBacked(), "a memfd holds a file (runc runs from one)")
 }
 
 // ParseExecMaps keeps the executable mappings, and skips the other lines
@@ -43,7 +49,7 @@ func TestParseExecMaps(t *testing.T) {
 	require.NoError(t, err)
 	exec, err := ParseExecMaps(strings.NewReader(mapsFixture + "00400000 rw-p 00000000 fd:01 1 /x\n"))
 	require.NoError(t, err)
-	assert.Equal(t, []Map{all[1], all[3], all[5]}, exec)
+	assert.Equal(t, []Map{all[1], all[3], all[5], all[6], all[8]}, exec)
 	_, err = ParseExecMaps(strings.NewReader("00400000 r-xp 00000000 fd:01 1 /x\n"))
 	assert.Error(t, err, "a malformed executable line")
 }
@@ -166,7 +172,7 @@ func TestFS(t *testing.T) {
 	fs := fakeProc(t)
 	maps, err := fs.Maps(42)
 	require.NoError(t, err)
-	assert.Len(t, maps, 6)
+	assert.Len(t, maps, 9)
 
 	exe, err := fs.Exe(42)
 	require.NoError(t, err)

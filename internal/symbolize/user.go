@@ -1,6 +1,7 @@
 package symbolize
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -312,6 +313,13 @@ func (s *Symbolizer) elf(pid uint32, m procfs.Map) (*elfFile, fileKey) {
 		return e.ef, key
 	}
 	ef, err := s.openELF(pid, m)
+	if errors.Is(err, procfs.ErrMappingGone) {
+		// The process exited or unmapped it since its stack was taken:
+		// nothing is known of the file, which the next process mapping
+		// it opens (an error cached would leave it unnamed in every
+		// process while cached).
+		return nil, key
+	}
 	s.files.add(key, &fileEntry{ef: ef, err: err})
 	if err != nil {
 		if reason := procfs.RefusalReason(err); reason != "" {

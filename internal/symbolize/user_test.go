@@ -191,7 +191,11 @@ func TestUserMalformedELF(t *testing.T) {
 	st := s.Stats()
 	assert.EqualValues(t, 6, st.FramesUnsymbolized)
 	assert.EqualValues(t, 0, st.FramesResolved)
-	assert.EqualValues(t, 3, st.FileErrors, "each bad file is read once")
+	// /missing.so is neither in the root nor in map_files (which the fake
+	// /proc has none of): the mapping is gone, which is no file's error.
+	assert.EqualValues(t, 2, st.FileErrors, "each bad file is read once")
+	_, cached := s.files.get(keyOf(procfs.Map{DevMajor: 0xfd, DevMinor: 1, Inode: 78, Path: "/missing.so"}))
+	assert.False(t, cached, "a mapping gone is not cached as its file's")
 
 	// A vanished process.
 	frames := s.User(4242, []uint64{0x1000, 0x2000})

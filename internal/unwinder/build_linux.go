@@ -21,8 +21,8 @@ import (
 // A process's files are loaded in two steps: each new file is identified
 // at once (opened, its ELF headers read, its runtime, thread context and Go
 // labels found: a few reads), which is all the runtimes' walkers need, and
-// its table's build queued; RunBuilds builds a queue, each process's first
-// file before any process's second, each outside the loader's lock. The files with the most
+// its table's build queued; RunBuilds builds a queue, the cheapest first
+// (queueBuild), each outside the loader's lock. The files with the most
 // CFI (node's 2.7 MB, libjvm's 1.5 MB) have a queue of their own, built
 // beside the other: a new process on a busy node has its runtime frames
 // named before the tables of the processes announced before it are built,
@@ -39,7 +39,7 @@ type pendingBuild struct {
 	path    string // as the first process that maps it sees it
 	id      string // build id
 	large   bool   // built in the large files' queue
-	rank    int    // how many files of its process were queued before it
+	cost    uint64 // its place in its queue, lowest first (buildCost)
 	waiters []waiter
 }
 
@@ -82,7 +82,10 @@ type waiter struct {
 // of it (same build id, e.g. the same library in two container images),
 // else one identified now, whose build is queued. A file that cannot be
 // read gets an empty table (counted), so it is not tried again while
-// mapped.
+// mapped; but a mapping gone from its process (procfs.ErrMappingGone: a
+// short-lived process exited before its files were opened) says nothing of
+// its file, which gets an empty table of that process's only (the zero
+// key, which no file has): the next process mapping it opens it.
 func (l *Loader) table(pid uint32, m procfs.Map, rank *int) (*fileTable, fileKey) {
 	key := fileKey{m.DevMajor, m.DevMinor, m.Inode}
 	t, ok := l.files[key]
@@ -92,7 +95,11 @@ func (l *Loader) table(pid uint32, m procfs.Map, rank *int) (*fileTable, fileKey
 	if !ok {
 		var err error
 		var stamp fileStamp
-		if t, stamp, err = l.identify(pid, m, rank); err != nil {
+		t, stamp, err = l.identify(pid, m, rank)
+		if errors.Is(err, procfs.ErrMappingGone) {
+			return &fileTable{}, fileKey{}
+		}
+		if err != nil {
 			l.failed(err, m.Path)
 		}
 		if t == nil {
@@ -149,7 +156,8 @@ func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, file
 	// frame pointers, and its interpreter, thread context and Go labels,
 	// if any, are read already.
 	t := &fileTable{progs: progHeaders(ef), runtime: l.detectRuntime(ef), threadCtx: l.detectThreadCtx(ef), goLabels: l.detectGoLabels(f, ef)}
-	pb := &pendingBuild{t: t, f: f, ef: ef, path: m.Path, id: id, large: cfiSize(ef) >= largeCFI, rank: *rank}
+	size := cfiSize(ef)
+	pb := &pendingBuild{t: t, f: f, ef: ef, path: m.Path, id: id, large: size >= largeCFI, cost: buildCost(size, *rank)}
 	*rank++
 	t.building = pb
 	if id != "" {
@@ -159,12 +167,24 @@ func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, file
 	return t, stamp, nil
 }
 
-// queueBuild queues pb in its lane: each process's first new file (in the
-// order of its mappings: its executable, its libraries) before any
-// process's second, and so on; the same in the order queued. A runtime's
-// walker needs no table to name its frames: the files holding one wait
-// their turn (in a mix of processes started together, xz's liblzma waited
-// 1.3 s behind three CPythons' libraries).
+// buildCost orders a lane's queue: a file's CFI size, times one more than
+// the files of its process queued before it (rank: its executable 0, then
+// its libraries in the order of its mappings). Small tables first, as each
+// costs little and may be all a process still waits for (shortest job
+// first: the least mean wait), and a process's first files before its
+// later ones of the same size. A runtime's walker needs no table to name
+// its frames: the files holding one wait their turn. In a mix of processes
+// started together, xz's liblzma (18 KB of CFI, its third file) waited
+// 1.3 s behind three CPythons' libraries (320 to 410 KB, first or second)
+// when queued by rank alone.
+func buildCost(cfiSize uint64, rank int) uint64 {
+	return cfiSize * (uint64(rank) + 1)
+}
+
+// queueBuild queues pb in its lane by cost (buildCost), those of the same
+// cost in the order queued. A file waits only for cheaper ones queued after
+// it, which a finite set of new files bounds (those of the same build are
+// queued once).
 func (l *Loader) queueBuild(pb *pendingBuild) {
 	if l.buildsClosed { // no table: walked with frame pointers
 		pb.f.Close()
@@ -178,7 +198,7 @@ func (l *Loader) queueBuild(pb *pendingBuild) {
 	}
 	q := l.buildQueue[ln]
 	at := len(q)
-	for at > 0 && pb.rank < q[at-1].rank {
+	for at > 0 && pb.cost < q[at-1].cost {
 		at--
 	}
 	l.buildQueue[ln] = slices.Insert(q, at, pb)

@@ -11,26 +11,31 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// Two processes loaded one after the other have their tables queued each
-// one's first file before either's second (a process announced later does
-// not wait for every file of the ones before it), and the tables come
-// once built: a mapping walked with frame pointers until then.
-func TestLoaderQueuesEachProcessFirstFilesFirst(t *testing.T) {
+// Two processes loaded one after the other have their tables queued the
+// cheapest first (a process announced later does not wait for every file
+// of the ones before it; small tables do not wait for larger ones), and
+// the tables come once built: a mapping walked with frame pointers until
+// then.
+func TestLoaderQueuesTheCheapestTablesFirst(t *testing.T) {
 	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
 	var pids []uint32
+	var exes []string
 	for _, src := range []string{"nofp.c", "cpuburn.c"} {
-		cmd := testutil.StartWorkload(t, testutil.BuildC(t, src), "60")
+		exe := testutil.BuildC(t, src)
+		cmd := testutil.StartWorkload(t, exe, "60")
 		pid := uint32(cmd.Process.Pid)
 		require.Eventually(t, func() bool { // the dynamic loader has mapped libc
 			b, _ := os.ReadFile(procfs.FS{Root: "/proc"}.Path(pid, "maps"))
 			return strings.Contains(string(b), libc)
 		}, 5*time.Second, 10*time.Millisecond)
 		pids = append(pids, pid)
+		exes = append(exes, exe)
 	}
 	loaded := time.Now()
 	for _, pid := range pids {
@@ -38,16 +43,19 @@ func TestLoaderQueuesEachProcessFirstFilesFirst(t *testing.T) {
 	}
 	assert.Empty(t, l.takeReadyWaits(), "both wait for their tables")
 	l.mu.Lock()
-	var ranks []int
+	var costs []uint64
+	var paths []string
 	for _, pb := range l.buildQueue[smallFiles] {
-		ranks = append(ranks, pb.rank)
+		costs = append(costs, pb.cost)
+		paths = append(paths, pb.path)
 	}
 	l.mu.Unlock()
-	// Each executable (rank 0); then the first's libc and its dynamic
-	// loader, which the second shares.
-	require.GreaterOrEqual(t, len(ranks), 3, "ranks %v", ranks)
-	assert.Equal(t, []int{0, 0}, ranks[:2], "the two executables first: ranks %v", ranks)
-	assert.IsNonDecreasing(t, ranks)
+	// Each executable (a few KB of CFI, the first file of its process);
+	// then libc (150 KB, its second), which the second shares.
+	require.GreaterOrEqual(t, len(paths), 3, "queued %v", paths)
+	assert.ElementsMatch(t, exes, paths[:2], "the two executables first: %v", paths)
+	assert.Contains(t, paths[2:], libc)
+	assert.IsNonDecreasing(t, costs, "%v", paths)
 
 	for _, pid := range pids {
 		m, _, ok := lookup(t, maps, pid, exeStart(t, pid))
@@ -124,4 +132,43 @@ func TestReadyWaitsBounded(t *testing.T) {
 	// Two thirds of the waits came after the first maxReadyWaits: so do
 	// about two thirds of the sample (far from 0, and from all).
 	assert.InDelta(t, 2*maxReadyWaits/3, late, maxReadyWaits/10)
+}
+
+// A process that exits before its files are opened says nothing of them:
+// the next process mapping the same file gets its table (a short-lived
+// process must not leave libc or its executable to frame pointers in
+// every other process while they are mapped).
+func TestLoaderGoneMappingIsNoFileFailure(t *testing.T) {
+	maps := newTestMaps(t, maxTables)
+	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
+	exe := testutil.BuildC(t, "cpuburn.c")
+	gone := testutil.StartWorkload(t, exe, "60")
+	var m procfs.Map
+	ms, err := procfs.FS{Root: "/proc"}.Maps(uint32(gone.Process.Pid))
+	require.NoError(t, err)
+	for _, mm := range ms {
+		if mm.Executable() && mm.Path == exe {
+			m = mm
+		}
+	}
+	require.NotZero(t, m.Inode, "the executable's mapping")
+	require.NoError(t, gone.Process.Kill())
+	_ = gone.Wait() // killed: its error says so
+
+	rank := 0
+	l.mu.Lock()
+	tb, key := l.table(uint32(gone.Process.Pid), m, &rank)
+	_, kept := l.files[fileKey{m.DevMajor, m.DevMinor, m.Inode}]
+	l.mu.Unlock()
+	assert.Zero(t, tb.rows)
+	assert.Equal(t, fileKey{}, key, "a table of that process's own")
+	assert.False(t, kept, "nothing kept of the file")
+	assert.Zero(t, l.Stats().Failed[capture.TableOpenFailed], "no file failed")
+
+	alive := testutil.StartWorkload(t, exe, "60")
+	pid := uint32(alive.Process.Pid)
+	require.NoError(t, l.Load(pid))
+	got, _, ok := lookup(t, maps, pid, exeStart(t, pid))
+	require.True(t, ok)
+	assert.NotZero(t, got.Rows, "the next process's executable has its table")
 }

@@ -3,6 +3,7 @@
 package unwinder
 
 import (
+	"errors"
 	"os"
 	"sort"
 	"strings"
@@ -72,13 +73,17 @@ func (l *Loader) remove(t *fileTable, now bool) {
 
 // revive takes idle t back for the file of m, the key it was found under,
 // when that file is still the one t was built from (same size and change
-// time); otherwise t is removed and false returned.
+// time); otherwise t is removed and false returned. When the mapping is
+// gone from pid, t stays as it is (false).
 func (l *Loader) revive(pid uint32, m procfs.Map, key fileKey, t *fileTable) bool {
 	want, ok := t.stamps[key]
 	if ok {
 		name := l.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 		f, err := procfs.Within(l.deadline, name, func() (*os.File, error) { return l.proc.OpenMappedFile(pid, m) },
 			func(f *os.File) { f.Close() })
+		if errors.Is(err, procfs.ErrMappingGone) {
+			return false // nothing known of the file: kept for the next process
+		}
 		if err == nil {
 			got, okStamp := stampOf(f)
 			f.Close()
