@@ -315,7 +315,16 @@ func TestOpenMappedFileOfAnExitedProcess(t *testing.T) {
 	f.Close()
 
 	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait() // killed: its error says so
+	reaped := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // killed: its error says so
+		close(reaped)
+	}()
+	select {
+	case <-reaped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("sleep not reaped 10 s after SIGKILL")
+	}
 	_, err = fs.OpenMappedFile(pid, m)
 	require.ErrorIs(t, err, ErrMappingGone)
 	assert.Empty(t, RefusalReason(err), "not refused: gone")

@@ -4,6 +4,7 @@ package symbolize
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,15 +30,14 @@ func TestGoneMappingIsNoFileFailure(t *testing.T) {
 		require.FailNow(t, "no mapping of "+exe)
 		return procfs.Map{}
 	}
-	gone := testutil.StartWorkload(t, exe, "60")
-	m := mapping(gone.Process.Pid)
-	require.NoError(t, gone.Process.Kill())
-	_ = gone.Wait() // killed: its error says so
+	gone := testutil.StartWorkloadChild(t, exe, "60")
+	m := mapping(gone.Pid())
+	require.NoError(t, gone.Kill(testutil.Patient(10*time.Second)))
 
 	s := New(Options{Proc: fs})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ef, _ := s.elf(uint32(gone.Process.Pid), m)
+	ef, _ := s.elf(uint32(gone.Pid()), m)
 	assert.Nil(t, ef)
 	_, cached := s.files.get(keyOf(m))
 	assert.False(t, cached, "nothing cached of the file")

@@ -142,9 +142,9 @@ func TestLoaderGoneMappingIsNoFileFailure(t *testing.T) {
 	maps := newTestMaps(t, maxTables)
 	l := NewLoader(maps, procfs.FS{Root: "/proc"}, 1<<20)
 	exe := testutil.BuildC(t, "cpuburn.c")
-	gone := testutil.StartWorkload(t, exe, "60")
+	gone := testutil.StartWorkloadChild(t, exe, "60")
 	var m procfs.Map
-	ms, err := procfs.FS{Root: "/proc"}.Maps(uint32(gone.Process.Pid))
+	ms, err := procfs.FS{Root: "/proc"}.Maps(uint32(gone.Pid()))
 	require.NoError(t, err)
 	for _, mm := range ms {
 		if mm.Executable() && mm.Path == exe {
@@ -152,12 +152,11 @@ func TestLoaderGoneMappingIsNoFileFailure(t *testing.T) {
 		}
 	}
 	require.NotZero(t, m.Inode, "the executable's mapping")
-	require.NoError(t, gone.Process.Kill())
-	_ = gone.Wait() // killed: its error says so
+	require.NoError(t, gone.Kill(testutil.Patient(10*time.Second)))
 
 	rank := 0
 	l.mu.Lock()
-	tb, key := l.table(uint32(gone.Process.Pid), m, &rank)
+	tb, key := l.table(uint32(gone.Pid()), m, &rank)
 	_, kept := l.files[fileKey{m.DevMajor, m.DevMinor, m.Inode}]
 	l.mu.Unlock()
 	assert.Zero(t, tb.rows)
