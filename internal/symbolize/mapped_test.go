@@ -274,18 +274,26 @@ func TestPagesReleasedEveryFewLookups(t *testing.T) {
 	assert.Equal(t, 0, s.lookups)
 }
 
+// twoFileProcesses returns a symbolizer of processes 1 and 2, each mapping
+// its own copy of the test binary (a.bin, b.bin; addresses of their
+// symbols returned), whose clock is *now.
+func twoFileProcesses(t *testing.T) (s *Symbolizer, a, b []uint64, now *time.Time) {
+	dir := t.TempDir()
+	fs := procfs.FS{Root: t.TempDir()}
+	a = realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin"))
+	b = realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin"))
+	s = New(Options{Proc: fs})
+	t.Cleanup(func() { _ = s.Close() })
+	clock := time.Now()
+	s.now = func() time.Time { return clock }
+	return s, a, b, &clock
+}
+
 // A file no lookup used for fileIdleTTL is closed at the next sweep (on a
 // node of ever new binaries the cache holds those in use); one in use
 // stays.
 func TestIdleFilesExpire(t *testing.T) {
-	dir := t.TempDir()
-	fs := procfs.FS{Root: t.TempDir()}
-	a := realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin"))
-	b := realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin"))
-	s := New(Options{Proc: fs})
-	defer s.Close()
-	now := time.Now()
-	s.now = func() time.Time { return now }
+	s, a, b, now := twoFileProcesses(t)
 	cached := func() []string {
 		var names []string
 		s.files.each(func(k fileKey, _ *fileEntry) { names = append(names, filepath.Base(k.path)) })
@@ -305,7 +313,7 @@ func TestIdleFilesExpire(t *testing.T) {
 		{20 * time.Second, a[16:18], []string{"a.bin"}},
 		{fileIdleTTL + time.Second, nil, nil},
 	} {
-		now = now.Add(step.after)
+		*now = now.Add(step.after)
 		s.pagesReleased = time.Time{}
 		if step.use != nil {
 			s.User(1, step.use)
@@ -320,15 +328,8 @@ func TestIdleFilesExpire(t *testing.T) {
 // once their addresses are looked up, none once the files expire and the
 // processes are forgotten.
 func TestCacheSizes(t *testing.T) {
-	dir := t.TempDir()
-	fs := procfs.FS{Root: t.TempDir()}
-	a := realFileProcess(t, fs, 1, copyTestBinary(t, dir, "a.bin"))
-	b := realFileProcess(t, fs, 2, copyTestBinary(t, dir, "b.bin"))
-	s := New(Options{Proc: fs})
-	defer s.Close()
+	s, a, b, now := twoFileProcesses(t)
 	assert.Equal(t, CacheSizes{}, s.CacheSizes())
-	now := time.Now()
-	s.now = func() time.Time { return now }
 	s.User(1, a[10:13])
 	s.User(2, b[10:12])
 	got := s.CacheSizes()
@@ -341,7 +342,7 @@ func TestCacheSizes(t *testing.T) {
 
 	s.ForgetProcess(1)
 	s.ForgetProcess(2)
-	now = now.Add(fileIdleTTL + time.Second)
+	*now = now.Add(fileIdleTTL + time.Second)
 	s.pagesReleased = time.Time{}
 	s.maybeReleasePages()
 	assert.Equal(t, CacheSizes{}, s.CacheSizes())
