@@ -17,6 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
+typedef __s8 s8;
 typedef __u8 u8;
 typedef __s16 s16;
 typedef __u16 u16;
@@ -97,14 +98,16 @@ struct stack_key {
 	u32 tid; /* host thread id */
 	s32 user_stack_id;
 	s32 kernel_stack_id;
-	s32 python_stack_id; /* the thread's CPython frames (cpython.h); -1: none */
-	u32 scope_probe;     /* the thread's open probe scope (scopes.h): probe index + 1, | SCOPE_GOROUTINE; 0: none */
-	u64 scope_start_ns;  /* that scope's start */
+	s32 runtime_stack_id; /* the thread's frames of a runtime walked apart (apart.h); -1: none */
+	u32 scope_probe;    /* the thread's open probe scope (scopes.h): probe index + 1, | SCOPE_GOROUTINE; 0: none */
+	u64 scope_start_ns; /* that scope's start */
 	/* The OpenTelemetry thread context (threadctx.h); zero ids: none. */
 	u8 trace_id[16];
 	u8 span_id[8];
 	s32 trace_attrs_id; /* its attributes, packed, in thread_ctx_attrs; -1: none */
 	u32 go_labels_id;   /* the goroutine's pprof labels, packed, in thread_ctx_attrs; 0: none */
+	u32 runtime;	    /* the runtime of runtime_stack_id's frames (enum runtime_id) */
+	u32 reserved;	    /* explicit padding */
 };
 
 /* One thread name, stored by tid in an LRU map so exited threads keep a name. */
@@ -167,13 +170,28 @@ enum unwind_end {
 	NR_UNWIND_ENDS = 6,
 };
 
-/* Why a Python walk ended (cpython.h; indexes sampler_stats.python_ends). */
-enum python_end {
-	PY_END_ROOT = 0,      /* the thread's first frame: the whole Python stack */
-	PY_END_NO_THREAD = 1, /* no thread state for this thread (a thread Python does not run) */
-	PY_END_READ_FAULT = 2,
-	PY_END_DEPTH = 3, /* PY_MAX_FRAMES frames: the stack is cut */
-	NR_PYTHON_ENDS = 4,
+/*
+ * The runtimes' ids, capture.Runtime's and internal/runtimes Runtime.ID:
+ * stack_key.runtime holds that of a runtime walked apart (apart.h),
+ * unwind_mapping.runtime that of a runtime walked in place (runtimes.h).
+ */
+enum runtime_id {
+	RUNTIME_NONE = 0,
+	RUNTIME_CPYTHON = 1, /* cpython.h, walked apart */
+	RUNTIME_HOTSPOT = 2, /* hotspot.h, in place */
+	RUNTIME_V8 = 3,	     /* v8.h, in place */
+};
+
+/* Rows of the per-runtime counters: every id above. */
+#define NR_RUNTIMES 4
+
+/* Why a walk of a runtime walked apart ended (apart.h; indexes sampler_stats.runtime_ends). */
+enum runtime_end {
+	RUNTIME_END_ROOT = 0,	   /* the thread's first frame: the whole stack of the runtime */
+	RUNTIME_END_NO_THREAD = 1, /* no state of the runtime for this thread (a thread it does not run) */
+	RUNTIME_END_READ_FAULT = 2,
+	RUNTIME_END_DEPTH = 3, /* the walker's frame limit: the stack is cut */
+	NR_RUNTIME_ENDS = 4,
 };
 
 /*
@@ -205,10 +223,10 @@ struct sampler_stats {
 	/* User stacks walked with unwind tables (unwind.h), of the records counted. */
 	u64 unwind_ends[NR_UNWIND_ENDS]; /* walks, by why they ended */
 	u64 unwind_frames;		 /* frames they found */
-	/* Threads of CPython processes whose Python frames were read (cpython.h). */
-	u64 python_ends[NR_PYTHON_ENDS]; /* walks, by why they ended */
-	u64 python_frames;		 /* Python frames they found */
-	u64 python_stack_lost;		 /* walks whose frames could not be stored */
+	/* Threads of processes running a runtime walked apart, per runtime (apart.h). */
+	u64 runtime_ends[NR_RUNTIMES][NR_RUNTIME_ENDS]; /* walks, by why they ended */
+	u64 runtime_frames[NR_RUNTIMES];		/* frames they found */
+	u64 runtime_stack_lost[NR_RUNTIMES];		/* walks whose frames could not be stored */
 	/* Threads of processes that publish an OpenTelemetry thread context (threadctx.h). */
 	u64 thread_ctx[NR_THREAD_CTX];	/* samples, by what the read found */
 	u64 thread_ctx_attrs_truncated; /* records whose attributes were cut to THREAD_CTX_ATTRS_MAX */

@@ -23,8 +23,8 @@
  *
  * New processes are announced at their first sample (announce.h).
  *
- * Threads of CPython processes also have their Python frames read
- * (cpython.h) and stored as a third stack of the key; a thread inside an
+ * Threads of runtimes walked apart (CPython) also have their frames read
+ * (apart.h) and stored as a third stack of the key; a thread inside an
  * open probe scope puts that scope into the key (scopes.h).
  */
 #include "common.h"
@@ -32,7 +32,7 @@
 #include "drainmaps.h"
 #include "announce.h"
 #include "unwind_walk.h"
-#include "cpython.h"
+#include "apart.h"
 #include "scopes.h"
 #include "threadctx.h"
 
@@ -141,21 +141,21 @@ struct {
 };
 
 /*
- * Completes a record once its user stack is taken: the kernel and Python
+ * Completes a record once its user stack is taken: the kernel and runtime
  * stacks, the count, the counters, the thread name and the announcement.
  */
 static __always_inline void finish(struct bpf_perf_event_data *ctx, void *counts, void *stacks, struct stack_key *key,
 				   struct sampler_stats *st, u64 *frames, u32 host_tgid, unsigned int flags)
 {
-	struct python_stack py;
+	struct apart_stack rs;
 	u64 g;
 
 	key->kernel_stack_id = capture_stack(ctx, stacks, frames, 0);
 	/* -EFAULT: the sample hit user mode, so there is no kernel stack. */
 	if (key->kernel_stack_id == -EFAULT)
 		key->kernel_stack_id = -1;
-	python_last_walk(&py); /* walked by sample_cpu */
-	key->python_stack_id = python_store(stacks, &py, st);
+	apart_last_walk(&rs); /* walked by sample_cpu */
+	key->runtime_stack_id = apart_store(stacks, &rs, st, key);
 	g = thread_ctx_store(key, st); /* read by sample_cpu */
 	scope_of((u32)bpf_get_current_pid_tgid(), host_tgid, g, key);
 
@@ -266,7 +266,7 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	__sync_fetch_and_add(&in->enter, 1);
 	if (sampled(cfg, &key)) {
 		/* Once, before either generation's path: finish reads them. */
-		python_walk_current(key.pid);
+		apart_walk_current(key.pid);
 		thread_ctx_read(key.pid, user_mode_regs((const u64 *)ctx) ? (const u64 *)ctx : 0);
 		if (cfg->generation & 1)
 			record(ctx, 1, &counts_1, &stacks_1, &key);

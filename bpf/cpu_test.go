@@ -38,8 +38,8 @@ func TestCpuSpecLayout(t *testing.T) {
 	if got := unsafe.Sizeof(CpuPythonProc{}); got != 64 {
 		t.Errorf("python_proc is %d bytes, want 64 (explicit padding only)", got)
 	}
-	if got := unsafe.Sizeof(CpuStackKey{}); got != 64 {
-		t.Errorf("stack_key is %d bytes, want 64 (explicit padding only)", got)
+	if got := unsafe.Sizeof(CpuStackKey{}); got != 72 {
+		t.Errorf("stack_key is %d bytes, want 72 (explicit padding only)", got)
 	}
 	if got := unsafe.Sizeof(CpuThreadCtxProc{}); got != 16 {
 		t.Errorf("thread_ctx_proc is %d bytes, want 16", got)
@@ -49,12 +49,14 @@ func TestCpuSpecLayout(t *testing.T) {
 	}
 	// recorded, lost_map_full, user and kernel stack losses by reason
 	// (NR_STACK_LOSSES each), new_pid_drops, unwind ends by reason
-	// (NR_UNWIND_ENDS), unwind_frames, Python walk ends by reason
-	// (NR_PYTHON_ENDS), python_frames, python_stack_lost, thread context
+	// (NR_UNWIND_ENDS), unwind_frames, per runtime walked apart
+	// (NR_RUNTIMES) its walks' ends by reason (NR_RUNTIME_ENDS), frames
+	// and stacks lost, thread context
 	// and Go label reads by outcome (NR_THREAD_CTX), the attributes
 	// truncated and lost, the Go labels truncated and lost:
 	// internal/stackdrain mirrors it.
-	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+4+1+1+7+1+1+1+1)*8; got != want {
+	const runtimes = 4
+	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+runtimes*(4+1+1)+7+1+1+1+1)*8; got != want {
 		t.Errorf("sampler_stats is %d bytes, want %d", got, want)
 	}
 	if got, want := unsafe.Sizeof(OffcpuSamplerStats{}), unsafe.Sizeof(CpuSamplerStats{}); got != want {

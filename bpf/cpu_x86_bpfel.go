@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type CpuApartResult struct {
+	_       structs.HostLayout
+	Hash    int32
+	End     int32
+	Count   uint32
+	Runtime uint32
+}
+
 type CpuContextProc struct {
 	_        structs.HostLayout
 	Otep     CpuThreadCtxProc
@@ -106,14 +114,6 @@ type CpuPythonProc struct {
 	Reserved           uint8
 }
 
-type CpuPythonResult struct {
-	_        structs.HostLayout
-	Hash     int32
-	End      int32
-	Count    uint32
-	Reserved uint32
-}
-
 type CpuPythonWalkState struct {
 	_     structs.HostLayout
 	Count uint32
@@ -152,9 +152,9 @@ type CpuSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	PythonEnds              [4]uint64
-	PythonFrames            uint64
-	PythonStackLost         uint64
+	RuntimeEnds             [4][4]uint64
+	RuntimeFrames           [4]uint64
+	RuntimeStackLost        [4]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -163,18 +163,20 @@ type CpuSamplerStats struct {
 }
 
 type CpuStackKey struct {
-	_             structs.HostLayout
-	Pid           uint32
-	Tid           uint32
-	UserStackId   int32
-	KernelStackId int32
-	PythonStackId int32
-	ScopeProbe    uint32
-	ScopeStartNs  uint64
-	TraceId       [16]uint8
-	SpanId        [8]uint8
-	TraceAttrsId  int32
-	GoLabelsId    uint32
+	_              structs.HostLayout
+	Pid            uint32
+	Tid            uint32
+	UserStackId    int32
+	KernelStackId  int32
+	RuntimeStackId int32
+	ScopeProbe     uint32
+	ScopeStartNs   uint64
+	TraceId        [16]uint8
+	SpanId         [8]uint8
+	TraceAttrsId   int32
+	GoLabelsId     uint32
+	Runtime        uint32
+	Reserved       uint32
 }
 
 type CpuThreadComm struct {
@@ -297,6 +299,8 @@ type CpuWalkState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	CpuMapApartResults     = "apart_results"
+	CpuMapApartScratch     = "apart_scratch"
 	CpuMapComms            = "comms"
 	CpuMapConfig           = "config"
 	CpuMapContextPids      = "context_pids"
@@ -309,8 +313,6 @@ const (
 	CpuMapNewPids          = "new_pids"
 	CpuMapOpenScopes       = "open_scopes"
 	CpuMapPythonProcs      = "python_procs"
-	CpuMapPythonResults    = "python_results"
-	CpuMapPythonScratch    = "python_scratch"
 	CpuMapPythonThreads    = "python_threads"
 	CpuMapPythonWalks      = "python_walks"
 	CpuMapRescanAfter      = "rescan_after"
@@ -392,6 +394,8 @@ type CpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CpuMapSpecs struct {
+	ApartResults     *ebpf.MapSpec `ebpf:"apart_results"`
+	ApartScratch     *ebpf.MapSpec `ebpf:"apart_scratch"`
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
 	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
@@ -404,8 +408,6 @@ type CpuMapSpecs struct {
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
@@ -457,6 +459,8 @@ func (o *CpuObjects) Close() error {
 //
 // It can be passed to LoadCpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CpuMaps struct {
+	ApartResults     *ebpf.Map `ebpf:"apart_results"`
+	ApartScratch     *ebpf.Map `ebpf:"apart_scratch"`
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
 	ContextPids      *ebpf.Map `ebpf:"context_pids"`
@@ -469,8 +473,6 @@ type CpuMaps struct {
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
-	PythonResults    *ebpf.Map `ebpf:"python_results"`
-	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
@@ -493,6 +495,8 @@ type CpuMaps struct {
 
 func (m *CpuMaps) Close() error {
 	return _CpuClose(
+		m.ApartResults,
+		m.ApartScratch,
 		m.Comms,
 		m.Config,
 		m.ContextPids,
@@ -505,8 +509,6 @@ func (m *CpuMaps) Close() error {
 		m.NewPids,
 		m.OpenScopes,
 		m.PythonProcs,
-		m.PythonResults,
-		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,

@@ -17,14 +17,13 @@
  *    outermost frame of each call of the native _PyEval_EvalFrameDefault
  *    (user space puts each such run of Python frames where the native walk
  *    met that function).
- * The frames are stored by content in the stacks map like any stack; the
- * key's python_stack_id names them.
+ * It is entered through apart.h, which stores the frames by content in the
+ * stacks map like any stack; the key's runtime_stack_id names them.
  */
 #ifndef BPFPROFILER_CPYTHON_H
 #define BPFPROFILER_CPYTHON_H
 
 #include "common.h"
-#include "stackstore.h"
 #include "arch.h"
 
 /* cpython.InstructionKind: how the frame gives its instruction. */
@@ -191,7 +190,7 @@ static __always_inline s64 python_instruction(const struct python_proc *p, u64 f
  */
 struct python_walk_state {
 	u32 count;
-	s32 end; /* enum python_end */
+	s32 end; /* enum runtime_end */
 };
 
 struct {
@@ -215,7 +214,7 @@ static __always_inline int python_step(const struct python_proc *p, struct pytho
 	s64 instr;
 
 	if (!*f) {
-		w->end = PY_END_ROOT;
+		w->end = RUNTIME_END_ROOT;
 		return 1;
 	}
 	if (count >= MAX_STACK_DEPTH)
@@ -254,7 +253,7 @@ next:
 	if (!py_read(f, sizeof(*f), *f + p->frame_previous))
 		return 0;
 fault:
-	w->end = PY_END_READ_FAULT;
+	w->end = RUNTIME_END_READ_FAULT;
 	return 1;
 }
 
@@ -271,16 +270,16 @@ static __always_inline int python_walk(const struct python_proc *p, u64 *frames,
 	*n = 0;
 	w = bpf_map_lookup_elem(&python_walks, &zero);
 	if (!w)
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	w->count = 0;
-	w->end = PY_END_DEPTH;
+	w->end = RUNTIME_END_DEPTH;
 	ts = python_thread_state(p, user_thread_pointer());
 	if (!ts)
-		return PY_END_NO_THREAD;
+		return RUNTIME_END_NO_THREAD;
 	if (py_read(&f, sizeof(f), ts + p->thread_frame))
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	if (p->via_cframe && f && py_read(&f, sizeof(f), f + p->cframe_current_frame))
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < PY_MAX_FRAMES; i++) {
 		if (python_step(p, w, frames, &f))
@@ -291,133 +290,6 @@ static __always_inline int python_walk(const struct python_proc *p, u64 *frames,
 		frames[count] = 0;
 	*n = count;
 	return w->end;
-}
-
-/* Per-CPU buffer of the Python frames being captured. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, u64[MAX_STACK_DEPTH]);
-} python_scratch SEC(".maps");
-
-/* The Python frames of a thread, as captured (python_capture). */
-struct python_stack {
-	const u64 *frames; /* zero-terminated, in python_scratch; NULL: none */
-	s32 hash;	   /* their hash (stackstore.h) */
-	s32 end;	   /* enum python_end; -1: the process does not run CPython */
-	u32 count;	   /* frames */
-	u32 reserved;	   /* explicit padding */
-};
-
-/* What python_walk_current found, per CPU (beside python_scratch). */
-struct python_result {
-	s32 hash;
-	s32 end;
-	u32 count;
-	u32 reserved; /* explicit padding */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct python_result);
-} python_results SEC(".maps");
-
-/*
- * On x86-64 a global function, which the verifier checks once, apart from
- * its callers (inlined, 5.10's verifier took up to 356k instructions more
- * for a program that calls it). Inlined on arm64, where JITs before 6.1
- * refuse programs that mix tail calls with BPF-to-BPF calls: each program
- * calls it once.
- */
-#if defined(__TARGET_ARCH_x86)
-#define PYTHON_WALK_FUNCTION __attribute__((noinline)) int
-#else
-#define PYTHON_WALK_FUNCTION static __always_inline int
-#endif
-
-/*
- * Walks and hashes the Python frames of the current thread of process pid
- * into this CPU's python_scratch and python_results (end -1: pid runs no
- * CPython). Returns 0.
- */
-PYTHON_WALK_FUNCTION python_walk_current(u32 pid)
-{
-	struct python_proc *p = bpf_map_lookup_elem(&python_procs, &pid);
-	struct python_result *r;
-	u32 zero = 0, n = 0;
-	u64 *frames;
-
-	r = bpf_map_lookup_elem(&python_results, &zero);
-	frames = bpf_map_lookup_elem(&python_scratch, &zero);
-	if (!r)
-		return 0;
-	r->end = -1;
-	r->count = 0;
-	if (!p || !frames)
-		return 0;
-	r->end = python_walk(p, frames, &n);
-	r->count = n;
-	r->hash = n ? hash_frames(frames, n * sizeof(u64)) : -1;
-	return 0;
-}
-
-/*
- * Describes in py what the last python_walk_current on this CPU found
- * (py->end -1: no CPython). The frames stay valid until the next walk.
- */
-static __always_inline void python_last_walk(struct python_stack *py)
-{
-	struct python_result *r;
-	u32 zero = 0;
-
-	py->frames = NULL;
-	py->end = -1;
-	py->count = 0;
-	r = bpf_map_lookup_elem(&python_results, &zero);
-	if (!r)
-		return;
-	py->end = r->end;
-	py->count = r->count;
-	py->hash = r->hash;
-	if (r->count)
-		py->frames = bpf_map_lookup_elem(&python_scratch, &zero);
-}
-
-/* Captures the Python frames of the current thread of process pid into py. */
-static __always_inline void python_capture(u32 pid, struct python_stack *py)
-{
-	python_walk_current(pid);
-	python_last_walk(py);
-}
-
-/*
- * Stores the frames of py in stacks and counts its walk in st; returns
- * the stack id for the key (-1: none, the loss counted).
- */
-static __always_inline s32 python_store(void *stacks, const struct python_stack *py, struct sampler_stats *st)
-{
-	u32 end = py->end; /* unsigned: -1 (no walk) is out of range too */
-	s32 id;
-
-	if (end >= NR_PYTHON_ENDS)
-		return -1;
-	st->python_ends[end]++;
-	st->python_frames += py->count;
-	if (!py->frames) {
-		/* Frames found but not kept (not stored, or evicted since). */
-		if (py->count)
-			st->python_stack_lost++;
-		return -1;
-	}
-	id = store_stack(stacks, py->frames, py->hash);
-	if (id < 0) {
-		st->python_stack_lost++;
-		return -1;
-	}
-	return id;
 }
 
 #endif /* BPFPROFILER_CPYTHON_H */

@@ -20,8 +20,8 @@
  *   context before it returns to user space, when its user registers are
  *   still those of the kernel entry it blocked in (syscall, page fault or
  *   interrupt), takes the user stack (with unwind tables when the process
- *   has them, one frame per bpf_loop iteration) and its Python frames, and
- *   counts the wait. Kernel threads
+ *   has them, one frame per bpf_loop iteration) and its runtime frames
+ *   (apart.h), and counts the wait. Kernel threads
  *   (and user workers, which never return to user space) are counted at
  *   switch-in, without a user stack.
  *
@@ -191,13 +191,13 @@ static __always_inline u64 *walk_user_stack(struct task_struct *task, u32 pid, s
 }
 
 /*
- * python_capture's walk as a global function on every architecture: this
+ * apart_capture's walk as a global function on every architecture: this
  * object makes no tail calls, and the walk inlined in the task work takes
  * more stack than the verifier allows with it.
  */
-__attribute__((noinline)) int python_walk_global(u32 pid)
+__attribute__((noinline)) int apart_walk_global(u32 pid)
 {
-	return python_walk_current(pid);
+	return apart_walk_current(pid);
 }
 
 /*
@@ -221,7 +221,7 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct walk_result walk = NOT_WALKED;
 	struct thread_ctx_result *tc;
-	struct python_stack py;
+	struct apart_stack rs;
 	u32 tid = *(u32 *)key, zero = 0;
 	s32 user_hash;
 	u64 *user;
@@ -240,11 +240,11 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 			user = p->user;
 			user_hash = hash_frames(p->user, n);
 		}
-		python_walk_global(p->pid);
-		python_last_walk(&py);
+		apart_walk_global(p->pid);
+		apart_last_walk(&rs);
 		thread_ctx_read_global(p->pid); /* the thread is current */
 		tc = bpf_map_lookup_elem(&thread_ctx_results, &zero);
-		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &py, tc);
+		record(task, p->pid, p->tid, p->blocked_ns, p->kernel, p->kernel_stack, user, user_hash, walk, &rs, tc);
 	}
 	bpf_preempt_enable();
 	bpf_map_delete_elem(&pending, &tid);

@@ -12,8 +12,8 @@
  * of contention. Blocks shorter than min_block_ns are not recorded.
  *
  * User stacks of processes whose unwind tables are loaded are walked with
- * them (unwind.h), others with frame pointers. The Python frames of CPython
- * threads (cpython.h) are taken with the user stack.
+ * them (unwind.h), others with frame pointers. The frames of runtimes walked
+ * apart (apart.h: CPython) are taken with the user stack.
  */
 #ifndef BPFPROFILER_OFFCPU_H
 #define BPFPROFILER_OFFCPU_H
@@ -23,7 +23,7 @@
 #include "drainmaps.h"
 #include "announce.h"
 #include "unwind_walk.h"
-#include "cpython.h"
+#include "apart.h"
 #include "scopes.h"
 #include "threadctx.h"
 
@@ -92,16 +92,16 @@ struct walk_result {
  * hash (or the capture's error); without, it is the user stack id to count:
  * -1 for a thread without user stack, another negative value for a user
  * stack that could not be taken (counted as an error). walk says how the
- * user stack was walked, for the unwind counters; py is the thread's Python
- * frames taken with it (NULL: none); tc its OpenTelemetry thread context
+ * user stack was walked, for the unwind counters; rs is the thread's frames
+ * of a runtime walked apart, taken with it (NULL: none); tc its OpenTelemetry thread context
  * (NULL: not read) with its packed attributes tc_attrs (NULL: none or not
  * kept).
  */
 static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u64 blocked_ns, const u64 *kernel,
 				   s32 kernel_hash, const u64 *user, s32 user_id, struct walk_result walk,
-				   const struct python_stack *py, const struct thread_ctx_result *tc)
+				   const struct apart_stack *rs, const struct thread_ctx_result *tc)
 {
-	struct stack_key key = { .pid = pid, .tid = tid, .python_stack_id = -1, .trace_attrs_id = -1 };
+	struct stack_key key = { .pid = pid, .tid = tid, .runtime_stack_id = -1, .trace_attrs_id = -1 };
 	struct sampler_config *cfg;
 	struct sampler_stats *st;
 	struct inflight_seq *in;
@@ -132,14 +132,14 @@ static __always_inline void record(struct task_struct *task, u32 pid, u32 tid, u
 		key.kernel_stack_id = store_stack(&stacks_1, kernel, kernel_hash);
 		if (user)
 			key.user_stack_id = store_stack(&stacks_1, user, user_id);
-		if (py)
-			key.python_stack_id = python_store(&stacks_1, py, st);
+		if (rs)
+			key.runtime_stack_id = apart_store(&stacks_1, rs, st, &key);
 	} else {
 		key.kernel_stack_id = store_stack(&stacks_0, kernel, kernel_hash);
 		if (user)
 			key.user_stack_id = store_stack(&stacks_0, user, user_id);
-		if (py)
-			key.python_stack_id = python_store(&stacks_0, py, st);
+		if (rs)
+			key.runtime_stack_id = apart_store(&stacks_0, rs, st, &key);
 	}
 	if (add_delta(gen ? (void *)&counts_1 : (void *)&counts_0, &key, blocked_ns)) {
 		st->lost_map_full++;
@@ -170,7 +170,7 @@ out:
  * stack id, see record).
  */
 static __always_inline void record_at_switch_in(struct task_struct *next, u32 pid, u32 tid, u64 delta, const u64 *user,
-						s32 user_id, struct walk_result walk, const struct python_stack *py,
+						s32 user_id, struct walk_result walk, const struct apart_stack *rs,
 						const struct thread_ctx_result *tc)
 {
 	u32 zero = 0;
@@ -180,7 +180,7 @@ static __always_inline void record_at_switch_in(struct task_struct *next, u32 pi
 	if (!frames)
 		return;
 	n = bpf_get_task_stack(next, frames, sizeof(stack_trace_t), 0);
-	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id, walk, py, tc);
+	record(next, pid, tid, delta, frames, hash_frames(frames, n), user, user_id, walk, rs, tc);
 }
 
 #endif /* BPFPROFILER_OFFCPU_H */

@@ -37,15 +37,16 @@
 
 /* A traced thread that went to sleep, by host tid. */
 struct offcpu_sleep {
-	u64 timestamp;	   /* bpf_ktime_get_ns at switch-out; 0: not sleeping */
-	u32 pid;	   /* tgid as the collector sees it (see current_ids) */
-	u32 tid;	   /* tid as the collector sees it */
-	s32 user_id;	   /* id in user_stacks, or a negative user stack id (see record) */
-	s16 unwind_end;	   /* how the walk with unwind tables ended; -1: frame pointers */
-	u16 unwind_frames; /* frames it found */
-	s32 python_id;	   /* its Python frames' id in user_stacks; -1: none */
-	s16 python_end;	   /* how their walk ended (enum python_end); -1: no CPython */
-	u16 python_frames; /* Python frames it found */
+	u64 timestamp;	    /* bpf_ktime_get_ns at switch-out; 0: not sleeping */
+	u32 pid;	    /* tgid as the collector sees it (see current_ids) */
+	u32 tid;	    /* tid as the collector sees it */
+	s32 user_id;	    /* id in user_stacks, or a negative user stack id (see record) */
+	s16 unwind_end;	    /* how the walk with unwind tables ended; -1: frame pointers */
+	u16 unwind_frames;  /* frames it found */
+	s32 runtime_id;	    /* its frames of a runtime walked apart: their id in user_stacks; -1: none */
+	s8 runtime_end;	    /* how their walk ended (enum runtime_end); -1: no such runtime */
+	u8 runtime;	    /* enum runtime_id */
+	u16 runtime_frames; /* frames it found */
 	/* Its OpenTelemetry thread context at switch-out (threadctx.h). */
 	struct thread_ctx_result thread_ctx;
 };
@@ -173,15 +174,16 @@ static __always_inline void walk_with_tables(void *ctx, struct task_struct *prev
 	bpf_tail_call(ctx, &walk_progs, PROG_WALK);
 }
 
-/* Takes the Python frames of the current thread (of process pid) for s. */
-static __always_inline void capture_python(struct offcpu_sleep *s, u32 pid)
+/* Takes the frames of a runtime walked apart of the current thread (of process pid) for s. */
+static __always_inline void capture_runtime(struct offcpu_sleep *s, u32 pid)
 {
-	struct python_stack py;
+	struct apart_stack rs;
 
-	python_capture(pid, &py);
-	s->python_end = py.end;
-	s->python_frames = py.count;
-	s->python_id = py.frames ? store_user_stack(py.frames, py.hash) : -1;
+	apart_capture(pid, &rs);
+	s->runtime_end = rs.end;
+	s->runtime = rs.runtime;
+	s->runtime_frames = rs.count;
+	s->runtime_id = rs.frames ? store_user_stack(rs.frames, rs.hash) : -1;
 }
 
 /* Takes the OpenTelemetry thread context of the current thread (of process pid) for s. */
@@ -225,32 +227,33 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 	s->unwind_end = -1;
 	s->unwind_frames = 0;
 	s->user_id = -EFAULT; /* until a capture says otherwise */
-	capture_python(s, pid);
+	capture_runtime(s, pid);
 	capture_thread_ctx(s, pid);
 	walk_with_tables(ctx, prev, pid, host_tid);
 	s->user_id = capture_user_stack(ctx, prev);
 }
 
 /*
- * The Python frames s took at switch-out, described in py with their
+ * The runtime frames s took at switch-out, described in rs with their
  * frames found again in user_stacks (NULL frames when evicted: counted as
- * lost), or NULL when the thread runs no CPython.
+ * lost), or NULL when the thread runs no runtime walked apart.
  */
-static __always_inline const struct python_stack *python_of(struct offcpu_sleep *s, struct python_stack *py)
+static __always_inline const struct apart_stack *runtime_of(struct offcpu_sleep *s, struct apart_stack *rs)
 {
-	s32 id = s->python_id;
+	s32 id = s->runtime_id;
 
-	py->end = s->python_end;
-	py->count = s->python_frames;
-	py->frames = NULL;
-	if (py->end < 0)
+	rs->end = s->runtime_end;
+	rs->runtime = s->runtime;
+	rs->count = s->runtime_frames;
+	rs->frames = NULL;
+	if (rs->end < 0)
 		return NULL;
 	if (id >= 0) {
-		py->frames = bpf_map_lookup_elem(&user_stacks, &id);
-		if (py->frames)
-			py->hash = hash_frames(py->frames, sizeof(stack_trace_t));
+		rs->frames = bpf_map_lookup_elem(&user_stacks, &id);
+		if (rs->frames)
+			rs->hash = hash_frames(rs->frames, sizeof(stack_trace_t));
 	}
-	return py;
+	return rs;
 }
 
 /* next runs again: count how long it was away. */
@@ -259,7 +262,7 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 	struct offcpu_sleep *s;
 	u32 host_tid = next->pid;
 	const u64 *user = 0;
-	struct python_stack py;
+	struct apart_stack rs;
 	s32 user_id;
 	u64 delta;
 
@@ -281,8 +284,8 @@ static __always_inline void switch_in(u64 now, struct task_struct *next)
 			user_id = -ENOENT; /* evicted */
 	}
 	record_at_switch_in(next, s->pid, s->tid, delta, user, user_id,
-			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames }, python_of(s, &py),
-			    &s->thread_ctx);
+			    (struct walk_result){ .end = s->unwind_end, .frames = s->unwind_frames },
+			    runtime_of(s, &rs), &s->thread_ctx);
 }
 
 /* Three arguments: prev_state only exists from 5.18 (see task_state). */

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuApartResult struct {
+	_       structs.HostLayout
+	Hash    int32
+	End     int32
+	Count   uint32
+	Runtime uint32
+}
+
 type OffcpuContextProc struct {
 	_    structs.HostLayout
 	Otep struct {
@@ -156,14 +164,6 @@ type OffcpuPythonProc struct {
 	Reserved           uint8
 }
 
-type OffcpuPythonResult struct {
-	_        structs.HostLayout
-	Hash     int32
-	End      int32
-	Count    uint32
-	Reserved uint32
-}
-
 type OffcpuPythonWalkState struct {
 	_     structs.HostLayout
 	Count uint32
@@ -202,9 +202,9 @@ type OffcpuSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	PythonEnds              [4]uint64
-	PythonFrames            uint64
-	PythonStackLost         uint64
+	RuntimeEnds             [4][4]uint64
+	RuntimeFrames           [4]uint64
+	RuntimeStackLost        [4]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -213,18 +213,20 @@ type OffcpuSamplerStats struct {
 }
 
 type OffcpuStackKey struct {
-	_             structs.HostLayout
-	Pid           uint32
-	Tid           uint32
-	UserStackId   int32
-	KernelStackId int32
-	PythonStackId int32
-	ScopeProbe    uint32
-	ScopeStartNs  uint64
-	TraceId       [16]uint8
-	SpanId        [8]uint8
-	TraceAttrsId  int32
-	GoLabelsId    uint32
+	_              structs.HostLayout
+	Pid            uint32
+	Tid            uint32
+	UserStackId    int32
+	KernelStackId  int32
+	RuntimeStackId int32
+	ScopeProbe     uint32
+	ScopeStartNs   uint64
+	TraceId        [16]uint8
+	SpanId         [8]uint8
+	TraceAttrsId   int32
+	GoLabelsId     uint32
+	Runtime        uint32
+	Reserved       uint32
 }
 
 type OffcpuThreadComm struct {
@@ -317,6 +319,8 @@ type OffcpuV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuMapApartResults     = "apart_results"
+	OffcpuMapApartScratch     = "apart_scratch"
 	OffcpuMapComms            = "comms"
 	OffcpuMapConfig           = "config"
 	OffcpuMapContextPids      = "context_pids"
@@ -331,8 +335,6 @@ const (
 	OffcpuMapOpenScopes       = "open_scopes"
 	OffcpuMapPending          = "pending"
 	OffcpuMapPythonProcs      = "python_procs"
-	OffcpuMapPythonResults    = "python_results"
-	OffcpuMapPythonScratch    = "python_scratch"
 	OffcpuMapPythonThreads    = "python_threads"
 	OffcpuMapPythonWalks      = "python_walks"
 	OffcpuMapRescanAfter      = "rescan_after"
@@ -416,6 +418,8 @@ type OffcpuProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuMapSpecs struct {
+	ApartResults     *ebpf.MapSpec `ebpf:"apart_results"`
+	ApartScratch     *ebpf.MapSpec `ebpf:"apart_scratch"`
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
 	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
@@ -430,8 +434,6 @@ type OffcpuMapSpecs struct {
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
 	Pending          *ebpf.MapSpec `ebpf:"pending"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
@@ -485,6 +487,8 @@ func (o *OffcpuObjects) Close() error {
 //
 // It can be passed to LoadOffcpuObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuMaps struct {
+	ApartResults     *ebpf.Map `ebpf:"apart_results"`
+	ApartScratch     *ebpf.Map `ebpf:"apart_scratch"`
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
 	ContextPids      *ebpf.Map `ebpf:"context_pids"`
@@ -499,8 +503,6 @@ type OffcpuMaps struct {
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
 	Pending          *ebpf.Map `ebpf:"pending"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
-	PythonResults    *ebpf.Map `ebpf:"python_results"`
-	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
@@ -524,6 +526,8 @@ type OffcpuMaps struct {
 
 func (m *OffcpuMaps) Close() error {
 	return _OffcpuClose(
+		m.ApartResults,
+		m.ApartScratch,
 		m.Comms,
 		m.Config,
 		m.ContextPids,
@@ -538,8 +542,6 @@ func (m *OffcpuMaps) Close() error {
 		m.OpenScopes,
 		m.Pending,
 		m.PythonProcs,
-		m.PythonResults,
-		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,

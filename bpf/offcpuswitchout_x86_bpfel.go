@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type OffcpuSwitchoutApartResult struct {
+	_       structs.HostLayout
+	Hash    int32
+	End     int32
+	Count   uint32
+	Runtime uint32
+}
+
 type OffcpuSwitchoutContextProc struct {
 	_    structs.HostLayout
 	Otep struct {
@@ -80,17 +88,18 @@ type OffcpuSwitchoutInflightSeq struct {
 }
 
 type OffcpuSwitchoutOffcpuSleep struct {
-	_            structs.HostLayout
-	Timestamp    uint64
-	Pid          uint32
-	Tid          uint32
-	UserId       int32
-	UnwindEnd    int16
-	UnwindFrames uint16
-	PythonId     int32
-	PythonEnd    int16
-	PythonFrames uint16
-	ThreadCtx    OffcpuSwitchoutThreadCtxResult
+	_             structs.HostLayout
+	Timestamp     uint64
+	Pid           uint32
+	Tid           uint32
+	UserId        int32
+	UnwindEnd     int16
+	UnwindFrames  uint16
+	RuntimeId     int32
+	RuntimeEnd    int8
+	Runtime       uint8
+	RuntimeFrames uint16
+	ThreadCtx     OffcpuSwitchoutThreadCtxResult
 }
 
 type OffcpuSwitchoutOpenScope struct {
@@ -120,14 +129,6 @@ type OffcpuSwitchoutPythonProc struct {
 	InstructionKind    uint8
 	EntryKind          uint8
 	Reserved           uint8
-}
-
-type OffcpuSwitchoutPythonResult struct {
-	_        structs.HostLayout
-	Hash     int32
-	End      int32
-	Count    uint32
-	Reserved uint32
 }
 
 type OffcpuSwitchoutPythonWalkState struct {
@@ -168,9 +169,9 @@ type OffcpuSwitchoutSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	PythonEnds              [4]uint64
-	PythonFrames            uint64
-	PythonStackLost         uint64
+	RuntimeEnds             [4][4]uint64
+	RuntimeFrames           [4]uint64
+	RuntimeStackLost        [4]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -179,18 +180,20 @@ type OffcpuSwitchoutSamplerStats struct {
 }
 
 type OffcpuSwitchoutStackKey struct {
-	_             structs.HostLayout
-	Pid           uint32
-	Tid           uint32
-	UserStackId   int32
-	KernelStackId int32
-	PythonStackId int32
-	ScopeProbe    uint32
-	ScopeStartNs  uint64
-	TraceId       [16]uint8
-	SpanId        [8]uint8
-	TraceAttrsId  int32
-	GoLabelsId    uint32
+	_              structs.HostLayout
+	Pid            uint32
+	Tid            uint32
+	UserStackId    int32
+	KernelStackId  int32
+	RuntimeStackId int32
+	ScopeProbe     uint32
+	ScopeStartNs   uint64
+	TraceId        [16]uint8
+	SpanId         [8]uint8
+	TraceAttrsId   int32
+	GoLabelsId     uint32
+	Runtime        uint32
+	Reserved       uint32
 }
 
 type OffcpuSwitchoutSwitchoutWalk struct {
@@ -304,6 +307,8 @@ type OffcpuSwitchoutV8Proc struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	OffcpuSwitchoutMapApartResults      = "apart_results"
+	OffcpuSwitchoutMapApartScratch      = "apart_scratch"
 	OffcpuSwitchoutMapComms             = "comms"
 	OffcpuSwitchoutMapConfig            = "config"
 	OffcpuSwitchoutMapContextPids       = "context_pids"
@@ -317,8 +322,6 @@ const (
 	OffcpuSwitchoutMapNewPids           = "new_pids"
 	OffcpuSwitchoutMapOpenScopes        = "open_scopes"
 	OffcpuSwitchoutMapPythonProcs       = "python_procs"
-	OffcpuSwitchoutMapPythonResults     = "python_results"
-	OffcpuSwitchoutMapPythonScratch     = "python_scratch"
 	OffcpuSwitchoutMapPythonThreads     = "python_threads"
 	OffcpuSwitchoutMapPythonWalks       = "python_walks"
 	OffcpuSwitchoutMapRescanAfter       = "rescan_after"
@@ -408,6 +411,8 @@ type OffcpuSwitchoutProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type OffcpuSwitchoutMapSpecs struct {
+	ApartResults     *ebpf.MapSpec `ebpf:"apart_results"`
+	ApartScratch     *ebpf.MapSpec `ebpf:"apart_scratch"`
 	Comms            *ebpf.MapSpec `ebpf:"comms"`
 	Config           *ebpf.MapSpec `ebpf:"config"`
 	ContextPids      *ebpf.MapSpec `ebpf:"context_pids"`
@@ -421,8 +426,6 @@ type OffcpuSwitchoutMapSpecs struct {
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
-	PythonResults    *ebpf.MapSpec `ebpf:"python_results"`
-	PythonScratch    *ebpf.MapSpec `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
@@ -478,6 +481,8 @@ func (o *OffcpuSwitchoutObjects) Close() error {
 //
 // It can be passed to LoadOffcpuSwitchoutObjects or ebpf.CollectionSpec.LoadAndAssign.
 type OffcpuSwitchoutMaps struct {
+	ApartResults     *ebpf.Map `ebpf:"apart_results"`
+	ApartScratch     *ebpf.Map `ebpf:"apart_scratch"`
 	Comms            *ebpf.Map `ebpf:"comms"`
 	Config           *ebpf.Map `ebpf:"config"`
 	ContextPids      *ebpf.Map `ebpf:"context_pids"`
@@ -491,8 +496,6 @@ type OffcpuSwitchoutMaps struct {
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
-	PythonResults    *ebpf.Map `ebpf:"python_results"`
-	PythonScratch    *ebpf.Map `ebpf:"python_scratch"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
@@ -518,6 +521,8 @@ type OffcpuSwitchoutMaps struct {
 
 func (m *OffcpuSwitchoutMaps) Close() error {
 	return _OffcpuSwitchoutClose(
+		m.ApartResults,
+		m.ApartScratch,
 		m.Comms,
 		m.Config,
 		m.ContextPids,
@@ -531,8 +536,6 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.NewPids,
 		m.OpenScopes,
 		m.PythonProcs,
-		m.PythonResults,
-		m.PythonScratch,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,

@@ -18,17 +18,6 @@
 #include "hotspot.h"
 #include "v8.h"
 
-/*
- * The runtimes' ids, capture.Runtime's and internal/runtimes Runtime.ID:
- * unwind_mapping.runtime holds that of a runtime walked in place.
- */
-enum runtime_id {
-	RUNTIME_NONE = 0,
-	RUNTIME_CPYTHON = 1, /* cpython.h, walked apart */
-	RUNTIME_HOTSPOT = 2, /* hotspot.h */
-	RUNTIME_V8 = 3,	     /* v8.h */
-};
-
 /* Unused: keeps the enum in BTF, for bpf2go (Go's CpuRuntimeId). */
 const volatile enum runtime_id runtime_ids = RUNTIME_NONE;
 

@@ -26,18 +26,20 @@ type SelftestSelftestResult struct {
 }
 
 type SelftestStackKey struct {
-	_             structs.HostLayout
-	Pid           uint32
-	Tid           uint32
-	UserStackId   int32
-	KernelStackId int32
-	PythonStackId int32
-	ScopeProbe    uint32
-	ScopeStartNs  uint64
-	TraceId       [16]uint8
-	SpanId        [8]uint8
-	TraceAttrsId  int32
-	GoLabelsId    uint32
+	_              structs.HostLayout
+	Pid            uint32
+	Tid            uint32
+	UserStackId    int32
+	KernelStackId  int32
+	RuntimeStackId int32
+	ScopeProbe     uint32
+	ScopeStartNs   uint64
+	TraceId        [16]uint8
+	SpanId         [8]uint8
+	TraceAttrsId   int32
+	GoLabelsId     uint32
+	Runtime        uint32
+	Reserved       uint32
 }
 
 // Names of all BPF objects in the ELF.

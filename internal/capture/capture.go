@@ -42,7 +42,16 @@ const (
 	CPython Runtime = iota + 1 // bpf/cpython.h
 	HotSpot                    // bpf/hotspot.h
 	V8                         // bpf/v8.h
+	Ruby                       // bpf/ruby.h
+	PHP                        // bpf/php.h
 )
+
+// Apart says the runtime is walked apart from the native walk
+// (bpf/apart.h): its frames are a stack of their own, whose runs take the
+// place of its entry function's calls.
+func (r Runtime) Apart() bool {
+	return r == CPython || r == Ruby || r == PHP
+}
 
 // Name is the runtime's name in internal/runtimes (and its frames'
 // profile.frame.type); "" for an unknown runtime.
@@ -54,6 +63,10 @@ func (r Runtime) Name() string {
 		return "jvm"
 	case V8:
 		return "v8js"
+	case Ruby:
+		return "ruby"
+	case PHP:
+		return "php"
 	}
 	return ""
 }
@@ -75,13 +88,13 @@ type Frame struct {
 
 // Runtime frame words as the BPF walkers write them: the object's address
 // in the low bits, the position above it, the Entry flag in the top bit.
-// CPython's words (bpf/cpython.h) keep 48 address bits, arm64's user
-// addresses, and 15 of position; the in-place words of the walkers
+// The words of the runtimes walked apart (bpf/apart.h) keep 48 address
+// bits, arm64's user addresses, and 15 of position; the in-place words of the walkers
 // (bpf/hotspot.h, bpf/v8.h) keep 47 and 16 on x86-64, whose user addresses
 // are below 2^47, and 48 and 15 on arm64 (IN_PLACE_ADDR_BITS, bpf/arch.h).
 const (
-	pythonAddrBits = 48
-	runtimeEntry   = 1 << 63
+	apartAddrBits = 48
+	runtimeEntry  = 1 << 63
 )
 
 // linkRegisterMark is the top byte of a LINK_REGISTER_WORD (bpf/arch.h):
@@ -110,13 +123,13 @@ func RuntimeFrames(rt Runtime, words []uint64) []Frame {
 
 func runtimeFrames(rt Runtime, words []uint64, inPlaceBits uint) []Frame {
 	bits := inPlaceBits
-	if rt == CPython {
-		bits = pythonAddrBits
+	if rt.Apart() {
+		bits = apartAddrBits
 	}
 	out := make([]Frame, 0, len(words))
 	for _, w := range words {
 		pos := uint32((w &^ runtimeEntry) >> bits)
-		if rt != CPython && pos == 1<<(63-bits)-1 {
+		if !rt.Apart() && pos == 1<<(63-bits)-1 {
 			pos = InPlacePositionUnknown
 		}
 		out = append(out, Frame{

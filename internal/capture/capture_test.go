@@ -34,16 +34,22 @@ func TestStackLoss(t *testing.T) {
 	}
 }
 
-// Runtime frame words as bpf/cpython.h packs them: 48 address bits (an
-// arm64 heap address has bit 47 set), 15 of position.
+// Runtime frame words as the walkers of bpf/apart.h pack them: 48 address
+// bits (an arm64 heap address has bit 47 set), 15 of position, whatever
+// the runtime walked apart.
 func TestRuntimeFramesDecode(t *testing.T) {
 	words := []uint64{0x7f00_1234_5678 | 17<<48 | 1<<63, 0x5555_0000_1000 | 0x7fff<<48, 0xffff_a123_4560 | 3<<48}
-	got := RuntimeFrames(CPython, words)
-	require.Equal(t, []Frame{
-		{Kind: RuntimeFrame, Runtime: CPython, Address: 0x7f00_1234_5678, Position: 17, Entry: true},
-		{Kind: RuntimeFrame, Runtime: CPython, Address: 0x5555_0000_1000, Position: 0x7fff},
-		{Kind: RuntimeFrame, Runtime: CPython, Address: 0xffff_a123_4560, Position: 3},
-	}, got)
+	for _, rt := range []Runtime{CPython, Ruby, PHP} {
+		require.True(t, rt.Apart(), rt.Name())
+		got := RuntimeFrames(rt, words)
+		require.Equal(t, []Frame{
+			{Kind: RuntimeFrame, Runtime: rt, Address: 0x7f00_1234_5678, Position: 17, Entry: true},
+			{Kind: RuntimeFrame, Runtime: rt, Address: 0x5555_0000_1000, Position: 0x7fff},
+			{Kind: RuntimeFrame, Runtime: rt, Address: 0xffff_a123_4560, Position: 3},
+		}, got, rt.Name())
+	}
+	require.False(t, HotSpot.Apart())
+	require.False(t, V8.Apart())
 }
 
 // A user word with the top bit set is the walker's runtime frame of the

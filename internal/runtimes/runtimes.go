@@ -45,6 +45,11 @@ type Runtime struct {
 	// run): a stack's runs take the place of its calls, in order from the
 	// leaf. "" when the walker puts the runtime's frames in place.
 	EntryFunction string
+	// EntryRange, where set, finds the link-time code range [start, end)
+	// of EntryFunction in a file holding the runtime, for files whose
+	// symbol tables do not name it (a static function of a stripped
+	// library: Ruby's vm_exec_core): the symbolizer names that range.
+	EntryRange func(f *elf.File) (start, end uint64, err error)
 	// Exports are symbols a file holding the runtime defines in its
 	// dynamic symbol table, one at least: a file defining none holds none,
 	// whatever its name or path (a renamed node, a single executable

@@ -96,11 +96,12 @@ func addCounters(st *capture.Stats, c counters) {
 		st.UnwindEnds[i] += c.UnwindEnds[i]
 	}
 	st.UnwindFrames += c.UnwindFrames
+	// CPython's row of the runtimes walked apart (bpf/apart.h).
 	for i := range st.PythonEnds {
-		st.PythonEnds[i] += c.PythonEnds[i]
+		st.PythonEnds[i] += c.RuntimeEnds[capture.CPython][i]
 	}
-	st.PythonFrames += c.PythonFrames
-	st.PythonStackLost += c.PythonStackLost
+	st.PythonFrames += c.RuntimeFrames[capture.CPython]
+	st.PythonStackLost += c.RuntimeStackLost[capture.CPython]
 	// The OTEP's outcomes, then Go labels' (bpf/common.h).
 	otep := len(st.ThreadContexts.Outcomes)
 	for i := range st.ThreadContexts.Outcomes {
@@ -168,10 +169,11 @@ func assembleSamples(counts map[stackKey]uint64, stacks map[int32][]uint64, comm
 			kernelMissing += missing
 		}
 		s.Frames = capture.StackFrames(kernel, user)
-		// CPython frames (bpf/cpython.h) are an addition: without them the
-		// sample keeps its native frames (their loss is counted in BPF).
-		if python, loss := stackFor(stacks, k.PythonStackId); loss == capture.StackKept {
-			s.Frames = append(s.Frames, capture.RuntimeFrames(capture.CPython, python)...)
+		// The frames of a runtime walked apart (bpf/apart.h) are an
+		// addition: without them the sample keeps its native frames (their
+		// loss is counted in BPF).
+		if words, loss := stackFor(stacks, k.RuntimeStackId); loss == capture.StackKept {
+			s.Frames = append(s.Frames, capture.RuntimeFrames(capture.Runtime(k.Runtime), words)...)
 		}
 		if probe := k.ScopeProbe &^ scopemap.GoroutineBit; probe > 0 {
 			s.Scope = &capture.ScopeRef{ProbeIndex: int(probe) - 1, Start: k.ScopeStartNs,

@@ -12,6 +12,7 @@ import (
 	"github.com/ianlancetaylor/demangle"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
 )
 
 // elfFile is what the symbolizer keeps of one ELF file: its loadable
@@ -136,9 +137,10 @@ func (ef *elfFile) symbol(vaddr uint64) string {
 		ef.symsBuilt = true
 		for _, src := range ef.symSrc {
 			if ef.syms = functionTable(src); len(ef.syms.entries) > 0 {
-				if definesEntryFunction(src) { // parsed again only for the files that need it
+				// Parsed again only for the files that need it.
+				if definesEntryFunction(src) || holdsUnnamedEntry(all.Runtimes, src) {
 					if f, _, err := newELF(ef.data); err == nil {
-						ef.parts = findSplitParts(f, &ef.syms, src)
+						ef.parts = append(findSplitParts(f, &ef.syms, src), unnamedEntryParts(all.Runtimes, f, &ef.syms, src)...)
 					}
 				}
 				break

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/arch/x86/x86asm"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/all"
 )
 
@@ -27,6 +28,45 @@ var entryFunctions = func() []string {
 // definesEntryFunction says whether src defines one of entryFunctions.
 func definesEntryFunction(src rawSymbols) bool {
 	for _, name := range entryFunctions {
+		if _, ok := src.findSym(name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// unnamedEntryParts returns, for each runtime of rts with an EntryRange
+// whose exports src defines, its entry function's range when no symbol of
+// syms names it: the whole function, found by the runtime's own reading of
+// f (Ruby's vm_exec_core in Debian's stripped libruby).
+func unnamedEntryParts(rts []*runtimes.Runtime, f *elf.File, syms *symbolTable, src rawSymbols) []splitPart {
+	var parts []splitPart
+	for _, rt := range rts {
+		if rt.EntryRange == nil || !definesAny(src, rt.Exports) {
+			continue
+		}
+		lo, hi, err := rt.EntryRange(f)
+		if err != nil || lo >= hi || syms.lookup(lo) != "" {
+			continue
+		}
+		parts = append(parts, splitPart{lo, hi, rt.EntryFunction})
+	}
+	return parts
+}
+
+// holdsUnnamedEntry says whether src defines the exports of a runtime of
+// rts whose entry function a symbol table may not name (Runtime.EntryRange).
+func holdsUnnamedEntry(rts []*runtimes.Runtime, src rawSymbols) bool {
+	for _, rt := range rts {
+		if rt.EntryRange != nil && definesAny(src, rt.Exports) {
+			return true
+		}
+	}
+	return false
+}
+
+func definesAny(src rawSymbols, names []string) bool {
+	for _, name := range names {
 		if _, ok := src.findSym(name); ok {
 			return true
 		}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes/ruby"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -74,4 +76,36 @@ func TestSplitPartsNamed(t *testing.T) {
 	}
 	require.Greater(t, biggest.hi-biggest.lo, 16*eval.Size, "the part that runs the bytecode")
 	require.Equal(t, "_PyEval_EvalFrameDefault", ef.symbol((biggest.lo+biggest.hi)/2))
+}
+
+// Debian's libruby is stripped: vm_exec_core, whose calls runs of Ruby
+// frames replace, has no symbol, and is named from Ruby's own reading of
+// the file (ruby.EntryRange); its neighbours keep their names.
+func TestUnnamedEntryNamed(t *testing.T) {
+	rts := []*runtimes.Runtime{ruby.Runtime}
+	for _, r := range testutil.RubyInterpreters(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			data, err := os.ReadFile(r.Lib)
+			require.NoError(t, err)
+			ef, err := parseELF(data)
+			require.NoError(t, err)
+			f, err := elf.Open(r.Lib)
+			require.NoError(t, err)
+			defer f.Close()
+			start, end, err := ruby.EntryRange(f)
+			require.NoError(t, err)
+			src := ef.symSrc[len(ef.symSrc)-1]
+			require.Equal(t, elf.SHT_DYNSYM, src.typ)
+			syms := functionTable(src)
+			require.Empty(t, syms.lookup(start), "a symbol names vm_exec_core: the file is not stripped")
+			require.True(t, holdsUnnamedEntry(rts, src))
+			parts := unnamedEntryParts(rts, f, &syms, src)
+			require.Equal(t, []splitPart{{start, end, "vm_exec_core"}}, parts)
+			require.Equal(t, "vm_exec_core", partAt(parts, (start+end)/2))
+			require.Empty(t, partAt(parts, end))
+
+			require.False(t, holdsUnnamedEntry([]*runtimes.Runtime{{EntryFunction: "f", Exports: []string{"no_such_export"},
+				EntryRange: ruby.EntryRange}}, src))
+		})
+	}
 }

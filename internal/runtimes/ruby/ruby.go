@@ -45,6 +45,7 @@ var Runtime = &runtimes.Runtime{
 	// symbols, absent from Debian's stripped libruby: EntryRange finds
 	// vm_exec_core's range without them (docs/ruby-layouts.md).
 	EntryFunction: "vm_exec_core",
+	EntryRange:    EntryRange,
 	Exports:       []string{symVersion},
 	Static:        true,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
