@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -43,8 +42,7 @@ func TestWalkLive(t *testing.T) {
 			require.True(t, strings.HasPrefix(in.Version, r.Version+"."), "version %q", in.Version)
 			t.Logf("%s: %s, ruby_current_vm_ptr at %#x, ruby_current_ec's tls_index at %#x", r.Name, in.Description, in.VMPtr, in.ECTLS.Slot)
 			walkLive(t, r, f, in, nil)
-			if out, err := testutil.RunWithin(exec.Command(r.Path, append(r.Args, "--yjit", "-e", "p defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?")...), testutil.BuildTimeout); err != nil || strings.TrimSpace(string(out)) != "true" {
-				t.Logf("%s has no YJIT: %s", r.Name, strings.TrimSpace(string(out)))
+			if !hasYJIT(t, r) {
 				return
 			}
 			t.Run("yjit", func(t *testing.T) { walkLive(t, r, f, in, []string{"--yjit"}) })
