@@ -120,7 +120,7 @@ struct {
  */
 static __always_inline u64 ruby_iseq_object(u64 iseq, u64 flags, u64 me)
 {
-	u64 me_flags = 0;
+	u64 me_flags;
 
 	if ((flags & RUBY_FRAME_MAGIC_MASK) == RUBY_FRAME_MAGIC_METHOD && !ruby_read(&me_flags, sizeof(me_flags), me) &&
 	    (me_flags & RUBY_IMEMO_TYPE_MASK) == RUBY_IMEMO_MENT)
@@ -135,8 +135,9 @@ static __always_inline u64 ruby_iseq_object(u64 iseq, u64 flags, u64 me)
  */
 static __always_inline int ruby_step(const struct ruby_proc *p, struct ruby_walk_state *w, u64 *frames)
 {
-	u64 cfp = w->cfp, pc = 0, iseq = 0, ep = 0, body = 0, encoded = 0, position = 0, object, word;
-	u64 env[3] = {}; /* ep[-2] (method entry or cref), ep[-1], ep[0] (flags) */
+	/* Not zeroed: a failed read ends the walk before its value is used. */
+	u64 cfp = w->cfp, pc, iseq, ep, body, encoded, position = 0, object, word;
+	u64 env[3]; /* ep[-2] (method entry or cref), ep[-1], ep[0] (flags) */
 	u32 count = w->count;
 
 	if (cfp + p->cfp_size > w->stack_end) {
