@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -82,23 +83,29 @@ func startRubyWalker(t *testing.T) *rubyWalker {
 	return w
 }
 
-// collect returns the first n walks of thread tid of process pid (whose
-// ruby_procs entry is set), within a deadline.
-func (w *rubyWalker) collect(t *testing.T, pid int, proc []byte, tid uint32, n int) []bpf.RubywalkRubywalkRecord {
+// collect returns the first n walks of each thread of tids of process
+// pid (whose ruby_procs entry it sets to proc), within a deadline.
+func (w *rubyWalker) collect(t *testing.T, pid int, proc []byte, n int, tids ...uint32) map[uint32][]bpf.RubywalkRubywalkRecord {
 	key := uint32(pid)
 	require.NoError(t, w.objs.RubyProcs.Put(key, proc))
 	defer func() { _ = w.objs.RubyProcs.Delete(key) }()
-	var out []bpf.RubywalkRubywalkRecord
+	out := map[uint32][]bpf.RubywalkRubywalkRecord{}
+	for _, tid := range tids {
+		out[tid] = nil
+	}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(out) < n {
+	for done := 0; done < len(tids); {
 		w.walks.SetDeadline(deadline)
 		rec, err := w.walks.Read()
-		require.NoError(t, err, "%d walks of thread %d", len(out), tid)
+		require.NoError(t, err, "walks of threads %v: %v", tids, len(out))
 		var r bpf.RubywalkRubywalkRecord
 		_, err = binary.Decode(rec.RawSample, binary.NativeEndian, &r)
 		require.NoError(t, err)
-		if r.Tid == tid {
-			out = append(out, r)
+		if walks, ok := out[r.Tid]; ok && len(walks) < n {
+			out[r.Tid] = append(walks, r)
+			if len(walks)+1 == n {
+				done++
+			}
 		}
 	}
 	return out
@@ -114,8 +121,8 @@ func (w *rubyWalker) walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, ex
 	proc, err := in.WalkerProc(mem, bias)
 	require.NoError(t, err)
 
-	walks := w.collect(t, pid, proc, uint32(pid), bpfWalks)
-	n := newWordNamer(t, in, mem, bias)
+	walks := w.collect(t, pid, proc, bpfWalks, uint32(pid))[uint32(pid)]
+	n := newWordNamer(t, in, mem, bias, "rubywork.rb")
 	lines := rubyLines(t)
 	ends := map[int32]int{}
 	good := 0
@@ -148,8 +155,8 @@ type wordNamer struct {
 	classpathID uint64 // 3.1: the ID of __classpath__
 }
 
-func newWordNamer(t *testing.T, in *Interpreter, mem *os.File, bias uint64) *wordNamer {
-	n := &wordNamer{in: in, mem: mem, p: in.Process(mem, bias), script: testutil.Workload(t, "rubywork.rb")}
+func newWordNamer(t *testing.T, in *Interpreter, mem *os.File, bias uint64, script string) *wordNamer {
+	n := &wordNamer{in: in, mem: mem, p: in.Process(mem, bias), script: testutil.Workload(t, script)}
 	if in.Layout.ClassPathAt == 0 {
 		object, err := runtimes.ReadMem(mem, bias+in.Object, 8)
 		require.NoError(t, err)
@@ -202,4 +209,94 @@ func hasYJIT(t *testing.T, r testutil.Ruby) bool {
 		return false
 	}
 	return true
+}
+
+// deepWalks is how many walks of each thread TestBPFWalkDeepLive names.
+const deepWalks = 100
+
+// TestBPFWalkDeepLive runs testdata/workloads/rubydeep.rb: its main thread
+// spins under a recursion deeper than a walk keeps, its thread "side" under
+// a shallow stack; each is walked from its own ruby_current_ec. The main
+// thread's walks end PY_END_DEPTH with its MAX_STACK_DEPTH innermost frames
+// (spin, deep where it spins, deep where it recurses); the side thread's
+// reach the root: spin <- side <- block in <main>.
+func TestBPFWalkDeepLive(t *testing.T) {
+	testutil.RequireBPF(t)
+	w := startRubyWalker(t)
+	lines := scriptLines(t, "rubydeep.rb")
+	spinAt := func(frame string) bool {
+		line, ok := strings.CutPrefix(frame, "Object#spin:")
+		n, err := strconv.Atoi(line)
+		return ok && err == nil && n > lines["spin_def"] && n <= lines["spin_end"]
+	}
+	for _, r := range testutil.RubyInterpreters(t) {
+		t.Run(r.Name, func(t *testing.T) {
+			f, err := elf.Open(r.Lib)
+			require.NoError(t, err)
+			defer f.Close()
+			in, err := Detect(f)
+			require.NoError(t, err)
+			cmd := testutil.StartReadyWorkload(t, r.Path, append(append([]string{}, r.Args...), testutil.Workload(t, "rubydeep.rb"), "60")...)
+			pid := cmd.Process.Pid
+			side := threadNamed(t, pid, "side")
+			bias := testutil.LoadBias(t, pid, r.Lib)
+			mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+			require.NoError(t, err)
+			defer mem.Close()
+			proc, err := in.WalkerProc(mem, bias)
+			require.NoError(t, err)
+
+			walks := w.collect(t, pid, proc, deepWalks, uint32(pid), side)
+			n := newWordNamer(t, in, mem, bias, "rubydeep.rb")
+			deepSpin := fmt.Sprintf("Object#deep:%d", lines["deep_spin"])
+			deepCall := fmt.Sprintf("Object#deep:%d", lines["deep_call"])
+			goodDeep := 0
+			for i, walk := range walks[uint32(pid)] {
+				all, chain := n.name(walk.Frames[:walk.Count])
+				if i == 0 {
+					t.Logf("main thread, walk 0 (end %d, %d frames): %s ...", walk.End, walk.Count, strings.Join(all[:min(len(all), 4)], " <- "))
+				}
+				ok := walk.End == 3 && walk.Count == uint32(len(walk.Frames)) && len(chain) == len(walk.Frames) && // PY_END_DEPTH
+					spinAt(chain[0]) && chain[1] == deepSpin
+				for _, c := range chain[min(len(chain), 2):] {
+					ok = ok && c == deepCall
+				}
+				if ok {
+					goodDeep++
+				}
+			}
+			sideChain := fmt.Sprintf("Object#side:%d <- block in <main>:%d", lines["side_spin"], lines["side_block"])
+			goodSide := 0
+			for i, walk := range walks[side] {
+				all, chain := n.name(walk.Frames[:walk.Count])
+				if i == 0 {
+					t.Logf("side thread, walk 0 (end %d): %s", walk.End, strings.Join(all, " <- "))
+				}
+				if walk.End == 0 && len(chain) == 3 && spinAt(chain[0]) && strings.Join(chain[1:], " <- ") == sideChain {
+					goodSide++
+				}
+			}
+			t.Logf("main thread: %d of %d walks the %d innermost frames, cut; side thread: %d of %d the whole chain",
+				goodDeep, deepWalks, len(walks[uint32(pid)][0].Frames), goodSide, deepWalks)
+			require.GreaterOrEqual(t, goodDeep, deepWalks*9/10)
+			require.GreaterOrEqual(t, goodSide, deepWalks*9/10)
+		})
+	}
+}
+
+// threadNamed returns the tid of pid's thread named name, waiting for it.
+func threadNamed(t *testing.T, pid int, name string) uint32 {
+	var tid uint32
+	require.Eventually(t, func() bool {
+		comms, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/comm", pid))
+		for _, c := range comms {
+			if b, err := os.ReadFile(c); err == nil && strings.TrimSpace(string(b)) == name {
+				n, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+				tid = uint32(n)
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "no thread %q in process %d", name, pid)
+	return tid
 }

@@ -160,8 +160,11 @@ func matchesChain(chain []string, lines map[string]int, class string) bool {
 var lineMarker = regexp.MustCompile(`#\s*line:(\w+)\s*$`)
 
 // rubyLines returns the lines of rubywork.rb marked "# line:NAME".
-func rubyLines(t *testing.T) map[string]int {
-	b, err := os.ReadFile(testutil.Workload(t, "rubywork.rb"))
+func rubyLines(t *testing.T) map[string]int { return scriptLines(t, "rubywork.rb") }
+
+// scriptLines returns the lines of workload script marked "# line:NAME".
+func scriptLines(t *testing.T, script string) map[string]int {
+	b, err := os.ReadFile(testutil.Workload(t, script))
 	require.NoError(t, err)
 	lines := map[string]int{}
 	for i, l := range strings.Split(string(b), "\n") {
