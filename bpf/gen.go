@@ -10,3 +10,4 @@ package bpf
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type probe_config -type probe_record -type probe_stack_record -type probe_stats -type probe_drops Probe probe.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type selftest_result Selftest selftest.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type readbench_result -type thread_ctx_proc -type go_labels_proc -type context_proc Readbench readbench.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type ruby_proc -type rubywalk_record Rubywalk rubywalk.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror

@@ -47,6 +47,8 @@ var generatedTypes = []goLayout{
 	{LoadCpu, "python_proc", CpuPythonProc{}},
 	{LoadCpu, "open_scope", CpuOpenScope{}},
 	{LoadCpu, "v8_proc", CpuV8Proc{}},
+	{LoadRubywalk, "ruby_proc", RubywalkRubyProc{}},
+	{LoadRubywalk, "rubywalk_record", RubywalkRubywalkRecord{}},
 }
 
 // TestGoTypesMatchObjects checks every generated Go type field by field

@@ -61,6 +61,11 @@ type Layout struct {
 	ClassExt         uint32 // RClass.ptr (rb_classext_t*), 3.1
 	ClassExtIvTbl    uint32 // rb_classext_t.iv_tbl (st_table*: ID -> VALUE), 3.1
 
+	// A method entry's definition (rb_method_entry_t.def) and, in it, a
+	// Ruby method's iseq (rb_method_definition_t.body.iseq.iseqptr).
+	MethodEntryDef uint32
+	MethodDefIseq  uint32
+
 	// Instructions is VM_INSTRUCTION_SIZE (insns.inc), the entries of
 	// vm_exec_core's insns_address_table (EntryRange).
 	Instructions uint32
@@ -95,6 +100,10 @@ const (
 	FrameMagicDummy  = 0x79990001
 	FrameFlagFinish  = 0x0020 // VM_FRAME_FLAG_FINISH: the frame's vm_exec call returns with it
 	FrameFlagCFrame  = 0x0080 // VM_FRAME_FLAG_CFRAME: a C frame (no iseq to name)
+
+	// rb_method_definition_t.type: its first 4 bits (VM_METHOD_TYPE_MINIMUM_BITS).
+	methodTypeMask = 0xf
+	methodTypeIseq = 0 // VM_METHOD_TYPE_ISEQ
 )
 
 // layouts are the known versions' layouts by minor version ("3.1").
@@ -108,7 +117,7 @@ var layouts = map[string]Layout{
 		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, InsnInfoSize: 12,
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
-		MethodEntryOwner: 32, ClassExt: 24, ClassExtIvTbl: 8,
+		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, ClassExt: 24, ClassExtIvTbl: 8,
 		Instructions: 202,
 	},
 	"3.3": {
@@ -120,7 +129,7 @@ var layouts = map[string]Layout{
 		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, InsnInfoSize: 12,
 		StringLenInHeader: true, StringLen: 16, StringPtr: 24, StringEmbed: 24,
 		ArrayEmbedMask: 0x3f8000, ArrayHeapPtr: 32,
-		MethodEntryOwner: 32, ClassPathAt: 152,
+		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, ClassPathAt: 152,
 		Instructions: 204,
 	},
 }

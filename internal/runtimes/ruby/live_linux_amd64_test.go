@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -43,8 +42,7 @@ func TestWalkLive(t *testing.T) {
 			require.True(t, strings.HasPrefix(in.Version, r.Version+"."), "version %q", in.Version)
 			t.Logf("%s: %s, ruby_current_vm_ptr at %#x, ruby_current_ec's tls_index at %#x", r.Name, in.Description, in.VMPtr, in.ECTLS.Slot)
 			walkLive(t, r, f, in, nil)
-			if out, err := testutil.RunWithin(exec.Command(r.Path, append(r.Args, "--yjit", "-e", "p defined?(RubyVM::YJIT) && RubyVM::YJIT.enabled?")...), testutil.BuildTimeout); err != nil || strings.TrimSpace(string(out)) != "true" {
-				t.Logf("%s has no YJIT: %s", r.Name, strings.TrimSpace(string(out)))
+			if !hasYJIT(t, r) {
 				return
 			}
 			t.Run("yjit", func(t *testing.T) { walkLive(t, r, f, in, []string{"--yjit"}) })
@@ -162,8 +160,11 @@ func matchesChain(chain []string, lines map[string]int, class string) bool {
 var lineMarker = regexp.MustCompile(`#\s*line:(\w+)\s*$`)
 
 // rubyLines returns the lines of rubywork.rb marked "# line:NAME".
-func rubyLines(t *testing.T) map[string]int {
-	b, err := os.ReadFile(testutil.Workload(t, "rubywork.rb"))
+func rubyLines(t *testing.T) map[string]int { return scriptLines(t, "rubywork.rb") }
+
+// scriptLines returns the lines of workload script marked "# line:NAME".
+func scriptLines(t *testing.T, script string) map[string]int {
+	b, err := os.ReadFile(testutil.Workload(t, script))
 	require.NoError(t, err)
 	lines := map[string]int{}
 	for i, l := range strings.Split(string(b), "\n") {

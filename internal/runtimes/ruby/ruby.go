@@ -2,7 +2,7 @@
 // Ruby VM (libruby, or a ruby executable linked statically) in an ELF file
 // by the version string it exports, gives the struct offsets of its
 // version (layout.go), walks a thread's control frames as the BPF walker
-// (bpf/ruby.h, to come) will (Walk), and names a frame from its
+// (bpf/ruby.h) will (Walk), and names a frame from its
 // instruction sequence (iseq) and position by reading the process's
 // memory.
 //
@@ -37,7 +37,7 @@ const (
 )
 
 // Runtime is CRuby, as internal/runtimes describes a runtime. It is not in
-// package all yet: its BPF walker is to come.
+// package all yet: the samplers do not run its BPF walker (bpf/ruby.h) yet.
 var Runtime = &runtimes.Runtime{
 	Name:    "ruby",
 	ProcMap: "ruby_procs",
@@ -70,8 +70,9 @@ var ErrUnsupported = errors.New("unsupported Ruby")
 // Interpreter is a Ruby VM found in one ELF file. Addresses are link-time
 // (add the load bias).
 type Interpreter struct {
-	Version     string // "3.3.8"
-	Description string // ruby_description, when the file has it
+	Version     string      // "3.3.8"
+	Machine     elf.Machine // x86-64 or arm64: how ruby_current_ec's TLS slot reads
+	Description string      // ruby_description, when the file has it
 	Layout      Layout
 	// VMPtr is the address of ruby_current_vm_ptr, 0 where the file hides
 	// it (3.3).
@@ -99,7 +100,7 @@ func Detect(f *elf.File) (*Interpreter, error) {
 		return nil, fmt.Errorf("%w: read ruby_version: %v", ErrUnsupported, err)
 	}
 	version, _, _ := bytes.Cut(b, []byte{0})
-	in := &Interpreter{Version: string(version)}
+	in := &Interpreter{Version: string(version), Machine: f.Machine}
 	if d, ok := syms[symDescription]; ok && d.Size > 0 && d.Size < 256 {
 		if b, err := readFileData(f, d.Value, int(d.Size)); err == nil {
 			in.Description = strings.TrimRight(string(b), "\x00")
@@ -154,12 +155,6 @@ func knownMinors() []string {
 
 // RuntimeVersion is the VM's version ("3.3.8").
 func (in *Interpreter) RuntimeVersion() string { return in.Version }
-
-// WalkerProc is to be the ruby_procs entry of a process; the BPF walker
-// that reads it is not written yet.
-func (in *Interpreter) WalkerProc(io.ReaderAt, uint64) ([]byte, error) {
-	return nil, errors.New("ruby: no BPF walker yet")
-}
 
 // Process returns what names the Ruby frames of one process running the
 // VM, reading its memory mem.
