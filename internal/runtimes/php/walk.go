@@ -100,3 +100,40 @@ func (l *Layout) position(opline, opcodes uint64, last uint32) uint32 {
 	}
 	return uint32(i)
 }
+
+// Frame words as the BPF walker (bpf/php.h) writes them: the
+// zend_function's address in the low 48 bits (arm64's user addresses have
+// them), the position in the next 15 (clamped to wordPositionMax;
+// wordPositionNone: NoPosition), Entry in the top bit.
+const (
+	wordAddrBits     = 48
+	wordPositionNone = 0x7fff
+	wordPositionMax  = 0x7ffe
+	wordEntry        = 1 << 63
+)
+
+// Word is f as the BPF walker writes it.
+func (f WalkedFrame) Word() uint64 {
+	pos := uint64(wordPositionNone)
+	if f.Position != NoPosition {
+		pos = min(uint64(f.Position), wordPositionMax)
+	}
+	w := f.Function&(1<<wordAddrBits-1) | pos<<wordAddrBits
+	if f.Entry {
+		w |= wordEntry
+	}
+	return w
+}
+
+// FrameOfWord decodes a frame word of the BPF walker.
+func FrameOfWord(w uint64) WalkedFrame {
+	f := WalkedFrame{
+		Function: w & (1<<wordAddrBits - 1),
+		Position: uint32((w &^ wordEntry) >> wordAddrBits),
+		Entry:    w&wordEntry != 0,
+	}
+	if f.Position == wordPositionNone {
+		f.Position = NoPosition
+	}
+	return f
+}
