@@ -82,7 +82,7 @@ struct php_walk_state {
 	s32 end; /* enum python_end */
 	u8 vm_opline;
 	u8 pad[7];
-	u8 ed[64 + 8];
+	u64 ed[9]; /* 64 + 8 bytes */
 };
 
 struct {
@@ -97,7 +97,20 @@ static __always_inline int php_read(void *dst, u32 size, u64 addr)
 	return bpf_probe_read_user(dst, size, (const void *)addr);
 }
 
-#define PHP_ED_U64(w, off) (*(u64 *)&(w)->ed[(off) & 63])
+/*
+ * A field of the execute_data read, at offset off (masked: it stays in ed).
+ * ed is a parameter so that the load is one (ed is 8-aligned; an offset
+ * that is not is read unaligned, which both architectures allow).
+ */
+static __always_inline u64 php_ed_u64(const void *ed, u32 off)
+{
+	return *(const u64 *)(ed + (off & 63));
+}
+
+static __always_inline u32 php_ed_u32(const void *ed, u32 off)
+{
+	return *(const u32 *)(ed + (off & 63));
+}
 
 /* The op index of opline among the last ops at opcodes, or PHP_FRAME_POS_NONE. */
 static __always_inline u64 php_position(const struct php_proc *p, u64 opline, u64 opcodes, u32 last)
@@ -130,10 +143,10 @@ static __always_inline int php_step(const struct php_proc *p, struct php_walk_st
 		return 1;
 	if (php_read(w->ed, PHP_EXECUTE_DATA_SIZE, w->ex))
 		goto fault;
-	opline = PHP_ED_U64(w, p->execute_data_opline);
-	fn = PHP_ED_U64(w, p->execute_data_func);
-	call_info = *(u32 *)&w->ed[p->execute_data_call_info & 63];
-	w->ex = PHP_ED_U64(w, p->execute_data_prev);
+	opline = php_ed_u64(w->ed, p->execute_data_opline);
+	fn = php_ed_u64(w->ed, p->execute_data_func);
+	call_info = php_ed_u32(w->ed, p->execute_data_call_info);
+	w->ex = php_ed_u64(w->ed, p->execute_data_prev);
 	if (w->vm_opline) {
 		opline = w->opline;
 		w->vm_opline = 0;
@@ -174,6 +187,7 @@ static __always_inline int php_walk(const struct php_proc *p, u64 pc, u64 vm_reg
 	u32 zero = 0, count;
 
 	*n = 0;
+	frames[0] = 0;
 	w = bpf_map_lookup_elem(&php_walks, &zero);
 	if (!w)
 		return PY_END_READ_FAULT;

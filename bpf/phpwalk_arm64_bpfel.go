@@ -55,7 +55,7 @@ type PhpwalkPhpWalkState struct {
 	End      int32
 	VmOpline uint8
 	Pad      [7]uint8
-	Ed       [72]uint8
+	Ed       [9]uint64
 }
 
 // Names of all BPF objects in the ELF.
