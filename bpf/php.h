@@ -117,10 +117,9 @@ static __always_inline u64 php_position(const struct php_proc *p, u64 opline, u6
 {
 	u64 diff = opline - opcodes, i;
 
-	if (opline < opcodes || diff % p->op_size)
-		return PHP_FRAME_POS_NONE;
 	i = diff / p->op_size;
-	if (i >= last)
+	/* One branch: opline is an op of the function (diff is its offset). */
+	if (opline < opcodes || i * p->op_size != diff || i >= last)
 		return PHP_FRAME_POS_NONE;
 	return i > PHP_FRAME_POS_MAX ? PHP_FRAME_POS_MAX : i;
 }
