@@ -46,10 +46,11 @@ const NoPosition = ^uint32(0)
 // frames before it returned.
 //
 // The innermost frame's opline in memory is where its handlers last saved
-// it, often stale (docs/php-layouts.md, "Live results"): the VM keeps the
-// current one in %r15 (x86-64), which the BPF walker can take instead when
-// the sampled pc is the VM's (execute_ex and its helpers; not JIT code,
-// where no opline is current). Walk, reading memory only, cannot.
+// it, often stale (docs/php-layouts.md, "Live results"): the hybrid VM keeps
+// the current one in a register (r15 on x86-64, x28 on arm64), which the
+// BPF walker takes instead when the sampled pc is in execute_ex
+// (Interpreter.ExecuteExStart, ExecuteExEnd; not JIT code, where no opline
+// is current). Walk, reading memory only, cannot.
 func (l *Layout) Walk(mem io.ReaderAt, executorGlobals uint64, max int) ([]WalkedFrame, error) {
 	b, err := runtimes.ReadMem(mem, executorGlobals+uint64(l.CurrentExecuteData), 8)
 	if err != nil {
