@@ -71,9 +71,10 @@ struct {
 } php_procs SEC(".maps");
 
 /*
- * A walk's state, in a per-CPU map so the verifier sees a bounded unknown
- * count rather than one exact value per path. ed holds the execute_data
- * read; fields are taken at their offset masked to 63, which stays in it.
+ * A walk's state, in a per-CPU map: off the samplers' stack, and ed (the
+ * execute_data read) is read at variable offsets, which 5.10's verifier
+ * allows in a map value, not on the stack. Fields are taken at their
+ * offset masked to 63, which stays in ed.
  */
 struct php_walk_state {
 	u64 ex;	    /* the execute_data to read next */
@@ -81,7 +82,7 @@ struct php_walk_state {
 	u32 count;
 	s32 end; /* enum python_end */
 	u8 vm_opline;
-	u8 pad[7];
+	u8 pad[7]; /* explicit padding */
 	u64 ed[9]; /* 64 + 8 bytes */
 };
 
