@@ -11,3 +11,4 @@ package bpf
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type selftest_result Selftest selftest.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type readbench_result -type thread_ctx_proc -type go_labels_proc -type context_proc Readbench readbench.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type ruby_proc -type rubywalk_record Rubywalk rubywalk.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -go-package bpf -target amd64,arm64 -type php_proc -type php_walk_record -type php_walk_input Phpwalk phpwalk.bpf.c -- -I/usr/include/x86_64-linux-gnu -O2 -g -Wall -Wpadded -Werror

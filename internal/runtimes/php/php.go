@@ -75,7 +75,12 @@ type Interpreter struct {
 	Version Version
 	// ExecutorGlobals is the link-time address of executor_globals.
 	ExecutorGlobals uint64
-	Layout          Layout
+	// ExecuteExStart and ExecuteExEnd are the link-time range [start, end)
+	// of execute_ex, the VM: the BPF walker takes the innermost frame's
+	// opline from the VM's register when the sampled pc is in it. 0, 0:
+	// unknown (the walker then reads it from memory).
+	ExecuteExStart, ExecuteExEnd uint64
+	Layout                       Layout
 }
 
 // Detect finds the PHP engine in f: ErrNotPHP when f defines no
@@ -105,7 +110,8 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if zts {
 		return nil, fmt.Errorf("%w %s: a thread-safe (ZTS) build (only NTS builds are supported)", ErrUnsupported, v)
 	}
-	if _, ok := found[entryFunction]; !ok {
+	ex, ok := found[entryFunction]
+	if !ok {
 		return nil, fmt.Errorf("%w %s: no %s", ErrUnsupported, v, entryFunction)
 	}
 	if f.Class != elf.ELFCLASS64 || (f.Machine != elf.EM_X86_64 && f.Machine != elf.EM_AARCH64) {
@@ -115,7 +121,11 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Interpreter{Version: v, ExecutorGlobals: eg.Value, Layout: l}, nil
+	in := &Interpreter{Version: v, ExecutorGlobals: eg.Value, Layout: l}
+	if ex.Size > 0 {
+		in.ExecuteExStart, in.ExecuteExEnd = ex.Value, ex.Value+ex.Size
+	}
+	return in, nil
 }
 
 // layoutOf is the layout of version v, whose executor_globals is egSize
@@ -192,11 +202,13 @@ func (in *Interpreter) RuntimeVersion() string {
 	return fmt.Sprintf("%d.%d", in.Version.Major, in.Version.Minor)
 }
 
-// walkerProc is what the BPF walker (bpf/php.h, to come) needs of one PHP
-// process, as Walk reads it: where executor_globals is and the offsets of
-// its version.
+// walkerProc is php_proc of bpf/php.h (bpf.PhpwalkPhpProc): what the BPF
+// walker needs of one PHP process, as Walk reads it: where executor_globals
+// and execute_ex are (load bias added) and the offsets of its version.
 type walkerProc struct {
 	ExecutorGlobals     uint64
+	ExecuteExStart      uint64
+	ExecuteExEnd        uint64
 	CurrentExecuteData  uint32
 	ExecuteDataOpline   uint32
 	ExecuteDataFunc     uint32
@@ -213,8 +225,14 @@ type walkerProc struct {
 // loaded with bias bias. It reads nothing of the process.
 func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 	l := &in.Layout
+	var exStart, exEnd uint64
+	if in.ExecuteExEnd != 0 {
+		exStart, exEnd = in.ExecuteExStart+bias, in.ExecuteExEnd+bias
+	}
 	return binary.Append(nil, binary.NativeEndian, &walkerProc{
 		ExecutorGlobals:     in.ExecutorGlobals + bias,
+		ExecuteExStart:      exStart,
+		ExecuteExEnd:        exEnd,
 		CurrentExecuteData:  l.CurrentExecuteData,
 		ExecuteDataOpline:   l.ExecuteDataOpline,
 		ExecuteDataFunc:     l.ExecuteDataFunc,

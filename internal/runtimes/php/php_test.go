@@ -262,8 +262,12 @@ func TestDetect(t *testing.T) {
 					require.Equal(t, layouts[v], in.Layout)
 					b, err := in.WalkerProc(nil, 0x1000)
 					require.NoError(t, err)
-					require.Len(t, b, 48)
+					require.Len(t, b, 64)
 					require.Equal(t, in.ExecutorGlobals+0x1000, binary.LittleEndian.Uint64(b))
+					require.NotZero(t, in.ExecuteExStart, "execute_ex")
+					require.Greater(t, in.ExecuteExEnd, in.ExecuteExStart)
+					require.Equal(t, in.ExecuteExStart+0x1000, binary.LittleEndian.Uint64(b[8:]))
+					require.Equal(t, in.ExecuteExEnd+0x1000, binary.LittleEndian.Uint64(b[16:]))
 				}
 				f, err := elf.Open(filepath.Join(p.ExtensionDir, "opcache.so"))
 				require.NoError(t, err)

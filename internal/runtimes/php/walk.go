@@ -46,10 +46,11 @@ const NoPosition = ^uint32(0)
 // frames before it returned.
 //
 // The innermost frame's opline in memory is where its handlers last saved
-// it, often stale (docs/php-layouts.md, "Live results"): the VM keeps the
-// current one in %r15 (x86-64), which the BPF walker can take instead when
-// the sampled pc is the VM's (execute_ex and its helpers; not JIT code,
-// where no opline is current). Walk, reading memory only, cannot.
+// it, often stale (docs/php-layouts.md, "Live results"): the hybrid VM keeps
+// the current one in a register (r15 on x86-64, x28 on arm64), which the
+// BPF walker takes instead when the sampled pc is in execute_ex
+// (Interpreter.ExecuteExStart, ExecuteExEnd; not JIT code, where no opline
+// is current). Walk, reading memory only, cannot.
 func (l *Layout) Walk(mem io.ReaderAt, executorGlobals uint64, max int) ([]WalkedFrame, error) {
 	b, err := runtimes.ReadMem(mem, executorGlobals+uint64(l.CurrentExecuteData), 8)
 	if err != nil {
@@ -99,4 +100,41 @@ func (l *Layout) position(opline, opcodes uint64, last uint32) uint32 {
 		return NoPosition
 	}
 	return uint32(i)
+}
+
+// Frame words as the BPF walker (bpf/php.h) writes them: the
+// zend_function's address in the low 48 bits (arm64's user addresses have
+// them), the position in the next 15 (clamped to wordPositionMax;
+// wordPositionNone: NoPosition), Entry in the top bit.
+const (
+	wordAddrBits     = 48
+	wordPositionNone = 0x7fff
+	wordPositionMax  = 0x7ffe
+	wordEntry        = 1 << 63
+)
+
+// Word is f as the BPF walker writes it.
+func (f WalkedFrame) Word() uint64 {
+	pos := uint64(wordPositionNone)
+	if f.Position != NoPosition {
+		pos = min(uint64(f.Position), wordPositionMax)
+	}
+	w := f.Function&(1<<wordAddrBits-1) | pos<<wordAddrBits
+	if f.Entry {
+		w |= wordEntry
+	}
+	return w
+}
+
+// FrameOfWord decodes a frame word of the BPF walker.
+func FrameOfWord(w uint64) WalkedFrame {
+	f := WalkedFrame{
+		Function: w & (1<<wordAddrBits - 1),
+		Position: uint32((w &^ wordEntry) >> wordAddrBits),
+		Entry:    w&wordEntry != 0,
+	}
+	if f.Position == wordPositionNone {
+		f.Position = NoPosition
+	}
+	return f
 }
