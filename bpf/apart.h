@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The runtimes walked apart from the native walk: interpreters whose frames
- * are read from their own structures, not from the machine stack (CPython).
+ * are read from their own structures, not from the machine stack (CPython,
+ * Ruby, PHP).
  * A sample's thread has its runtime's frames walked once (apart_capture, or
  * apart_walk_current then apart_last_walk) into per-CPU scratch, and stored
  * by content in the stacks map like any stack (apart_store): the key's
@@ -21,21 +22,64 @@
 
 #include "common.h"
 #include "stackstore.h"
+#include "unwind.h"
 #include "cpython.h"
+#include "ruby.h"
+#include "php.h"
+
+/*
+ * The user pc and PHP's VM register (php.h) of the current thread: the
+ * sample's registers uregs when it hit user mode, else those the thread
+ * saved when it entered the kernel. Zeros when unreadable.
+ */
+static __always_inline void apart_regs(const u64 *uregs, u64 *pc, u64 *vm)
+{
+	const u64 *regs = uregs;
+	u64 base;
+
+	*pc = 0;
+	*vm = 0;
+	if (!regs && have_task_pt_regs)
+		regs = (const u64 *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	if (regs) {
+		*pc = regs[UREGS_IP / 8]; /* loads, no helper */
+		*vm = regs[PHP_UREGS_OPLINE / 8];
+		return;
+	}
+	base = saved_user_regs_base((struct task_struct *)bpf_get_current_task());
+	if (!base || bpf_probe_read_kernel(pc, sizeof(*pc), (void *)(base + UREGS_IP)) ||
+	    bpf_probe_read_kernel(vm, sizeof(*vm), (void *)(base + PHP_UREGS_OPLINE)))
+		*pc = *vm = 0;
+}
 
 /*
  * Walks the frames of the runtime process pid runs, if any, for the current
- * thread into frames (*n of them, zero-terminated) and sets *runtime;
- * returns why the walk ended (enum runtime_end), -1 when pid runs none.
+ * thread (user pc pc, PHP's VM register vm) into frames (*n of them,
+ * zero-terminated) and sets *runtime; returns why the walk ended (enum
+ * runtime_end), -1 when pid runs none. One runtime per process: the first
+ * whose map has it.
  */
-static __always_inline int apart_walk(u32 pid, u64 *frames, u32 *n, u32 *runtime)
+static __always_inline int apart_walk(u32 pid, u64 pc, u64 vm, u64 *frames, u32 *n, u32 *runtime)
 {
-	struct python_proc *py = bpf_map_lookup_elem(&python_procs, &pid);
+	struct python_proc *py;
+	struct ruby_proc *rb;
+	struct php_proc *php;
 
 	*n = 0;
+	py = bpf_map_lookup_elem(&python_procs, &pid);
 	if (py) {
 		*runtime = RUNTIME_CPYTHON;
 		return python_walk(py, frames, n);
+	}
+	rb = bpf_map_lookup_elem(&ruby_procs, &pid);
+	if (rb) {
+		*runtime = RUNTIME_RUBY;
+		return ruby_walk(rb, frames, n);
+	}
+	php = bpf_map_lookup_elem(&php_procs, &pid);
+	if (php) {
+		*runtime = RUNTIME_PHP;
+		return php_walk(php, pc, vm, frames, n);
 	}
 	return -1;
 }
@@ -87,10 +131,11 @@ struct {
 
 /*
  * Walks and hashes the runtime frames of the current thread of process pid
- * into this CPU's apart_scratch and apart_results (end -1: pid runs no
- * runtime walked apart). Returns 0.
+ * (user pc pc, PHP's VM register vm: apart_regs) into this CPU's
+ * apart_scratch and apart_results (end -1: pid runs no runtime walked
+ * apart). Returns 0.
  */
-APART_WALK_FUNCTION apart_walk_current(u32 pid)
+APART_WALK_FUNCTION apart_walk_current(u32 pid, u64 pc, u64 vm)
 {
 	struct apart_result *r;
 	u32 zero = 0, n = 0, runtime = RUNTIME_NONE;
@@ -105,7 +150,7 @@ APART_WALK_FUNCTION apart_walk_current(u32 pid)
 	r->runtime = RUNTIME_NONE;
 	if (!frames)
 		return 0;
-	r->end = apart_walk(pid, frames, &n, &runtime);
+	r->end = apart_walk(pid, pc, vm, frames, &n, &runtime);
 	r->runtime = runtime;
 	r->count = n;
 	r->hash = n ? hash_frames(frames, n * sizeof(u64)) : -1;
@@ -136,10 +181,16 @@ static __always_inline void apart_last_walk(struct apart_stack *st)
 		st->frames = bpf_map_lookup_elem(&apart_scratch, &zero);
 }
 
-/* Captures the runtime frames of the current thread of process pid into st. */
+/*
+ * Captures the runtime frames of the current thread of process pid into st,
+ * from the registers it saved entering the kernel.
+ */
 static __always_inline void apart_capture(u32 pid, struct apart_stack *st)
 {
-	apart_walk_current(pid);
+	u64 pc, vm;
+
+	apart_regs(0, &pc, &vm);
+	apart_walk_current(pid, pc, vm);
 	apart_last_walk(st);
 }
 

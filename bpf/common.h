@@ -180,10 +180,12 @@ enum runtime_id {
 	RUNTIME_CPYTHON = 1, /* cpython.h, walked apart */
 	RUNTIME_HOTSPOT = 2, /* hotspot.h, in place */
 	RUNTIME_V8 = 3,	     /* v8.h, in place */
+	RUNTIME_RUBY = 4,    /* ruby.h, walked apart */
+	RUNTIME_PHP = 5,     /* php.h, walked apart */
 };
 
 /* Rows of the per-runtime counters: every id above. */
-#define NR_RUNTIMES 4
+#define NR_RUNTIMES 6
 
 /* Why a walk of a runtime walked apart ended (apart.h; indexes sampler_stats.runtime_ends). */
 enum runtime_end {

@@ -265,8 +265,11 @@ int sample_cpu(struct bpf_perf_event_data *ctx)
 	 */
 	__sync_fetch_and_add(&in->enter, 1);
 	if (sampled(cfg, &key)) {
+		u64 pc, vm;
+
 		/* Once, before either generation's path: finish reads them. */
-		apart_walk_current(key.pid);
+		apart_regs(user_mode_regs((const u64 *)ctx) ? (const u64 *)ctx : 0, &pc, &vm);
+		apart_walk_current(key.pid, pc, vm);
 		thread_ctx_read(key.pid, user_mode_regs((const u64 *)ctx) ? (const u64 *)ctx : 0);
 		if (cfg->generation & 1)
 			record(ctx, 1, &counts_1, &stacks_1, &key);

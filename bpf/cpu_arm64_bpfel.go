@@ -92,6 +92,34 @@ type CpuOpenScope struct {
 	Reserved uint32
 }
 
+type CpuPhpProc struct {
+	_                   structs.HostLayout
+	ExecutorGlobals     uint64
+	ExecuteExStart      uint64
+	ExecuteExEnd        uint64
+	CurrentExecuteData  uint32
+	ExecuteDataOpline   uint32
+	ExecuteDataFunc     uint32
+	ExecuteDataCallInfo uint32
+	ExecuteDataPrev     uint32
+	FunctionType        uint32
+	OpArrayLast         uint32
+	OpArrayOpcodes      uint32
+	OpSize              uint32
+	Reserved            uint32
+}
+
+type CpuPhpWalkState struct {
+	_        structs.HostLayout
+	Ex       uint64
+	Opline   uint64
+	Count    uint32
+	End      int32
+	VmOpline uint8
+	Pad      [7]uint8
+	Ed       [9]uint64
+}
+
 type CpuPythonProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -126,6 +154,31 @@ type CpuRescanWindow struct {
 	Interval uint64
 }
 
+type CpuRubyProc struct {
+	_               structs.HostLayout
+	TlsOffset       uint64
+	TlsModule       uint64
+	EcVmStack       uint32
+	EcVmStackSize   uint32
+	EcCfp           uint32
+	CfpPc           uint32
+	CfpIseq         uint32
+	CfpEp           uint32
+	CfpSize         uint32
+	IseqBody        uint32
+	BodyIseqEncoded uint32
+	TlsStatic       uint8
+	Reserved        [3]uint8
+}
+
+type CpuRubyWalkState struct {
+	_        structs.HostLayout
+	Cfp      uint64
+	StackEnd uint64
+	Count    uint32
+	End      int32
+}
+
 type CpuRuntimeId uint32
 
 const (
@@ -133,6 +186,8 @@ const (
 	CpuRuntimeIdRUNTIME_CPYTHON CpuRuntimeId = 1
 	CpuRuntimeIdRUNTIME_HOTSPOT CpuRuntimeId = 2
 	CpuRuntimeIdRUNTIME_V8      CpuRuntimeId = 3
+	CpuRuntimeIdRUNTIME_RUBY    CpuRuntimeId = 4
+	CpuRuntimeIdRUNTIME_PHP     CpuRuntimeId = 5
 )
 
 type CpuSamplerConfig struct {
@@ -152,9 +207,9 @@ type CpuSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	RuntimeEnds             [4][4]uint64
-	RuntimeFrames           [4]uint64
-	RuntimeStackLost        [4]uint64
+	RuntimeEnds             [6][4]uint64
+	RuntimeFrames           [6]uint64
+	RuntimeStackLost        [6]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -312,10 +367,14 @@ const (
 	CpuMapInflight         = "inflight"
 	CpuMapNewPids          = "new_pids"
 	CpuMapOpenScopes       = "open_scopes"
+	CpuMapPhpProcs         = "php_procs"
+	CpuMapPhpWalks         = "php_walks"
 	CpuMapPythonProcs      = "python_procs"
 	CpuMapPythonThreads    = "python_threads"
 	CpuMapPythonWalks      = "python_walks"
 	CpuMapRescanAfter      = "rescan_after"
+	CpuMapRubyProcs        = "ruby_procs"
+	CpuMapRubyWalks        = "ruby_walks"
 	CpuMapScratch          = "scratch"
 	CpuMapSeenPids         = "seen_pids"
 	CpuMapStacks0          = "stacks_0"
@@ -407,10 +466,14 @@ type CpuMapSpecs struct {
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpWalks         *ebpf.MapSpec `ebpf:"php_walks"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.MapSpec `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.MapSpec `ebpf:"ruby_walks"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -472,10 +535,14 @@ type CpuMaps struct {
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpWalks         *ebpf.Map `ebpf:"php_walks"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.Map `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.Map `ebpf:"ruby_walks"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0          *ebpf.Map `ebpf:"stacks_0"`
@@ -508,10 +575,14 @@ func (m *CpuMaps) Close() error {
 		m.Inflight,
 		m.NewPids,
 		m.OpenScopes,
+		m.PhpProcs,
+		m.PhpWalks,
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,
+		m.RubyProcs,
+		m.RubyWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,

@@ -55,7 +55,7 @@ func TestCpuSpecLayout(t *testing.T) {
 	// and Go label reads by outcome (NR_THREAD_CTX), the attributes
 	// truncated and lost, the Go labels truncated and lost:
 	// internal/stackdrain mirrors it.
-	const runtimes = 4
+	const runtimes = 6
 	if got, want := unsafe.Sizeof(CpuSamplerStats{}), uintptr(2+2*3+1+6+1+runtimes*(4+1+1)+7+1+1+1+1)*8; got != want {
 		t.Errorf("sampler_stats is %d bytes, want %d", got, want)
 	}

@@ -195,9 +195,9 @@ static __always_inline u64 *walk_user_stack(struct task_struct *task, u32 pid, s
  * object makes no tail calls, and the walk inlined in the task work takes
  * more stack than the verifier allows with it.
  */
-__attribute__((noinline)) int apart_walk_global(u32 pid)
+__attribute__((noinline)) int apart_walk_global(u32 pid, u64 pc, u64 vm)
 {
-	return apart_walk_current(pid);
+	return apart_walk_current(pid, pc, vm);
 }
 
 /*
@@ -223,6 +223,7 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 	struct thread_ctx_result *tc;
 	struct apart_stack rs;
 	u32 tid = *(u32 *)key, zero = 0;
+	u64 pc, vm;
 	s32 user_hash;
 	u64 *user;
 	int n; /* int on every kernel: see common.h */
@@ -240,7 +241,8 @@ static int offcpu_user_stack(struct bpf_map *map, void *key, void *value)
 			user = p->user;
 			user_hash = hash_frames(p->user, n);
 		}
-		apart_walk_global(p->pid);
+		apart_regs(0, &pc, &vm); /* the thread is current */
+		apart_walk_global(p->pid, pc, vm);
 		apart_last_walk(&rs);
 		thread_ctx_read_global(p->pid); /* the thread is current */
 		tc = bpf_map_lookup_elem(&thread_ctx_results, &zero);

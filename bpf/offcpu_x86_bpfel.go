@@ -142,6 +142,34 @@ type OffcpuPendingZero struct {
 	Bytes [2064]uint8
 }
 
+type OffcpuPhpProc struct {
+	_                   structs.HostLayout
+	ExecutorGlobals     uint64
+	ExecuteExStart      uint64
+	ExecuteExEnd        uint64
+	CurrentExecuteData  uint32
+	ExecuteDataOpline   uint32
+	ExecuteDataFunc     uint32
+	ExecuteDataCallInfo uint32
+	ExecuteDataPrev     uint32
+	FunctionType        uint32
+	OpArrayLast         uint32
+	OpArrayOpcodes      uint32
+	OpSize              uint32
+	Reserved            uint32
+}
+
+type OffcpuPhpWalkState struct {
+	_        structs.HostLayout
+	Ex       uint64
+	Opline   uint64
+	Count    uint32
+	End      int32
+	VmOpline uint8
+	Pad      [7]uint8
+	Ed       [9]uint64
+}
+
 type OffcpuPythonProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -176,6 +204,31 @@ type OffcpuRescanWindow struct {
 	Interval uint64
 }
 
+type OffcpuRubyProc struct {
+	_               structs.HostLayout
+	TlsOffset       uint64
+	TlsModule       uint64
+	EcVmStack       uint32
+	EcVmStackSize   uint32
+	EcCfp           uint32
+	CfpPc           uint32
+	CfpIseq         uint32
+	CfpEp           uint32
+	CfpSize         uint32
+	IseqBody        uint32
+	BodyIseqEncoded uint32
+	TlsStatic       uint8
+	Reserved        [3]uint8
+}
+
+type OffcpuRubyWalkState struct {
+	_        structs.HostLayout
+	Cfp      uint64
+	StackEnd uint64
+	Count    uint32
+	End      int32
+}
+
 type OffcpuRuntimeId uint32
 
 const (
@@ -183,6 +236,8 @@ const (
 	OffcpuRuntimeIdRUNTIME_CPYTHON OffcpuRuntimeId = 1
 	OffcpuRuntimeIdRUNTIME_HOTSPOT OffcpuRuntimeId = 2
 	OffcpuRuntimeIdRUNTIME_V8      OffcpuRuntimeId = 3
+	OffcpuRuntimeIdRUNTIME_RUBY    OffcpuRuntimeId = 4
+	OffcpuRuntimeIdRUNTIME_PHP     OffcpuRuntimeId = 5
 )
 
 type OffcpuSamplerConfig struct {
@@ -202,9 +257,9 @@ type OffcpuSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	RuntimeEnds             [4][4]uint64
-	RuntimeFrames           [4]uint64
-	RuntimeStackLost        [4]uint64
+	RuntimeEnds             [6][4]uint64
+	RuntimeFrames           [6]uint64
+	RuntimeStackLost        [6]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -334,10 +389,14 @@ const (
 	OffcpuMapNewPids          = "new_pids"
 	OffcpuMapOpenScopes       = "open_scopes"
 	OffcpuMapPending          = "pending"
+	OffcpuMapPhpProcs         = "php_procs"
+	OffcpuMapPhpWalks         = "php_walks"
 	OffcpuMapPythonProcs      = "python_procs"
 	OffcpuMapPythonThreads    = "python_threads"
 	OffcpuMapPythonWalks      = "python_walks"
 	OffcpuMapRescanAfter      = "rescan_after"
+	OffcpuMapRubyProcs        = "ruby_procs"
+	OffcpuMapRubyWalks        = "ruby_walks"
 	OffcpuMapScratch          = "scratch"
 	OffcpuMapSeenPids         = "seen_pids"
 	OffcpuMapStacks0          = "stacks_0"
@@ -433,10 +492,14 @@ type OffcpuMapSpecs struct {
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
 	Pending          *ebpf.MapSpec `ebpf:"pending"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpWalks         *ebpf.MapSpec `ebpf:"php_walks"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.MapSpec `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.MapSpec `ebpf:"ruby_walks"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
 	Stacks0          *ebpf.MapSpec `ebpf:"stacks_0"`
@@ -502,10 +565,14 @@ type OffcpuMaps struct {
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
 	Pending          *ebpf.Map `ebpf:"pending"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpWalks         *ebpf.Map `ebpf:"php_walks"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.Map `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.Map `ebpf:"ruby_walks"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
 	Stacks0          *ebpf.Map `ebpf:"stacks_0"`
@@ -541,10 +608,14 @@ func (m *OffcpuMaps) Close() error {
 		m.NewPids,
 		m.OpenScopes,
 		m.Pending,
+		m.PhpProcs,
+		m.PhpWalks,
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,
+		m.RubyProcs,
+		m.RubyWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Stacks0,

@@ -109,6 +109,34 @@ type OffcpuSwitchoutOpenScope struct {
 	Reserved uint32
 }
 
+type OffcpuSwitchoutPhpProc struct {
+	_                   structs.HostLayout
+	ExecutorGlobals     uint64
+	ExecuteExStart      uint64
+	ExecuteExEnd        uint64
+	CurrentExecuteData  uint32
+	ExecuteDataOpline   uint32
+	ExecuteDataFunc     uint32
+	ExecuteDataCallInfo uint32
+	ExecuteDataPrev     uint32
+	FunctionType        uint32
+	OpArrayLast         uint32
+	OpArrayOpcodes      uint32
+	OpSize              uint32
+	Reserved            uint32
+}
+
+type OffcpuSwitchoutPhpWalkState struct {
+	_        structs.HostLayout
+	Ex       uint64
+	Opline   uint64
+	Count    uint32
+	End      int32
+	VmOpline uint8
+	Pad      [7]uint8
+	Ed       [9]uint64
+}
+
 type OffcpuSwitchoutPythonProc struct {
 	_                  structs.HostLayout
 	Runtime            uint64
@@ -143,6 +171,31 @@ type OffcpuSwitchoutRescanWindow struct {
 	Interval uint64
 }
 
+type OffcpuSwitchoutRubyProc struct {
+	_               structs.HostLayout
+	TlsOffset       uint64
+	TlsModule       uint64
+	EcVmStack       uint32
+	EcVmStackSize   uint32
+	EcCfp           uint32
+	CfpPc           uint32
+	CfpIseq         uint32
+	CfpEp           uint32
+	CfpSize         uint32
+	IseqBody        uint32
+	BodyIseqEncoded uint32
+	TlsStatic       uint8
+	Reserved        [3]uint8
+}
+
+type OffcpuSwitchoutRubyWalkState struct {
+	_        structs.HostLayout
+	Cfp      uint64
+	StackEnd uint64
+	Count    uint32
+	End      int32
+}
+
 type OffcpuSwitchoutRuntimeId uint32
 
 const (
@@ -150,6 +203,8 @@ const (
 	OffcpuSwitchoutRuntimeIdRUNTIME_CPYTHON OffcpuSwitchoutRuntimeId = 1
 	OffcpuSwitchoutRuntimeIdRUNTIME_HOTSPOT OffcpuSwitchoutRuntimeId = 2
 	OffcpuSwitchoutRuntimeIdRUNTIME_V8      OffcpuSwitchoutRuntimeId = 3
+	OffcpuSwitchoutRuntimeIdRUNTIME_RUBY    OffcpuSwitchoutRuntimeId = 4
+	OffcpuSwitchoutRuntimeIdRUNTIME_PHP     OffcpuSwitchoutRuntimeId = 5
 )
 
 type OffcpuSwitchoutSamplerConfig struct {
@@ -169,9 +224,9 @@ type OffcpuSwitchoutSamplerStats struct {
 	NewPidDrops             uint64
 	UnwindEnds              [6]uint64
 	UnwindFrames            uint64
-	RuntimeEnds             [4][4]uint64
-	RuntimeFrames           [4]uint64
-	RuntimeStackLost        [4]uint64
+	RuntimeEnds             [6][4]uint64
+	RuntimeFrames           [6]uint64
+	RuntimeStackLost        [6]uint64
 	ThreadCtx               [7]uint64
 	ThreadCtxAttrsTruncated uint64
 	ThreadCtxAttrsLost      uint64
@@ -321,10 +376,14 @@ const (
 	OffcpuSwitchoutMapInflight          = "inflight"
 	OffcpuSwitchoutMapNewPids           = "new_pids"
 	OffcpuSwitchoutMapOpenScopes        = "open_scopes"
+	OffcpuSwitchoutMapPhpProcs          = "php_procs"
+	OffcpuSwitchoutMapPhpWalks          = "php_walks"
 	OffcpuSwitchoutMapPythonProcs       = "python_procs"
 	OffcpuSwitchoutMapPythonThreads     = "python_threads"
 	OffcpuSwitchoutMapPythonWalks       = "python_walks"
 	OffcpuSwitchoutMapRescanAfter       = "rescan_after"
+	OffcpuSwitchoutMapRubyProcs         = "ruby_procs"
+	OffcpuSwitchoutMapRubyWalks         = "ruby_walks"
 	OffcpuSwitchoutMapScratch           = "scratch"
 	OffcpuSwitchoutMapSeenPids          = "seen_pids"
 	OffcpuSwitchoutMapSleeps            = "sleeps"
@@ -425,10 +484,14 @@ type OffcpuSwitchoutMapSpecs struct {
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
 	NewPids          *ebpf.MapSpec `ebpf:"new_pids"`
 	OpenScopes       *ebpf.MapSpec `ebpf:"open_scopes"`
+	PhpProcs         *ebpf.MapSpec `ebpf:"php_procs"`
+	PhpWalks         *ebpf.MapSpec `ebpf:"php_walks"`
 	PythonProcs      *ebpf.MapSpec `ebpf:"python_procs"`
 	PythonThreads    *ebpf.MapSpec `ebpf:"python_threads"`
 	PythonWalks      *ebpf.MapSpec `ebpf:"python_walks"`
 	RescanAfter      *ebpf.MapSpec `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.MapSpec `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.MapSpec `ebpf:"ruby_walks"`
 	Scratch          *ebpf.MapSpec `ebpf:"scratch"`
 	SeenPids         *ebpf.MapSpec `ebpf:"seen_pids"`
 	Sleeps           *ebpf.MapSpec `ebpf:"sleeps"`
@@ -495,10 +558,14 @@ type OffcpuSwitchoutMaps struct {
 	Inflight         *ebpf.Map `ebpf:"inflight"`
 	NewPids          *ebpf.Map `ebpf:"new_pids"`
 	OpenScopes       *ebpf.Map `ebpf:"open_scopes"`
+	PhpProcs         *ebpf.Map `ebpf:"php_procs"`
+	PhpWalks         *ebpf.Map `ebpf:"php_walks"`
 	PythonProcs      *ebpf.Map `ebpf:"python_procs"`
 	PythonThreads    *ebpf.Map `ebpf:"python_threads"`
 	PythonWalks      *ebpf.Map `ebpf:"python_walks"`
 	RescanAfter      *ebpf.Map `ebpf:"rescan_after"`
+	RubyProcs        *ebpf.Map `ebpf:"ruby_procs"`
+	RubyWalks        *ebpf.Map `ebpf:"ruby_walks"`
 	Scratch          *ebpf.Map `ebpf:"scratch"`
 	SeenPids         *ebpf.Map `ebpf:"seen_pids"`
 	Sleeps           *ebpf.Map `ebpf:"sleeps"`
@@ -535,10 +602,14 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Inflight,
 		m.NewPids,
 		m.OpenScopes,
+		m.PhpProcs,
+		m.PhpWalks,
 		m.PythonProcs,
 		m.PythonThreads,
 		m.PythonWalks,
 		m.RescanAfter,
+		m.RubyProcs,
+		m.RubyWalks,
 		m.Scratch,
 		m.SeenPids,
 		m.Sleeps,

@@ -80,7 +80,7 @@ struct php_walk_state {
 	u64 ex;	    /* the execute_data to read next */
 	u64 opline; /* the innermost frame's, when vm_opline */
 	u32 count;
-	s32 end; /* enum python_end */
+	s32 end; /* enum runtime_end */
 	u8 vm_opline;
 	u8 pad[7]; /* explicit padding */
 	u64 ed[9]; /* 64 + 8 bytes */
@@ -136,7 +136,7 @@ static __always_inline int php_step(const struct php_proc *p, struct php_walk_st
 	u8 type = 0;
 
 	if (!w->ex) {
-		w->end = PY_END_ROOT;
+		w->end = RUNTIME_END_ROOT;
 		return 1;
 	}
 	if (count >= MAX_STACK_DEPTH)
@@ -171,14 +171,14 @@ static __always_inline int php_step(const struct php_proc *p, struct php_walk_st
 	w->count = count + 1;
 	return 0;
 fault:
-	w->end = PY_END_READ_FAULT;
+	w->end = RUNTIME_END_READ_FAULT;
 	return 1;
 }
 
 /*
  * Writes the PHP frames of the current thread of process p to frames
  * (MAX_STACK_DEPTH words, zero-terminated when fewer) and returns why the
- * walk ended (enum python_end); *n is the number written. pc and vm_reg
+ * walk ended (enum runtime_end); *n is the number written. pc and vm_reg
  * are the sampled thread's user pc and opline register.
  */
 static __always_inline int php_walk(const struct php_proc *p, u64 pc, u64 vm_reg, u64 *frames, u32 *n)
@@ -190,13 +190,13 @@ static __always_inline int php_walk(const struct php_proc *p, u64 pc, u64 vm_reg
 	frames[0] = 0;
 	w = bpf_map_lookup_elem(&php_walks, &zero);
 	if (!w)
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	if (php_read(&w->ex, sizeof(w->ex), p->executor_globals + p->current_execute_data))
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	if (!w->ex)
-		return PY_END_NO_THREAD;
+		return RUNTIME_END_NO_THREAD;
 	w->count = 0;
-	w->end = PY_END_DEPTH;
+	w->end = RUNTIME_END_DEPTH;
 	w->opline = vm_reg;
 	w->vm_opline = pc >= p->execute_ex_start && pc < p->execute_ex_end;
 #pragma clang loop unroll(disable)

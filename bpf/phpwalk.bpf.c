@@ -20,7 +20,7 @@ const volatile u32 target_pid = 0;
 /* One walk: the thread, the sample's pc, why the walk ended and its frames. */
 struct php_walk_record {
 	u32 tid;
-	s32 end; /* enum python_end */
+	s32 end; /* enum runtime_end */
 	u32 n;
 	u32 reserved;
 	u64 pc;

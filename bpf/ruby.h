@@ -105,7 +105,7 @@ struct ruby_walk_state {
 	u64 cfp;       /* the next control frame */
 	u64 stack_end; /* vm_stack + vm_stack_size VALUEs */
 	u32 count;
-	s32 end; /* enum python_end */
+	s32 end; /* enum runtime_end */
 };
 
 struct {
@@ -142,7 +142,7 @@ static __always_inline int ruby_step(const struct ruby_proc *p, struct ruby_walk
 	u32 count = w->count;
 
 	if (cfp + p->cfp_size > w->stack_end) {
-		w->end = PY_END_ROOT;
+		w->end = RUNTIME_END_ROOT;
 		return 1;
 	}
 	if (count >= MAX_STACK_DEPTH)
@@ -180,14 +180,14 @@ static __always_inline int ruby_step(const struct ruby_proc *p, struct ruby_walk
 	w->count = count + 1;
 	return 0;
 fault:
-	w->end = PY_END_READ_FAULT;
+	w->end = RUNTIME_END_READ_FAULT;
 	return 1;
 }
 
 /*
  * Writes the Ruby frames of the current thread to frames (zero-terminated
  * when fewer than MAX_STACK_DEPTH) and returns why the walk ended (enum
- * python_end); *n is the number written.
+ * runtime_end); *n is the number written.
  */
 static __always_inline int ruby_walk(const struct ruby_proc *p, u64 *frames, u32 *n)
 {
@@ -198,18 +198,18 @@ static __always_inline int ruby_walk(const struct ruby_proc *p, u64 *frames, u32
 	*n = 0;
 	w = bpf_map_lookup_elem(&ruby_walks, &zero);
 	if (!w)
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	ec = ruby_current_ec(p);
 	if (!ec)
-		return PY_END_NO_THREAD;
+		return RUNTIME_END_NO_THREAD;
 	if (ruby_read(&stack, sizeof(stack), ec + p->ec_vm_stack) ||
 	    ruby_read(&size, sizeof(size), ec + p->ec_vm_stack_size) || ruby_read(&cfp, sizeof(cfp), ec + p->ec_cfp) ||
 	    size > RUBY_MAX_STACK_SIZE || cfp < stack || cfp > stack + size * 8)
-		return PY_END_READ_FAULT;
+		return RUNTIME_END_READ_FAULT;
 	w->cfp = cfp;
 	w->stack_end = stack + size * 8;
 	w->count = 0;
-	w->end = PY_END_DEPTH;
+	w->end = RUNTIME_END_DEPTH;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < RUBY_MAX_CFPS; i++) {
 		if (ruby_step(p, w, frames))

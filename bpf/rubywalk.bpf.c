@@ -8,7 +8,7 @@
  */
 #include "ruby.h"
 
-/* One walk: the thread, why it ended (enum python_end) and its words. */
+/* One walk: the thread, why it ended (enum runtime_end) and its words. */
 struct rubywalk_record {
 	u32 tid;
 	s32 end;

@@ -103,6 +103,7 @@ func TestUnnamedEntryNamed(t *testing.T) {
 			require.Equal(t, []splitPart{{start, end, "vm_exec_core"}}, parts)
 			require.Equal(t, "vm_exec_core", partAt(parts, (start+end)/2))
 			require.Empty(t, partAt(parts, end))
+			require.Equal(t, "vm_exec_core", ef.symbol((start+end)/2), "Ruby is one of all.Runtimes")
 
 			require.False(t, holdsUnnamedEntry([]*runtimes.Runtime{{EntryFunction: "f", Exports: []string{"no_such_export"},
 				EntryRange: ruby.EntryRange}}, src))

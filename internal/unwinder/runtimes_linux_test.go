@@ -49,7 +49,7 @@ func TestRuntimeIDsAgree(t *testing.T) {
 	require.NoError(t, err)
 	var enum *btf.Enum
 	require.NoError(t, spec.Types.TypeByName("runtime_id", &enum))
-	names := map[string]string{"cpython": "CPYTHON", "jvm": "HOTSPOT", "v8js": "V8"}
+	names := map[string]string{"cpython": "CPYTHON", "jvm": "HOTSPOT", "v8js": "V8", "ruby": "RUBY", "php": "PHP"}
 	ids := map[uint8]string{}
 	for _, v := range enum.Values {
 		if v.Value != 0 {

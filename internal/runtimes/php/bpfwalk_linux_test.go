@@ -18,7 +18,7 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// Why a walk ended (enum python_end, bpf/common.h).
+// Why a walk ended (enum runtime_end, bpf/common.h).
 const (
 	endRoot      = 0
 	endNoThread  = 1
@@ -104,7 +104,7 @@ func TestBPFWalkMatchesWalk(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("ends of the walks by enum python_end: %v", ends)
+	t.Logf("ends of the walks by enum runtime_end: %v", ends)
 	for _, end := range []int32{endRoot, endNoThread, endReadFault, endDepth} {
 		require.NotZero(t, ends[end], "no walk ended %d", end)
 	}

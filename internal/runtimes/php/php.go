@@ -27,6 +27,7 @@ import (
 var Runtime = &runtimes.Runtime{
 	Name:          "php",
 	ProcMap:       "php_procs",
+	ID:            5, // capture.Runtime, bpf/common.h RUNTIME_PHP
 	EntryFunction: entryFunction,
 	// php, php-fpm and libphp under any name: extensions resolve the
 	// engine's symbols against them, so they export them.

@@ -138,7 +138,7 @@ func (w *rubyWalker) walkLive(t *testing.T, r testutil.Ruby, in *Interpreter, ex
 			t.Logf("walk %d (end %d): %s", i, walk.End, strings.Join(all, " <- "))
 		}
 		seen = append(seen, strings.Join(chain, " <- "))
-		if walk.End == 0 && matchesChain(chain, lines, "Burner#") { // PY_END_ROOT
+		if walk.End == 0 && matchesChain(chain, lines, "Burner#") { // RUNTIME_END_ROOT
 			good++
 		}
 	}
@@ -217,7 +217,7 @@ const deepWalks = 100
 // TestBPFWalkDeepLive runs testdata/workloads/rubydeep.rb: its main thread
 // spins under a recursion deeper than a walk keeps, its thread "side" under
 // a shallow stack; each is walked from its own ruby_current_ec. The main
-// thread's walks end PY_END_DEPTH with its MAX_STACK_DEPTH innermost frames
+// thread's walks end RUNTIME_END_DEPTH with its MAX_STACK_DEPTH innermost frames
 // (spin, deep where it spins, deep where it recurses); the side thread's
 // reach the root: spin <- side <- block in <main>.
 func TestBPFWalkDeepLive(t *testing.T) {
@@ -256,7 +256,7 @@ func TestBPFWalkDeepLive(t *testing.T) {
 				if i == 0 {
 					t.Logf("main thread, walk 0 (end %d, %d frames): %s ...", walk.End, walk.Count, strings.Join(all[:min(len(all), 4)], " <- "))
 				}
-				ok := walk.End == 3 && walk.Count == uint32(len(walk.Frames)) && len(chain) == len(walk.Frames) && // PY_END_DEPTH
+				ok := walk.End == 3 && walk.Count == uint32(len(walk.Frames)) && len(chain) == len(walk.Frames) && // RUNTIME_END_DEPTH
 					spinAt(chain[0]) && chain[1] == deepSpin
 				for _, c := range chain[min(len(chain), 2):] {
 					ok = ok && c == deepCall

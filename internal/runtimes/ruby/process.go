@@ -21,65 +21,128 @@ type process struct {
 	layout *Layout
 	mem    io.ReaderAt
 	iseqs  map[uint64]cachedIseq
+	// object is rb_cObject's address in the process (3.1 finds the ID
+	// of __classpath__ from it), classpathID that ID once read.
+	object      uint64
+	classpathID uint64
 }
 
-// cachedIseq is an iseq read, its cookie (its type, its body's address
-// and its instructions' address: they change when the memory holds
-// something else)
-// and when the cookie was last seen unchanged.
+// cachedIseq is a frame object read: an iseq, with the class of the
+// method entry it was reached through ("" for an iseq frame's own), or a
+// C function's method entry (iseq nil). Its cookie (the object's type, its
+// body's or definition's address, and the instructions' address: they
+// change when the memory holds something else) was last seen unchanged at
+// checked.
 type cachedIseq struct {
 	iseq    *Iseq
+	class   string
 	cookie  [3]uint64
 	checked time.Time
 }
 
-// Cached names the frame of the iseq at iseq, at position, from the iseq
-// read within recheck.
-func (p *process) Cached(iseq uint64, position uint32, now time.Time) (runtimes.Frame, bool) {
-	c, ok := p.iseqs[iseq]
+// Cached names the frame of the object at object (an iseq or a method
+// entry, Layout.FrameObject), at position, from what was read within
+// recheck.
+func (p *process) Cached(object uint64, position uint32, now time.Time) (runtimes.Frame, bool) {
+	c, ok := p.iseqs[object]
 	if !ok || now.Sub(c.checked) >= recheck {
 		return runtimes.Frame{}, false
 	}
-	return frameOf(c.iseq, position), true
+	return c.frame(position), true
 }
 
-// Read names the frame of the iseq at iseq, at position: the cached iseq
-// while its cookie is unchanged, else the one read now.
-func (p *process) Read(iseq uint64, position uint32, now time.Time) (runtimes.Frame, error) {
-	c, ok := p.iseqs[iseq]
-	cookie, cerr := p.cookie(iseq)
+// Read names the frame of the object at object, at position: the cached
+// one while its cookie is unchanged, else the one read now.
+func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.Frame, error) {
+	c, ok := p.iseqs[object]
+	cookie, cerr := p.cookie(object)
 	if !ok || cerr != nil || cookie != c.cookie {
-		in, err := p.layout.ReadIseq(p.mem, iseq)
-		if err != nil {
-			delete(p.iseqs, iseq)
+		var err error
+		if c, err = p.read(object); err != nil {
+			delete(p.iseqs, object)
 			return runtimes.Frame{}, err
 		}
-		c = cachedIseq{iseq: in, cookie: cookie}
+		c.cookie = cookie
 	}
 	if len(p.iseqs) >= maxIseqs || p.iseqs == nil {
 		p.iseqs = make(map[uint64]cachedIseq)
 	}
 	c.checked = now
-	p.iseqs[iseq] = c
-	return frameOf(c.iseq, position), nil
+	p.iseqs[object] = c
+	return c.frame(position), nil
 }
 
-// cookie reads the iseq's type bits (T_IMEMO, imemo_iseq), body pointer
-// and the body's iseq_encoded.
-func (p *process) cookie(iseq uint64) ([3]uint64, error) {
-	h, err := runtimes.ReadMem(p.mem, iseq, int(p.layout.IseqBody)+8)
+// read reads the frame object at object: an iseq, or a method entry with
+// its owner's path and, for a Ruby method, its iseq.
+func (p *process) read(object uint64) (cachedIseq, error) {
+	l := p.layout
+	kind, err := l.FrameObject(p.mem, object)
+	if err != nil {
+		return cachedIseq{}, err
+	}
+	iseq := object
+	var c cachedIseq
+	if kind == FrameMethodEntry {
+		c.class = p.classOf(object)
+		if iseq, err = l.MethodIseq(p.mem, object); err != nil {
+			// A C function's (or an alias's): named by its class alone.
+			return c, nil
+		}
+	}
+	if c.iseq, err = l.ReadIseq(p.mem, iseq); err != nil {
+		return cachedIseq{}, err
+	}
+	return c, nil
+}
+
+// classOf is the path of the class owning the method entry me, "" when it
+// has none (a singleton's, an anonymous class's) or cannot be read.
+func (p *process) classOf(me uint64) string {
+	l := p.layout
+	if l.ClassPathAt == 0 && p.classpathID == 0 && p.object != 0 {
+		if b, err := runtimes.ReadMem(p.mem, p.object, 8); err == nil {
+			p.classpathID, _ = l.ClasspathID(p.mem, binary.LittleEndian.Uint64(b))
+		}
+	}
+	class, err := l.ClassPath(p.mem, me, p.classpathID)
+	if err != nil {
+		return ""
+	}
+	return class
+}
+
+// cookie reads the object's type bits (T_IMEMO and its imemo type), its
+// second word (an iseq's body, a method entry's owner) and the word that
+// word points to at BodyIseqEncoded (an iseq's instructions).
+func (p *process) cookie(object uint64) ([3]uint64, error) {
+	h, err := runtimes.ReadMem(p.mem, object, int(p.layout.IseqBody)+8)
 	if err != nil {
 		return [3]uint64{}, err
 	}
 	body := binary.LittleEndian.Uint64(h[p.layout.IseqBody:])
-	e, err := runtimes.ReadMem(p.mem, body+uint64(p.layout.BodyIseqEncoded), 8)
-	if err != nil {
-		return [3]uint64{}, err
+	cookie := [3]uint64{binary.LittleEndian.Uint64(h) & (tMask | 0xf<<imemoShift), body}
+	// A method entry's definition may be smaller: its third word is 0.
+	if e, err := runtimes.ReadMem(p.mem, body+uint64(p.layout.BodyIseqEncoded), 8); err == nil {
+		cookie[2] = binary.LittleEndian.Uint64(e)
 	}
-	return [3]uint64{binary.LittleEndian.Uint64(h) & (tMask | 0xf<<imemoShift), body, binary.LittleEndian.Uint64(e)}, nil
+	return cookie, nil
 }
 
-// frameOf is the frame of iseq at position: its label, path and line.
-func frameOf(in *Iseq, position uint32) runtimes.Frame {
-	return runtimes.Frame{Function: in.Label, File: in.Path, Line: int64(in.Line(position))}
+// cFunction names a C function's frame, whose name (an ID) is not read.
+const cFunction = "(C function)"
+
+// frame is the frame of c at position: a method's "Class#label", an iseq
+// frame's label, with path and line; a C function's "Class#(C function)".
+func (c cachedIseq) frame(position uint32) runtimes.Frame {
+	if c.iseq == nil {
+		return runtimes.Frame{Function: methodName(c.class, cFunction)}
+	}
+	return runtimes.Frame{Function: methodName(c.class, c.iseq.Label), File: c.iseq.Path, Line: int64(c.iseq.Line(position))}
+}
+
+func methodName(class, name string) string {
+	if class == "" {
+		return name
+	}
+	return class + "#" + name
 }

@@ -36,11 +36,11 @@ const (
 	symObject        = "rb_cObject"          // VALUE: the class Object
 )
 
-// Runtime is CRuby, as internal/runtimes describes a runtime. It is not in
-// package all yet: the samplers do not run its BPF walker (bpf/ruby.h) yet.
+// Runtime is CRuby, as internal/runtimes describes a runtime.
 var Runtime = &runtimes.Runtime{
 	Name:    "ruby",
 	ProcMap: "ruby_procs",
+	ID:      4, // capture.Runtime, bpf/common.h RUNTIME_RUBY
 	// vm_exec_core runs the frames of one vm_exec call; both are local
 	// symbols, absent from Debian's stripped libruby: EntryRange finds
 	// vm_exec_core's range without them (docs/ruby-layouts.md).
@@ -158,8 +158,12 @@ func (in *Interpreter) RuntimeVersion() string { return in.Version }
 
 // Process returns what names the Ruby frames of one process running the
 // VM, reading its memory mem.
-func (in *Interpreter) Process(mem io.ReaderAt, _ uint64) runtimes.Process {
-	return &process{layout: &in.Layout, mem: mem}
+func (in *Interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
+	p := &process{layout: &in.Layout, mem: mem}
+	if in.Object != 0 {
+		p.object = in.Object + bias
+	}
+	return p
 }
 
 // definedSymbols returns those of names f defines, from .dynsym, or from

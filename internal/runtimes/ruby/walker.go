@@ -128,7 +128,7 @@ func (l *Layout) FrameObject(mem io.ReaderAt, object uint64) (FrameKind, error) 
 			return FrameMethodEntry, nil
 		}
 	}
-	return 0, fmt.Errorf("ruby: frame object %#x is no iseq or method entry (flags %#x)", object, flags)
+	return 0, fmt.Errorf("ruby: frame object %#x is no iseq or method entry (flags %#x): %w", object, flags, ErrNotIseq)
 }
 
 // MethodIseq is the iseq of the Ruby method whose method entry is at me

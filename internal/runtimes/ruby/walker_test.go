@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 )
 
 // walkerProc is bpf.RubywalkRubyProc field by field (name, offset, size),
@@ -177,4 +179,50 @@ func TestMethodIseq(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tc.want, got)
 	}
+}
+
+// A frame word's object may be a method entry (bpf/ruby.h): a Ruby
+// method's is named by its owner's path and its iseq's label and line, a C
+// function's by its owner alone; a method of a class without a path by
+// its label.
+func TestProcessNamesMethodEntries(t *testing.T) {
+	m := fakeMem{}
+	fakeIseq(m, "spin", 0x9000) // the iseq at 0x1000, its String "spin"
+	l := layouts["3.3"]
+	me := func(def, owner uint64) []byte { return words(tImemo|imemoMent<<imemoShift, 0, def, 0, owner) }
+	class := func(typ, path uint64) []byte {
+		c := make([]byte, l.ClassPathAt+8)
+		binary.LittleEndian.PutUint64(c, typ)
+		binary.LittleEndian.PutUint64(c[l.ClassPathAt:], path)
+		return c
+	}
+	m[0x7000] = me(0x7100, 0x7200)
+	m[0x7100] = words(methodTypeIseq, 0x1000)
+	m[0x7200] = class(tClass, 0x3100) // its path: the String "spin" fakeIseq made
+	m[0x7400] = me(0x7500, 0x7200)
+	m[0x7500] = words(1) // VM_METHOD_TYPE_CFUNC
+	m[0x7600] = me(0x7100, 0x7700)
+	m[0x7700] = class(tClass, 8) // nil: no path
+	require.EqualValues(t, 32, l.MethodEntryOwner)
+
+	p := (&Interpreter{Layout: l}).Process(m, 0)
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		object uint64
+		want   runtimes.Frame
+	}{
+		{0x7000, runtimes.Frame{Function: "spin#spin", File: "/app/work.rb", Line: 8}},
+		{0x7400, runtimes.Frame{Function: "spin#(C function)"}},
+		{0x7600, runtimes.Frame{Function: "spin", File: "/app/work.rb", Line: 8}},
+		{0x1000, runtimes.Frame{Function: "spin", File: "/app/work.rb", Line: 8}},
+	} {
+		got, err := p.Read(tc.object, 3, now)
+		require.NoError(t, err, "%#x", tc.object)
+		require.Equal(t, tc.want, got, "%#x", tc.object)
+		cached, ok := p.Cached(tc.object, 3, now)
+		require.True(t, ok)
+		require.Equal(t, tc.want, cached)
+	}
+	_, err := p.Read(0x7100, 3, now) // a definition: no frame object
+	require.ErrorIs(t, err, ErrNotIseq)
 }
