@@ -34,14 +34,18 @@
  */
 static __always_inline void apart_regs(const u64 *uregs, u64 *pc, u64 *vm)
 {
-	const u64 *regs = uregs;
 	u64 base;
 
-	*pc = 0;
-	*vm = 0;
-	if (!regs && have_task_pt_regs)
-		regs = (const u64 *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	if (regs) {
+	/* Apart, not through one pointer: the verifier refuses a load of
+	 * ctx and of a kernel struct by the same instruction. */
+	if (uregs) {
+		*pc = uregs[UREGS_IP / 8];
+		*vm = uregs[PHP_UREGS_OPLINE / 8];
+		return;
+	}
+	if (have_task_pt_regs) {
+		const u64 *regs = (const u64 *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
 		*pc = regs[UREGS_IP / 8]; /* loads, no helper */
 		*vm = regs[PHP_UREGS_OPLINE / 8];
 		return;

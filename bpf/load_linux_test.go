@@ -24,10 +24,11 @@ var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
 
 // TestProgramsLoad loads the collections of the CPU sampler and the off-CPU
 // tracer (the task_work one where the kernel has its kfunc, Linux 6.18) as
-// they are committed, reading open probe scopes (the largest programs), and
-// the probes' (before Linux 5.15, without attach cookies, as
-// internal/probes loads them: the cookie a constant): the verifier of the
-// running kernel accepts every program. Its figure (kernel matrix) is the most instructions the verifier
+// they are committed, reading open probe scopes (the largest programs),
+// with bpf_task_pt_regs where the kernel has it, and the probes' (before
+// Linux 5.15, without attach cookies, as internal/probes loads them: the
+// cookie a constant): the verifier of the running kernel accepts every
+// program. Its figure (kernel matrix) is the most instructions the verifier
 // processed for one program, of its limit of 1M.
 func TestProgramsLoad(t *testing.T) {
 	testutil.RequireBPF(t)
@@ -44,6 +45,13 @@ func TestProgramsLoad(t *testing.T) {
 		}
 		if err := spec.Variables["link_scopes"].Set(uint32(1)); err != nil {
 			t.Fatal(err)
+		}
+		// As internal/unwinder sets it: the code the kernel's helper
+		// enables is verified too.
+		if v := spec.Variables["have_task_pt_regs"]; v != nil && features.HaveProgramHelper(ebpf.PerfEvent, asm.FnTaskPtRegs) == nil {
+			if err := v.Set(uint8(1)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}})
 		if err != nil {

@@ -96,12 +96,16 @@ func StartPython(t testing.TB, in Interpreter, args ...string) *exec.Cmd {
 	return StartReadyWorkload(t, in.Path, append([]string{Workload(t, "pywork.py")}, args...)...)
 }
 
-var lineMarker = regexp.MustCompile(`#\s*line:(\w+)\s*$`)
+var lineMarker = regexp.MustCompile(`(?:#|//)\s*line:(\w+)\s*$`)
 
 // PythonLines returns the lines of pywork.py marked "# line:NAME", by NAME.
-func PythonLines(t testing.TB) map[string]int {
+func PythonLines(t testing.TB) map[string]int { return WorkloadLines(t, "pywork.py") }
+
+// WorkloadLines returns the lines of the workload script name marked
+// "# line:NAME" or "// line:NAME" (at their end), by NAME.
+func WorkloadLines(t testing.TB, name string) map[string]int {
 	t.Helper()
-	b, err := os.ReadFile(Workload(t, "pywork.py"))
+	b, err := os.ReadFile(Workload(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}

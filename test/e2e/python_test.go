@@ -94,7 +94,8 @@ func describeFrames(frames []pdata.NamedFrame) string {
 		if f.Function == "" {
 			fmt.Fprintf(&b, "?%s@%#x", f.Mapping, f.Address)
 		}
-		if f.Type == "cpython" {
+		switch f.Type {
+		case "cpython", "ruby", "php":
 			fmt.Fprintf(&b, ":%d", f.Line)
 		}
 	}

@@ -1,0 +1,194 @@
+//go:build linux
+
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/collector/pdata/pprofile"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
+	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
+)
+
+// interpreted is a process of an interpreter walked apart whose frames of
+// one script the test checks: the chain it must show, leaf first.
+type interpreted struct {
+	name   string
+	pid    int
+	typ    string // profile.frame.type of its frames
+	script string // its frames' file (base name)
+	chain  []pdata.NamedFrame
+}
+
+// share is the share of p's samples whose frames of its type are whole:
+// those of p.script are p.chain in order (the leaf's line any), a native
+// frame is below the outermost and the leaf is the chain's; their number
+// and an example of one that is not.
+func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string) {
+	var all, whole int64
+	example := ""
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), p.pid)) {
+			all += st.Value
+			if p.whole(st.Frames) {
+				whole += st.Value
+			} else if example == "" {
+				example = describeFrames(st.Frames)
+			}
+		}
+	}
+	return ratio(whole, all), all, example
+}
+
+func (p interpreted) whole(frames []pdata.NamedFrame) bool {
+	var mine []pdata.NamedFrame
+	first, last := -1, -1
+	for i, f := range frames {
+		if f.Type != p.typ {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		last = i
+		if filepath.Base(f.File) == p.script {
+			mine = append(mine, f)
+		}
+	}
+	if first < 0 || last == len(frames)-1 || frames[last+1].Type != "native" || len(mine) != len(p.chain) {
+		return false
+	}
+	if frames[first].Function != p.chain[0].Function {
+		return false // the leaf is the script's, not the interpreter's
+	}
+	for i, w := range p.chain {
+		if mine[i].Function != w.Function || (i > 0 && mine[i].Line != w.Line) {
+			return false
+		}
+	}
+	return true
+}
+
+// Ruby and PHP processes started after the collector, with no flag: Ruby
+// 3.1 (with and without YJIT) and 3.3 running rubywork.rb, PHP 8.2 and 8.4
+// (with opcache's tracing JIT and without opcache) running phpwork.php.
+// Their CPU profiles through OTLP have the script's frames, named, in
+// order, with their lines, frame types ruby and php, in place of the
+// interpreter's native frames (a native frame below them) in at least 90%
+// of their samples.
+func TestCollectorRubyAndPHPFrames(t *testing.T) {
+	bin := collectorBinary(t)
+	rubies := testutil.RubyInterpreters(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {executables: ['ruby', 'php']}
+    cpu: {samples_per_second: 99}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, addr))
+	waitReady(t, out)
+
+	rb := testutil.WorkloadLines(t, "rubywork.rb")
+	rubyChain := []pdata.NamedFrame{
+		{Function: "Burner#spin"},
+		{Function: "block in work", Line: int64(rb["work_block"])},
+		{Function: "Burner#work", Line: int64(rb["work_times"])},
+		{Function: "<main>", Line: int64(rb["main"])},
+	}
+	var processes []interpreted
+	for _, r := range rubies {
+		modes := [][]string{nil}
+		if r.Version == "3.1" {
+			modes = append(modes, []string{"--yjit"})
+		}
+		for _, extra := range modes {
+			p := testutil.StartRuby(t, r, extra, "120")
+			processes = append(processes, interpreted{name: strings.TrimSpace(r.Name + " " + strings.Join(extra, " ")),
+				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain})
+		}
+	}
+	ph := testutil.WorkloadLines(t, "phpwork.php")
+	phpChain := []pdata.NamedFrame{
+		{Function: "Spinner::spin"},
+		{Function: "work", Line: int64(ph["work_call"])},
+		{Function: "{main}", Line: int64(ph["main_call"])},
+	}
+	for _, v := range testutil.PHPVersions {
+		p := testutil.DebianPHP(t, v)
+		for _, mode := range []struct {
+			name    string
+			opcache bool
+			jit     string
+		}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}} {
+			cmd := testutil.StartPHP(t, p, p.Args(mode.opcache, mode.jit), "120")
+			processes = append(processes, interpreted{name: "php " + v + " " + mode.name, pid: cmd.Process.Pid,
+				typ: "php", script: "phpwork.php", chain: phpChain})
+		}
+	}
+
+	everyOne := func(received func() []pprofile.Profiles, enough func(share float64, n int64) bool) func() bool {
+		return func() bool {
+			for _, p := range processes {
+				if share, n, _ := p.share(received()); !enough(share, n) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, everyOne(otlp.all, func(share float64, _ int64) bool { return share > 0 }),
+		testutil.Patient(90*time.Second), 200*time.Millisecond, "no samples of some process walked whole: %s", describeShares(processes, otlp.all()))
+	// Leave out the reports up to 4 s after every process was first walked
+	// whole (its tables and runtime loaded).
+	from := latestWindow(otlp.all()).Add(4 * time.Second)
+	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
+	require.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= 200 }),
+		testutil.Patient(90*time.Second), 500*time.Millisecond, "too few samples: %s", describeShares(processes, later()))
+
+	received := later()
+	t.Log(describeShares(processes, received))
+	for _, p := range processes {
+		share, n, example := p.share(received)
+		require.GreaterOrEqual(t, share, 0.90, "%s: %.1f%% of %d samples whole; e.g. %s", p.name, 100*share, n, example)
+	}
+}
+
+// describeShares says, per process, its share of whole samples, and its
+// most frequent stacks.
+func describeShares(processes []interpreted, received []pprofile.Profiles) string {
+	var b strings.Builder
+	for _, p := range processes {
+		share, n, _ := p.share(received)
+		fmt.Fprintf(&b, "\n%s (pid %d): %.1f%% of %d samples whole", p.name, p.pid, 100*share, n)
+		counts := map[string]int64{}
+		for _, pd := range received {
+			for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), p.pid)) {
+				counts[describeFrames(st.Frames)] += st.Value
+			}
+		}
+		stacks := make([]string, 0, len(counts))
+		for s := range counts {
+			stacks = append(stacks, s)
+		}
+		sort.Slice(stacks, func(i, j int) bool { return counts[stacks[i]] > counts[stacks[j]] })
+		for _, s := range stacks[:min(3, len(stacks))] {
+			fmt.Fprintf(&b, "\n  %d: %s", counts[s], s)
+		}
+	}
+	return b.String()
+}
