@@ -109,7 +109,7 @@ func emittedAttributeValues() map[string][]string {
 	for _, f := range capture.AllTableFailures {
 		tableFailures = append(tableFailures, f.Reason())
 	}
-	for _, e := range capture.AllPythonEnds {
+	for _, e := range capture.AllRuntimeEnds {
 		pythonEnds = append(pythonEnds, e.Reason())
 	}
 	return map[string][]string{
@@ -241,7 +241,7 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 // kind.
 func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute.KeyValue, st capture.Stats) {
 	tel := r.telemetry
-	for _, e := range capture.AllPythonEnds {
+	for _, e := range capture.AllRuntimeEnds {
 		if n := st.PythonEnds[e]; n > 0 {
 			tel.BpfprofilerPythonWalks.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrReason, e.Reason())))
 		}
