@@ -96,12 +96,15 @@ func addCounters(st *capture.Stats, c counters) {
 		st.UnwindEnds[i] += c.UnwindEnds[i]
 	}
 	st.UnwindFrames += c.UnwindFrames
-	// CPython's row of the runtimes walked apart (bpf/apart.h).
+	// The rows of the runtimes walked apart (bpf/apart.h).
+	python := runtimeWalks(c, capture.CPython)
 	for i := range st.PythonEnds {
-		st.PythonEnds[i] += c.RuntimeEnds[capture.CPython][i]
+		st.PythonEnds[i] += python.Ends[i]
 	}
-	st.PythonFrames += c.RuntimeFrames[capture.CPython]
-	st.PythonStackLost += c.RuntimeStackLost[capture.CPython]
+	st.PythonFrames += python.Frames
+	st.PythonStackLost += python.StackLost
+	st.RubyWalks = st.RubyWalks.Add(runtimeWalks(c, capture.Ruby))
+	st.PHPWalks = st.PHPWalks.Add(runtimeWalks(c, capture.PHP))
 	// The OTEP's outcomes, then Go labels' (bpf/common.h).
 	otep := len(st.ThreadContexts.Outcomes)
 	for i := range st.ThreadContexts.Outcomes {
@@ -114,6 +117,15 @@ func addCounters(st *capture.Stats, c counters) {
 	st.ThreadContexts.AttrsLost += c.ThreadCtxAttrsLost
 	st.GoLabels.Truncated += c.GoLabelsTruncated
 	st.GoLabels.Lost += c.GoLabelsLost
+}
+
+// runtimeWalks is the row of runtime rt in one CPU's counters.
+func runtimeWalks(c counters, rt capture.Runtime) capture.RuntimeWalks {
+	w := capture.RuntimeWalks{Frames: c.RuntimeFrames[rt], StackLost: c.RuntimeStackLost[rt]}
+	for i := range w.Ends {
+		w.Ends[i] = c.RuntimeEnds[rt][i]
+	}
+	return w
 }
 
 // trimStack copies the frames of a stack-trace map value up to the first

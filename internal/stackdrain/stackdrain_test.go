@@ -144,6 +144,48 @@ func TestCountersAdd(t *testing.T) {
 	}
 }
 
+// Each runtime's row of the walks apart lands in that runtime's counters
+// only, summed over CPUs.
+func TestCountersAddRuntimeRows(t *testing.T) {
+	tests := []struct {
+		runtime capture.Runtime
+		got     func(capture.Stats) capture.RuntimeWalks
+	}{
+		{capture.CPython, func(st capture.Stats) capture.RuntimeWalks {
+			return capture.RuntimeWalks{Ends: st.PythonEnds, Frames: st.PythonFrames, StackLost: st.PythonStackLost}
+		}},
+		{capture.Ruby, func(st capture.Stats) capture.RuntimeWalks { return st.RubyWalks }},
+		{capture.PHP, func(st capture.Stats) capture.RuntimeWalks { return st.PHPWalks }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.runtime.Name(), func(t *testing.T) {
+			var c counters
+			c.RuntimeEnds[tt.runtime] = [4]uint64{5, 1, 2, 3}
+			c.RuntimeFrames[tt.runtime] = 70
+			c.RuntimeStackLost[tt.runtime] = 4
+			var st capture.Stats
+			addCounters(&st, c)
+			addCounters(&st, c)
+			want := capture.RuntimeWalks{Frames: 140, StackLost: 8}
+			want.Ends[capture.RuntimeRoot] = 10
+			want.Ends[capture.RuntimeNoThread] = 2
+			want.Ends[capture.RuntimeReadFault] = 4
+			want.Ends[capture.RuntimeDepth] = 6
+			if got := tt.got(st); got != want {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+			// Nothing of this row lands in another runtime's counters.
+			for _, other := range tests {
+				if other.runtime != tt.runtime {
+					if got := other.got(st); got != (capture.RuntimeWalks{}) {
+						t.Errorf("%s's counters: %+v", other.runtime.Name(), got)
+					}
+				}
+			}
+		})
+	}
+}
+
 func TestQuiescent(t *testing.T) {
 	tests := []struct {
 		name        string

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/runtimes"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -70,4 +71,35 @@ func TestFollowerDefersLoads(t *testing.T) {
 	st = tables.Stats()
 	assert.Equal(t, uint64(3), st.Rescans, "not held back after an exec")
 	assert.Equal(t, uint64(1), st.RescansHeldBack)
+}
+
+// The process gauges of each runtime land in that runtime's field: a
+// process loaded with runtime name counts there and nowhere else.
+func TestFollowerRuntimeProcesses(t *testing.T) {
+	testutil.RequireBPF(t)
+	tables, err := OpenTables(procfs.FS{Root: "/proc"}, 1<<20)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, tables.Close()) })
+	in := make(chan capture.ProcessEvent)
+	f := tables.Follow(in)
+	defer func() { close(in); f.Wait() }()
+	gauges := func(st capture.Stats) map[capture.Runtime]uint64 {
+		return map[capture.Runtime]uint64{capture.CPython: st.PythonProcesses, capture.HotSpot: st.JVMProcesses,
+			capture.V8: st.V8Processes, capture.Ruby: st.RubyProcesses, capture.PHP: st.PHPProcesses}
+	}
+	for _, rt := range []capture.Runtime{capture.CPython, capture.HotSpot, capture.V8, capture.Ruby, capture.PHP} {
+		t.Run(rt.Name(), func(t *testing.T) {
+			const pid = 1 << 30 // no real process: only counted, never loaded
+			l := tables.loader
+			l.mu.Lock()
+			l.procs[pid] = &loadedProcess{runtimes: []*runtimes.Runtime{{Name: rt.Name()}}, versions: []string{""}}
+			l.mu.Unlock()
+			defer func() { l.mu.Lock(); delete(l.procs, pid); l.mu.Unlock() }()
+			var st capture.Stats
+			f.AddStats(&st)
+			want := map[capture.Runtime]uint64{capture.CPython: 0, capture.HotSpot: 0, capture.V8: 0, capture.Ruby: 0, capture.PHP: 0}
+			want[rt] = 1
+			assert.Equal(t, want, gauges(st))
+		})
+	}
 }

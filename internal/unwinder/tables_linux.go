@@ -395,6 +395,8 @@ func (f *Follower) AddStats(st *capture.Stats) {
 	st.PythonVersions = ls.Runtimes[capture.CPython.Name()].Versions
 	st.JVMProcesses = ls.Runtimes[capture.HotSpot.Name()].Processes
 	st.V8Processes = ls.Runtimes[capture.V8.Name()].Processes
+	st.RubyProcesses = ls.Runtimes[capture.Ruby.Name()].Processes
+	st.PHPProcesses = ls.Runtimes[capture.PHP.Name()].Processes
 	st.ThreadContextProcesses = ls.ThreadContexts.Processes
 	st.GoLabelProcesses = ls.GoLabels.Processes
 	t := f.tables

@@ -70,14 +70,15 @@ type profilerReceiver struct {
 	lastDrain uint64
 	// unwindGauges are the unwind table gauges last recorded.
 	unwindGauges struct {
-		tables, bytes, jvm, v8, threadCtx, goLabels uint64
-		python                                      map[string]uint64 // by version
+		tables, bytes, jvm, v8, ruby, php, threadCtx, goLabels uint64
+		python                                                 map[string]uint64 // by version
 	}
 	// pythonUnsymbolized is the symbolizer's count of CPython frames left
-	// without a name, by reason, when last recorded; jvmNamed and v8Named
-	// its counts of Java and JavaScript frames.
-	pythonUnsymbolized map[string]uint64
-	jvmNamed, v8Named  runtimeNamed
+	// without a name, by reason, when last recorded; jvmNamed, v8Named,
+	// rubyNamed and phpNamed its counts of Java, JavaScript, Ruby and PHP
+	// frames.
+	pythonUnsymbolized                     map[string]uint64
+	jvmNamed, v8Named, rubyNamed, phpNamed runtimeNamed
 	// symbolCache are the symbolizer's cache gauges last recorded.
 	symbolCache symbolize.CacheSizes
 	// targetWatch warns once when every target pid has exited.
@@ -329,6 +330,8 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 	r.recordPythonSymbolization(ctx, symStats.RuntimeUnsymbolized[capture.CPython.Name()])
 	r.recordJVMSymbolization(ctx, symStats)
 	r.recordV8Symbolization(ctx, symStats)
+	r.recordRubySymbolization(ctx, symStats)
+	r.recordPHPSymbolization(ctx, symStats)
 	r.recordSymbolCache(ctx, r.symbols.CacheSizes())
 	r.recordProcessReads(ctx)
 	r.recordProcessContexts(ctx)

@@ -89,7 +89,7 @@ const (
 // emittedAttributeValues lists, by metadata.yaml attribute name, every value
 // the code emits.
 func emittedAttributeValues() map[string][]string {
-	var stackReasons, unwindEnds, tableFailures, pythonEnds, sampleOutcomes, threadOutcomes []string
+	var stackReasons, unwindEnds, tableFailures, runtimeEnds, sampleOutcomes, threadOutcomes []string
 	for _, o := range capture.AllThreadContextOutcomes {
 		threadOutcomes = append(threadOutcomes, o.Reason())
 	}
@@ -109,9 +109,10 @@ func emittedAttributeValues() map[string][]string {
 	for _, f := range capture.AllTableFailures {
 		tableFailures = append(tableFailures, f.Reason())
 	}
-	for _, e := range capture.AllPythonEnds {
-		pythonEnds = append(pythonEnds, e.Reason())
+	for _, e := range capture.AllRuntimeEnds {
+		runtimeEnds = append(runtimeEnds, e.Reason())
 	}
+	runtimeUnsymbolized := []string{symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject}
 	return map[string][]string{
 		"kind":                          {kindCPU, kindOffCPU},
 		"mechanism":                     {mechPerfEvent, mechTaskWork, mechSwitchOut},
@@ -122,7 +123,9 @@ func emittedAttributeValues() map[string][]string {
 		"probe_drop_reason":             {dropRingbufFull, dropRateLimited, dropBufferFull, dropRefused, dropAbandoned},
 		"unwind_end":                    unwindEnds,
 		"table_failure":                 tableFailures,
-		"python_end":                    pythonEnds,
+		"python_end":                    runtimeEnds,
+		"ruby_end":                      runtimeEnds,
+		"php_end":                       runtimeEnds,
 		"probe_sample_outcome":          sampleOutcomes,
 		"process_read_outcome":          {readDone, readExited, readDropped},
 		"process_context_outcome":       append([]string{contextRead}, identity.ContextReasons...),
@@ -132,15 +135,11 @@ func emittedAttributeValues() map[string][]string {
 		"go_labels_loss":                {goLabelLossTruncated, goLabelLossUnreadable, goLabelLossUndecodable},
 		"context_source":                {sourceThreadContext, sourceGoLabels},
 		"context_failure":               {failureUnresolved, failureUnsupported, failureFailed, failureNoLabels},
-		"python_unsymbolized_reason": {
-			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
-		},
-		"jvm_unsymbolized_reason": {
-			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
-		},
-		"v8_unsymbolized_reason": {
-			symbolize.RuntimeNoInterpreter, symbolize.RuntimeMemory, symbolize.RuntimeBadObject,
-		},
+		"python_unsymbolized_reason":    runtimeUnsymbolized,
+		"jvm_unsymbolized_reason":       runtimeUnsymbolized,
+		"v8_unsymbolized_reason":        runtimeUnsymbolized,
+		"ruby_unsymbolized_reason":      runtimeUnsymbolized,
+		"php_unsymbolized_reason":       runtimeUnsymbolized,
 	}
 }
 
@@ -175,6 +174,8 @@ func (r *profilerReceiver) recordSourceStats(ctx context.Context, kind report.Ki
 	}
 	r.recordUnwindStats(ctx, k, st)
 	r.recordPythonStats(ctx, k, st)
+	recordRuntimeWalks(ctx, k, st.RubyWalks, tel.BpfprofilerRubyWalks, tel.BpfprofilerRubyWalkFrames, tel.BpfprofilerRubyStacksLost)
+	recordRuntimeWalks(ctx, k, st.PHPWalks, tel.BpfprofilerPhpWalks, tel.BpfprofilerPhpWalkFrames, tel.BpfprofilerPhpStacksLost)
 	r.recordThreadContextStats(ctx, k, st.ThreadContexts)
 	r.recordGoLabelStats(ctx, k, st.GoLabels)
 }
@@ -214,6 +215,9 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 	tel.BpfprofilerV8Processes.Add(ctx, int64(st.V8Processes)-int64(r.unwindGauges.v8))
 	r.unwindGauges.tables, r.unwindGauges.bytes = st.UnwindTables, st.UnwindTableBytes
 	r.unwindGauges.jvm, r.unwindGauges.v8 = st.JVMProcesses, st.V8Processes
+	tel.BpfprofilerRubyProcesses.Add(ctx, int64(st.RubyProcesses)-int64(r.unwindGauges.ruby))
+	tel.BpfprofilerPhpProcesses.Add(ctx, int64(st.PHPProcesses)-int64(r.unwindGauges.php))
+	r.unwindGauges.ruby, r.unwindGauges.php = st.RubyProcesses, st.PHPProcesses
 	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.ThreadContextProcesses)-int64(r.unwindGauges.threadCtx),
 		metric.WithAttributes(attribute.String(attrSource, sourceThreadContext)))
 	tel.BpfprofilerContextProcesses.Add(ctx, int64(st.GoLabelProcesses)-int64(r.unwindGauges.goLabels),
@@ -241,7 +245,7 @@ func (r *profilerReceiver) recordUnwindStats(ctx context.Context, kind attribute
 // kind.
 func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute.KeyValue, st capture.Stats) {
 	tel := r.telemetry
-	for _, e := range capture.AllPythonEnds {
+	for _, e := range capture.AllRuntimeEnds {
 		if n := st.PythonEnds[e]; n > 0 {
 			tel.BpfprofilerPythonWalks.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrReason, e.Reason())))
 		}
@@ -258,6 +262,23 @@ func (r *profilerReceiver) recordPythonStats(ctx context.Context, kind attribute
 	for _, e := range st.PythonUnsupportedErrors {
 		r.settings.Logger.Warn("a CPython interpreter is not walked: its Python frames stay the interpreter's native ones",
 			zap.String("reason", e))
+	}
+}
+
+// recordRuntimeWalks adds the walk counters of one runtime walked apart
+// (Ruby, PHP) of one window of one kind: walks by why they ended, the
+// frames they read and the stacks lost.
+func recordRuntimeWalks(ctx context.Context, kind attribute.KeyValue, w capture.RuntimeWalks, walks, frames, stacksLost metric.Int64Counter) {
+	for _, e := range capture.AllRuntimeEnds {
+		if n := w.Ends[e]; n > 0 {
+			walks.Add(ctx, int64(n), metric.WithAttributes(kind, attribute.String(attrReason, e.Reason())))
+		}
+	}
+	if w.Frames > 0 {
+		frames.Add(ctx, int64(w.Frames), metric.WithAttributes(kind))
+	}
+	if w.StackLost > 0 {
+		stacksLost.Add(ctx, int64(w.StackLost), metric.WithAttributes(kind))
 	}
 }
 
@@ -318,6 +339,18 @@ func (r *profilerReceiver) recordJVMSymbolization(ctx context.Context, st symbol
 // a name since the previous call.
 func (r *profilerReceiver) recordV8Symbolization(ctx context.Context, st symbolize.Stats) {
 	r.v8Named.record(ctx, st, capture.V8.Name(), r.telemetry.BpfprofilerV8Frames, r.telemetry.BpfprofilerV8FramesUnsymbolized)
+}
+
+// recordRubySymbolization adds the Ruby frames named and left without a
+// name since the previous call.
+func (r *profilerReceiver) recordRubySymbolization(ctx context.Context, st symbolize.Stats) {
+	r.rubyNamed.record(ctx, st, capture.Ruby.Name(), r.telemetry.BpfprofilerRubyFrames, r.telemetry.BpfprofilerRubyFramesUnsymbolized)
+}
+
+// recordPHPSymbolization adds the PHP frames named and left without a name
+// since the previous call.
+func (r *profilerReceiver) recordPHPSymbolization(ctx context.Context, st symbolize.Stats) {
+	r.phpNamed.record(ctx, st, capture.PHP.Name(), r.telemetry.BpfprofilerPhpFrames, r.telemetry.BpfprofilerPhpFramesUnsymbolized)
 }
 
 // runtimeNamed is the symbolizer's count of one runtime's frames named and

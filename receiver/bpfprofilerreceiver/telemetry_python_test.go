@@ -28,10 +28,10 @@ func TestPythonTelemetry(t *testing.T) {
 	cpu := capture.Stats{PythonFrames: 70, PythonStackLost: 1, PythonProcesses: 3, PythonUnsupported: 2,
 		PythonUnsupportedErrors: []string{"unsupported CPython 3.16.0: inconsistent _Py_DebugOffsets"},
 		PythonVersions:          map[string]uint64{"3.14": 2, "3.11": 1}}
-	cpu.PythonEnds[capture.PythonRoot] = 5
-	cpu.PythonEnds[capture.PythonNoThread] = 2
+	cpu.PythonEnds[capture.RuntimeRoot] = 5
+	cpu.PythonEnds[capture.RuntimeNoThread] = 2
 	offCPU := capture.Stats{PythonFrames: 9, PythonProcesses: 2, PythonVersions: map[string]uint64{"3.14": 1, "3.16": 1}}
-	offCPU.PythonEnds[capture.PythonRoot] = 3
+	offCPU.PythonEnds[capture.RuntimeRoot] = 3
 	ctx := context.Background()
 	rcv.recordSourceStats(ctx, report.KindCPU, mechPerfEvent, cpu)
 	rcv.recordSourceStats(ctx, report.KindOffCPU, mechTaskWork, offCPU)

@@ -35,6 +35,12 @@ type TelemetryBuilder struct {
 	BpfprofilerJvmFramesUnsymbolized         metric.Int64Counter
 	BpfprofilerJvmProcesses                  metric.Int64UpDownCounter
 	BpfprofilerNewProcessesDropped           metric.Int64Counter
+	BpfprofilerPhpFrames                     metric.Int64Counter
+	BpfprofilerPhpFramesUnsymbolized         metric.Int64Counter
+	BpfprofilerPhpProcesses                  metric.Int64UpDownCounter
+	BpfprofilerPhpStacksLost                 metric.Int64Counter
+	BpfprofilerPhpWalkFrames                 metric.Int64Counter
+	BpfprofilerPhpWalks                      metric.Int64Counter
 	BpfprofilerProbeRecords                  metric.Int64Counter
 	BpfprofilerProbeRecordsDropped           metric.Int64Counter
 	BpfprofilerProbeSamples                  metric.Int64Counter
@@ -49,6 +55,12 @@ type TelemetryBuilder struct {
 	BpfprofilerPythonStacksLost              metric.Int64Counter
 	BpfprofilerPythonWalks                   metric.Int64Counter
 	BpfprofilerReportsFailed                 metric.Int64Counter
+	BpfprofilerRubyFrames                    metric.Int64Counter
+	BpfprofilerRubyFramesUnsymbolized        metric.Int64Counter
+	BpfprofilerRubyProcesses                 metric.Int64UpDownCounter
+	BpfprofilerRubyStacksLost                metric.Int64Counter
+	BpfprofilerRubyWalkFrames                metric.Int64Counter
+	BpfprofilerRubyWalks                     metric.Int64Counter
 	BpfprofilerSamplesLost                   metric.Int64Counter
 	BpfprofilerSamplesRecorded               metric.Int64Counter
 	BpfprofilerStacksLost                    metric.Int64Counter
@@ -153,6 +165,42 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		metric.WithUnit("{process}"),
 	)
 	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_php_frames",
+		metric.WithDescription("PHP frames named (function or Class::method, file and line) from the memory of the PHP processes of bpfprofiler_php_processes. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpFramesUnsymbolized, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_php_frames_unsymbolized",
+		metric.WithDescription("PHP frames left without a function name, by reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_php_processes",
+		metric.WithDescription("PHP processes whose PHP frames the stack walk reads (a supported Zend engine, php, php-fpm or libphp, in their mappings; unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpStacksLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_php_stacks_lost",
+		metric.WithDescription("Walks whose PHP frames were found but not kept (the stack map was full, or, off_cpu on kernels before 6.18, they were evicted before the wait ended); the samples keep their native frames. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpWalkFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_php_walk_frames",
+		metric.WithDescription("PHP frames read by the walks of bpfprofiler_php_walks, by profile kind (bpfprofiler_php_frames counts those named). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerPhpWalks, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_php_walks",
+		metric.WithDescription("Samples (cpu) and recorded waits (off_cpu) of PHP processes whose thread's PHP frames were read, by profile kind and why the walk ended. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
 	builder.BpfprofilerProbeRecords, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_probe_records",
 		metric.WithDescription("Completed probe scopes read from the kernel ring buffer, by probe. [Development]"),
@@ -235,6 +283,42 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_reports_failed",
 		metric.WithDescription("Reports that could not be built or delivered, by signal: profiles (drain, build or the next consumer refused them), logs (a batch of probe records the next consumer refused, or that could not be built), pprof (a file that could not be written). [Development]"),
 		metric.WithUnit("{report}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_ruby_frames",
+		metric.WithDescription("Ruby frames named (Class#method, file and line) from the memory of the Ruby processes of bpfprofiler_ruby_processes. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyFramesUnsymbolized, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_ruby_frames_unsymbolized",
+		metric.WithDescription("Ruby frames left without a method name, by reason. [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyProcesses, err = builder.meter.Int64UpDownCounter(
+		"otelcol_bpfprofiler_ruby_processes",
+		metric.WithDescription("Ruby processes (CRuby) whose Ruby frames the stack walk reads (a supported libruby or ruby binary in their mappings; unwinding::method auto). [Development]"),
+		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyStacksLost, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_ruby_stacks_lost",
+		metric.WithDescription("Walks whose Ruby frames were found but not kept (the stack map was full, or, off_cpu on kernels before 6.18, they were evicted before the wait ended); the samples keep their native frames. [Development]"),
+		metric.WithUnit("{sample}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyWalkFrames, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_ruby_walk_frames",
+		metric.WithDescription("Ruby frames read by the walks of bpfprofiler_ruby_walks, by profile kind (bpfprofiler_ruby_frames counts those named). [Development]"),
+		metric.WithUnit("{frame}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerRubyWalks, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_ruby_walks",
+		metric.WithDescription("Samples (cpu) and recorded waits (off_cpu) of Ruby processes whose thread's Ruby frames were read, by profile kind and why the walk ended. [Development]"),
+		metric.WithUnit("{sample}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerSamplesLost, err = builder.meter.Int64Counter(

@@ -28,6 +28,12 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerJvmFramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerJvmProcesses.Add(context.Background(), 1)
 	tb.BpfprofilerNewProcessesDropped.Add(context.Background(), 1)
+	tb.BpfprofilerPhpFrames.Add(context.Background(), 1)
+	tb.BpfprofilerPhpFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerPhpProcesses.Add(context.Background(), 1)
+	tb.BpfprofilerPhpStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerPhpWalkFrames.Add(context.Background(), 1)
+	tb.BpfprofilerPhpWalks.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecords.Add(context.Background(), 1)
 	tb.BpfprofilerProbeRecordsDropped.Add(context.Background(), 1)
 	tb.BpfprofilerProbeSamples.Add(context.Background(), 1)
@@ -42,6 +48,12 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerPythonStacksLost.Add(context.Background(), 1)
 	tb.BpfprofilerPythonWalks.Add(context.Background(), 1)
 	tb.BpfprofilerReportsFailed.Add(context.Background(), 1)
+	tb.BpfprofilerRubyFrames.Add(context.Background(), 1)
+	tb.BpfprofilerRubyFramesUnsymbolized.Add(context.Background(), 1)
+	tb.BpfprofilerRubyProcesses.Add(context.Background(), 1)
+	tb.BpfprofilerRubyStacksLost.Add(context.Background(), 1)
+	tb.BpfprofilerRubyWalkFrames.Add(context.Background(), 1)
+	tb.BpfprofilerRubyWalks.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesLost.Add(context.Background(), 1)
 	tb.BpfprofilerSamplesRecorded.Add(context.Background(), 1)
 	tb.BpfprofilerStacksLost.Add(context.Background(), 1)
@@ -88,6 +100,24 @@ func TestSetupTelemetry(t *testing.T) {
 	AssertEqualBpfprofilerNewProcessesDropped(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpWalkFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerPhpWalks(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerProbeRecords(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
@@ -128,6 +158,24 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerReportsFailed(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyFramesUnsymbolized(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyStacksLost(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyWalkFrames(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerRubyWalks(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerSamplesLost(t, testTel,
