@@ -100,6 +100,14 @@ struct {
 	__type(value, struct offcpu_sleep);
 } sleeps SEC(".maps");
 
+/* A zeroed sleeps entry to insert: it would take the stack a call leaves. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct offcpu_sleep);
+} fresh_sleeps SEC(".maps");
+
 /* User stacks of sleeping threads, by content (stackstore.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -203,8 +211,8 @@ static __always_inline void capture_thread_ctx(struct offcpu_sleep *s, u32 pid)
 /* prev (current) goes to sleep: remember when, and its user stack. */
 static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *prev, const struct sampler_config *cfg)
 {
-	struct offcpu_sleep *s, fresh = {};
-	u32 host_tid = prev->pid;
+	struct offcpu_sleep *s, *fresh;
+	u32 host_tid = prev->pid, zero = 0;
 	u32 pid, tid;
 
 	/* prev is still current here, so its ids can be translated. */
@@ -212,7 +220,10 @@ static __always_inline void switch_out(void *ctx, u64 now, struct task_struct *p
 		return;
 	s = bpf_map_lookup_elem(&sleeps, &host_tid);
 	if (!s) {
-		if (bpf_map_update_elem(&sleeps, &host_tid, &fresh, BPF_ANY)) {
+		fresh = bpf_map_lookup_elem(&fresh_sleeps, &zero); /* never written: zeros */
+		if (!fresh)
+			return;
+		if (bpf_map_update_elem(&sleeps, &host_tid, fresh, BPF_ANY)) {
 			count_event(STATS_LOST_MAP_FULL); /* sleeps is full */
 			return;
 		}

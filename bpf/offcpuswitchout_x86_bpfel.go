@@ -371,6 +371,7 @@ const (
 	OffcpuSwitchoutMapCounts0           = "counts_0"
 	OffcpuSwitchoutMapCounts1           = "counts_1"
 	OffcpuSwitchoutMapExcludedPids      = "excluded_pids"
+	OffcpuSwitchoutMapFreshSleeps       = "fresh_sleeps"
 	OffcpuSwitchoutMapGoOpenScopes      = "go_open_scopes"
 	OffcpuSwitchoutMapHotspotProcs      = "hotspot_procs"
 	OffcpuSwitchoutMapInflight          = "inflight"
@@ -479,6 +480,7 @@ type OffcpuSwitchoutMapSpecs struct {
 	Counts0          *ebpf.MapSpec `ebpf:"counts_0"`
 	Counts1          *ebpf.MapSpec `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.MapSpec `ebpf:"excluded_pids"`
+	FreshSleeps      *ebpf.MapSpec `ebpf:"fresh_sleeps"`
 	GoOpenScopes     *ebpf.MapSpec `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.MapSpec `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.MapSpec `ebpf:"inflight"`
@@ -553,6 +555,7 @@ type OffcpuSwitchoutMaps struct {
 	Counts0          *ebpf.Map `ebpf:"counts_0"`
 	Counts1          *ebpf.Map `ebpf:"counts_1"`
 	ExcludedPids     *ebpf.Map `ebpf:"excluded_pids"`
+	FreshSleeps      *ebpf.Map `ebpf:"fresh_sleeps"`
 	GoOpenScopes     *ebpf.Map `ebpf:"go_open_scopes"`
 	HotspotProcs     *ebpf.Map `ebpf:"hotspot_procs"`
 	Inflight         *ebpf.Map `ebpf:"inflight"`
@@ -597,6 +600,7 @@ func (m *OffcpuSwitchoutMaps) Close() error {
 		m.Counts0,
 		m.Counts1,
 		m.ExcludedPids,
+		m.FreshSleeps,
 		m.GoOpenScopes,
 		m.HotspotProcs,
 		m.Inflight,

@@ -247,6 +247,19 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 	return fi.in
 }
 
+// entryCode is the entry function of the runtime process p runs whose JIT
+// code the anonymous mapping m holds, code that runs on the entry
+// function's frame (Runtime.EntryCode: PHP's JIT buffer); "" for another
+// mapping.
+func (s *Symbolizer) entryCode(pid uint32, p *process, m procfs.Map) string {
+	for _, rt := range all.Runtimes {
+		if rt.EntryCode != nil && rt.EntryCode(p.maps, m) && s.runtimeProcess(pid, p, rt.Name).frames != nil {
+			return rt.EntryFunction
+		}
+	}
+	return ""
+}
+
 // codeFrames names JIT code at addr (la its lookup address) through the
 // runtimes that name code (HotSpot), when the process runs one and addr is
 // its code: the frames inlined there (innermost first, Inlined) and the

@@ -245,6 +245,10 @@ func (s *Symbolizer) userFrames(out []report.Frame, pid uint32, p *process, idx 
 		return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameNative, Mapping: s.mapping(p, idx, nil)})
 	}
 	if !m.FileBacked() {
+		if name := s.entryCode(pid, p, m); name != "" {
+			s.count(true)
+			return append(out, report.Frame{Address: addr, Function: name, Type: report.FrameJIT, Mapping: s.mapping(p, idx, nil)})
+		}
 		if fs, ok := s.codeFrames(pid, p, addr, la); ok {
 			mapping := s.mapping(p, idx, nil)
 			for i := range fs {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/collector/pdata/pprofile"
 
@@ -151,14 +152,18 @@ service:
 			return true
 		}
 	}
-	require.Eventually(t, everyOne(otlp.all, func(share float64, _ int64) bool { return share > 0 }),
-		testutil.Patient(90*time.Second), 200*time.Millisecond, "no samples of some process walked whole: %s", describeShares(processes, otlp.all()))
+	if !assert.Eventually(t, everyOne(otlp.all, func(share float64, _ int64) bool { return share > 0 }),
+		testutil.Patient(90*time.Second), 200*time.Millisecond) {
+		t.Fatalf("no samples of some process walked whole: %s", describeShares(processes, otlp.all()))
+	}
 	// Leave out the reports up to 4 s after every process was first walked
 	// whole (its tables and runtime loaded).
 	from := latestWindow(otlp.all()).Add(4 * time.Second)
 	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
-	require.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= 200 }),
-		testutil.Patient(90*time.Second), 500*time.Millisecond, "too few samples: %s", describeShares(processes, later()))
+	if !assert.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= 200 }),
+		testutil.Patient(90*time.Second), 500*time.Millisecond) {
+		t.Fatalf("too few samples: %s", describeShares(processes, later()))
+	}
 
 	received := later()
 	t.Log(describeShares(processes, received))

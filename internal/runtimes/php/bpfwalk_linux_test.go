@@ -128,7 +128,7 @@ const (
 func newArena(t *testing.T) *arena {
 	mem, err := unix.Mmap(-1, 0, arenaSize+pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
-	t.Cleanup(func() { unix.Munmap(mem) })
+	t.Cleanup(func() { require.NoError(t, unix.Munmap(mem)) })
 	require.NoError(t, unix.Mprotect(mem[arenaSize:], unix.PROT_NONE))
 	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
 	return &arena{mem: mem, base: base, guard: base + arenaSize}
@@ -257,10 +257,10 @@ func randomChain(rng *rand.Rand, a *arena, l *Layout) *chain {
 		return c
 	}
 
-	switch r := rng.IntN(10); {
-	case r == 0:
+	switch rng.IntN(10) {
+	case 0:
 		c.frames = maxStackDepth - 2 + rng.IntN(5)
-	case r == 1:
+	case 1:
 		c.frames = 140 + rng.IntN(40)
 	default:
 		c.frames = 1 + rng.IntN(12)

@@ -171,6 +171,18 @@ func JITBuffers(maps []procfs.Map) []procfs.Map {
 	return out
 }
 
+// inJITBuffer says whether the mapping m of a process with the mappings
+// maps is (part of) opcache's JIT buffer (JITBuffers): its code runs on
+// execute_ex's frame (JITFrame).
+func inJITBuffer(maps []procfs.Map, m procfs.Map) bool {
+	for _, b := range JITBuffers(maps) {
+		if b.Start <= m.Start && m.End <= b.End {
+			return true
+		}
+	}
+	return false
+}
+
 func shm(m procfs.Map) bool {
 	return m.Path == devZero && len(m.Perms) == 4 && m.Perms[3] == 's'
 }

@@ -117,11 +117,23 @@ func TestJITBuffers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			maps, err := procfs.ParseMaps(strings.NewReader(c.maps))
 			require.NoError(t, err)
-			var got []string
+			var got, entry []string
 			for _, m := range JITBuffers(maps) {
 				got = append(got, fmt.Sprintf("%x-%x", m.Start, m.End))
 			}
 			require.Equal(t, c.want, got)
+			// Runtime.EntryCode: each executable mapping of a buffer
+			// runs on execute_ex's frame, and nothing else does.
+			for _, m := range maps {
+				if Runtime.EntryCode(maps, m) {
+					entry = append(entry, fmt.Sprintf("%x-%x", m.Start, m.End))
+				}
+			}
+			if strings.Contains(c.name, "split") {
+				require.Equal(t, []string{"7f0008000000-7f0009000000", "7f0009000000-7f000c000000"}, entry)
+			} else {
+				require.Equal(t, c.want, entry)
+			}
 		})
 	}
 }

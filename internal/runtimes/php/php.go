@@ -29,6 +29,7 @@ var Runtime = &runtimes.Runtime{
 	ProcMap:       "php_procs",
 	ID:            5, // capture.Runtime, bpf/common.h RUNTIME_PHP
 	EntryFunction: entryFunction,
+	EntryCode:     inJITBuffer,
 	// php, php-fpm and libphp under any name: extensions resolve the
 	// engine's symbols against them, so they export them.
 	Exports: []string{symExecutorGlobals},
