@@ -52,11 +52,11 @@ type Runtime struct {
 	// library: Ruby's vm_exec_core): the symbolizer names that range.
 	EntryRange func(f *elf.File) (start, end uint64, err error)
 	// EntryCode, where set, says whether m, an executable mapping of a
-	// process running the runtime (maps are all of its mappings), holds
-	// JIT code that runs on the entry function's frame, jumped to from it
-	// (PHP's JIT buffer): the symbolizer names a pc there EntryFunction,
-	// so the run of the runtime's frames that code runs takes its place.
-	EntryCode func(maps []procfs.Map, m procfs.Map) bool
+	// process running the runtime, holds JIT code that runs on the entry
+	// function's frame, jumped to from it (PHP's JIT buffer): the
+	// symbolizer names a pc there EntryFunction, so the run of the
+	// runtime's frames that code runs takes its place.
+	EntryCode func(m procfs.Map) bool
 	// Exports are symbols a file holding the runtime defines in its
 	// dynamic symbol table, one at least: a file defining none holds none,
 	// whatever its name or path (a renamed node, a single executable

@@ -253,7 +253,7 @@ func (ef *elfFile) interpreter(rt *runtimes.Runtime) runtimes.Interpreter {
 // mapping.
 func (s *Symbolizer) entryCode(pid uint32, p *process, m procfs.Map) string {
 	for _, rt := range all.Runtimes {
-		if rt.EntryCode != nil && rt.EntryCode(p.maps, m) && s.runtimeProcess(pid, p, rt.Name).frames != nil {
+		if rt.EntryCode != nil && rt.EntryCode(m) && s.runtimeProcess(pid, p, rt.Name).frames != nil {
 			return rt.EntryFunction
 		}
 	}

@@ -171,16 +171,12 @@ func JITBuffers(maps []procfs.Map) []procfs.Map {
 	return out
 }
 
-// inJITBuffer says whether the mapping m of a process with the mappings
-// maps is (part of) opcache's JIT buffer (JITBuffers): its code runs on
-// execute_ex's frame (JITFrame).
-func inJITBuffer(maps []procfs.Map, m procfs.Map) bool {
-	for _, b := range JITBuffers(maps) {
-		if b.Start <= m.Start && m.End <= b.End {
-			return true
-		}
-	}
-	return false
+// inJITBuffer says whether the executable mapping m of a PHP process is
+// (part of) opcache's JIT buffer, from m alone (JITBuffers checks the
+// cache's mapping too): shared anonymous memory past the segment's start.
+// Its code runs on execute_ex's frame (JITFrame).
+func inJITBuffer(m procfs.Map) bool {
+	return shm(m) && m.Executable() && m.Offset != 0
 }
 
 func shm(m procfs.Map) bool {

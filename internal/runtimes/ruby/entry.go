@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
 
 // Relocation types that store load bias + addend at an address.
@@ -53,6 +54,15 @@ func EntryRange(f *elf.File) (start, end uint64, err error) {
 		return 0, 0, fmt.Errorf("%w: no run of %d relative relocations into one function (Ruby %s)", ErrNoEntry, in.Layout.Instructions, in.Version)
 	}
 	return r.Start, r.End, nil
+}
+
+// yjitCode says whether the executable mapping m of a Ruby process holds
+// YJIT's code: private anonymous memory (YJIT maps its code block so; the
+// Ruby of the process is the only JIT there, though a C extension's FFI
+// closures look the same). vm_exec calls it where it would call
+// vm_exec_core: its frame is a run's entry frame (Runtime.EntryCode).
+func yjitCode(m procfs.Map) bool {
+	return m.Executable() && m.Path == "" && m.Inode == 0 && len(m.Perms) == 4 && m.Perms[3] == 'p'
 }
 
 // reloc is a relative relocation: the word at Off is bias + Addend.

@@ -3,11 +3,13 @@ package ruby
 import (
 	"debug/elf"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -114,5 +116,26 @@ func TestHandlerTable(t *testing.T) {
 			require.Equal(t, c.ok, ok)
 			require.Equal(t, c.want, got)
 		})
+	}
+}
+
+// Runtime.EntryCode: YJIT's code is a Ruby process's private anonymous
+// executable memory; files, shared memory and data are not.
+func TestEntryCode(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		want bool
+	}{
+		{"7f0008000000-7f000c000000 r-xp 00000000 00:00 0 ", true},
+		{"7f0008000000-7f000c000000 rwxp 00000000 00:00 0 ", true},
+		{"7f0008000000-7f000c000000 rw-p 00000000 00:00 0 ", false},
+		{"7f0008000000-7f000c000000 r-xs 00000000 00:01 1253 /dev/zero (deleted)", false},
+		{"55f000000000-55f000100000 r-xp 00001000 08:01 42 /usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1.2", false},
+		{"7ffd2d7f1000-7ffd2d7f3000 r-xp 00000000 00:00 0 [vdso]", false},
+	} {
+		maps, err := procfs.ParseMaps(strings.NewReader(c.line + "\n"))
+		require.NoError(t, err)
+		require.Len(t, maps, 1)
+		require.Equal(t, c.want, Runtime.EntryCode(maps[0]), c.line)
 	}
 }

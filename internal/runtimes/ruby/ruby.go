@@ -46,6 +46,7 @@ var Runtime = &runtimes.Runtime{
 	// vm_exec_core's range without them (docs/ruby-layouts.md).
 	EntryFunction: "vm_exec_core",
 	EntryRange:    EntryRange,
+	EntryCode:     yjitCode,
 	Exports:       []string{symVersion},
 	Static:        true,
 	Detect: func(f *elf.File) (runtimes.Interpreter, error) {
