@@ -26,6 +26,8 @@ type interpreted struct {
 	typ    string // profile.frame.type of its frames
 	script string // its frames' file (base name)
 	chain  []pdata.NamedFrame
+	// sampleType is the profile checked: "samples" (CPU) or "off_cpu".
+	sampleType string
 	// nativeCut says the native walk stops at the runtime's JIT code
 	// (PHP 8.2's, whose frame has no unwind row yet): what is below the
 	// chain is not checked.
@@ -41,7 +43,7 @@ func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string
 	var all, whole int64
 	example := ""
 	for _, pd := range received {
-		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), p.pid)) {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, p.sampleType), p.pid)) {
 			all += st.Value
 			if p.whole(st.Frames) {
 				whole += st.Value
@@ -125,7 +127,7 @@ service:
 		for _, extra := range modes {
 			p := testutil.StartRuby(t, r, extra, "120")
 			processes = append(processes, interpreted{name: strings.TrimSpace(r.Name + " " + strings.Join(extra, " ")),
-				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain})
+				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain, sampleType: "samples"})
 		}
 	}
 	ph := testutil.WorkloadLines(t, "phpwork.php")
@@ -143,14 +145,22 @@ service:
 		}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}} {
 			cmd := testutil.StartPHP(t, p, p.Args(mode.opcache, mode.jit), "120")
 			processes = append(processes, interpreted{name: "php " + v + " " + mode.name, pid: cmd.Process.Pid,
-				typ: "php", script: "phpwork.php", chain: phpChain, nativeCut: v == "8.2" && mode.jit != ""})
+				typ: "php", script: "phpwork.php", chain: phpChain, sampleType: "samples", nativeCut: v == "8.2" && mode.jit != ""})
 		}
 	}
 
-	everyOne := func(received func() []pprofile.Profiles, enough func(share float64, n int64) bool) func() bool {
+	requireWhole(t, otlp, processes, 200)
+}
+
+// requireWhole waits for every process's samples (of its sampleType) to
+// include whole ones, then for at least enough in the reports from 4 s
+// after that (the tables and runtime loaded), and requires 90% of those
+// whole.
+func requireWhole(t *testing.T, otlp *otlpProfilesServer, processes []interpreted, enough int64) {
+	everyOne := func(received func() []pprofile.Profiles, ok func(share float64, n int64) bool) func() bool {
 		return func() bool {
 			for _, p := range processes {
-				if share, n, _ := p.share(received()); !enough(share, n) {
+				if share, n, _ := p.share(received()); !ok(share, n) {
 					return false
 				}
 			}
@@ -161,21 +171,71 @@ service:
 		testutil.Patient(90*time.Second), 200*time.Millisecond) {
 		t.Fatalf("no samples of some process walked whole: %s", describeShares(processes, otlp.all()))
 	}
-	// Leave out the reports up to 4 s after every process was first walked
-	// whole (its tables and runtime loaded).
 	from := latestWindow(otlp.all()).Add(4 * time.Second)
 	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
-	if !assert.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= 200 }),
+	if !assert.Eventually(t, everyOne(later, func(_ float64, n int64) bool { return n >= enough }),
 		testutil.Patient(90*time.Second), 500*time.Millisecond) {
 		t.Fatalf("too few samples: %s", describeShares(processes, later()))
 	}
-
 	received := later()
 	t.Log(describeShares(processes, received))
 	for _, p := range processes {
 		share, n, example := p.share(received)
-		require.GreaterOrEqual(t, share, 0.90, "%s: %.1f%% of %d samples whole; e.g. %s", p.name, 100*share, n, example)
+		require.GreaterOrEqual(t, share, 0.90, "%s: %.1f%% of %d whole; e.g. %s", p.name, 100*share, n, example)
 	}
+}
+
+// A Ruby sleep and a PHP usleep, in processes started after the collector
+// (Ruby 3.1 and 3.3, PHP 8.2 and 8.4): their off-CPU profiles through OTLP
+// have the script's frames, nap <- work <- <main> / {main} with their
+// lines, in place of the interpreter's native frames, in at least 90% of
+// the time they waited (at least 2 s of it each).
+func TestCollectorRubyAndPHPOffCPU(t *testing.T) {
+	bin := collectorBinary(t)
+	rubies := testutil.RubyInterpreters(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, fmt.Sprintf(`
+receivers:
+  bpfprofiler:
+    report_interval: 2s
+    targets: {executables: ['ruby', 'php']}
+    cpu: {enabled: false}
+    off_cpu: {enabled: true, min_block: 1ms}
+exporters:
+  otlp_grpc:
+    endpoint: %s
+    tls: {insecure: true}
+service:
+  pipelines:
+    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
+`, addr))
+	waitReady(t, out)
+
+	rb := testutil.WorkloadLines(t, "rubysleep.rb")
+	var processes []interpreted
+	for _, r := range rubies {
+		argv := append(append([]string{}, r.Args...), testutil.Workload(t, "rubysleep.rb"), "120")
+		cmd := testutil.StartReadyWorkload(t, r.Path, argv...)
+		processes = append(processes, interpreted{name: r.Name, pid: cmd.Process.Pid, typ: "ruby", script: "rubysleep.rb",
+			sampleType: "off_cpu", chain: []pdata.NamedFrame{
+				{Function: "Napper#nap"},
+				{Function: "Napper#work", Line: int64(rb["work_call"])},
+				{Function: "<main>", Line: int64(rb["main"])},
+			}})
+	}
+	ph := testutil.WorkloadLines(t, "phpsleep.php")
+	for _, v := range testutil.PHPVersions {
+		p := testutil.DebianPHP(t, v)
+		argv := append(p.Args(false, ""), testutil.Workload(t, "phpsleep.php"), "120")
+		cmd := testutil.StartReadyWorkload(t, p.Path, argv...)
+		processes = append(processes, interpreted{name: "php " + v, pid: cmd.Process.Pid, typ: "php", script: "phpsleep.php",
+			sampleType: "off_cpu", chain: []pdata.NamedFrame{
+				{Function: "nap"},
+				{Function: "work", Line: int64(ph["work_call"])},
+				{Function: "{main}", Line: int64(ph["main_call"])},
+			}})
+	}
+	requireWhole(t, otlp, processes, int64(2*time.Second))
 }
 
 // describeShares says, per process, its share of whole samples, and its
@@ -184,10 +244,10 @@ func describeShares(processes []interpreted, received []pprofile.Profiles) strin
 	var b strings.Builder
 	for _, p := range processes {
 		share, n, _ := p.share(received)
-		fmt.Fprintf(&b, "\n%s (pid %d): %.1f%% of %d samples whole", p.name, p.pid, 100*share, n)
+		fmt.Fprintf(&b, "\n%s (pid %d): %.1f%% of %d (%s) whole", p.name, p.pid, 100*share, n, p.sampleType)
 		counts := map[string]int64{}
 		for _, pd := range received {
-			for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), p.pid)) {
+			for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, p.sampleType), p.pid)) {
 				counts[describeFrames(st.Frames)] += st.Value
 			}
 		}
