@@ -70,7 +70,13 @@ func TestRateLimitedProbe(t *testing.T) {
 	// and is counted so.
 	admitted := records + st.Drops[0].RingBufferFull
 	require.InEpsilon(t, want, float64(admitted), 0.10, "records of the limited probe")
-	require.Less(t, st.Drops[0].RingBufferFull, records/10, "the limited probe's records mostly arrive")
+	// How many of them the reader gets is its speed against the unlimited
+	// probe's flood (under -race on a 2-core machine it falls behind: 86%
+	// of the limited records met a full buffer in one run, bursting as
+	// each second's budget opens): none lost when it kept up with all.
+	if st.Drops[1].RingBufferFull == 0 {
+		require.Zero(t, st.Drops[0].RingBufferFull, "the reader kept up, yet the limited probe lost records")
+	}
 	require.Equal(t, calls-admitted, st.Drops[0].RateLimited, "every call over the limit is counted")
 	// The reader may fall behind the unlimited probe: what it misses is counted.
 	require.Equal(t, calls, uint64(len(c.byProbe(1)))+st.Drops[1].RingBufferFull, "the unlimited probe sees every call")
