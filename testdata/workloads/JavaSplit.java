@@ -1,25 +1,34 @@
 // JavaSplit.java: two Java threads taking turns burning CPU 3:1, thread a
 // in workA, thread b in workB (java JavaSplit.java SECONDS); prints "ready"
-// as main begins.
+// as main begins. Each turn burns a share of the thread's own CPU time, not a
+// count of iterations, so the split holds whichever tier compiled each method
+// and however busy the machine is.
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
 import java.util.concurrent.Semaphore;
 
 public class JavaSplit {
-    static final long N = 1_000_000L;
+    static final long SLICE_NANOS = 1_000_000L;
+    static final ThreadMXBean CPU = ManagementFactory.getThreadMXBean();
     static final Semaphore turnA = new Semaphore(1), turnB = new Semaphore(0);
     static volatile long sink;
 
-    static long workA(long n) {
-        long x = 0;
-        for (long i = 0; i < 3 * n; i++) {
-            x = x * 31 + i;
+    static long workA() {
+        long until = CPU.getCurrentThreadCpuTime() + 3 * SLICE_NANOS, x = 0;
+        while (CPU.getCurrentThreadCpuTime() < until) {
+            for (long i = 0; i < 20_000; i++) {
+                x = x * 31 + i;
+            }
         }
         return x;
     }
 
-    static long workB(long n) {
-        long x = 0;
-        for (long i = 0; i < n; i++) {
-            x = x * 31 + i;
+    static long workB() {
+        long until = CPU.getCurrentThreadCpuTime() + SLICE_NANOS, x = 0;
+        while (CPU.getCurrentThreadCpuTime() < until) {
+            for (long i = 0; i < 20_000; i++) {
+                x = x * 31 + i;
+            }
         }
         return x;
     }
@@ -30,7 +39,7 @@ public class JavaSplit {
             try {
                 while (System.nanoTime() < end) {
                     turnA.acquire();
-                    sink += workA(N);
+                    sink += workA();
                     turnB.release();
                 }
             } catch (InterruptedException e) {
@@ -43,7 +52,7 @@ public class JavaSplit {
             try {
                 while (System.nanoTime() < end) {
                     turnB.acquire();
-                    sink += workB(N);
+                    sink += workB();
                     turnA.release();
                 }
             } catch (InterruptedException e) {
