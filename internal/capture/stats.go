@@ -93,6 +93,7 @@ const (
 	TableTooLarge                       // more rows than the kernel's search covers
 	TableSpaceFull                      // the tables' memory budget (or their slots) used up
 	TableMapFailed                      // the kernel refused to create the table's map
+	TableNoJITRow                       // its runtime's JIT code row could not be made (the code walked with frame pointers)
 	numTableFailures
 )
 
@@ -100,11 +101,11 @@ const (
 type TableFailures [numTableFailures]uint64
 
 // AllTableFailures lists every TableFailure, in order.
-var AllTableFailures = []TableFailure{TableOpenFailed, TableMalformed, TableTooLarge, TableSpaceFull, TableMapFailed}
+var AllTableFailures = []TableFailure{TableOpenFailed, TableMalformed, TableTooLarge, TableSpaceFull, TableMapFailed, TableNoJITRow}
 
 // Reason is the failure's telemetry attribute value.
 func (f TableFailure) Reason() string {
-	return [...]string{"open_failed", "malformed", "too_large", "space_full", "map_failed"}[f]
+	return [...]string{"open_failed", "malformed", "too_large", "space_full", "map_failed", "no_jit_row"}[f]
 }
 
 // UnwindEnd says why a walk of a user stack with unwind tables ended

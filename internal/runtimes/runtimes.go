@@ -13,9 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"time"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
 	"github.com/bpfprofiler/bpfprofiler/internal/elfsym"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 )
@@ -57,6 +59,11 @@ type Runtime struct {
 	// symbolizer names a pc there EntryFunction, so the run of the
 	// runtime's frames that code runs takes its place.
 	EntryCode func(m procfs.Map) bool
+	// JITFrame, where set, returns from f, a file holding the runtime, and
+	// its CFI rows the unwind row of code in EntryCode memory (it runs on
+	// the entry function's frame): the unwinder walks such memory with
+	// that row, placed past the file's own rows in its table.
+	JITFrame func(f *elf.File, rows iter.Seq[cfi.Row]) (cfi.Row, error)
 	// Exports are symbols a file holding the runtime defines in its
 	// dynamic symbol table, one at least: a file defining none holds none,
 	// whatever its name or path (a renamed node, a single executable

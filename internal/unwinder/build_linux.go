@@ -75,6 +75,9 @@ type waiter struct {
 	first, end int
 	bias       uint64
 	key        fileKey
+	// jit is the range of a mapping of the file's runtime's JIT code
+	// (jitrow_linux.go); zero for a mapping of the file.
+	jit [2]uint64
 }
 
 // table returns the table of the file of m, with a reference taken for the
@@ -156,6 +159,9 @@ func (l *Loader) identify(pid uint32, m procfs.Map, rank *int) (*fileTable, file
 	// frame pointers, and its interpreter, thread context and Go labels,
 	// if any, are read already.
 	t := &fileTable{progs: progHeaders(ef), runtime: l.detectRuntime(ef), threadCtx: l.detectThreadCtx(ef), goLabels: l.detectGoLabels(f, ef)}
+	if t.runtime != nil && t.runtime.rt.JITFrame != nil && t.runtime.rt.EntryCode != nil {
+		t.jitPC = jitRowPC(t.progs)
+	}
 	size := cfiSize(ef)
 	pb := &pendingBuild{t: t, f: f, ef: ef, path: m.Path, id: id, large: size >= largeCFI, cost: buildCost(size, *rank)}
 	*rank++
@@ -233,6 +239,8 @@ func (l *Loader) runBuilds(ln lane) {
 		began := time.Now()
 		var rows []bpf.CpuUnwindRow
 		var base uint64
+		var jitErr error
+		jitRow := false
 		err := noPanic(func() (err error) {
 			if ln == largeFiles {
 				// A file of millions of rows (ClickHouse, Chromium) takes
@@ -241,6 +249,10 @@ func (l *Loader) runBuilds(ln lane) {
 				defer lowerGCPercent(largeBuildGCPercent)()
 			}
 			rows, base, err = l.build(pb.ef)
+			if err == nil && len(rows) > 0 && pb.t.jitPC != 0 {
+				rows, jitErr = withJITRow(pb.ef, pb.t.runtime, rows, base, pb.t.jitPC)
+				jitRow = jitErr == nil
+			}
 			return err
 		})
 		pb.f.Close()
@@ -253,7 +265,10 @@ func (l *Loader) runBuilds(ln lane) {
 		case err != nil:
 			err = &Failure{Reason: capture.TableMalformed, Err: err}
 		default:
-			err = l.install(pb, rows, base)
+			err = l.install(pb, rows, base, jitRow)
+			if err == nil && jitErr != nil {
+				err = &Failure{Reason: capture.TableNoJITRow, Err: jitErr}
+			}
 		}
 		if err != nil {
 			l.failed(err, pb.path)
@@ -298,7 +313,7 @@ func (l *Loader) CloseBuilds() {
 // waiting for it at it. A file no process maps any more gets none; one
 // without CFI keeps none (walked with frame pointers), and so does one
 // whose table fails (the error says why).
-func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64) error {
+func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64, jitRow bool) error {
 	t := pb.t
 	if t.refs == 0 {
 		return nil // forgotten while it was built
@@ -323,11 +338,14 @@ func (l *Loader) install(pb *pendingBuild, rows []bpf.CpuUnwindRow, base uint64)
 		l.budget.releaseSlot(slot)
 		return &Failure{Reason: capture.TableMapFailed, Err: err}
 	}
-	t.base, t.slot, t.rows, t.usedAt, t.buildID = base, slot, uint32(len(rows)), time.Now(), pb.id
+	t.base, t.slot, t.rows, t.usedAt, t.buildID, t.jitRow = base, slot, uint32(len(rows)), time.Now(), pb.id, jitRow
 	l.shareByBuildID(t)
 	for _, w := range pb.waiters {
 		if l.procs[w.lp.pid] != w.lp {
 			continue // loaded again, or forgotten
+		}
+		if w.jit != [2]uint64{} && (!t.jitRow || !jitFits(t, w.jit[0], w.jit[1])) {
+			continue // JIT code walked with frame pointers, as loaded
 		}
 		value := bpf.CpuUnwindMapping{Bias: w.bias + t.base, Table: t.slot, Rows: t.rows, Runtime: w.lp.inPlace}
 		for i := w.first; i < w.end; i++ {

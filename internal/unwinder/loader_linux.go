@@ -6,6 +6,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +59,10 @@ type fileTable struct {
 	keys       []fileKey         // the files (device, inode) it serves
 	buildID    string            // GNU build id, "" if the file has none
 	runtime    *fileRuntime      // the interpreter of a runtime in the file, if any
+	// jitPC is the file address of the row of its runtime's JIT code
+	// (jitrow_linux.go), 0: none; jitRow says the table holds it.
+	jitPC  uint64
+	jitRow bool
 	building   *pendingBuild     // its build while queued or running (build_linux.go)
 	threadCtx  *threadctx.Module // the file defines otel_thread_ctx_v1
 	goLabels   *golabels.Binary  // the file is a Go executable
@@ -259,6 +264,11 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 			}
 		}
 	}
+	engine := jitEngine(tables)
+	var engineKey fileKey
+	if engine != nil {
+		engineKey = tableKeys[slices.Index(tables, engine)]
+	}
 	// Every entry goes in now, walked with frame pointers where its
 	// file's table is still to build: the builds are queued (runBuilds).
 	for i, m := range maps {
@@ -269,6 +279,18 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		var file fileKey
 		var waiting *pendingBuild
 		var waitingBias uint64
+		if bias, ok := jitMapping(engine, m); ok && !m.FileBacked() {
+			// The engine's runtime's JIT code: its table's JIT row.
+			switch {
+			case engine.rows > 0 && engine.jitRow && jitFits(engine, m.Start, m.End):
+				value = bpf.CpuUnwindMapping{Bias: bias + engine.base, Table: engine.slot, Rows: engine.rows, Runtime: lp.inPlace}
+				file = engineKey
+			case engine.building != nil:
+				waiting = engine.building
+				waiting.waiters = append(waiting.waiters, waiter{lp: lp, first: len(lp.keys), bias: bias, key: engineKey, jit: [2]uint64{m.Start, m.End}})
+				lp.building++
+			}
+		}
 		if m.FileBacked() {
 			value.Table = 0
 			t, key := tables[i], tableKeys[i]

@@ -28,15 +28,12 @@ type interpreted struct {
 	chain  []pdata.NamedFrame
 	// sampleType is the profile checked: "samples" (CPU) or "off_cpu".
 	sampleType string
-	// nativeCut says the native walk stops at the runtime's JIT code
-	// (PHP 8.2's, whose frame has no unwind row yet): what is below the
-	// chain is not checked.
-	nativeCut bool
 }
 
 // share is the share of p's samples whose frames of its type are whole:
 // those of p.script are p.chain in order (the leaf's line any), a native
-// frame is below the outermost, and those before the chain's leaf are C
+// frame is below the outermost and the stack ends at the main thread's
+// root (_start: the native walk went on through JIT code), and those before the chain's leaf are C
 // functions (no file: Integer#* called by spin under YJIT); their number
 // and an example of one that is not.
 func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string) {
@@ -73,7 +70,7 @@ func (p interpreted) whole(frames []pdata.NamedFrame) bool {
 	if last < 0 || len(mine) != len(p.chain) {
 		return false
 	}
-	if !p.nativeCut && (last == len(frames)-1 || frames[last+1].Type != "native") {
+	if last == len(frames)-1 || frames[last+1].Type != "native" || frames[len(frames)-1].Function != "_start" {
 		return false
 	}
 	for i, w := range p.chain {
@@ -145,7 +142,7 @@ service:
 		}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}} {
 			cmd := testutil.StartPHP(t, p, p.Args(mode.opcache, mode.jit), "120")
 			processes = append(processes, interpreted{name: "php " + v + " " + mode.name, pid: cmd.Process.Pid,
-				typ: "php", script: "phpwork.php", chain: phpChain, sampleType: "samples", nativeCut: v == "8.2" && mode.jit != ""})
+				typ: "php", script: "phpwork.php", chain: phpChain, sampleType: "samples"})
 		}
 	}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"sort"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/cfi"
@@ -13,7 +14,8 @@ import (
 )
 
 // JITFrame returns how the native walker unwinds a pc in opcache's JIT
-// buffer, for the engine file f (php, php-fpm, libphp): the CFI row of
+// buffer, for the engine file f (php, php-fpm, libphp) and its CFI rows
+// (cfi.BuildRows of f, by PC): the CFI row of
 // execute_ex's body, the row covering most of execute_ex's bytes (its
 // PC is execute_ex's first pc under that rule), on arm64 made relative to
 // x29 (see below).
@@ -29,7 +31,7 @@ import (
 // interruptions in JIT code of 8.2 and 8.4, jit=function and tracing).
 // A pc in a helper called from JIT code unwinds through the helper's own
 // CFI to a return address in the JIT buffer, then through this row.
-func JITFrame(f *elf.File) (cfi.Row, error) {
+func JITFrame(f *elf.File, rows iter.Seq[cfi.Row]) (cfi.Row, error) {
 	syms, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: []string{entryFunction}})
 	if err != nil {
 		return cfi.Row{}, fmt.Errorf("PHP JIT frame: %w", err)
@@ -43,11 +45,7 @@ func JITFrame(f *elf.File) (cfi.Row, error) {
 	if hi == 0 {
 		return cfi.Row{}, fmt.Errorf("PHP JIT frame: no %s with a size", entryFunction)
 	}
-	rows, err := cfi.BuildRows(f)
-	if err != nil {
-		return cfi.Row{}, fmt.Errorf("PHP JIT frame: %w", err)
-	}
-	row, err := bodyRow(rows.All(), lo, hi)
+	row, err := bodyRow(rows, lo, hi)
 	if err != nil || f.Machine != elf.EM_AARCH64 || row.CFAReg == cfi.RegFP {
 		return row, err
 	}

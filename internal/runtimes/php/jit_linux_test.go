@@ -103,7 +103,7 @@ func TestJITFrameLive(t *testing.T) {
 // jitRowAndCaller returns f's JITFrame and its zend_execute (execute_ex's
 // caller in the CLI).
 func jitRowAndCaller(t *testing.T, f *elf.File) (cfi.Row, elfsym.Symbol) {
-	row, err := JITFrame(f)
+	row, err := jitFrameOf(f)
 	require.NoError(t, err)
 	t.Logf("JIT row: %+v", row)
 	zx, err := elfsym.Lookup(f, elf.SHT_DYNSYM, elfsym.Match{Names: []string{"zend_execute"}})

@@ -43,7 +43,7 @@ func TestJITFrame(t *testing.T) {
 				f, err := elf.Open(path)
 				require.NoError(t, err)
 				defer f.Close()
-				row, err := JITFrame(f)
+				row, err := jitFrameOf(f)
 				require.NoError(t, err, path)
 				require.NotZero(t, row.PC)
 				row.PC = 0
@@ -51,6 +51,15 @@ func TestJITFrame(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jitFrameOf is JITFrame of f with its rows.
+func jitFrameOf(f *elf.File) (cfi.Row, error) {
+	rows, err := cfi.BuildRows(f)
+	if err != nil {
+		return cfi.Row{}, err
+	}
+	return JITFrame(f, rows.All())
 }
 
 // TestBodyRow picks the rule covering most of a function's bytes.

@@ -30,6 +30,7 @@ var Runtime = &runtimes.Runtime{
 	ID:            5, // capture.Runtime, bpf/common.h RUNTIME_PHP
 	EntryFunction: entryFunction,
 	EntryCode:     inJITBuffer,
+	JITFrame:      JITFrame,
 	// php, php-fpm and libphp under any name: extensions resolve the
 	// engine's symbols against them, so they export them.
 	Exports: []string{symExecutorGlobals},
