@@ -55,17 +55,17 @@ type fileTable struct {
 	slot, rows uint32
 	base       uint64 // the file virtual address of row pc 0
 	progs      []elf.ProgHeader
-	refs       int               // (process, file) pairs using it
-	keys       []fileKey         // the files (device, inode) it serves
-	buildID    string            // GNU build id, "" if the file has none
-	runtime    *fileRuntime      // the interpreter of a runtime in the file, if any
+	refs       int          // (process, file) pairs using it
+	keys       []fileKey    // the files (device, inode) it serves
+	buildID    string       // GNU build id, "" if the file has none
+	runtime    *fileRuntime // the interpreter of a runtime in the file, if any
 	// jitPC is the file address of the row of its runtime's JIT code
 	// (jitrow_linux.go), 0: none; jitRow says the table holds it.
-	jitPC  uint64
-	jitRow bool
-	building   *pendingBuild     // its build while queued or running (build_linux.go)
-	threadCtx  *threadctx.Module // the file defines otel_thread_ctx_v1
-	goLabels   *golabels.Binary  // the file is a Go executable
+	jitPC     uint64
+	jitRow    bool
+	building  *pendingBuild     // its build while queued or running (build_linux.go)
+	threadCtx *threadctx.Module // the file defines otel_thread_ctx_v1
+	goLabels  *golabels.Binary  // the file is a Go executable
 	// idleSince is when its last process was forgotten (zero: in use);
 	// stamps tell its files from later files with their device and inode.
 	idleSince time.Time
