@@ -80,6 +80,25 @@ func jitMapping(e *fileTable, m procfs.Map) (uint64, bool) {
 	return m.Start - e.jitPC, true
 }
 
+// jitCode returns the entry of m, an anonymous executable mapping of lp
+// (value as it is), and its file: the engine's table's JIT row where m
+// holds the engine's runtime's JIT code and the row is there; the build
+// m waits for where the table is still to build.
+func (l *Loader) jitCode(lp *loadedProcess, engine *fileTable, engineKey fileKey, m procfs.Map, value bpf.CpuUnwindMapping) (bpf.CpuUnwindMapping, fileKey, *pendingBuild) {
+	bias, ok := jitMapping(engine, m)
+	switch {
+	case !ok:
+	case engine.rows > 0 && engine.jitRow && jitFits(engine, m.Start, m.End):
+		return bpf.CpuUnwindMapping{Bias: bias + engine.base, Table: engine.slot, Rows: engine.rows, Runtime: lp.inPlace}, engineKey, nil
+	case engine.building != nil:
+		w := engine.building
+		w.waiters = append(w.waiters, waiter{lp: lp, first: len(lp.keys), bias: bias, key: engineKey, jit: [2]uint64{m.Start, m.End}})
+		lp.building++
+		return value, fileKey{}, w
+	}
+	return value, fileKey{}, nil
+}
+
 // jitFits says whether every pc of [start, end) is a table pc of t's JIT
 // row: within the 32 bits of a row's pc.
 func jitFits(t *fileTable, start, end uint64) bool {

@@ -279,17 +279,8 @@ func (l *Loader) load(pid uint32, start uint64, maps []procfs.Map) error {
 		var file fileKey
 		var waiting *pendingBuild
 		var waitingBias uint64
-		if bias, ok := jitMapping(engine, m); ok && !m.FileBacked() {
-			// The engine's runtime's JIT code: its table's JIT row.
-			switch {
-			case engine.rows > 0 && engine.jitRow && jitFits(engine, m.Start, m.End):
-				value = bpf.CpuUnwindMapping{Bias: bias + engine.base, Table: engine.slot, Rows: engine.rows, Runtime: lp.inPlace}
-				file = engineKey
-			case engine.building != nil:
-				waiting = engine.building
-				waiting.waiters = append(waiting.waiters, waiter{lp: lp, first: len(lp.keys), bias: bias, key: engineKey, jit: [2]uint64{m.Start, m.End}})
-				lp.building++
-			}
+		if !m.FileBacked() {
+			value, file, waiting = l.jitCode(lp, engine, engineKey, m, value)
 		}
 		if m.FileBacked() {
 			value.Table = 0
