@@ -35,6 +35,12 @@ var phpSuite = map[string]struct {
 		"libsodium26", "libpcre2-8-0", "libargon2-1", "libxml2-16", "libgcc-s1"}},
 }
 
+// PHPFromBookworm says whether PHP version comes from bookworm, the
+// machine's own suite, and links its libraries.
+func PHPFromBookworm(version string) bool {
+	return phpSuite[version].suite.name == Bookworm.name
+}
+
 // DebianPHP returns Debian's php<version> CLI ("8.2" bookworm's, "8.4"
 // sid's): its packages (php<version>-cli, -common, -opcache, -fpm)
 // unpacked under DebianCacheEnv, a sid program pointed at sid's glibc as

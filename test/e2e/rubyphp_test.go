@@ -5,6 +5,7 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -118,7 +119,7 @@ service:
 	var processes []interpreted
 	for _, r := range rubies {
 		modes := [][]string{nil}
-		if r.Version == "3.1" {
+		if r.Version == "3.1" && runtime.GOARCH == "amd64" { // 3.1's YJIT is x86-64's only
 			modes = append(modes, []string{"--yjit"})
 		}
 		for _, extra := range modes {

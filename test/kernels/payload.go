@@ -62,6 +62,7 @@ var checks = []check{
 	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
 	{"java", "e2e.test", "TestCollectorJavaFrames", nil},
 	{"node", "e2e.test", "TestCollectorNodeFrames", nil},
+	{"ruby, php", "e2e.test", "TestCollectorRubyAndPHPFrames", nil},
 	// Last: it raises the guest's lockdown for good.
 	{"lockdown", "e2e.test", "TestCollectorUnderLockdown", nil},
 }
@@ -75,7 +76,8 @@ var guestOnly = map[string]bool{"TestCollectorUnderLockdown": true}
 // the 5 minutes (times the architecture's patience) every other has: the
 // Go labels check may wait 2 minutes for the collector and then up to
 // 220 s for its samples, under emulation beside four CPU-bound workloads.
-var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8, "TestCollectorJavaFrames": 8, "TestCollectorNodeFrames": 8}
+var checkMinutes = map[string]int{"TestCollectorCarriesGoLabels": 8, "TestCollectorJavaFrames": 8, "TestCollectorNodeFrames": 8,
+	"TestCollectorRubyAndPHPFrames": 8}
 
 // minutes is c's go test timeout, before patience.
 func (c check) minutes() int {
@@ -235,7 +237,11 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 	if err != nil {
 		return nil, fmt.Errorf("copy node %d: %w", guestNodeMajor, err)
 	}
-	if err := copyLibraries(ctx, root, u, slices.Concat(bins, python, java, node)); err != nil {
+	rubyPHP, err := copyRubyAndPHP(root, a)
+	if err != nil {
+		return nil, err
+	}
+	if err := copyLibraries(ctx, root, u, slices.Concat(bins, python, java, node, rubyPHP)); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(root, "init"), []byte(initScript(a, checksOn(a.name, false), sid)), 0o755); err != nil {
@@ -328,30 +334,7 @@ func copySidPython(root string, a *arch) (testutil.Interpreter, error) {
 	if err != nil {
 		return in, err
 	}
-	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(root, path)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(dst, 0o755)
-		case d.Type()&os.ModeSymlink != 0:
-			target, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, dst)
-		case d.Type().IsRegular():
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			return copyFile(path, dst, info.Mode().Perm())
-		}
-		return nil
-	})
-	return in, err
+	return in, copyTree(root, dir, nil)
 }
 
 // copyLibraries copies the shared libraries (and the dynamic loader) that

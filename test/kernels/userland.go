@@ -31,6 +31,8 @@ var debianUserland = []string{
 	"python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "zlib1g", "libexpat1",
 	// The java check's JVM, and the C++ runtime it and node link.
 	"openjdk-17-jre-headless", "libstdc++6", "libgcc-s1",
+	// What bookworm's Ruby 3.1 and PHP 8.2 link (the ruby check's).
+	"libgmp10", "libcrypt1", "libxml2", "libicu72", "liblzma5", "libssl3", "libpcre2-8-0", "libsodium23", "libargon2-1",
 }
 
 // unpackUserland downloads debianUserland for a through the matrix's apt
@@ -133,8 +135,9 @@ func (u userland) elfLibraries(bins []string) ([]string, error) {
 }
 
 // elfDependencies returns the loader and the system libraries an ELF
-// file names: not those its RUNPATH finds beside it ($ORIGIN), which come
-// with the file's own package (the JDK's libjli.so and libjvm.so).
+// file names: not those its RUNPATH finds beside it ($ORIGIN) or in a
+// directory it names, which come with the file's own package (the JDK's
+// libjli.so and libjvm.so, Ruby's libruby).
 func elfDependencies(path string) (interp string, needed []string, err error) {
 	f, err := elf.Open(path)
 	if err != nil {
@@ -161,6 +164,8 @@ func elfDependencies(path string) (interp string, needed []string, err error) {
 			for _, d := range strings.Split(p, ":") {
 				if rest, ok := strings.CutPrefix(d, "$ORIGIN"); ok {
 					origins = append(origins, filepath.Join(filepath.Dir(path), rest))
+				} else if filepath.IsAbs(d) {
+					origins = append(origins, d) // a program pointed at its own libraries (testutil.RubyOf)
 				}
 			}
 		}
