@@ -86,6 +86,10 @@ type Interpreter struct {
 	// finds the ID of __classpath__ (Layout.ClasspathID); 0 if not
 	// exported.
 	Object uint64
+	// Symbols is the address of ruby_global_symbols, the symbol table
+	// that names IDs (SymbolsAddress); 0 if not found: C functions are
+	// then not named.
+	Symbols uint64
 }
 
 // Detect finds the Ruby VM in f: ErrNotRuby when f has no ruby_version, an
@@ -121,6 +125,9 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	}
 	if t, err := ECTLSOffset(f); err == nil {
 		in.ECTLS = t
+	}
+	if s, err := SymbolsAddress(f); err == nil {
+		in.Symbols = s
 	}
 	return in, nil
 }
@@ -163,6 +170,9 @@ func (in *Interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
 	p := &process{layout: &in.Layout, mem: mem}
 	if in.Object != 0 {
 		p.object = in.Object + bias
+	}
+	if in.Symbols != 0 {
+		p.symbols = in.Symbols + bias
 	}
 	return p
 }
