@@ -120,7 +120,7 @@ service:
 	rb := testutil.WorkloadLines(t, "rubywork.rb")
 	rubyChain := []pdata.NamedFrame{
 		{Function: "Burner#spin"},
-		{Function: "block in work", Line: int64(rb["work_block"])},
+		{Function: "block in Burner#work", Line: int64(rb["work_block"])},
 		{Function: "Burner#work", Line: int64(rb["work_times"])},
 		{Function: "<main>", Line: int64(rb["main"])},
 	}

@@ -38,6 +38,7 @@ type Layout struct {
 	BodyInsnsInfo      uint32 // insns_info.body (struct iseq_insn_info_entry*)
 	BodyInsnsInfoSize  uint32 // insns_info.size (unsigned int)
 	BodyInsnsSuccTable uint32 // insns_info.succ_index_table (struct succ_index_table*)
+	BodyLocalIseq      uint32 // local_iseq (rb_iseq_t*): a block's method (or top) iseq
 	InsnInfoSize       uint32 // sizeof(struct iseq_insn_info_entry); line_no (int) is its first field
 
 	// Strings: struct RString.
@@ -124,7 +125,7 @@ var layouts = map[string]Layout{
 		CFPPC: 0, CFPIseq: 16, CFPEP: 32, CFPJITReturn: 56, CFPSize: 64,
 		IseqBody: 16, BodyIseqSize: 4, BodyIseqEncoded: 8,
 		BodyPath: 64, BodyLabel: 80, BodyFirstLine: 88, FirstLineFixnum: true,
-		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, InsnInfoSize: 12,
+		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, BodyLocalIseq: 176, InsnInfoSize: 12,
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
 		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, MethodDefOriginalID: 32, ClassExt: 24, ClassExtIvTbl: 8,
@@ -136,7 +137,7 @@ var layouts = map[string]Layout{
 		CFPPC: 0, CFPIseq: 16, CFPEP: 32, CFPJITReturn: 48, CFPSize: 56,
 		IseqBody: 16, BodyIseqSize: 4, BodyIseqEncoded: 8,
 		BodyPath: 64, BodyLabel: 80, BodyFirstLine: 88,
-		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, InsnInfoSize: 12,
+		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, BodyLocalIseq: 168, InsnInfoSize: 12,
 		StringLenInHeader: true, StringLen: 16, StringPtr: 24, StringEmbed: 24,
 		ArrayEmbedMask: 0x3f8000, ArrayHeapPtr: 32,
 		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, MethodDefOriginalID: 32, ClassPathAt: 152, ClassAttachedAt: 128,

@@ -23,7 +23,7 @@ import (
 // methods by the class or module they belong to (Tally.add_up of a
 // module_function, Burner.helper of a def self.helper).
 func TestNamesLive(t *testing.T) {
-	want := []string{"block in add_up", "Array#each", "Tally.add_up", "block in helper", "Integer#times", "Burner.helper", "<main>"}
+	want := []string{"block in Tally.add_up", "Array#each", "Tally.add_up", "block in Burner.helper", "Integer#times", "Burner.helper", "<main>"}
 	for _, r := range testutil.RubyInterpreters(t) {
 		t.Run(r.Name, func(t *testing.T) {
 			f, err := elf.Open(r.Lib)

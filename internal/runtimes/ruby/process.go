@@ -32,13 +32,17 @@ type process struct {
 	symbols    uint64
 	names      map[uint64]string
 	attachedID uint64
+	// owners are the classes of the method iseqs read through method
+	// entries, which name their blocks (blocks.go).
+	owners map[uint64]owner
 }
 
 // cachedIseq is a frame object read: an iseq, with the class of the
 // method entry it was reached through ("" for an iseq frame's own), or a
 // C function's method entry (iseq nil) with its method's name ("" when
 // not read). singleton says the class is the one a singleton class is
-// attached to (its method is named "Class.method"). Its cookie (the object's type, its
+// attached to (its method is named "Class.method"). local is a block's
+// method iseq (body.local_iseq), 0 for other iseqs. Its cookie (the object's type, its
 // body's or definition's address, and the instructions' address: they
 // change when the memory holds something else) was last seen unchanged at
 // checked.
@@ -47,6 +51,7 @@ type cachedIseq struct {
 	class     string
 	method    string
 	singleton bool
+	local     uint64
 	cookie    [3]uint64
 	checked   time.Time
 }
@@ -59,7 +64,7 @@ func (p *process) Cached(object uint64, position uint32, now time.Time) (runtime
 	if !ok || now.Sub(c.checked) >= recheck {
 		return runtimes.Frame{}, false
 	}
-	return c.frame(position), true
+	return p.frame(c, position), true
 }
 
 // Read names the frame of the object at object, at position: the cached
@@ -80,7 +85,7 @@ func (p *process) Read(object uint64, position uint32, now time.Time) (runtimes.
 	}
 	c.checked = now
 	p.iseqs[object] = c
-	return c.frame(position), nil
+	return p.frame(c, position), nil
 }
 
 // read reads the frame object at object: an iseq, or a method entry with
@@ -105,6 +110,11 @@ func (p *process) read(object uint64) (cachedIseq, error) {
 	}
 	if c.iseq, err = l.ReadIseq(p.mem, iseq); err != nil {
 		return cachedIseq{}, err
+	}
+	if kind == FrameMethodEntry {
+		p.learnOwner(iseq, c)
+	} else if isBlock(c.iseq.Label) {
+		c.local, _ = l.LocalIseq(p.mem, iseq)
 	}
 	return c, nil
 }
@@ -198,17 +208,19 @@ func (c cachedIseq) frame(position uint32) runtimes.Frame {
 		if name == "" {
 			name = cFunction
 		}
-		return runtimes.Frame{Function: c.methodName(name)}
+		return runtimes.Frame{Function: qualified(c.class, c.singleton, name)}
 	}
-	return runtimes.Frame{Function: c.methodName(c.iseq.Label), File: c.iseq.Path, Line: int64(c.iseq.Line(position))}
+	return runtimes.Frame{Function: qualified(c.class, c.singleton, c.iseq.Label), File: c.iseq.Path, Line: int64(c.iseq.Line(position))}
 }
 
-func (c cachedIseq) methodName(name string) string {
+// qualified is name after its class: "Class#name", a singleton's
+// "Class.name", name alone without a class.
+func qualified(class string, singleton bool, name string) string {
 	switch {
-	case c.class == "":
+	case class == "":
 		return name
-	case c.singleton:
-		return c.class + "." + name
+	case singleton:
+		return class + "." + name
 	}
-	return c.class + "#" + name
+	return class + "#" + name
 }
