@@ -9,8 +9,11 @@
 // Supported: CRuby 3.1 and 3.3, x86-64 and arm64 (one layout table: the
 // offsets it holds are the same on both, docs/ruby-layouts.md; arm64's
 // files are read in tests, not run). Frames are named by the iseq's label
-// ("spin", "block in work", "<main>"): 3.1 and 3.3 keep no class in an
-// iseq (the class is the method entry's, ep[VM_ENV_DATA_INDEX_ME_CREF]).
+// after the class of the method entry the walker recorded ("Burner#spin",
+// a singleton's "Burner.helper"; 3.1 and 3.3 keep no class in an iseq), C
+// methods by their IDs' names in the VM's symbol table (symbols.go:
+// "Integer#times"), blocks by their method's class once known (blocks.go:
+// "block in Burner#work").
 package ruby
 
 import (

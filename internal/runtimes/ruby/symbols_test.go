@@ -222,3 +222,20 @@ func TestProcessNamesCMethodsAndSingletons(t *testing.T) {
 		})
 	}
 }
+
+// Hostile symbol tables make errors, never panics or unbounded reads.
+func FuzzIDName(f *testing.F) {
+	l := layouts["3.3"]
+	m := fakeSymbols(l, 400, false, map[uint64]string{300: "times"})
+	f.Add(m[0x10000], m[0x11000], m[0x12000], uint64(300<<idScopeShift|1))
+	f.Fuzz(func(t *testing.T, tbl, ids, unit []byte, id uint64) {
+		for _, version := range []string{"3.1", "3.3"} {
+			l := layouts[version]
+			m := fakeSymbols(l, 400, false, map[uint64]string{300: "times"})
+			m[0x10000], m[0x11000], m[0x12000] = tbl, ids, unit
+			if name, err := l.IDName(m, 0x10000, id); err == nil {
+				require.LessOrEqual(t, len(name), 3*maxStringBytes)
+			}
+		}
+	})
+}
