@@ -27,6 +27,11 @@ type interpreted struct {
 	typ    string // profile.frame.type of its frames
 	script string // its frames' file (base name)
 	chain  []pdata.NamedFrame
+	// via are functions of the runtime's own, outside the script, that
+	// must come (in order) between the chain's leaf and its root: a C
+	// method named by the VM's symbol table (Integer#times, a C method in
+	// 3.1, Ruby's <internal:numeric> in 3.3).
+	via []string
 	// sampleType is the profile checked: "samples" (CPU) or "off_cpu".
 	sampleType string
 }
@@ -34,9 +39,10 @@ type interpreted struct {
 // share is the share of p's samples whose frames of its type are whole:
 // those of p.script are p.chain in order (the leaf's line any), a native
 // frame is below the outermost and the stack ends at the main thread's
-// root (_start: the native walk went on through JIT code), and those before the chain's leaf are C
-// functions (no file: Integer#* called by spin under YJIT); their number
-// and an example of one that is not.
+// root (_start: the native walk went on through JIT code), those before
+// the chain's leaf are C functions (no file: Integer#* called by spin
+// under YJIT), and p.via is among those after the leaf; their number and
+// an example of one that is not.
 func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string) {
 	var all, whole int64
 	example := ""
@@ -55,6 +61,7 @@ func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string
 
 func (p interpreted) whole(frames []pdata.NamedFrame) bool {
 	var mine []pdata.NamedFrame
+	via := p.via
 	last := -1
 	for i, f := range frames {
 		if f.Type != p.typ {
@@ -66,9 +73,11 @@ func (p interpreted) whole(frames []pdata.NamedFrame) bool {
 			mine = append(mine, f)
 		case len(mine) == 0 && f.File != "":
 			return false // the leaf is the interpreter's, not the script's
+		case len(mine) > 0 && len(via) > 0 && f.Function == via[0]:
+			via = via[1:]
 		}
 	}
-	if last < 0 || len(mine) != len(p.chain) {
+	if last < 0 || len(mine) != len(p.chain) || len(via) > 0 {
 		return false
 	}
 	if last == len(frames)-1 || frames[last+1].Type != "native" || frames[len(frames)-1].Function != "_start" {
@@ -112,7 +121,7 @@ service:
 	rb := testutil.WorkloadLines(t, "rubywork.rb")
 	rubyChain := []pdata.NamedFrame{
 		{Function: "Burner#spin"},
-		{Function: "block in work", Line: int64(rb["work_block"])},
+		{Function: "block in Burner#work", Line: int64(rb["work_block"])},
 		{Function: "Burner#work", Line: int64(rb["work_times"])},
 		{Function: "<main>", Line: int64(rb["main"])},
 	}
@@ -125,7 +134,7 @@ service:
 		for _, extra := range modes {
 			p := testutil.StartRuby(t, r, extra, "120")
 			processes = append(processes, interpreted{name: strings.TrimSpace(r.Name + " " + strings.Join(extra, " ")),
-				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain, sampleType: "samples"})
+				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain, via: []string{"Integer#times"}, sampleType: "samples"})
 		}
 	}
 	ph := testutil.WorkloadLines(t, "phpwork.php")

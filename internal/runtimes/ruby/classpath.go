@@ -27,22 +27,35 @@ const (
 // ClassPath is the path ("Burner", "Net::HTTP") of the class or module
 // owning the method entry at cme (a frame's ep[VM_ENV_DATA_INDEX_ME_CREF]):
 // an error where cme is not a method entry (a cref), or the class has no
-// path (anonymous, singleton). 3.3 keeps the path in rb_classext_t; 3.1 in
-// the class's instance variable __classpath__, whose ID classpathID is
-// (ClasspathID; unused by 3.3).
+// path (anonymous, singleton). classpathID is 3.1's (classPathOf).
 func (l *Layout) ClassPath(mem io.ReaderAt, cme, classpathID uint64) (string, error) {
+	owner, err := l.methodOwner(mem, cme)
+	if err != nil {
+		return "", err
+	}
+	return l.classPathOf(mem, owner, classpathID)
+}
+
+// methodOwner is the owner (a class or module) of the method entry at cme.
+func (l *Layout) methodOwner(mem io.ReaderAt, cme uint64) (uint64, error) {
 	h, err := runtimes.ReadMem(mem, cme, int(l.MethodEntryOwner)+8)
 	if err != nil {
-		return "", fmt.Errorf("read method entry at %#x: %w", cme, err)
+		return 0, fmt.Errorf("read method entry at %#x: %w", cme, err)
 	}
 	flags := binary.LittleEndian.Uint64(h)
 	if flags&tMask != tImemo || flags>>imemoShift&0xf != imemoMent {
-		return "", fmt.Errorf("not a method entry at %#x (flags %#x)", cme, flags)
+		return 0, fmt.Errorf("not a method entry at %#x (flags %#x)", cme, flags)
 	}
-	owner := binary.LittleEndian.Uint64(h[l.MethodEntryOwner:])
+	return binary.LittleEndian.Uint64(h[l.MethodEntryOwner:]), nil
+}
+
+// classPathOf is the path of the class or module at class. 3.3 keeps it
+// in rb_classext_t; 3.1 in the class's instance variable __classpath__,
+// whose ID classpathID is (ClasspathID; unused by 3.3).
+func (l *Layout) classPathOf(mem io.ReaderAt, class, classpathID uint64) (string, error) {
 	var path uint64
 	if l.ClassPathAt != 0 {
-		c, err := l.readClass(mem, owner, l.ClassPathAt)
+		c, err := l.readClass(mem, class, l.ClassPathAt)
 		if err != nil {
 			return "", err
 		}
@@ -51,14 +64,39 @@ func (l *Layout) ClassPath(mem io.ReaderAt, cme, classpathID uint64) (string, er
 		if classpathID == 0 {
 			return "", errors.New("no __classpath__ ID")
 		}
-		if path, err = l.classIvar(mem, owner, func(key, _ uint64) bool { return key == classpathID }); err != nil {
+		var err error
+		if path, err = l.classIvar(mem, class, func(key, _ uint64) bool { return key == classpathID }); err != nil {
 			return "", err
 		}
 	}
 	if special(path) {
-		return "", fmt.Errorf("class at %#x has no path", owner)
+		return "", fmt.Errorf("class at %#x has no path", class)
 	}
 	return l.readString(mem, path)
+}
+
+// attachedTo is the object the singleton class at class is attached to
+// (the class Burner of Burner's singleton class, where `def self.helper`
+// and module_function put methods); singleton false when class is no
+// singleton (FL_SINGLETON clear). 3.3 keeps it in rb_classext_t; 3.1 in
+// the instance variable __attached__, the key isAttached says is its ID.
+func (l *Layout) attachedTo(mem io.ReaderAt, class uint64, isAttached func(key uint64) bool) (attached uint64, singleton bool, err error) {
+	c, err := l.readClass(mem, class, l.ClassAttachedAt)
+	if err != nil {
+		return 0, false, err
+	}
+	if binary.LittleEndian.Uint64(c)&flSingleton == 0 {
+		return 0, false, nil
+	}
+	if l.ClassAttachedAt != 0 {
+		attached = binary.LittleEndian.Uint64(c[l.ClassAttachedAt:])
+	} else if attached, err = l.classIvar(mem, class, func(key, _ uint64) bool { return isAttached(key) }); err != nil {
+		return 0, true, err
+	}
+	if special(attached) {
+		return 0, true, fmt.Errorf("singleton class at %#x attached to %#x", class, attached)
+	}
+	return attached, true, nil
 }
 
 // ClasspathID (3.1) is the ID of __classpath__ in the process: interned

@@ -34,16 +34,32 @@ func debianLib(t *testing.T, arch, version string) *elf.File {
 // What the files of Debian's libruby 3.1 (bookworm 3.1.2-7+deb12u1) and
 // 3.3 (sid 3.3.8-2.2), amd64 and arm64, give: vm_exec_core's range (the
 // FDE objdump shows holding the handlers) and ruby_current_ec's TLS slot
-// and offset (read in objdump -d of rb_thread_current and readelf -r).
+// and offset (read in objdump -d of rb_thread_current and readelf -r),
+// and ruby_global_symbols (objdump -d of rb_sym_immortal_count).
 var debianFiles = []struct {
 	arch, version        string
 	entryStart, entryEnd uint64
 	slot, offset         uint64
+	symbols              uint64
 }{
-	{"amd64", "3.1", 0x24ebd0, 0x253047, 0x3aea48, 8},
-	{"amd64", "3.3", 0x27f860, 0x284a8c, 0x45fab8, 16},
-	{"arm64", "3.1", 0x23f9e0, 0x244210, 0x37f3e8, 8},
-	{"arm64", "3.3", 0x2726ac, 0x2779bc, 0x45f2d8, 8},
+	{"amd64", "3.1", 0x24ebd0, 0x253047, 0x3aea48, 8, 0x3af1c0},
+	{"amd64", "3.3", 0x27f860, 0x284a8c, 0x45fab8, 16, 0x460160},
+	{"arm64", "3.1", 0x23f9e0, 0x244210, 0x37f3e8, 8, 0x380180},
+	{"arm64", "3.3", 0x2726ac, 0x2779bc, 0x45f2d8, 8, 0x460148},
+}
+
+func TestSymbolsAddressDebian(t *testing.T) {
+	for _, c := range debianFiles {
+		t.Run(c.arch+"-"+c.version, func(t *testing.T) {
+			f := debianLib(t, c.arch, c.version)
+			addr, err := SymbolsAddress(f)
+			require.NoError(t, err)
+			require.Equal(t, c.symbols, addr)
+			in, err := Detect(f)
+			require.NoError(t, err)
+			require.Equal(t, c.symbols, in.Symbols)
+		})
+	}
 }
 
 func TestEntryRangeDebian(t *testing.T) {

@@ -156,17 +156,11 @@ func (l *Layout) readPath(mem io.ReaderAt, addr uint64) (string, error) {
 	case tString:
 		return l.readString(mem, addr)
 	case tArray:
-		elems := binary.LittleEndian.Uint64(h[arrayEmbed:]) // embedded: as.ary[0]
-		if flags&flNoEmbed == 0 {                           // RARRAY_EMBED_FLAG clear: on the heap
-			p, err := runtimes.ReadMem(mem, binary.LittleEndian.Uint64(h[l.ArrayHeapPtr:]), 8)
-			if err != nil {
-				return "", err
-			}
-			elems = binary.LittleEndian.Uint64(p)
-		} else if (flags&l.ArrayEmbedMask)>>arrayEmbedSh == 0 {
-			return "", errors.New("empty path array")
+		elem, err := l.arrayEntry(mem, addr, 0)
+		if err != nil {
+			return "", fmt.Errorf("path array: %w", err)
 		}
-		return l.readString(mem, elems)
+		return l.readString(mem, elem)
 	}
 	return "", fmt.Errorf("path object of type %#x", flags&tMask)
 }

@@ -38,6 +38,7 @@ type Layout struct {
 	BodyInsnsInfo      uint32 // insns_info.body (struct iseq_insn_info_entry*)
 	BodyInsnsInfoSize  uint32 // insns_info.size (unsigned int)
 	BodyInsnsSuccTable uint32 // insns_info.succ_index_table (struct succ_index_table*)
+	BodyLocalIseq      uint32 // local_iseq (rb_iseq_t*): a block's method (or top) iseq
 	InsnInfoSize       uint32 // sizeof(struct iseq_insn_info_entry); line_no (int) is its first field
 
 	// Strings: struct RString.
@@ -60,11 +61,20 @@ type Layout struct {
 	ClassPathAt      uint32
 	ClassExt         uint32 // RClass.ptr (rb_classext_t*), 3.1
 	ClassExtIvTbl    uint32 // rb_classext_t.iv_tbl (st_table*: ID -> VALUE), 3.1
+	// ClassAttachedAt is where a singleton class (flags FL_SINGLETON)
+	// keeps the object it is attached to: rb_classext_t.as.singleton_class
+	// .attached_object, RClass+128 in 3.3 (internal/class.h; the `mov
+	// 0x80(%rdi)` of rb_class_attached_object in 3.3.8's libruby); 0 where
+	// it is the instance variable __attached__ (3.1, class.c).
+	ClassAttachedAt uint32
 
 	// A method entry's definition (rb_method_entry_t.def) and, in it, a
 	// Ruby method's iseq (rb_method_definition_t.body.iseq.iseqptr).
 	MethodEntryDef uint32
 	MethodDefIseq  uint32
+	// MethodDefOriginalID is rb_method_definition_t.original_id, the ID
+	// the method was defined with (a C function's name).
+	MethodDefOriginalID uint32
 
 	// Instructions is VM_INSTRUCTION_SIZE (insns.inc), the entries of
 	// vm_exec_core's insns_address_table (EntryRange).
@@ -83,6 +93,7 @@ const (
 	imemoMent    = 6       // imemo_ment: a method entry
 	tClass       = 0x02    // RUBY_T_CLASS
 	tModule      = 0x03    // RUBY_T_MODULE
+	flSingleton  = 1 << 12 // RUBY_FL_SINGLETON = RUBY_FL_USER0 (fl_type.h; rb_class_attached_object's `test $0x10,%ah`)
 	flNoEmbed    = 1 << 13 // RSTRING_NOEMBED = FL_USER1; RARRAY_EMBED_FLAG is the same bit, set when embedded
 	arrayEmbed   = 16      // RArray.as.ary
 	arrayEmbedSh = 15      // RARRAY_EMBED_LEN_SHIFT
@@ -114,10 +125,10 @@ var layouts = map[string]Layout{
 		CFPPC: 0, CFPIseq: 16, CFPEP: 32, CFPJITReturn: 56, CFPSize: 64,
 		IseqBody: 16, BodyIseqSize: 4, BodyIseqEncoded: 8,
 		BodyPath: 64, BodyLabel: 80, BodyFirstLine: 88, FirstLineFixnum: true,
-		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, InsnInfoSize: 12,
+		BodyInsnsInfo: 120, BodyInsnsInfoSize: 136, BodyInsnsSuccTable: 144, BodyLocalIseq: 176, InsnInfoSize: 12,
 		StringLen: 16, StringPtr: 24, StringEmbed: 16, StringEmbedMask: 0x7c000, StringEmbedShift: 14,
 		ArrayEmbedMask: 0x18000, ArrayHeapPtr: 32,
-		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, ClassExt: 24, ClassExtIvTbl: 8,
+		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, MethodDefOriginalID: 32, ClassExt: 24, ClassExtIvTbl: 8,
 		Instructions: 202,
 	},
 	"3.3": {
@@ -126,10 +137,10 @@ var layouts = map[string]Layout{
 		CFPPC: 0, CFPIseq: 16, CFPEP: 32, CFPJITReturn: 48, CFPSize: 56,
 		IseqBody: 16, BodyIseqSize: 4, BodyIseqEncoded: 8,
 		BodyPath: 64, BodyLabel: 80, BodyFirstLine: 88,
-		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, InsnInfoSize: 12,
+		BodyInsnsInfo: 112, BodyInsnsInfoSize: 128, BodyInsnsSuccTable: 136, BodyLocalIseq: 168, InsnInfoSize: 12,
 		StringLenInHeader: true, StringLen: 16, StringPtr: 24, StringEmbed: 24,
 		ArrayEmbedMask: 0x3f8000, ArrayHeapPtr: 32,
-		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, ClassPathAt: 152,
+		MethodEntryOwner: 32, MethodEntryDef: 16, MethodDefIseq: 8, MethodDefOriginalID: 32, ClassPathAt: 152, ClassAttachedAt: 128,
 		Instructions: 204,
 	},
 }

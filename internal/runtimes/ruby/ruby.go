@@ -9,8 +9,11 @@
 // Supported: CRuby 3.1 and 3.3, x86-64 and arm64 (one layout table: the
 // offsets it holds are the same on both, docs/ruby-layouts.md; arm64's
 // files are read in tests, not run). Frames are named by the iseq's label
-// ("spin", "block in work", "<main>"): 3.1 and 3.3 keep no class in an
-// iseq (the class is the method entry's, ep[VM_ENV_DATA_INDEX_ME_CREF]).
+// after the class of the method entry the walker recorded ("Burner#spin",
+// a singleton's "Burner.helper"; 3.1 and 3.3 keep no class in an iseq), C
+// methods by their IDs' names in the VM's symbol table (symbols.go:
+// "Integer#times"), blocks by their method's class once known (blocks.go:
+// "block in Burner#work").
 package ruby
 
 import (
@@ -86,6 +89,10 @@ type Interpreter struct {
 	// finds the ID of __classpath__ (Layout.ClasspathID); 0 if not
 	// exported.
 	Object uint64
+	// Symbols is the address of ruby_global_symbols, the symbol table
+	// that names IDs (SymbolsAddress); 0 if not found: C functions are
+	// then not named.
+	Symbols uint64
 }
 
 // Detect finds the Ruby VM in f: ErrNotRuby when f has no ruby_version, an
@@ -121,6 +128,9 @@ func Detect(f *elf.File) (*Interpreter, error) {
 	}
 	if t, err := ECTLSOffset(f); err == nil {
 		in.ECTLS = t
+	}
+	if s, err := SymbolsAddress(f); err == nil {
+		in.Symbols = s
 	}
 	return in, nil
 }
@@ -163,6 +173,9 @@ func (in *Interpreter) Process(mem io.ReaderAt, bias uint64) runtimes.Process {
 	p := &process{layout: &in.Layout, mem: mem}
 	if in.Object != 0 {
 		p.object = in.Object + bias
+	}
+	if in.Symbols != 0 {
+		p.symbols = in.Symbols + bias
 	}
 	return p
 }
