@@ -102,19 +102,9 @@ func TestCollectorRubyAndPHPFrames(t *testing.T) {
 	bin := collectorBinary(t)
 	rubies := testutil.RubyInterpreters(t)
 	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
     targets: {executables: ['ruby', 'php']}
     cpu: {samples_per_second: 99}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, addr))
 	waitReady(t, out)
 
@@ -201,20 +191,10 @@ func TestCollectorRubyAndPHPOffCPU(t *testing.T) {
 	bin := collectorBinary(t)
 	rubies := testutil.RubyInterpreters(t)
 	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, fmt.Sprintf(`
-receivers:
-  bpfprofiler:
-    report_interval: 2s
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
     targets: {executables: ['ruby', 'php']}
     cpu: {enabled: false}
     off_cpu: {enabled: true, min_block: 1ms}
-exporters:
-  otlp_grpc:
-    endpoint: %s
-    tls: {insecure: true}
-service:
-  pipelines:
-    profiles: {receivers: [bpfprofiler], exporters: [otlp_grpc]}
 `, addr))
 	waitReady(t, out)
 
