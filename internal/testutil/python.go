@@ -164,7 +164,7 @@ func SidPythonOf(arch, version string) (Interpreter, string, error) {
 // and its library path to lib, unless done: on a copy, renamed over it, so
 // a program running, or another test patching it, sees one or the other.
 func pointAtLibc(path, loader, lib string) error {
-	if interp, runPath := linkedBy(path); interp == loader && runPath == lib {
+	if interp, rpath, _ := linkedBy(path); interp == loader && rpath == lib {
 		return nil // done (as in the kernel matrix's guests, which have no patchelf)
 	}
 	patchelf, err := exec.LookPath("patchelf")
@@ -176,18 +176,22 @@ func pointAtLibc(path, loader, lib string) error {
 	if out, err := RunWithin(exec.Command("cp", "-p", path, tmp), BuildTimeout); err != nil {
 		return fmt.Errorf("cp %s: %w\n%s", path, err, out)
 	}
-	if out, err := RunWithin(exec.Command(patchelf, "--set-interpreter", loader, "--set-rpath", lib, tmp), BuildTimeout); err != nil {
+	// DT_RPATH, not DT_RUNPATH: it finds the libraries of the libraries
+	// too (sid's libcrypto needs sid's libzstd, which a machine of another
+	// suite may not have).
+	if out, err := RunWithin(exec.Command(patchelf, "--set-interpreter", loader, "--force-rpath", "--set-rpath", lib, tmp), BuildTimeout); err != nil {
 		return fmt.Errorf("patchelf %s: %w\n%s", path, err, out)
 	}
 	return os.Rename(tmp, path)
 }
 
-// linkedBy returns the program interpreter and the RUNPATH (or RPATH) of
-// the ELF file at path, "" for those it lacks or cannot be read.
-func linkedBy(path string) (interp, runPath string) {
+// linkedBy returns the program interpreter, the DT_RPATH and the
+// DT_RUNPATH of the ELF file at path, "" for those it lacks or cannot be
+// read.
+func linkedBy(path string) (interp, rpath, runPath string) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return "", ""
+		return "", "", ""
 	}
 	defer f.Close()
 	for _, p := range f.Progs {
@@ -198,12 +202,13 @@ func linkedBy(path string) (interp, runPath string) {
 			}
 		}
 	}
-	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
-		if paths, err := f.DynString(tag); err == nil && len(paths) > 0 {
-			return interp, paths[0]
-		}
+	if paths, err := f.DynString(elf.DT_RPATH); err == nil && len(paths) > 0 {
+		rpath = paths[0]
 	}
-	return interp, ""
+	if paths, err := f.DynString(elf.DT_RUNPATH); err == nil && len(paths) > 0 {
+		runPath = paths[0]
+	}
+	return interp, rpath, runPath
 }
 
 // Minor returns the interpreter's minor version, from its name ("3.12.1",

@@ -94,7 +94,7 @@ func RubyOf(suite DebianSuite, arch, version string) (Ruby, error) {
 // setRunPath sets the library path of the program at path to lib unless
 // done, on a copy renamed over it as pointAtLibc does.
 func setRunPath(path, lib string) error {
-	if _, runPath := linkedBy(path); runPath == lib {
+	if _, rpath, runPath := linkedBy(path); runPath == lib || rpath == lib {
 		return nil
 	}
 	patchelf, err := exec.LookPath("patchelf")

@@ -14,7 +14,7 @@ import (
 // paths they are unpacked at here (where the tests look for them, patched
 // already: the guest has no patchelf), without their documentation, gems
 // and Ruby's pure-Ruby standard library (the workloads run with
-// --disable-gems and need none of it). It returns the programs and
+// --disable-gems and need none of it), and the check's scripts. It returns the programs and
 // libraries of those that link the system's libraries (bookworm's), for
 // copyLibraries; sid's bring sid's glibc and libraries with them.
 func copyRubyAndPHP(root string, a *arch) ([]string, error) {
@@ -43,6 +43,11 @@ func copyRubyAndPHP(root string, a *arch) ([]string, error) {
 		}
 		if testutil.PHPFromBookworm(v) {
 			system = append(system, p.Path, filepath.Join(p.ExtensionDir, "opcache.so"))
+		}
+	}
+	for _, script := range []string{"rubywork.rb", "phpwork.php"} {
+		if err := copyFile(filepath.Join("testdata/workloads", script), filepath.Join(root, guestWorkloads[1:], script), 0o644); err != nil {
+			return nil, err
 		}
 	}
 	return system, nil
