@@ -178,7 +178,7 @@ func main() {
 	flag.StringVar(&o.rubyVersion, "ruby-version", "3.3", "ruby suite: the Debian Ruby that runs the workload (3.1 or 3.3, unpacked as the tests do)")
 	flag.Uint64Var(&o.rubyIterations, "ruby-iterations", 600, "ruby suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.phpVersion, "php-version", "8.4", "php suite: the Debian PHP CLI that runs the workload (8.2 or 8.4, unpacked as the tests do; no opcache)")
-	flag.Uint64Var(&o.phpIterations, "php-iterations", 700, "php suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.Uint64Var(&o.phpIterations, "php-iterations", 900, "php suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")

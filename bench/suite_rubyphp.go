@@ -84,7 +84,8 @@ func debianRuby(version string) (testutil.Ruby, error) {
 // of the workload's samples whose stack has chain, with auto and
 // frame_pointer; auto's slowdown and collector CPU as ratios to
 // frame_pointer's in the same round (medians over the rounds), the wall
-// ratio within 1 point; and the collector's CPU and RSS with auto.
+// ratio within 1 point; and the collector's CPU (over the run, and in
+// steady state) and RSS with auto.
 func interpretedChecks(chain []string) func(io.Writer, *report) {
 	return func(w io.Writer, r *report) {
 		for _, sc := range []string{scUnwindAuto, scFramePtr} {
@@ -108,6 +109,10 @@ func interpretedChecks(chain []string) func(io.Writer, *report) {
 				median(c), slices.Min(c), slices.Max(c), median(ca), median(cf))
 		}
 		autoCollectorFigures(w, r)
+		head := fmt.Sprintf("collector CPU with auto <= %.1f%% of a core in steady state (from %v into the run to its end)", targetCPUPercent, steadyAfter)
+		if cpu, source, ok := r.steadyCPU(); ok {
+			fmt.Fprintf(w, "%s: %s (%.2f%%, %s)\n", head, yesNo(cpu <= targetCPUPercent), cpu, source)
+		}
 	}
 }
 
