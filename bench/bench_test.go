@@ -94,13 +94,15 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "python", "java", "node", "offcpu", "probes", "readers", "context", "busy", "startup", "gateway"}, false},
+		{"all", []string{"cpu", "unwind", "python", "java", "node", "ruby", "php", "offcpu", "probes", "readers", "context", "busy", "startup", "gateway"}, false},
 		{"busy", []string{"busy"}, false},
 		{"gateway", []string{"gateway"}, false},
 		{"unwind", []string{"unwind"}, false},
 		{"python", []string{"python"}, false},
 		{"java", []string{"java"}, false},
 		{"node", []string{"node"}, false},
+		{"ruby", []string{"ruby"}, false},
+		{"php", []string{"php"}, false},
 		{"probes", []string{"probes"}, false},
 		{"cpu", []string{"cpu"}, false},
 		{"offcpu", []string{"offcpu"}, false},
@@ -202,5 +204,36 @@ func TestOffCPUReport(t *testing.T) {
 	offCPUChecks("5ms")(&b, rep)
 	if !strings.Contains(b.String(), "at min_block 1ms (collector ran with min_block 5ms): yes") {
 		t.Errorf("min_block mismatch not said: %s", b.String())
+	}
+}
+
+// The ruby and php suites' report gives auto's wall time and collector CPU
+// as ratios to frame_pointer's of the same round, and the chain's share.
+func TestInterpretedReport(t *testing.T) {
+	rep := newReport([]string{scBaseline, scFramePtr, scUnwindAuto}, scUnwindAuto, "fib", interpretedChecks(phpChain))
+	for _, k := range []float64{1, 1.1} {
+		run := func(wall float64) runResult {
+			return runResult{wall: time.Duration(wall * k * 1e9), cpu: time.Duration(wall * k * 1e9)}
+		}
+		round := map[string]runResult{scBaseline: run(4), scFramePtr: run(4.04), scUnwindAuto: run(4.08)}
+		fp := &collectorRun{cpuTicks: 0.2, cpuSched: 0.25, chain: chainCount{0, 400}}
+		auto := &collectorRun{cpuTicks: 0.5, cpuSched: -1, chain: chainCount{396, 400}, peakRSS: 50 << 20}
+		rep.addCollectorCPU(scFramePtr, fp)
+		rep.addCollectorCPU(scUnwindAuto, auto)
+		rep.addChain(scFramePtr, fp.chain)
+		rep.addChain(scUnwindAuto, auto.chain)
+		rep.add(round, auto)
+	}
+	var b bytes.Buffer
+	rep.checks(&b, rep)
+	for _, want := range []string{
+		"bpfprofiler auto: samples of the workload with fib ← php_work ← {main}: 99.0% (792 of 800)",
+		"bpfprofiler frame_pointer: samples of the workload with fib ← php_work ← {main}: 0.0% (0 of 800)",
+		"slowdown with auto / frame_pointer's <= 1.01: yes (wall 1.010, 1.010..1.010; workload CPU 1.010)",
+		"collector CPU with auto / frame_pointer's: 2.00 (2.00..2.00; medians 0.50% and 0.25% of a core)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|offcpu|probes|readers|context|busy|startup|gateway|soak|all,
+// suites (-suite cpu|unwind|python|java|node|ruby|php|offcpu|probes|readers|context|busy|startup|gateway|soak|all,
 // default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -34,6 +34,14 @@
 // (--perf-basic-prof; the map is removed afterwards), and beside the
 // collector with unwinding::method auto and frame_pointer. The report gives
 // the share of the workload's samples whose stack has spin ← work ← main.
+//
+// Suites ruby and php (workloads/rubyfixed.rb and phpfixed.php, fib(25)
+// in pure Ruby or PHP, under Debian's Ruby -ruby-version or PHP CLI
+// -php-version without opcache, unpacked as the tests do): the workload
+// alone, and beside the collector with unwinding::method auto (Ruby or PHP
+// frames walked in BPF) and frame_pointer (the CPU sampling alone, auto's
+// peer). The report gives auto's slowdown and collector CPU as ratios to
+// frame_pointer's in the same round.
 //
 // Suite offcpu (off-CPU profiling; workloads/pingpong.c, two threads on one
 // CPU passing a byte back and forth through pipes, ~50k context switches/s):
@@ -116,6 +124,10 @@ type options struct {
 	javaIterations uint64
 	node           string
 	nodeIterations uint64
+	rubyVersion    string
+	rubyIterations uint64
+	phpVersion     string
+	phpIterations  uint64
 	minBlock       time.Duration
 	mechanism      string
 	collector      string
@@ -150,7 +162,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes), soak (the DaemonSet's collector on a churning host, in its memory limit, -soak-duration) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), ruby (CRuby), php (PHP), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes), soak (the DaemonSet's collector on a churning host, in its memory limit, -soak-duration) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
@@ -163,6 +175,10 @@ func main() {
 	flag.Uint64Var(&o.javaIterations, "java-iterations", 400, "java suite: work(10000) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.node, "node", "/usr/bin/node", "node suite: the node binary that runs the workload")
 	flag.Uint64Var(&o.nodeIterations, "node-iterations", 140, "node suite: spin(1e6) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.StringVar(&o.rubyVersion, "ruby-version", "3.3", "ruby suite: the Debian Ruby that runs the workload (3.1 or 3.3, unpacked as the tests do)")
+	flag.Uint64Var(&o.rubyIterations, "ruby-iterations", 600, "ruby suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
+	flag.StringVar(&o.phpVersion, "php-version", "8.4", "php suite: the Debian PHP CLI that runs the workload (8.2 or 8.4, unpacked as the tests do; no opcache)")
+	flag.Uint64Var(&o.phpIterations, "php-iterations", 900, "php suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.DurationVar(&o.minBlock, "min-block", time.Millisecond, "offcpu suite: the collector's off_cpu min_block")
 	flag.StringVar(&o.mechanism, "offcpu-mechanism", "auto", "offcpu suite: the collector's off_cpu mechanism (auto, task_work or switch_out)")
 	flag.StringVar(&o.collector, "collector", os.Getenv("BPFPROFILER_COLLECTOR"), "collector binary (default $BPFPROFILER_COLLECTOR)")
@@ -206,8 +222,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) (err error) {
-	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.goRequests < 1 || o.pyIterations < 1 || o.nodeIterations < 1 {
-		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations and -node-iterations must be positive")
+	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.goRequests < 1 || o.pyIterations < 1 || o.nodeIterations < 1 ||
+		o.rubyIterations < 1 || o.phpIterations < 1 {
+		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations, -node-iterations, -ruby-iterations and -php-iterations must be positive")
 	}
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
@@ -279,6 +296,10 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newJavaSuite(ctx, e)
 	case suiteNode:
 		s, err = newNodeSuite(ctx, e)
+	case suiteRuby:
+		s, err = newRubySuite(ctx, e)
+	case suitePHP:
+		s, err = newPHPSuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:

@@ -45,8 +45,11 @@ type report struct {
 	haveIdle             bool
 	idleTicks, idleSched float64
 
-	depths map[string][]float64  // per collector scenario: mean frames of the marker's samples, per round
-	chains map[string]chainCount // per collector scenario: the workload's samples and those with its chain, over all rounds
+	depths map[string][]float64 // per collector scenario: mean frames of the marker's samples, per round
+	// collectorCPU: per collector scenario, its CPU per round, % of a core
+	// (schedstat's, else utime+stime's).
+	collectorCPU map[string][]float64
+	chains       map[string]chainCount // per collector scenario: the workload's samples and those with its chain, over all rounds
 }
 
 // addChain adds what a collector scenario counted of the workload's chain in
@@ -56,6 +59,19 @@ func (r *report) addChain(scenario string, n chainCount) {
 		r.chains = map[string]chainCount{}
 	}
 	r.chains[scenario] = r.chains[scenario].add(n)
+}
+
+// addCollectorCPU records the collector's CPU in a round of a collector
+// scenario.
+func (r *report) addCollectorCPU(scenario string, c *collectorRun) {
+	if r.collectorCPU == nil {
+		r.collectorCPU = map[string][]float64{}
+	}
+	cpu := c.cpuSched
+	if cpu < 0 {
+		cpu = c.cpuTicks
+	}
+	r.collectorCPU[scenario] = append(r.collectorCPU[scenario], cpu)
 }
 
 // addDepth records the mean depth a collector scenario measured in a round.

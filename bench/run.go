@@ -28,6 +28,12 @@ var javafixedSource []byte
 //go:embed workloads/nodefixed.js
 var nodefixedSource []byte
 
+//go:embed workloads/rubyfixed.rb
+var rubyfixedSource []byte
+
+//go:embed workloads/phpfixed.php
+var phpfixedSource []byte
+
 // workload is a compiled workload and the arguments of each of its runs.
 type workload struct {
 	name string // also the prefix of its stderr lines ("fixedwork: cpu_ns N")

@@ -34,6 +34,8 @@ const (
 	suitePython  = "python"
 	suiteJava    = "java"
 	suiteNode    = "node"
+	suiteRuby    = "ruby"
+	suitePHP     = "php"
 	suiteBusy    = "busy"
 	suiteStartup = "startup"
 	suiteAll     = "all"
@@ -42,13 +44,13 @@ const (
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteBusy, suiteStartup, suiteGateway, suiteContext, suiteReaders, suiteSoak:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteBusy, suiteStartup, suiteGateway, suiteContext, suiteReaders, suiteSoak:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway, suiteSoak, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway, suiteSoak, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the
@@ -99,6 +101,7 @@ func runSuite(ctx context.Context, s *suite, rounds int, idleWindow time.Duratio
 			}
 			round[sc.name] = res
 			if c != nil {
+				s.rep.addCollectorCPU(sc.name, c)
 				s.rep.addDepth(sc.name, c.depth)
 				s.rep.addChain(sc.name, c.chain)
 				if sc.name == s.rep.collectorSc {

@@ -249,3 +249,112 @@ func describeShares(processes []interpreted, received []pprofile.Profiles) strin
 	}
 	return b.String()
 }
+
+// Two Ruby threads taking turns burning CPU 3:1 of their own CPU time
+// (rubysplit.rb), under Ruby 3.1 (with and without YJIT) and 3.3 started
+// after the collector: their samples through OTLP, counted by the
+// innermost of work_a and work_b in each stack, split 75% +- 5 points, of
+// at least 1000 each (the binomial deviation of 300 would be 2.5 points).
+func TestCollectorRubyThreadsSplit(t *testing.T) {
+	bin := collectorBinary(t)
+	rubies := testutil.RubyInterpreters(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
+    targets: {executables: ['ruby']}
+    cpu: {samples_per_second: 99}
+`, addr))
+	waitReady(t, out)
+
+	var splits []rubySplit
+	for _, r := range rubies {
+		modes := [][]string{nil}
+		if r.Version == "3.1" {
+			modes = append(modes, []string{"--yjit"})
+		}
+		for _, extra := range modes {
+			argv := append(append(append([]string{}, r.Args...), extra...), testutil.Workload(t, "rubysplit.rb"), "120")
+			cmd := testutil.StartReadyWorkload(t, r.Path, argv...)
+			splits = append(splits, rubySplit{strings.TrimSpace(r.Name + " " + strings.Join(extra, " ")), cmd.Process.Pid})
+		}
+	}
+	// From the first report that has both methods of every process on,
+	// the walker's entry in.
+	both := func(received []pprofile.Profiles) bool {
+		for _, s := range splits {
+			if a, b := rubyWork(received, s.pid); a == 0 || b == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	if !assert.Eventually(t, func() bool { return both(otlp.all()) }, testutil.Patient(90*time.Second), 200*time.Millisecond) {
+		t.Fatalf("work_a or work_b missing: %s", describeSplits(otlp.all(), splits))
+	}
+	from := latestWindow(otlp.all()).Add(2 * time.Second)
+	later := func() []pprofile.Profiles { return windowsFrom(otlp.all(), from) }
+	enough := func() bool {
+		for _, s := range splits {
+			if a, b := rubyWork(later(), s.pid); a+b < 1000 {
+				return false
+			}
+		}
+		return true
+	}
+	if !assert.Eventually(t, enough, testutil.Patient(90*time.Second), 500*time.Millisecond) {
+		t.Fatalf("too few samples: %s", describeSplits(later(), splits))
+	}
+	received := later()
+	for _, s := range splits {
+		a, b := rubyWork(received, s.pid)
+		share := ratio(a, a+b)
+		t.Logf("%s: work_a %d, work_b %d samples: %.3f", s.name, a, b, share)
+		assert.InDelta(t, 0.75, share, 0.05, s.name)
+	}
+}
+
+// rubyWork counts pid's CPU samples by the innermost of Object#work_a and
+// Object#work_b in each stack (a turn's clock reads put a C function
+// above it); samples with neither are left out.
+func rubyWork(received []pprofile.Profiles, pid int) (a, b int64) {
+	for _, pd := range received {
+		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), pid)) {
+			for _, f := range st.Frames {
+				if f.Type != "ruby" {
+					continue
+				}
+				if f.Function == "Object#work_a" {
+					a += st.Value
+					break
+				}
+				if f.Function == "Object#work_b" {
+					b += st.Value
+					break
+				}
+			}
+		}
+	}
+	return a, b
+}
+
+// rubySplit is a process running rubysplit.rb.
+type rubySplit struct {
+	name string
+	pid  int
+}
+
+// describeSplits says, per process, its samples of work_a and work_b and
+// its newest stack.
+func describeSplits(received []pprofile.Profiles, splits []rubySplit) string {
+	var b strings.Builder
+	for _, s := range splits {
+		wa, wb := rubyWork(received, s.pid)
+		newest := "none"
+		for _, pd := range received {
+			for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, "samples"), s.pid)) {
+				newest = describeFrames(st.Frames)
+			}
+		}
+		fmt.Fprintf(&b, "\n%s (pid %d): work_a %d, work_b %d; e.g. %s", s.name, s.pid, wa, wb, newest)
+	}
+	return b.String()
+}

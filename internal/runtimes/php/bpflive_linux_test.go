@@ -57,8 +57,8 @@ func TestBPFWalkLive(t *testing.T) {
 			}
 			t.Run("fpm", func(t *testing.T) {
 				in := detectFile(t, p.FPM)
-				sock, master := startFPM(t, p, p.Args(false, ""))
-				go fcgiGet(sock, testutil.Workload(t, "phpwork.php"), "seconds=20") //nolint:errcheck // ends with the test
+				sock, master := testutil.StartFPM(t, p, p.Args(false, ""))
+				go testutil.FastCGIGet(sock, testutil.Workload(t, "phpwork.php"), "seconds=20", time.Minute) //nolint:errcheck // ends with the test
 				bpfWalkPID(t, in, busyWorker(t, in, master, p.FPM), p.FPM, lines)
 			})
 		})
