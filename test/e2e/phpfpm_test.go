@@ -65,8 +65,7 @@ func TestCollectorPHPFPMFrames(t *testing.T) {
 			}
 			for _, pid := range testutil.FPMWorkers(t, master) {
 				workers = append(workers, interpreted{name: fmt.Sprintf("php-fpm %s %s worker %d", v, mode.name, pid),
-					pid: pid, typ: "php", script: "phpwork.php", chain: chain, sampleType: "samples",
-					nativeCut: v == "8.2" && mode.jit != ""})
+					pid: pid, typ: "php", script: "phpwork.php", chain: chain, sampleType: "samples"})
 			}
 		}
 	}
