@@ -176,10 +176,15 @@ func requireWhole(t *testing.T, otlp *otlpProfilesServer, processes []interprete
 	}
 	received := later()
 	t.Log(describeShares(processes, received))
+	lowest, lowestName := 1.0, ""
 	for _, p := range processes {
 		share, n, example := p.share(received)
 		require.GreaterOrEqual(t, share, 0.90, "%s: %.1f%% of %d whole; e.g. %s", p.name, 100*share, n, example)
+		if share <= lowest {
+			lowest, lowestName = share, p.name
+		}
 	}
+	matrixFigure(t, "%d processes whole, lowest %s %.1f%%", len(processes), lowestName, 100*lowest)
 }
 
 // A Ruby sleep and a PHP usleep, in processes started after the collector
