@@ -22,7 +22,7 @@ func copyRubyAndPHP(root string, a *arch) ([]string, error) {
 	for _, v := range testutil.RubyVersions {
 		r, err := testutil.RubyOf(v.Suite, a.name, v.Version)
 		if err != nil {
-			return nil, fmt.Errorf("Debian's Ruby %s for %s: %w", v.Version, a.name, err)
+			return nil, fmt.Errorf("ruby %s for %s from Debian: %w", v.Version, a.name, err)
 		}
 		tree := filepath.Dir(filepath.Dir(filepath.Dir(r.Path))) // <tree>/usr/bin/ruby3.1
 		if err := copyTree(root, tree, skipRubyPHP); err != nil {
@@ -35,7 +35,7 @@ func copyRubyAndPHP(root string, a *arch) ([]string, error) {
 	for _, v := range testutil.PHPVersions {
 		p, err := testutil.DebianPHPOf(a.name, v)
 		if err != nil {
-			return nil, fmt.Errorf("Debian's PHP %s for %s: %w", v, a.name, err)
+			return nil, fmt.Errorf("php %s for %s from Debian: %w", v, a.name, err)
 		}
 		tree := filepath.Dir(filepath.Dir(filepath.Dir(p.Path)))
 		if err := copyTree(root, tree, skipRubyPHP); err != nil {
