@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
@@ -36,12 +35,7 @@ func TestCollectorPHPFPMFrames(t *testing.T) {
 `, addr))
 	waitReady(t, out)
 
-	ph := testutil.WorkloadLines(t, "phpwork.php")
-	chain := []pdata.NamedFrame{
-		{Function: "Spinner::spin"},
-		{Function: "work", Line: int64(ph["work_call"])},
-		{Function: "{main}", Line: int64(ph["main_call"])},
-	}
+	chain := phpWorkChain(t)
 	script := testutil.Workload(t, "phpwork.php")
 	ctx, cancel := context.WithCancel(context.Background())
 	var clients sync.WaitGroup

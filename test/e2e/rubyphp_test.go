@@ -36,6 +36,17 @@ type interpreted struct {
 	sampleType string
 }
 
+// phpWorkChain is phpwork.php's chain, leaf first, with the callers'
+// lines.
+func phpWorkChain(t *testing.T) []pdata.NamedFrame {
+	ph := testutil.WorkloadLines(t, "phpwork.php")
+	return []pdata.NamedFrame{
+		{Function: "Spinner::spin"},
+		{Function: "work", Line: int64(ph["work_call"])},
+		{Function: "{main}", Line: int64(ph["main_call"])},
+	}
+}
+
 // share is the share of p's samples whose frames of its type are whole:
 // those of p.script are p.chain in order (the leaf's line any), a native
 // frame is below the outermost and the stack ends at the main thread's
@@ -127,12 +138,7 @@ func TestCollectorRubyAndPHPFrames(t *testing.T) {
 				pid: p.Process.Pid, typ: "ruby", script: "rubywork.rb", chain: rubyChain, via: []string{"Integer#times"}, sampleType: "samples"})
 		}
 	}
-	ph := testutil.WorkloadLines(t, "phpwork.php")
-	phpChain := []pdata.NamedFrame{
-		{Function: "Spinner::spin"},
-		{Function: "work", Line: int64(ph["work_call"])},
-		{Function: "{main}", Line: int64(ph["main_call"])},
-	}
+	phpChain := phpWorkChain(t)
 	for _, v := range testutil.PHPVersions {
 		p := testutil.DebianPHP(t, v)
 		for _, mode := range []struct {
