@@ -45,6 +45,8 @@ func collectorBinary(t *testing.T) string {
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
+	// exited, where set, is closed when the process writing here exited.
+	exited <-chan struct{}
 }
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
@@ -81,8 +83,18 @@ func runCollector(t *testing.T, cmd *exec.Cmd) *syncBuffer {
 func waitReady(t *testing.T, out *syncBuffer) {
 	t.Helper()
 	wait := testutil.Patient(5 * time.Minute)
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "Everything is ready") },
-		wait, 100*time.Millisecond, "the collector did not start within %v", wait)
+	deadline := time.After(wait)
+	for !strings.Contains(out.String(), "Everything is ready") {
+		select {
+		case <-out.exited: // nil (never ready) when not set
+			if !strings.Contains(out.String(), "Everything is ready") {
+				t.Fatalf("the collector exited before it was ready")
+			}
+		case <-deadline:
+			t.Fatalf("the collector did not start within %v", wait)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // profilesTo is a collector config of the receiver's settings (YAML
@@ -141,6 +153,7 @@ func runStoppableCollector(t *testing.T, cmd *exec.Cmd) (*syncBuffer, func() err
 	cmd.WaitDelay = 5 * time.Second // a descendant holding the output open ends no wait
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
+	out.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
 	var (
 		once    sync.Once
