@@ -43,11 +43,7 @@ func TestCollectorPHPFPMFrames(t *testing.T) {
 	var workers []interpreted
 	for _, v := range testutil.PHPVersions {
 		p := testutil.DebianPHP(t, v)
-		for _, mode := range []struct {
-			name    string
-			opcache bool
-			jit     string
-		}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}} {
+		for _, mode := range phpModes {
 			sock, master := testutil.StartFPM(t, p, p.Args(mode.opcache, mode.jit))
 			t.Cleanup(cancel) // the clients stop asking before php-fpm is killed
 			for range 2 {     // one per worker

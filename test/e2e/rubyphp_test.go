@@ -36,6 +36,14 @@ type interpreted struct {
 	sampleType string
 }
 
+// phpModes are the ways the PHP checks run each PHP: without opcache, and
+// with opcache's tracing JIT.
+var phpModes = []struct {
+	name    string
+	opcache bool
+	jit     string
+}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}}
+
 // phpWorkChain is phpwork.php's chain, leaf first, with the callers'
 // lines.
 func phpWorkChain(t *testing.T) []pdata.NamedFrame {
@@ -141,11 +149,7 @@ func TestCollectorRubyAndPHPFrames(t *testing.T) {
 	phpChain := phpWorkChain(t)
 	for _, v := range testutil.PHPVersions {
 		p := testutil.DebianPHP(t, v)
-		for _, mode := range []struct {
-			name    string
-			opcache bool
-			jit     string
-		}{{"interpreter", false, ""}, {"jit-tracing", true, "tracing"}} {
+		for _, mode := range phpModes {
 			cmd := testutil.StartPHP(t, p, p.Args(mode.opcache, mode.jit), "120")
 			processes = append(processes, interpreted{name: "php " + v + " " + mode.name, pid: cmd.Process.Pid,
 				typ: "php", script: "phpwork.php", chain: phpChain, sampleType: "samples"})
