@@ -106,6 +106,8 @@ type CpuPhpProc struct {
 	OpArrayLast         uint32
 	OpArrayOpcodes      uint32
 	OpSize              uint32
+	OpArrayFilename     uint32
+	OpLineno            uint32
 	Reserved            uint32
 }
 

@@ -156,6 +156,8 @@ type OffcpuPhpProc struct {
 	OpArrayLast         uint32
 	OpArrayOpcodes      uint32
 	OpSize              uint32
+	OpArrayFilename     uint32
+	OpLineno            uint32
 	Reserved            uint32
 }
 

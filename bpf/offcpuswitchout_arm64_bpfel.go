@@ -123,6 +123,8 @@ type OffcpuSwitchoutPhpProc struct {
 	OpArrayLast         uint32
 	OpArrayOpcodes      uint32
 	OpSize              uint32
+	OpArrayFilename     uint32
+	OpLineno            uint32
 	Reserved            uint32
 }
 

@@ -23,16 +23,24 @@
  * A PHP frame word: zend_function address | op index << 48 | entry << 63.
  * The index is clamped to PHP_FRAME_POS_MAX; PHP_FRAME_POS_NONE is no op
  * (an internal function, or an opline not among the function's ops).
+ *
+ * A file's or an eval's top code ({main}, an include) has the address of
+ * its file name (a zend_string) | PHP_FRAME_CODE instead, and the op's line
+ * for index: its op_array is the request's own (opcache copies it into
+ * each request), freed when the request ends, often before user space
+ * names the sample; the file name lives on (interned).
  */
 #define PHP_FRAME_ADDR_BITS 48
 #define PHP_FRAME_ADDR_MASK ((1ULL << PHP_FRAME_ADDR_BITS) - 1)
 #define PHP_FRAME_POS_NONE 0x7fffULL
 #define PHP_FRAME_POS_MAX 0x7ffeULL
 #define PHP_FRAME_ENTRY (1ULL << 63)
+#define PHP_FRAME_CODE 1ULL /* zend_strings are 8-aligned */
 
-/* zend_function.type of user code; ZEND_CALL_TOP in the call info. */
+/* zend_function.type of user code; ZEND_CALL_CODE, ZEND_CALL_TOP in the call info. */
 #define PHP_USER_FUNCTION 2
 #define PHP_EVAL_CODE 4
+#define PHP_CALL_CODE (1U << 16)
 #define PHP_CALL_TOP (1U << 17)
 
 /* What is read of a zend_execute_data: its fields up to prev_execute_data. */
@@ -59,6 +67,8 @@ struct php_proc {
 	u32 op_array_last;
 	u32 op_array_opcodes;
 	u32 op_size;
+	u32 op_array_filename;
+	u32 op_lineno;
 	u32 reserved;
 };
 
@@ -126,6 +136,25 @@ static __always_inline u64 php_position(const struct php_proc *p, u64 opline, u6
 }
 
 /*
+ * The word (*word) and line of top code at opline, whose op index is pos:
+ * the file name's address | PHP_FRAME_CODE, and the op's line clamped to
+ * PHP_FRAME_POS_MAX (PHP_FRAME_POS_NONE: opline is not one of its ops or
+ * unreadable).
+ */
+static __always_inline u64 php_code(const struct php_proc *p, u64 fn, u64 opline, u64 pos, u64 *word)
+{
+	u64 file = 0;
+	u32 line = 0;
+
+	if (php_read(&file, sizeof(file), fn + p->op_array_filename) || !file)
+		return pos;
+	*word = (file & PHP_FRAME_ADDR_MASK) | PHP_FRAME_CODE;
+	if (pos == PHP_FRAME_POS_NONE || php_read(&line, sizeof(line), opline + p->op_lineno))
+		return PHP_FRAME_POS_NONE;
+	return line > PHP_FRAME_POS_MAX ? PHP_FRAME_POS_MAX : line;
+}
+
+/*
  * One frame: writes the word of w->ex and moves w->ex to the previous one.
  * Returns non-zero when the walk ends (w->end says why).
  */
@@ -159,6 +188,8 @@ static __always_inline int php_step(const struct php_proc *p, struct php_walk_st
 		    php_read(&opcodes, sizeof(opcodes), fn + p->op_array_opcodes))
 			goto fault;
 		pos = php_position(p, opline, opcodes, last);
+		if (call_info & PHP_CALL_CODE)
+			pos = php_code(p, fn, opline, pos, &word);
 		if (call_info & PHP_CALL_TOP)
 			word |= PHP_FRAME_ENTRY;
 	}

@@ -27,6 +27,8 @@ type PhpwalkPhpProc struct {
 	OpArrayLast         uint32
 	OpArrayOpcodes      uint32
 	OpSize              uint32
+	OpArrayFilename     uint32
+	OpLineno            uint32
 	Reserved            uint32
 }
 

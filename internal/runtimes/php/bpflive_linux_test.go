@@ -132,7 +132,7 @@ func bpfWalkPID(t *testing.T, in *Interpreter, pid int, exe string, lines map[st
 		var got []named
 		for _, w := range r.Frames[:r.N] {
 			f := FrameOfWord(w)
-			fr, err := naming.Read(f.Function, f.Position, time.Now())
+			fr, err := naming.Read(f.Object(), f.Position, time.Now())
 			if err != nil {
 				names = append(names, "?"+err.Error())
 				continue

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"testing"
 	"unsafe"
@@ -62,7 +63,8 @@ func TestWalkerProcIsPhpProc(t *testing.T) {
 		CurrentExecuteData: l.CurrentExecuteData, ExecuteDataOpline: l.ExecuteDataOpline,
 		ExecuteDataFunc: l.ExecuteDataFunc, ExecuteDataCallInfo: l.ExecuteDataCallInfo,
 		ExecuteDataPrev: l.ExecuteDataPrev, FunctionType: l.FunctionType, OpArrayLast: l.OpArrayLast,
-		OpArrayOpcodes: l.OpArrayOpcodes, OpSize: l.OpSize,
+		OpArrayOpcodes: l.OpArrayOpcodes, OpSize: l.OpSize, OpArrayFilename: l.OpArrayFilename,
+		OpLineno: l.OpLineno,
 	}, got)
 	in.ExecuteExStart, in.ExecuteExEnd = 0, 0
 	b, err = in.WalkerProc(nil, 0x10000)
@@ -160,13 +162,18 @@ func (a *arena) bytesAt(addr uint64) []byte { return a.mem[addr-a.base : arenaSi
 
 var errFault = errors.New("fault")
 
-// ReadAt reads the arena's readable pages; any other address faults.
+// ReadAt reads the test process's memory as bpf_probe_read_user does (the
+// arena's PROT_NONE page and unmapped addresses fault; an opline far past
+// its ops may land in another mapping, which reads).
 func (a *arena) ReadAt(p []byte, off int64) (int, error) {
-	addr := uint64(off)
-	if addr < a.base || addr+uint64(len(p)) > a.guard {
+	local := []unix.Iovec{{Base: &p[0]}}
+	local[0].SetLen(len(p))
+	remote := []unix.RemoteIovec{{Base: uintptr(off), Len: len(p)}}
+	n, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0)
+	if err != nil || n < len(p) {
 		return 0, errFault
 	}
-	return copy(p, a.bytesAt(addr)), nil
+	return n, nil
 }
 
 // chain is one random walk's input: the process (executor_globals, the
@@ -310,10 +317,14 @@ func randomChain(rng *rand.Rand, a *arena, l *Layout) *chain {
 }
 
 // reference is what the BPF walk must give for c: Walk's frames as words
-// (the innermost's position from the register when the pc is in
+// (the innermost's opline from the register when the pc is in
 // execute_ex) and why it ended.
 func (c *chain) reference(t *testing.T, a *arena, l *Layout) ([]uint64, int32) {
-	frames, err := l.Walk(a, c.proc.ExecutorGlobals, maxStackDepth)
+	var innermost *uint64
+	if c.pc >= c.proc.ExecuteExStart && c.pc < c.proc.ExecuteExEnd {
+		innermost = &c.vmReg
+	}
+	frames, err := l.walk(a, c.proc.ExecutorGlobals, maxStackDepth, innermost)
 	end := int32(endRoot)
 	switch {
 	case err != nil:
@@ -323,43 +334,16 @@ func (c *chain) reference(t *testing.T, a *arena, l *Layout) ([]uint64, int32) {
 	case len(frames) == maxStackDepth:
 		// The walk stops at MAX_STACK_DEPTH frames: cut, unless the
 		// next is NULL.
-		more, err := l.Walk(a, c.proc.ExecutorGlobals, maxStackDepth+1)
+		more, err := l.walk(a, c.proc.ExecutorGlobals, maxStackDepth+1, innermost)
 		if err != nil || len(more) > maxStackDepth {
 			end = endDepth
 		}
-	}
-	if len(frames) > 0 {
-		frames[0] = c.vmFrame(t, a, l, frames[0])
 	}
 	words := make([]uint64, len(frames))
 	for i, f := range frames {
 		words[i] = f.Word()
 	}
 	return words, end
-}
-
-func (c *chain) inVM() bool { return c.pc >= c.proc.ExecuteExStart && c.pc < c.proc.ExecuteExEnd }
-
-// vmFrame is the innermost frame f with its position from the opline
-// register when the pc is in execute_ex.
-func (c *chain) vmFrame(t *testing.T, a *arena, l *Layout, f WalkedFrame) WalkedFrame {
-	if !c.inVM() {
-		return f
-	}
-	typ := make([]byte, 1)
-	_, err := a.ReadAt(typ, int64(f.Function+uint64(l.FunctionType)))
-	require.NoError(t, err, "the first frame's function was read")
-	if typ[0] != userFunction && typ[0] != evalCode {
-		return f
-	}
-	last := make([]byte, 4)
-	opcodes := make([]byte, 8)
-	_, err = a.ReadAt(last, int64(f.Function+uint64(l.OpArrayLast)))
-	require.NoError(t, err)
-	_, err = a.ReadAt(opcodes, int64(f.Function+uint64(l.OpArrayOpcodes)))
-	require.NoError(t, err)
-	f.Position = l.position(c.vmReg, binary.LittleEndian.Uint64(opcodes), binary.LittleEndian.Uint32(last))
-	return f
 }
 
 // runBPF walks c with run_php_walk.

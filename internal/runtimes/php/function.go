@@ -176,6 +176,13 @@ type process struct {
 	layout    *Layout
 	mem       io.ReaderAt
 	functions map[uint64]cachedFunction
+	files     map[uint64]cachedFile
+}
+
+// cachedFile is the file name of top code read at an address, and when.
+type cachedFile struct {
+	name string
+	read time.Time
 }
 
 // cachedFunction is a function read, and when its cookie was last seen
@@ -189,6 +196,13 @@ type cachedFunction struct {
 // op index, or NoPosition), from the function read within recheck and the
 // op's line read before.
 func (p *process) Cached(fn uint64, position uint32, now time.Time) (runtimes.Frame, bool) {
+	if fn&wordCode != 0 {
+		file, ok := p.files[fn&^wordCode]
+		if !ok || now.Sub(file.read) >= recheck {
+			return runtimes.Frame{}, false
+		}
+		return codeFrame(file.name, position), true
+	}
 	cached, ok := p.functions[fn]
 	if !ok || now.Sub(cached.checked) >= recheck {
 		return runtimes.Frame{}, false
@@ -203,6 +217,9 @@ func (p *process) Cached(fn uint64, position uint32, now time.Time) (runtimes.Fr
 // Read names the PHP frame of the zend_function at fn, at position: the
 // cached function while its cookie is unchanged, else the one read now.
 func (p *process) Read(fn uint64, position uint32, now time.Time) (runtimes.Frame, error) {
+	if fn&wordCode != 0 {
+		return p.readCode(fn&^wordCode, position, now)
+	}
 	cached, ok := p.functions[fn]
 	f := cached.function
 	if !ok || now.Sub(cached.checked) >= recheck && !p.unchanged(fn, f) {
@@ -221,6 +238,31 @@ func (p *process) Read(fn uint64, position uint32, now time.Time) (runtimes.Fram
 		return runtimes.Frame{}, fmt.Errorf("zend_function at %#x: %w", fn, err)
 	}
 	return frameOf(f, line), nil
+}
+
+// readCode names the frame of top code whose file name is the zend_string
+// at addr, at line (wordPositionNone: none).
+func (p *process) readCode(addr uint64, line uint32, now time.Time) (runtimes.Frame, error) {
+	name, err := p.layout.readString(p.mem, addr)
+	if err != nil {
+		delete(p.files, addr)
+		return runtimes.Frame{}, fmt.Errorf("top code's file name at %#x: %w", addr, err)
+	}
+	if len(p.files) >= maxFunctions || p.files == nil {
+		p.files = make(map[uint64]cachedFile)
+	}
+	p.files[addr] = cachedFile{name: name, read: now}
+	return codeFrame(name, line), nil
+}
+
+// codeFrame is the frame of top code in file at line (wordPositionNone or
+// more: none).
+func codeFrame(file string, line uint32) runtimes.Frame {
+	f := runtimes.Frame{Function: "{main}", File: file}
+	if line < wordPositionNone {
+		f.Line = int64(line)
+	}
+	return f
 }
 
 // unchanged says whether the zend_function at addr still has f's cookie.

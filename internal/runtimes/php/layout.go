@@ -38,6 +38,7 @@ const (
 	internalFunction = 1       // ZEND_INTERNAL_FUNCTION
 	userFunction     = 2       // ZEND_USER_FUNCTION
 	evalCode         = 4       // ZEND_EVAL_CODE
+	callCode         = 1 << 16 // ZEND_CALL_CODE: a file's or an eval's top code
 	callTop          = 1 << 17 // ZEND_CALL_TOP: the frame an execute_ex call was entered with
 )
 

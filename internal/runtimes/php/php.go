@@ -221,6 +221,8 @@ type walkerProc struct {
 	OpArrayLast         uint32
 	OpArrayOpcodes      uint32
 	OpSize              uint32
+	OpArrayFilename     uint32
+	OpLineno            uint32
 	Reserved            uint32
 }
 
@@ -245,6 +247,8 @@ func (in *Interpreter) WalkerProc(_ io.ReaderAt, bias uint64) ([]byte, error) {
 		OpArrayLast:         l.OpArrayLast,
 		OpArrayOpcodes:      l.OpArrayOpcodes,
 		OpSize:              l.OpSize,
+		OpArrayFilename:     l.OpArrayFilename,
+		OpLineno:            l.OpLineno,
 	})
 }
 

@@ -119,18 +119,18 @@ func TestWalkAndName(t *testing.T) {
 				{Function: strlenFn, Position: NoPosition},
 				{Function: spinFn, Position: 2},
 				{Function: workFn, Position: 1},
-				{Function: mainFn, Position: 2, Entry: true},
+				{Function: mainFn + 0x4000, Position: 3, Entry: true, Code: true}, // its file name, its line
 			}, frames)
 			in := &Interpreter{Layout: l}
 			p := in.Process(m, 0)
 			now := time.Now()
 			var got []runtimes.Frame
 			for _, f := range frames {
-				_, ok := p.Cached(f.Function, f.Position, now)
+				_, ok := p.Cached(f.Object(), f.Position, now)
 				require.False(t, ok)
-				fr, err := p.Read(f.Function, f.Position, now)
+				fr, err := p.Read(f.Object(), f.Position, now)
 				require.NoError(t, err)
-				cached, ok := p.Cached(f.Function, f.Position, now)
+				cached, ok := p.Cached(f.Object(), f.Position, now)
 				require.True(t, ok)
 				require.Equal(t, fr, cached)
 				got = append(got, fr)
@@ -262,7 +262,7 @@ func TestDetect(t *testing.T) {
 					require.Equal(t, layouts[v], in.Layout)
 					b, err := in.WalkerProc(nil, 0x1000)
 					require.NoError(t, err)
-					require.Len(t, b, 64)
+					require.Len(t, b, 72)
 					require.Equal(t, in.ExecutorGlobals+0x1000, binary.LittleEndian.Uint64(b))
 					require.NotZero(t, in.ExecuteExStart, "execute_ex")
 					require.Greater(t, in.ExecuteExEnd, in.ExecuteExStart)

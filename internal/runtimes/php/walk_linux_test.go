@@ -85,7 +85,7 @@ func walkPID(t *testing.T, in *Interpreter, pid int, exe string, lines map[strin
 		}
 		var got []named
 		for _, w := range frames {
-			fr, err := proc.Read(w.Function, w.Position, time.Now())
+			fr, err := proc.Read(w.Object(), w.Position, time.Now())
 			if err != nil {
 				names = append(names, "?"+err.Error())
 				continue
