@@ -57,17 +57,24 @@ pm.max_children = 2
 // FPMWorkers returns the pids of the workers of the php-fpm master.
 func FPMWorkers(t testing.TB, master int) []int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", master, master))
+	return ChildPIDs(t, master)
+}
+
+// ChildPIDs returns the pids of the children of pid's main thread (the
+// workers of a php-fpm master or an Apache parent).
+func ChildPIDs(t testing.TB, pid int) []int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 	if err != nil {
-		t.Fatalf("php-fpm %d's workers: %v", master, err)
+		t.Fatalf("the children of %d: %v", pid, err)
 	}
 	var pids []int
 	for _, field := range strings.Fields(string(b)) {
-		pid, err := strconv.Atoi(field)
+		child, err := strconv.Atoi(field)
 		if err != nil {
-			t.Fatalf("php-fpm %d's workers: %v", master, err)
+			t.Fatalf("the children of %d: %v", pid, err)
 		}
-		pids = append(pids, pid)
+		pids = append(pids, child)
 	}
 	return pids
 }

@@ -5,6 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +77,76 @@ func serve(ctx context.Context, t *testing.T, sock, script string) {
 		body, err := testutil.FastCGIGet(sock, script, "seconds="+fpmRequest, testutil.Patient(30*time.Second))
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("php-fpm on %s: %v; it said %q", sock, err, body)
+			return
+		}
+	}
+}
+
+// Apache's mod_php (Debian bookworm's apache2 and libapache2-mod-php8.2:
+// prefork, NTS libphp8.2.so; without opcache and with its tracing JIT),
+// started after a host-wide collector that keeps apache2's processes
+// only, serving phpwork.php over HTTP to two local clients per server
+// that ask again as soon as answered: every worker's CPU profile through
+// OTLP has the script's frames, Spinner::spin <- work <- {main} with
+// their lines, below the native frames of apache2 down to _start, in at
+// least 90% of its samples (of at least 200), as php-fpm's workers have.
+func TestCollectorModPHPFrames(t *testing.T) {
+	bin := collectorBinary(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
+    targets: {executables: ['/apache2$']}
+    cpu: {samples_per_second: 99}
+`, addr))
+	waitReady(t, out)
+
+	chain := phpWorkChain(t)
+	script := testutil.Workload(t, "phpwork.php")
+	ctx, cancel := context.WithCancel(context.Background())
+	var clients sync.WaitGroup
+	t.Cleanup(func() { cancel(); clients.Wait() })
+	var workers []interpreted
+	for _, mode := range phpModes {
+		server, parent := testutil.StartApache(t, filepath.Dir(script), testutil.ApachePHPIni(mode.opcache, mode.jit))
+		t.Cleanup(cancel) // the clients stop asking before Apache is killed
+		url := fmt.Sprintf("http://%s/%s?seconds=%s", server, filepath.Base(script), fpmRequest)
+		for range 2 { // one per worker
+			clients.Add(1)
+			go func() {
+				defer clients.Done()
+				serveHTTP(ctx, t, url)
+			}()
+		}
+		for _, pid := range testutil.ChildPIDs(t, parent) {
+			workers = append(workers, interpreted{name: fmt.Sprintf("mod_php 8.2 %s worker %d", mode.name, pid),
+				pid: pid, typ: "php", script: "phpwork.php", chain: chain, sampleType: "samples"})
+		}
+	}
+	requireWhole(t, otlp, workers, 200)
+}
+
+// serveHTTP gets url again and again until ctx ends, on a client of its
+// own (one kept-alive connection, one worker); a failed request fails the
+// test unless ctx has ended.
+func serveHTTP(ctx context.Context, t *testing.T, url string) {
+	client := &http.Client{Transport: &http.Transport{}, Timeout: testutil.Patient(30 * time.Second)}
+	defer client.CloseIdleConnections()
+	for ctx.Err() == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("GET %s: %v", url, err)
+			}
+			return
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if (err != nil || resp.StatusCode != http.StatusOK) && ctx.Err() == nil {
+			t.Errorf("GET %s: %s, %v; it said %q", url, resp.Status, err, body)
 			return
 		}
 	}

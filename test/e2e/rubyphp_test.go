@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,12 @@ type interpreted struct {
 	via []string
 	// sampleType is the profile checked: "samples" (CPU) or "off_cpu".
 	sampleType string
+	// tid, if not 0, is the one thread of pid whose samples are checked,
+	// and root the function its stacks end at (the thread's root; "":
+	// _start, the main thread's), or for an unnamed one the base name of
+	// its file.
+	tid  int
+	root string
 }
 
 // phpModes are the ways the PHP checks run each PHP: without opcache, and
@@ -57,16 +64,16 @@ func phpWorkChain(t *testing.T) []pdata.NamedFrame {
 
 // share is the share of p's samples whose frames of its type are whole:
 // those of p.script are p.chain in order (the leaf's line any), a native
-// frame is below the outermost and the stack ends at the main thread's
-// root (_start: the native walk went on through JIT code), those before
-// the chain's leaf are C functions (no file: Integer#* called by spin
-// under YJIT), and p.via is among those after the leaf; their number and
-// an example of one that is not.
+// frame is below the outermost and the stack ends at the thread's root
+// (p.root, the main thread's _start: the native walk went on through JIT
+// code), those before the chain's leaf are C functions (no file:
+// Integer#* called by spin under YJIT), and p.via is among those after
+// the leaf; their number and an example of one that is not.
 func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string) {
 	var all, whole int64
 	example := ""
 	for _, pd := range received {
-		for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, p.sampleType), p.pid)) {
+		for _, st := range p.stacks(pd) {
 			all += st.Value
 			if p.whole(st.Frames) {
 				whole += st.Value
@@ -76,6 +83,22 @@ func (p interpreted) share(received []pprofile.Profiles) (float64, int64, string
 		}
 	}
 	return ratio(whole, all), all, example
+}
+
+// stacks are the stacks of p's samples (of its sampleType, its thread's
+// if tid is set) in pd.
+func (p interpreted) stacks(pd pprofile.Profiles) []pdata.NamedStack {
+	stacks := pdata.Stacks(pdata.OfPID(pdata.OfType(pd, p.sampleType), p.pid))
+	if p.tid == 0 {
+		return stacks
+	}
+	var mine []pdata.NamedStack
+	for _, st := range stacks {
+		if st.Attributes["thread.id"] == int64(p.tid) {
+			mine = append(mine, st)
+		}
+	}
+	return mine
 }
 
 func (p interpreted) whole(frames []pdata.NamedFrame) bool {
@@ -99,7 +122,15 @@ func (p interpreted) whole(frames []pdata.NamedFrame) bool {
 	if last < 0 || len(mine) != len(p.chain) || len(via) > 0 {
 		return false
 	}
-	if last == len(frames)-1 || frames[last+1].Type != "native" || frames[len(frames)-1].Function != "_start" {
+	root := p.root
+	if root == "" {
+		root = "_start"
+	}
+	end := frames[len(frames)-1]
+	if end.Function == "" {
+		end.Function = filepath.Base(end.Mapping)
+	}
+	if last == len(frames)-1 || frames[last+1].Type != "native" || end.Function != root {
 		return false
 	}
 	for i, w := range p.chain {
@@ -157,6 +188,67 @@ func TestCollectorRubyAndPHPFrames(t *testing.T) {
 	}
 
 	requireWhole(t, otlp, processes, 200)
+}
+
+// Two Ractors in Ruby 3.1 and 3.3 processes started after the collector
+// (rubyractor.rb), each running rubywork.rb's chain on a native thread of
+// its own while the main thread waits: each Ractor's thread's CPU
+// profile through OTLP has the script's frames, Burner#spin <- block in
+// Burner#work <- Burner#work <- the Ractor's block, with their lines, in
+// place of the interpreter's native frames, down to the thread's root
+// (3.1: glibc's __clone3; 3.3 runs a non-main Ractor's threads on its M:N
+// scheduler's coroutines, always, whose stacks begin at the coroutine's
+// entry, co_start: an unnamed frame of Debian's stripped libruby whose
+// return address is 0, where gdb's backtrace ends too), in at least 90%
+// of its samples (of at least 200). The walker finds a Ractor's running
+// thread as it does the main thread: its rb_execution_context_t in the
+// native thread's ruby_current_ec.
+func TestCollectorRubyRactorFrames(t *testing.T) {
+	bin := collectorBinary(t)
+	rubies := testutil.RubyInterpreters(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
+    targets: {executables: ['ruby']}
+    cpu: {samples_per_second: 99}
+`, addr))
+	waitReady(t, out)
+
+	rb := testutil.WorkloadLines(t, "rubyractor.rb")
+	chain := []pdata.NamedFrame{
+		{Function: "Burner#spin"},
+		{Function: "block in Burner#work", Line: int64(rb["work_block"])},
+		{Function: "Burner#work", Line: int64(rb["work_times"])},
+		{Function: "block in <main>", Line: int64(rb["ractor_work"])},
+	}
+	var threads []interpreted
+	for _, r := range rubies {
+		argv := append(append([]string{}, r.Args...), testutil.Workload(t, "rubyractor.rb"), "120")
+		c := testutil.StartWorkloadChild(t, r.Path, argv...)
+		// "ready", its pid, then each Ractor's thread's id.
+		var lines [4]int
+		for i := range lines {
+			line := strings.TrimSpace(c.Line(t, testutil.Patient(testutil.ReadyTimeout)))
+			if i == 0 {
+				require.Equal(t, "ready", line, r.Name)
+				continue
+			}
+			n, err := strconv.Atoi(line)
+			require.NoError(t, err, r.Name)
+			lines[i] = n
+		}
+		root := "__clone3"
+		if r.Version != "3.1" {
+			lib, err := filepath.EvalSymlinks(r.Lib)
+			require.NoError(t, err)
+			root = filepath.Base(lib)
+		}
+		for i, tid := range lines[2:] {
+			threads = append(threads, interpreted{name: fmt.Sprintf("%s ractor %d (thread %d)", r.Name, i+1, tid),
+				pid: lines[1], tid: tid, root: root, typ: "ruby", script: "rubyractor.rb", chain: chain,
+				via: []string{"Integer#times"}, sampleType: "samples"})
+		}
+	}
+	requireWhole(t, otlp, threads, 200)
 }
 
 // requireWhole waits for every process's samples (of its sampleType) to
@@ -249,7 +341,7 @@ func describeShares(processes []interpreted, received []pprofile.Profiles) strin
 		fmt.Fprintf(&b, "\n%s (pid %d): %.1f%% of %d (%s) whole", p.name, p.pid, 100*share, n, p.sampleType)
 		counts := map[string]int64{}
 		for _, pd := range received {
-			for _, st := range pdata.Stacks(pdata.OfPID(pdata.OfType(pd, p.sampleType), p.pid)) {
+			for _, st := range p.stacks(pd) {
 				counts[describeFrames(st.Frames)] += st.Value
 			}
 		}
