@@ -153,10 +153,11 @@ kernel-tools:
 # under qemu-user for arm64's), openjdk-17-jdk-headless runs the Java tests (javac compiles the
 # Java workloads for the kernel matrix's guests), gcc-aarch64-linux-gnu and
 # qemu-user-static build and run the arm64 builds of the thread context and
-# Go labels fixtures. No test needs bpftool, bpftrace or clang.
+# Go labels fixtures, systemtap-sdt-dev's <sys/sdt.h> builds the USDT
+# workloads (testdata/workloads/usdt). No test needs bpftool, bpftrace or clang.
 test-tools:
 	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb openjdk-17-jdk-headless \
-		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev gdb-multiarch)
+		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev gdb-multiarch systemtap-sdt-dev)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }
