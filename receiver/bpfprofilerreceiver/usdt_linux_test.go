@@ -4,11 +4,7 @@ package bpfprofilerreceiver
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,25 +21,14 @@ import (
 // log record per scope, named by its USDT probes, not by symbols.
 func TestProbeLogsOfUSDTScopes(t *testing.T) {
 	testutil.RequireBPF(t)
-	dir := t.TempDir()
-	bin, lib, out := filepath.Join(dir, "sdtpair"), filepath.Join(dir, "libsdtlib.so"), filepath.Join(dir, "measured")
-	require.NoError(t, testutil.CompileC(testutil.Workload(t, "usdt/sdtpair.c"), bin))
-	require.NoError(t, testutil.CompileC(testutil.Workload(t, "usdt/sdtlib.c"), lib))
-	work := exec.Command("chrt", "-f", "10", bin, lib, out)
-	stdin, err := work.StdinPipe()
-	require.NoError(t, err)
-	testutil.StartChild(t, work)
-	contains := func(s string) func() bool {
-		return func() bool { b, _ := os.ReadFile(out); return strings.Contains(string(b), s) }
-	}
-	require.Eventually(t, contains("ready"), testutil.Patient(5*time.Second), 5*time.Millisecond)
+	w := testutil.StartSDTPair(t)
 
 	cfg := createDefaultConfig().(*Config)
 	cfg.CPU.Enabled = false
 	cfg.ReportInterval = 200 * time.Millisecond
 	cfg.Probes = []ProbeConfig{
-		{ID: "work", FileMatch: "^" + regexp.QuoteMeta(bin) + "$", USDTEntry: "work:start", USDTExit: "work:done"},
-		{ID: "lib", FileMatch: "^" + regexp.QuoteMeta(lib) + "$", USDTEntry: "sdtlib:start", USDTExit: "sdtlib:done"},
+		{ID: "work", FileMatch: "^" + regexp.QuoteMeta(w.Bin) + "$", USDTEntry: "work:start", USDTExit: "work:done"},
+		{ID: "lib", FileMatch: "^" + regexp.QuoteMeta(w.Lib) + "$", USDTEntry: "sdtlib:start", USDTExit: "sdtlib:done"},
 	}
 	require.NoError(t, cfg.Validate())
 	sink := new(consumertest.LogsSink)
@@ -53,9 +38,9 @@ func TestProbeLogsOfUSDTScopes(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
 
 	// Start attaches to the running process before it returns.
-	_, err = stdin.Write([]byte("round\n"))
-	require.NoError(t, err)
-	require.Eventually(t, contains("round 1 done"), testutil.Patient(10*time.Second), 5*time.Millisecond)
+	for _, s := range w.Round(t)[:3] {
+		require.True(t, s.Enabled, "work:start's semaphore set while attached")
+	}
 	require.Eventually(t, func() bool { return sink.LogRecordCount() >= 6 }, testutil.Patient(5*time.Second), 20*time.Millisecond)
 	time.Sleep(2 * cfg.ReportInterval) // let any unexpected extra record arrive
 	require.Equal(t, 6, sink.LogRecordCount(), "three scopes of each probe")
