@@ -13,6 +13,7 @@ import (
 type Probe struct {
 	ID                      string
 	EntrySymbol, ExitSymbol string
+	EntryUSDT, ExitUSDT     string // "provider:name" of a USDT probe's pair
 }
 
 // ReadScope is a raw scope with what was known when it was read from the
@@ -77,6 +78,8 @@ func scopeRecord(p Probe, ids ScopeIDs, s ReadScope) report.ScopeRecord {
 		ProbeID:     p.ID,
 		EntrySymbol: p.EntrySymbol,
 		ExitSymbol:  p.ExitSymbol,
+		EntryUSDT:   p.EntryUSDT,
+		ExitUSDT:    p.ExitUSDT,
 		// One offset for both ends: the duration stays the kernel's
 		// even when the offset is measured again in between.
 		Start:      end - (s.End - s.Start),

@@ -59,3 +59,17 @@ func TestScopes(t *testing.T) {
 		require.Equal(t, read[0].Observed, r.Observed)
 	}
 }
+
+// A USDT probe's records name its two USDT probes.
+func TestScopesUSDT(t *testing.T) {
+	probes := []Probe{{ID: "pg.query", EntryUSDT: "postgresql:query__start", ExitUSDT: "postgresql:query__done"}}
+	raw := []capture.RawScope{{ProbeIndex: 0, PID: 7, TID: 8, Start: 1000, End: 5000}}
+	got := Scopes(probes, NewScopeIDs(), ReadScopes(fakeIdentities{7: "seven"}, raw))
+	require.Len(t, got, 1)
+	r := got[0].Records[0]
+	require.Equal(t, "pg.query", r.ProbeID)
+	require.Equal(t, "postgresql:query__start", r.EntryUSDT)
+	require.Equal(t, "postgresql:query__done", r.ExitUSDT)
+	require.Empty(t, r.EntrySymbol)
+	require.Empty(t, r.ExitSymbol)
+}

@@ -47,6 +47,8 @@ const (
 	ProbeMainThread = "probe.main_thread"
 	ProbeEntry      = "probe.entry_symbol"
 	ProbeExit       = "probe.exit_symbol"
+	ProbeUSDTEntry  = "probe.usdt_entry"
+	ProbeUSDTExit   = "probe.usdt_exit"
 	// ProbeScopeSpanID names a sample's probe scope (its log record's span
 	// id, hex) when the sample's link is its thread context's span.
 	ProbeScopeSpanID = "probe.scope.span_id"

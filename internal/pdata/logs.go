@@ -57,8 +57,13 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 	attrs.PutInt(attrkey.ThreadID, int64(r.TID))
 	attrs.PutStr(attrkey.ThreadName, r.ThreadName)
 	attrs.PutBool(attrkey.ProbeMainThread, r.MainThread)
-	attrs.PutStr(attrkey.ProbeEntry, r.EntrySymbol)
-	attrs.PutStr(attrkey.ProbeExit, r.ExitSymbol)
+	if r.EntryUSDT != "" {
+		attrs.PutStr(attrkey.ProbeUSDTEntry, r.EntryUSDT)
+		attrs.PutStr(attrkey.ProbeUSDTExit, r.ExitUSDT)
+	} else {
+		attrs.PutStr(attrkey.ProbeEntry, r.EntrySymbol)
+		attrs.PutStr(attrkey.ProbeExit, r.ExitSymbol)
+	}
 	// Goroutine labels, keyed as written, as on samples; never over the
 	// record's own attributes.
 	for _, k := range slices.Sorted(maps.Keys(r.Labels)) {

@@ -76,6 +76,18 @@ func TestBuildProbeLogs(t *testing.T) {
 		"probe.exit_symbol":          "dtor",
 	}, lr.Attributes().AsRaw())
 
+	// A USDT probe's record names its two USDT probes instead of symbols.
+	pg := rec
+	pg.EntrySymbol, pg.ExitSymbol = "", ""
+	pg.EntryUSDT, pg.ExitUSDT = "postgresql:query__start", "postgresql:query__done"
+	logs4, err := BuildProbeLogs(Scope{Name: "scope"}, observed, report.ProcessScopes{Identity: node, Records: []report.ScopeRecord{pg}})
+	require.NoError(t, err)
+	attrs4 := logs4.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().AsRaw()
+	assert.Equal(t, "postgresql:query__start", attrs4["probe.usdt_entry"])
+	assert.Equal(t, "postgresql:query__done", attrs4["probe.usdt_exit"])
+	assert.NotContains(t, attrs4, "probe.entry_symbol")
+	assert.NotContains(t, attrs4, "probe.exit_symbol")
+
 	// A Go function's record carries its goroutine's labels, never over
 	// its own attributes.
 	labelled := rec

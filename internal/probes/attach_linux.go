@@ -180,8 +180,8 @@ func (a *attacher) scanPID(pid uint32) bool {
 	return true
 }
 
-// probeFile resolves the symbols of probes in the file of mapping m and
-// attaches them.
+// probeFile resolves the symbols or USDT probes of probes in the file of
+// mapping m and attaches them.
 func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	id := fileID{dev: uint64(m.DevMajor)<<32 | uint64(m.DevMinor), inode: m.Inode}
 	// The file is the process's to choose: open the mapped file itself
@@ -192,19 +192,30 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	name := a.proc.RootPath(pid, strings.TrimSuffix(m.Path, " (deleted)"))
 	f, err := procfs.Within(a.deadline, name, func() (*os.File, error) { return a.proc.OpenMappedFile(pid, m) },
 		func(f *os.File) { f.Close() })
-	queries := make([]symbolQuery, 0, 2*len(probes))
+	var queries []symbolQuery
+	usdtProbes := false
 	for _, i := range probes {
-		queries = append(queries, a.specs[i].entry)
-		if !a.specs[i].Return {
-			queries = append(queries, a.specs[i].exit)
+		switch {
+		case a.specs[i].usdt():
+			usdtProbes = true
+		case a.specs[i].Return:
+			queries = append(queries, a.specs[i].entry)
+		default:
+			queries = append(queries, a.specs[i].entry, a.specs[i].exit)
 		}
 	}
 	var funcs symbolize.ELFFunctions
+	var notes fileNotes
 	if err == nil {
 		defer f.Close()
-		funcs, err = symbolize.FindFunctions(f, func(sym string) bool {
-			return slices.ContainsFunc(queries, func(q symbolQuery) bool { return q.match(sym) })
-		})
+		if usdtProbes {
+			notes = readNotes(f)
+		}
+		if len(queries) > 0 {
+			funcs, err = symbolize.FindFunctions(f, func(sym string) bool {
+				return slices.ContainsFunc(queries, func(q symbolQuery) bool { return q.match(sym) })
+			})
+		}
 	}
 	if errors.Is(err, fs.ErrNotExist) && procfs.RefusalReason(err) == "" {
 		return // the process is gone; another scan retries
@@ -229,7 +240,7 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 		}
 		s := a.specs[i]
 		log := a.log.With(zap.String("probe", s.ID), zap.String("file", m.Path), zap.Uint32("pid", pid))
-		if err != nil {
+		if err != nil && (f == nil || !s.usdt()) {
 			if !retryRead(err) {
 				a.attempts.finish(key) // a malformed or refused file stays so
 				log.Warn("cannot read symbols of probed file", zap.String("reason", procfs.RefusalReason(err)), zap.Error(err))
@@ -239,32 +250,21 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 				capabilities.Explain(err, capabilities.SysPtrace, capabilities.DACReadSearch))
 			continue
 		}
-		entry := offsets(funcs.Symbols, s.entry)
-		exit := entry
-		if !s.Return {
-			exit = offsets(funcs.Symbols, s.exit)
+		entry, exit, goroutine, missing, refused := resolveSites(s, funcs, notes)
+		if refused != nil {
+			a.attempts.finish(key)
+			a.refused++
+			log.Warn("probe not attached: "+refused.what, zap.Error(refused.err))
+			continue
 		}
-		goroutine := false
-		if funcs.Go && len(entry) > 0 && len(exit) > 0 {
-			goroutine, err = goCode(funcs, s)
-			if err == nil && goroutine {
-				entry, exit, err = goSites(funcs, s)
-			}
-			if err != nil {
-				a.attempts.finish(key)
-				a.refused++
-				log.Warn("probe not attached: a Go function it names has no place for its uprobes", zap.Error(err))
-				continue
-			}
-		}
-		if len(entry) == 0 || len(exit) == 0 {
-			missing := s.EntrySymbol
-			if len(entry) > 0 {
-				missing = s.ExitSymbol
-			}
+		if missing != "" {
 			a.attempts.finish(key)
 			a.missing++
-			log.Warn("probe not attached: symbol not found in file", zap.String("symbol", missing))
+			what, field := "symbol", "symbol"
+			if s.usdt() {
+				what, field = "USDT probe", "usdt_probe"
+			}
+			log.Warn("probe not attached: "+what+" not found in file", zap.String(field, missing))
 			continue
 		}
 		links, err := a.attachFile(a.proc.FDPath(f), i, entry, exit, goroutine, labels)
@@ -283,6 +283,49 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	}
 }
 
+// refusal is why a probe is not attached to a file: what its warning
+// says, and the error behind it.
+type refusal struct {
+	what string
+	err  error
+}
+
+// resolveSites returns where probe s's uprobes go in a file with functions
+// funcs and USDT notes: missing names a symbol or USDT probe the file
+// lacks.
+func resolveSites(s compiledSpec, funcs symbolize.ELFFunctions, notes fileNotes) (
+	entry, exit []symOffset, goroutine bool, missing string, refused *refusal) {
+	if s.usdt() {
+		entry, exit, missing, err := notes.usdtSites(s.Spec)
+		if err != nil {
+			return nil, nil, false, "", &refusal{"its USDT probes cannot be used in this file", err}
+		}
+		return entry, exit, false, missing, nil
+	}
+	entry = offsets(funcs.Symbols, s.entry)
+	exit = entry
+	if !s.Return {
+		exit = offsets(funcs.Symbols, s.exit)
+	}
+	if funcs.Go && len(entry) > 0 && len(exit) > 0 {
+		var err error
+		goroutine, err = goCode(funcs, s)
+		if err == nil && goroutine {
+			entry, exit, err = goSites(funcs, s)
+		}
+		if err != nil {
+			return nil, nil, false, "", &refusal{"a Go function it names has no place for its uprobes", err}
+		}
+	}
+	switch {
+	case len(entry) == 0:
+		missing = s.EntrySymbol
+	case len(exit) == 0:
+		missing = s.ExitSymbol
+	}
+	return entry, exit, goroutine, missing, nil
+}
+
 // failed records a failed attempt of key: a warning the first time, debug
 // after that.
 func (a *attacher) failed(key attempt, log *zap.Logger, msg string, err error) {
@@ -293,9 +336,12 @@ func (a *attacher) failed(key attempt, log *zap.Logger, msg string, err error) {
 	log.Debug(msg, zap.Error(err))
 }
 
+// symOffset is one uprobe's place: its symbol (or USDT probe) name, file
+// offset and, for a USDT probe with a semaphore, the semaphore's file
+// offset (the uprobe's reference counter; 0: none).
 type symOffset struct {
-	name   string
-	offset uint64
+	name           string
+	offset, refCtr uint64
 }
 
 // offsets returns the distinct offsets of the symbols q matches (aliases such
@@ -304,7 +350,7 @@ func offsets(syms []symbolize.FunctionSymbol, q symbolQuery) []symOffset {
 	var out []symOffset
 	for _, s := range syms {
 		if q.match(s.Name) && (len(out) == 0 || out[len(out)-1].offset != s.Offset) {
-			out = append(out, symOffset{s.Name, s.Offset})
+			out = append(out, symOffset{name: s.Name, offset: s.Offset})
 		}
 	}
 	return out
@@ -332,7 +378,7 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset, gorou
 		return nil, err
 	}
 	for _, o := range exit {
-		opts := &link.UprobeOptions{Address: o.offset, Cookie: cookie}
+		opts := &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr, Cookie: cookie}
 		var l link.Link
 		if a.specs[probe].Return && !goroutine {
 			l, err = ex.Uretprobe(o.name, exitProg, opts)
@@ -345,7 +391,7 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset, gorou
 		links = append(links, l)
 	}
 	for _, o := range entry {
-		l, err := ex.Uprobe(o.name, entryProg, &link.UprobeOptions{Address: o.offset, Cookie: cookie})
+		l, err := ex.Uprobe(o.name, entryProg, &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr, Cookie: cookie})
 		if err != nil {
 			return fail(fmt.Errorf("attach entry %s at %#x: %w", o.name, o.offset, err))
 		}

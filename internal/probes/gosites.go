@@ -59,7 +59,7 @@ func goFunctionSites(funcs symbolize.ELFFunctions, q symbolQuery) (entry, return
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", fn.Name, err)
 		}
-		at := func(addr uint64) symOffset { return symOffset{fn.Name, fn.Offset + addr - fn.Value} }
+		at := func(addr uint64) symOffset { return symOffset{name: fn.Name, offset: fn.Offset + addr - fn.Value} }
 		entry = append(entry, at(sites.Entry))
 		for _, r := range sites.Returns {
 			returns = append(returns, at(r))

@@ -28,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // MaxProbes is the number of probes one Manager supports.
@@ -55,6 +57,10 @@ type Spec struct {
 	// names or demangled C++ names, see MatchSymbol.
 	EntrySymbol, ExitSymbol string
 	Return                  bool
+	// EntryUSDT and ExitUSDT ("provider:name"), instead of symbols, start
+	// and end the scope at every site of those USDT probes (plain
+	// uprobes; a probe's semaphore is incremented while attached).
+	EntryUSDT, ExitUSDT string
 	// MainThreadOnly keeps only scopes of the process's main thread (tid == pid).
 	MainThreadOnly bool
 	// MinDuration drops shorter scopes in the kernel.
@@ -103,8 +109,8 @@ type Stats struct {
 	Malformed   uint64       // ring buffer entries that did not decode
 	Files       int          // files with at least one probe attached
 	Links       int          // uprobes/uretprobes attached
-	Missing     int          // (probe, file) pairs skipped because a symbol is missing
-	Refused     int          // (probe, file) pairs refused: a Go function without a return, or not decodable
+	Missing     int          // (probe, file) pairs skipped because a symbol or USDT probe is missing
+	Refused     int          // (probe, file) pairs refused: a Go function without a return, or not decodable; USDT probes in a Go binary, or notes internal/usdt refuses
 	Failed      int          // (probe, file) pairs whose last attach failed (tried again at each rescan)
 	Labels      LabelLoss    // goroutine labels of Go functions' records left out
 }
@@ -146,8 +152,27 @@ func (e *FieldError) Error() string {
 
 func (e *FieldError) Unwrap() error { return e.Err }
 
-// ErrNoScope is the error of a Spec with neither EntrySymbol nor ExitSymbol.
-var ErrNoScope = errors.New("no symbol: set EntrySymbol with Return, or EntrySymbol and ExitSymbol")
+// ErrNoScope is the error of a Spec with neither symbols nor USDT probes;
+// ErrMixedScope of one with both.
+var (
+	ErrNoScope    = errors.New("no scope: set EntrySymbol with Return, EntrySymbol and ExitSymbol, or EntryUSDT and ExitUSDT")
+	ErrMixedScope = errors.New("symbols and USDT probes: a scope is delimited by one or the other")
+)
+
+// usdt reports whether the scope is delimited by USDT probes.
+func (s Spec) usdt() bool { return s.EntryUSDT != "" || s.ExitUSDT != "" }
+
+// ParseUSDT splits a USDT probe as a Spec names it, "provider:name".
+func ParseUSDT(probe string) (provider, name string, err error) {
+	provider, name, ok := strings.Cut(probe, ":")
+	switch {
+	case !ok || provider == "" || name == "" || strings.Contains(name, ":"):
+		return "", "", fmt.Errorf("want provider:name, got %q", probe)
+	case strings.ContainsFunc(probe, unicode.IsSpace):
+		return "", "", fmt.Errorf("%q: a provider or name has no spaces", probe)
+	}
+	return provider, name, nil
+}
 
 // validate checks the Spec at index i.
 func (s Spec) validate(i int) []error {
@@ -163,7 +188,12 @@ func (s Spec) validate(i int) []error {
 	} else if _, err := regexp.Compile(s.FileMatch); err != nil {
 		add("FileMatch", "invalid regexp: %v", err)
 	}
+	symbols := s.Return || s.EntrySymbol != "" || s.ExitSymbol != ""
 	switch {
+	case symbols && s.usdt():
+		errs = append(errs, &FieldError{Index: i, Err: ErrMixedScope})
+	case s.usdt():
+		errs = append(errs, s.validateUSDT(i)...)
 	case s.Return && s.EntrySymbol == "":
 		add("EntrySymbol", "must not be empty")
 	case s.Return && s.ExitSymbol != "":
@@ -182,6 +212,26 @@ func (s Spec) validate(i int) []error {
 	}
 	if s.MaxPerSecond > MaxMaxPerSecond {
 		add("MaxPerSecond", "must be 0 (unlimited) to %d, got %d", MaxMaxPerSecond, s.MaxPerSecond)
+	}
+	return errs
+}
+
+// validateUSDT checks the USDT probes of the Spec at index i.
+func (s Spec) validateUSDT(i int) []error {
+	var errs []error
+	for _, p := range []struct{ field, probe, side string }{{"EntryUSDT", s.EntryUSDT, "an entry"}, {"ExitUSDT", s.ExitUSDT, "an exit"}} {
+		var err error
+		if p.probe == "" {
+			err = fmt.Errorf("must not be empty: the scope needs %s probe too", p.side)
+		} else {
+			_, _, err = ParseUSDT(p.probe)
+		}
+		if err != nil {
+			errs = append(errs, &FieldError{Index: i, Field: p.field, Err: err})
+		}
+	}
+	if len(errs) == 0 && s.EntryUSDT == s.ExitUSDT {
+		errs = append(errs, &FieldError{Index: i, Field: "ExitUSDT", Err: errors.New("must differ from the entry probe")})
 	}
 	return errs
 }

@@ -229,6 +229,40 @@ func TestValidateSpecs(t *testing.T) {
 	require.ErrorContains(t, ValidateSpecs(make([]Spec, MaxProbes+1)), "at most 64 probes")
 }
 
+// A USDT scope names both probes as provider:name, and no symbol.
+func TestValidateUSDTSpecs(t *testing.T) {
+	tests := []struct {
+		name, entry, exit string
+		symbol            string
+		field, err        string // "": valid
+	}{
+		{name: "pair", entry: "postgresql:query__start", exit: "postgresql:query__done"},
+		{name: "no exit", entry: "a:b", field: "ExitUSDT", err: "must not be empty: the scope needs an exit probe too"},
+		{name: "no entry", exit: "a:b", field: "EntryUSDT", err: "must not be empty: the scope needs an entry probe too"},
+		{name: "no provider", entry: ":b", exit: "a:c", field: "EntryUSDT", err: `want provider:name, got ":b"`},
+		{name: "no name", entry: "a:b", exit: "a:", field: "ExitUSDT", err: `want provider:name, got "a:"`},
+		{name: "no colon", entry: "ab", exit: "a:c", field: "EntryUSDT", err: `want provider:name, got "ab"`},
+		{name: "two colons", entry: "a:b:c", exit: "a:c", field: "EntryUSDT", err: `want provider:name, got "a:b:c"`},
+		{name: "space", entry: "a:b", exit: "a: c", field: "ExitUSDT", err: `"a: c": a provider or name has no spaces`},
+		{name: "same", entry: "a:b", exit: "a:b", field: "ExitUSDT", err: "must differ from the entry probe"},
+		{name: "with symbol", entry: "a:b", exit: "a:c", symbol: "f", err: ErrMixedScope.Error()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Spec{ID: "p", FileMatch: "x", EntryUSDT: tt.entry, ExitUSDT: tt.exit, EntrySymbol: tt.symbol, Return: tt.symbol != ""}
+			err := ValidateSpecs([]Spec{s})
+			if tt.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			var fe *FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, FieldError{Index: 0, Field: tt.field}, FieldError{Index: fe.Index, Field: fe.Field})
+			require.EqualError(t, fe.Err, tt.err)
+		})
+	}
+}
+
 func TestRateLimitParameters(t *testing.T) {
 	tests := []struct {
 		perSecond               uint64

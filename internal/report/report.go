@@ -153,7 +153,10 @@ type ScopeRecord struct {
 	ProbeID     string
 	EntrySymbol string
 	ExitSymbol  string
-	Start, End  uint64
+	// EntryUSDT and ExitUSDT name a USDT probe's pair ("provider:name"),
+	// where the symbols are empty.
+	EntryUSDT, ExitUSDT string
+	Start, End          uint64
 	// Observed is when the record was read from the kernel (unix ns); 0:
 	// when the log records were built.
 	Observed   uint64

@@ -75,16 +75,19 @@ type OffCPUConfig struct {
 	Mechanism string `mapstructure:"mechanism"`
 }
 
-// ProbeConfig declares one uprobe duration probe: either Symbol (a
-// function's entry and return) or EntrySymbol and ExitSymbol (two different
-// functions, e.g. a C++ constructor and destructor), in every executable or
-// library whose path matches FileMatch.
+// ProbeConfig declares one uprobe duration probe: Symbol (a function's
+// entry and return), EntrySymbol and ExitSymbol (two different functions,
+// e.g. a C++ constructor and destructor) or USDTEntry and USDTExit (two
+// USDT probes, "provider:name"), in every executable or library whose path
+// matches FileMatch.
 type ProbeConfig struct {
 	ID             string        `mapstructure:"id"`
 	FileMatch      string        `mapstructure:"file_match"`
 	Symbol         string        `mapstructure:"symbol"`
 	EntrySymbol    string        `mapstructure:"entry_symbol"`
 	ExitSymbol     string        `mapstructure:"exit_symbol"`
+	USDTEntry      string        `mapstructure:"usdt_entry"`
+	USDTExit       string        `mapstructure:"usdt_exit"`
 	MainThreadOnly bool          `mapstructure:"main_thread_only"`
 	MinDuration    time.Duration `mapstructure:"min_duration"`
 	// MaxPerSecond limits this probe's records, in BPF; unset means
@@ -241,8 +244,8 @@ func (c *Config) Validate() error {
 		if p.LinkSamples != nil && *p.LinkSamples && !c.CPU.Enabled && !c.OffCPU.Enabled {
 			errs = append(errs, fmt.Errorf("probes[%d]::link_samples: there are no samples to link: enable cpu or off_cpu", i))
 		}
-		if p.Symbol != "" && p.EntrySymbol != "" {
-			errs = append(errs, fmt.Errorf("probes[%d]: set either symbol or entry_symbol+exit_symbol, not both", i))
+		if forms := p.scopeForms(); len(forms) > 1 {
+			errs = append(errs, fmt.Errorf("probes[%d]: set one of %s, not %s", i, scopeFormsHint, strings.Join(forms, " and ")))
 		}
 	}
 	errs = append(errs, c.probeErrors(probes.ValidateSpecs(c.probeSpecs()))...)
@@ -289,6 +292,8 @@ func (c *Config) probeSpecs() []probes.Spec {
 			FileMatch:      p.FileMatch,
 			EntrySymbol:    p.EntrySymbol,
 			ExitSymbol:     p.ExitSymbol,
+			EntryUSDT:      p.USDTEntry,
+			ExitUSDT:       p.USDTExit,
 			MainThreadOnly: p.MainThreadOnly,
 			MinDuration:    p.MinDuration,
 			MaxPerSecond:   probes.DefaultMaxPerSecond,

@@ -20,7 +20,9 @@ func (c *Config) probeErrors(err error) []error {
 		case !errors.As(e, &fe):
 			out = append(out, fmt.Errorf("probes: %w", e))
 		case errors.Is(fe.Err, probes.ErrNoScope):
-			out = append(out, fmt.Errorf("probes[%d]: set either symbol or entry_symbol+exit_symbol", fe.Index))
+			out = append(out, fmt.Errorf("probes[%d]: set one of %s", fe.Index, scopeFormsHint))
+		case errors.Is(fe.Err, probes.ErrMixedScope):
+			continue // Validate names the keys set (scopeForms)
 		case fe.Field == "":
 			out = append(out, fmt.Errorf("probes[%d]: %w", fe.Index, fe.Err))
 		default:
@@ -44,12 +46,35 @@ func (c *Config) probeKey(i int, field string) string {
 		return "entry_symbol"
 	case "ExitSymbol":
 		return "exit_symbol"
+	case "EntryUSDT":
+		return "usdt_entry"
+	case "ExitUSDT":
+		return "usdt_exit"
 	case "MinDuration":
 		return "min_duration"
 	case "MaxPerSecond":
 		return "max_per_second"
 	}
 	return field
+}
+
+// scopeFormsHint lists the ways a probe delimits its scopes.
+const scopeFormsHint = "symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit"
+
+// scopeForms returns the ways of delimiting a scope p's keys set, each
+// as its keys.
+func (p ProbeConfig) scopeForms() []string {
+	var forms []string
+	if p.Symbol != "" {
+		forms = append(forms, "symbol")
+	}
+	if p.EntrySymbol != "" || p.ExitSymbol != "" {
+		forms = append(forms, "entry_symbol+exit_symbol")
+	}
+	if p.USDTEntry != "" || p.USDTExit != "" {
+		forms = append(forms, "usdt_entry+usdt_exit")
+	}
+	return forms
 }
 
 func unjoin(err error) []error {

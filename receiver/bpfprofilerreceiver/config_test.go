@@ -2,6 +2,7 @@ package bpfprofilerreceiver
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,10 @@ func TestLoadConfig(t *testing.T) {
 					},
 					{ID: "app.handle", FileMatch: "/myapp$", Symbol: "main.handle", MaxPerSecond: ptr(uint64(100))},
 					{ID: "app.unlimited", FileMatch: "/myapp$", Symbol: "main.loop", MaxPerSecond: ptr(uint64(0))},
+					{
+						ID: "pg.query", FileMatch: "/postgres$",
+						USDTEntry: "postgresql:query__start", USDTExit: "postgresql:query__done", MinDuration: 5 * time.Millisecond,
+					},
 				},
 				Kubernetes:       K8sConfig{HostRoot: "/"},
 				ThreadAttributes: []string{"thread.id", "thread.name"},
@@ -173,14 +178,58 @@ func TestProbeValidationNamesEveryKey(t *testing.T) {
 	for _, want := range []string{
 		"probes[0]::id: must not be empty",
 		"probes[0]::file_match: invalid regexp",
-		"probes[1]: set either symbol or entry_symbol+exit_symbol",
-		"probes[2]: set either symbol or entry_symbol+exit_symbol, not both",
+		"probes[1]: set one of symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit",
+		"probes[2]: set one of symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit, not symbol and entry_symbol+exit_symbol",
 		`probes[2]::id: "b" already used by probe 1`,
 		"probes[3]::exit_symbol: must differ from the entry symbol",
 		"probes[3]::min_duration: must not be negative",
 		"probes[4]::max_per_second: must be 0 (unlimited) to 1000000, got 2000000",
 	} {
 		assert.Contains(t, err.Error(), want)
+	}
+}
+
+// usdt_entry and usdt_exit: both or neither, provider:name each, and no
+// symbol key beside them.
+func TestProbeUSDTValidation(t *testing.T) {
+	usdt := func(entry, exit string) ProbeConfig {
+		return ProbeConfig{ID: "pg", FileMatch: "/postgres$", USDTEntry: entry, USDTExit: exit}
+	}
+	tests := []struct {
+		name  string
+		probe ProbeConfig
+		want  []string // "": valid
+	}{
+		{name: "pair", probe: usdt("postgresql:query__start", "postgresql:query__done")},
+		{name: "entry only", probe: usdt("a:b", ""), want: []string{"probes[1]::usdt_exit: must not be empty: the scope needs an exit probe too"}},
+		{name: "exit only", probe: usdt("", "a:b"), want: []string{"probes[1]::usdt_entry: must not be empty: the scope needs an entry probe too"}},
+		{name: "no provider", probe: usdt(":b", "a:c"), want: []string{`probes[1]::usdt_entry: want provider:name, got ":b"`}},
+		{name: "no name", probe: usdt("a:b", "a"), want: []string{`probes[1]::usdt_exit: want provider:name, got "a"`}},
+		{name: "space", probe: usdt("a :b", "a:c"), want: []string{`probes[1]::usdt_entry: "a :b": a provider or name has no spaces`}},
+		{name: "same probe", probe: usdt("a:b", "a:b"), want: []string{"probes[1]::usdt_exit: must differ from the entry probe"}},
+		{
+			name: "with symbol", probe: func() ProbeConfig { p := usdt("a:b", "a:c"); p.Symbol = "f"; return p }(),
+			want: []string{"probes[1]: set one of symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit, not symbol and usdt_entry+usdt_exit"},
+		},
+		{
+			name: "with exit symbol", probe: func() ProbeConfig { p := usdt("a:b", ""); p.ExitSymbol = "g"; return p }(),
+			want: []string{"probes[1]: set one of symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit, not entry_symbol+exit_symbol and usdt_entry+usdt_exit"},
+		},
+		{name: "nothing", probe: usdt("", ""), want: []string{"probes[1]: set one of symbol, entry_symbol+exit_symbol or usdt_entry+usdt_exit"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			cfg.Probes = []ProbeConfig{{ID: "ok", FileMatch: "x", Symbol: "f"}, tt.probe}
+			err := cfg.Validate()
+			if len(tt.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			msgs := strings.Split(err.Error(), "\n")
+			assert.ElementsMatch(t, tt.want, msgs)
+		})
 	}
 }
 
@@ -230,4 +279,19 @@ func TestShippedConfigMapValid(t *testing.T) {
 	require.NoError(t, confmap.Validate(cfg), file)
 	assert.Equal(t, "/host", cfg.Kubernetes.HostRoot)
 	assert.Contains(t, cfg.ResourceAttributesOnSamples, "k8s.pod.name", "Pyroscope's pod label")
+}
+
+// A USDT probe's pair reaches the probes package and its records' names.
+func TestProbeSpecsUSDT(t *testing.T) {
+	cfg := &Config{Probes: []ProbeConfig{{ID: "pg", FileMatch: "x", USDTEntry: "postgresql:query__start", USDTExit: "postgresql:query__done"}}}
+	specs := cfg.probeSpecs()
+	require.Len(t, specs, 1)
+	assert.Equal(t, "postgresql:query__start", specs[0].EntryUSDT)
+	assert.Equal(t, "postgresql:query__done", specs[0].ExitUSDT)
+	assert.Empty(t, specs[0].EntrySymbol)
+	assert.False(t, specs[0].Return)
+	names := scopeNames(specs)
+	assert.Equal(t, "postgresql:query__start", names[0].EntryUSDT)
+	assert.Equal(t, "postgresql:query__done", names[0].ExitUSDT)
+	assert.Empty(t, names[0].EntrySymbol)
 }

@@ -228,7 +228,8 @@ func (p *probeRunner) count(ctx context.Context, counter metric.Int64Counter, re
 }
 
 // scopeNames names the scopes of each probe as the log records do: a
-// function's probe (config `symbol:`) enters and exits the same symbol.
+// function's probe (config `symbol:`) enters and exits the same symbol; a
+// USDT probe names its two USDT probes.
 func scopeNames(specs []probes.Spec) []assemble.Probe {
 	out := make([]assemble.Probe, len(specs))
 	for i, s := range specs {
@@ -236,7 +237,7 @@ func scopeNames(specs []probes.Spec) []assemble.Probe {
 		if s.Return {
 			exit = s.EntrySymbol
 		}
-		out[i] = assemble.Probe{ID: s.ID, EntrySymbol: s.EntrySymbol, ExitSymbol: exit}
+		out[i] = assemble.Probe{ID: s.ID, EntrySymbol: s.EntrySymbol, ExitSymbol: exit, EntryUSDT: s.EntryUSDT, ExitUSDT: s.ExitUSDT}
 	}
 	return out
 }
