@@ -156,12 +156,15 @@ kernel-tools:
 # Go labels fixtures, apache2 and libapache2-mod-php8.2 are the Apache with
 # mod_php (prefork) the PHP walker's e2e check profiles (on a private
 # configuration; the packages' service is not needed), systemtap-sdt-dev's
-# <sys/sdt.h> builds the USDT workloads (testdata/workloads/usdt). No test
-# needs bpftool, bpftrace or clang.
+# <sys/sdt.h> builds the USDT workloads (testdata/workloads/usdt),
+# postgresql-15 is the PostgreSQL server whose own USDT probes the e2e check
+# times and postgresql-client-15 its psql (a private server in a temporary
+# directory; the package's service is not needed). No test needs bpftool,
+# bpftrace or clang.
 test-tools:
 	$(call apt_install,gcc g++ binutils libc6-dbg util-linux linux-perf python3.11 gdb openjdk-17-jdk-headless \
 		gcc-aarch64-linux-gnu qemu-user-static patchelf make zlib1g-dev gdb-multiarch apache2 libapache2-mod-php8.2 \
-		systemtap-sdt-dev)
+		systemtap-sdt-dev postgresql-15 postgresql-client-15)
 	@# The Rust fixture of the unwinder's tests: rustup's rustc, else Debian's.
 	@command -v rustc >/dev/null || test -x $$HOME/.cargo/bin/rustc || dpkg -s rustc >/dev/null 2>&1 || \
 		{ echo "installing rustc"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc >/dev/null; }

@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -109,14 +108,5 @@ func (w *SDTPair) Round(t testing.TB) []SDTScope {
 // the workload's executable from its memory.
 func (w *SDTPair) Semaphore(t testing.TB, addr uint64) uint16 {
 	t.Helper()
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", w.PID))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
-	var b [2]byte
-	if _, err := mem.ReadAt(b[:], int64(LoadBias(t, w.PID, w.Bin)+addr)); err != nil {
-		t.Fatal(err)
-	}
-	return binary.NativeEndian.Uint16(b[:])
+	return USDTSemaphore(t, w.PID, w.Bin, addr)
 }
