@@ -31,13 +31,7 @@ import (
 // 2026), each worker's whole share was 99.5-100% with 2 s requests,
 // 88-100% with 0.5 s ones, 79-99% with 0.1 s ones.
 func TestCollectorPHPFPMFrames(t *testing.T) {
-	bin := collectorBinary(t)
-	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
-    targets: {executables: ['/php-fpm[0-9.]+$']}
-    cpu: {samples_per_second: 99}
-`, addr))
-	waitReady(t, out)
+	otlp := profileCPU(t, "'/php-fpm[0-9.]+$'")
 
 	chain := phpWorkChain(t)
 	script := testutil.Workload(t, "phpwork.php")
@@ -91,13 +85,7 @@ func serve(ctx context.Context, t *testing.T, sock, script string) {
 // their lines, below the native frames of apache2 down to _start, in at
 // least 90% of its samples (of at least 200), as php-fpm's workers have.
 func TestCollectorModPHPFrames(t *testing.T) {
-	bin := collectorBinary(t)
-	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
-    targets: {executables: ['/apache2$']}
-    cpu: {samples_per_second: 99}
-`, addr))
-	waitReady(t, out)
+	otlp := profileCPU(t, "'/apache2$'")
 
 	chain := phpWorkChain(t)
 	script := testutil.Workload(t, "phpwork.php")

@@ -149,14 +149,8 @@ func (p interpreted) whole(frames []pdata.NamedFrame) bool {
 // interpreter's native frames (a native frame below them) in at least 90%
 // of their samples.
 func TestCollectorRubyAndPHPFrames(t *testing.T) {
-	bin := collectorBinary(t)
 	rubies := testutil.RubyInterpreters(t)
-	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
-    targets: {executables: ['ruby', 'php']}
-    cpu: {samples_per_second: 99}
-`, addr))
-	waitReady(t, out)
+	otlp := profileCPU(t, "'ruby', 'php'")
 
 	rb := testutil.WorkloadLines(t, "rubywork.rb")
 	rubyChain := []pdata.NamedFrame{
@@ -204,14 +198,8 @@ func TestCollectorRubyAndPHPFrames(t *testing.T) {
 // thread as it does the main thread: its rb_execution_context_t in the
 // native thread's ruby_current_ec.
 func TestCollectorRubyRactorFrames(t *testing.T) {
-	bin := collectorBinary(t)
 	rubies := testutil.RubyInterpreters(t)
-	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
-    targets: {executables: ['ruby']}
-    cpu: {samples_per_second: 99}
-`, addr))
-	waitReady(t, out)
+	otlp := profileCPU(t, "'ruby'")
 
 	rb := testutil.WorkloadLines(t, "rubyractor.rb")
 	chain := []pdata.NamedFrame{
@@ -363,14 +351,8 @@ func describeShares(processes []interpreted, received []pprofile.Profiles) strin
 // innermost of work_a and work_b in each stack, split 75% +- 5 points, of
 // at least 1000 each (the binomial deviation of 300 would be 2.5 points).
 func TestCollectorRubyThreadsSplit(t *testing.T) {
-	bin := collectorBinary(t)
 	rubies := testutil.RubyInterpreters(t)
-	otlp, addr := startOTLPServer(t)
-	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
-    targets: {executables: ['ruby']}
-    cpu: {samples_per_second: 99}
-`, addr))
-	waitReady(t, out)
+	otlp := profileCPU(t, "'ruby'")
 
 	var splits []rubySplit
 	for _, r := range rubies {
@@ -464,4 +446,19 @@ func describeSplits(received []pprofile.Profiles, splits []rubySplit) string {
 		fmt.Fprintf(&b, "\n%s (pid %d): work_a %d, work_b %d; e.g. %s", s.name, s.pid, wa, wb, newest)
 	}
 	return b.String()
+}
+
+// profileCPU starts a collector that samples the CPU at 99 Hz in the
+// processes of the executables matching targets (a YAML flow list's items)
+// and reports every 2 s to an OTLP server, returned once the collector is
+// ready.
+func profileCPU(t *testing.T, targets string) *otlpProfilesServer {
+	bin := collectorBinary(t)
+	otlp, addr := startOTLPServer(t)
+	out := startCollector(t, bin, profilesTo(`    report_interval: 2s
+    targets: {executables: [`+targets+`]}
+    cpu: {samples_per_second: 99}
+`, addr))
+	waitReady(t, out)
+	return otlp
 }
