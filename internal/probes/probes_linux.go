@@ -65,6 +65,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe BPF spec: %w", err)
 	}
+	argsUsed := uint32(0)
+	if slices.ContainsFunc(specs, func(s Spec) bool { return len(s.Attributes) > 0 }) {
+		argsUsed = 1
+	} else {
+		spec.Maps[bpf.ProbeMapScopeArgs].MaxEntries = 1
+	}
 	entryStacks := uint32(0)
 	if slices.ContainsFunc(specs, func(s Spec) bool { return s.EntryStack }) {
 		entryStacks = 1
@@ -76,6 +82,7 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		"pidns_dev":         opts.PIDNamespace.Dev,
 		"pidns_ino":         opts.PIDNamespace.Ino,
 		"entry_stacks_used": entryStacks,
+		"args_used":         argsUsed,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
@@ -105,11 +112,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		if s.EntryStack {
 			cfg.EntryStack = 1
 		}
+		compiled[i] = compileSpec(s)
+		cfg.Args = uint32(len(compiled[i].attrs))
 		if err := m.objs.ProbeConfigs.Put(uint32(i), cfg); err != nil {
 			_ = m.objs.Close()
 			return nil, fmt.Errorf("configure probe %q: %w", s.ID, err)
 		}
-		compiled[i] = compileSpec(s)
 	}
 	if err := m.openKernelSide(); err != nil {
 		_ = m.Close()
@@ -121,6 +129,11 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		m.att.goLabels = newGoLabelFiles(func(i uint32, f bpf.ProbeGoProbeFile) error {
 			return m.objs.GoProbeFiles.Put(i, f)
 		}, opts.Logger).cookie
+		m.att.usdtArgs = newUSDTArgSpecs(func(i uint32, s *bpf.ProbeUsdtArgsSpec) error {
+			return m.objs.UsdtSpecs.Put(i, s)
+		}).cookie
+	} else if argsUsed != 0 {
+		opts.Logger.Warn("USDT probe attributes need attach cookies (Linux 5.15): records carry no arguments on this kernel")
 	}
 	m.att.scanAll()
 
@@ -350,10 +363,12 @@ type compiledSpec struct {
 	Spec
 	file        *regexp.Regexp
 	entry, exit symbolQuery
+	attrs       []Attribute // Attributes, in record slot order
 }
 
 func compileSpec(s Spec) compiledSpec {
 	c := compiledSpec{Spec: s, file: regexp.MustCompile(s.FileMatch), entry: newSymbolQuery(s.EntrySymbol)}
+	c.attrs = s.ArgAttributes()
 	if !s.Return {
 		c.exit = newSymbolQuery(s.ExitSymbol)
 	}
