@@ -15,8 +15,9 @@
  * probe with entry stacks captures the user stack at the outermost entry
  * and sends it after the record. A USDT probe with attributes fetches
  * the arguments they name at the outermost entry (usdtargs.h; the entry
- * uprobe's attach cookie has the site's usdt_specs index + 1 in its upper
- * half) and sends them after the record and its entry stack.
+ * uprobe's attach cookie has the site's usdt_specs index + 1 in bits 16 to
+ * 31, so that a cookie fits the 32-bit constant that replaces it on kernels
+ * without attach cookies) and sends them after the record and its entry stack.
  *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
  * never inherits a stale depth. Exec events also go to user space (execs
@@ -425,12 +426,12 @@ static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *k
 	return 0;
 }
 
-/* The cookie: the probe index, and a USDT site's usdt_specs index + 1 above (0: no arguments). */
+/* The cookie: the probe index (bits 0-15), a USDT site's usdt_specs index + 1 (bits 16-31; 0: no arguments). */
 SEC("uprobe")
 int probe_entry(struct pt_regs *ctx)
 {
 	u64 cookie = bpf_get_attach_cookie(ctx);
-	u32 index = (u32)cookie;
+	u32 index = (u32)cookie & 0xffff;
 	u64 id = bpf_get_current_pid_tgid();
 	struct scope_key key = { .tid = (u32)id, .probe_index = index };
 	struct probe_config *cfg;
@@ -441,7 +442,7 @@ int probe_entry(struct pt_regs *ctx)
 	/* main_thread_only: worker threads keep no state at all. */
 	if (cfg->main_thread_only && (u32)id != (u32)(id >> 32))
 		return 0;
-	return scope_enters(ctx, &key, 0, (u32)(cookie >> 32));
+	return scope_enters(ctx, &key, 0, ((u32)cookie >> 16) & 0xffff);
 }
 
 /*

@@ -4,7 +4,7 @@
  * outermost entry of its scope from the registers at the probe site, as
  * the site's note says (internal/usdt reads the specs; user space writes
  * one usdt_args_spec per distinct set of a site's arguments, and the
- * entry uprobe's attach cookie carries its index + 1 in its upper half).
+ * entry uprobe's attach cookie carries its index + 1, see probe_entry).
  * An argument is a constant, a register (at an offset in struct pt_regs)
  * or memory at a register plus an offset, of 1, 2, 4 or 8 bytes, sign- or
  * zero-extended; a string argument is the NUL-terminated string at the

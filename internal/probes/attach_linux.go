@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 
@@ -39,9 +40,13 @@ type attacher struct {
 	// (nil: never).
 	goLabels func(id fileID, f *os.File) uint64
 	// usdtArgs returns the usdt_specs index + 1 of an entry site's
-	// argument fetch, the upper half of its uprobe's attach cookie (nil:
-	// no attach cookies, no arguments fetched).
+	// argument fetch, bits 16 to 31 of its uprobe's attach cookie (nil:
+	// no arguments fetched).
 	usdtArgs func(*bpf.ProbeUsdtArgsSpec) (uint32, error)
+	// argsProgram returns, on a kernel without attach cookies, the entry
+	// program of probe with the fetch args (usdtArgs) built in; nil: the
+	// kernel has attach cookies.
+	argsProgram func(probe int, args uint32) (*ebpf.Program, error)
 
 	// deadline bounds the opens of probed files: on FUSE or a dead
 	// network file system an open can block forever.
@@ -366,7 +371,7 @@ func (a *attacher) failed(key attempt, log *zap.Logger, msg string, err error) {
 // offset (the uprobe's reference counter; 0: none). A USDT probe's site
 // has its argument specs as the note writes them; an entry site, the
 // fetch of its probe's attributes (args, nil: none) and that fetch's
-// usdt_specs index + 1 (argsCookie, its attach cookie's upper half).
+// usdt_specs index + 1 (argsCookie, bits 16 to 31 of its attach cookie).
 type symOffset struct {
 	name           string
 	offset, refCtr uint64
@@ -422,8 +427,15 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset, gorou
 		links = append(links, l)
 	}
 	for _, o := range entry {
-		l, err := ex.Uprobe(o.name, entryProg, &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr,
-			Cookie: cookie | uint64(o.argsCookie)<<32})
+		prog, c := entryProg, cookie
+		if o.argsCookie != 0 && a.argsProgram != nil {
+			if prog, err = a.argsProgram(probe, o.argsCookie); err != nil {
+				return fail(fmt.Errorf("entry program of %s at %#x: %w", o.name, o.offset, err))
+			}
+		} else {
+			c |= uint64(o.argsCookie) << 16
+		}
+		l, err := ex.Uprobe(o.name, prog, &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr, Cookie: c})
 		if err != nil {
 			return fail(fmt.Errorf("attach entry %s at %#x: %w", o.name, o.offset, err))
 		}
