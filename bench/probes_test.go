@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestCollectorYAMLProbes(t *testing.T) {
 	}
 	got := cfg.Probes[0]
 	got.MaxPerSecond = nil
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("probe %+v, want %+v", got, want)
 	}
 	if got := cm.Get("service::pipelines::logs::receivers"); got == nil {

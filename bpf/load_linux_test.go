@@ -91,7 +91,9 @@ func TestProgramsLoad(t *testing.T) {
 
 // loadProbeAsUsed is LoadProbe with, on a kernel without attach cookies,
 // every bpf_get_attach_cookie call replaced by a constant, as
-// internal/probes replaces it by the probe index.
+// internal/probes replaces it by the probe index: in probe_entry with a
+// USDT argument fetch too (the copy internal/probes loads for a site
+// with one), so that the verifier checks the fetch.
 func loadProbeAsUsed() (*ebpf.CollectionSpec, error) {
 	spec, err := LoadProbe()
 	if err != nil || features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) == nil {
@@ -100,7 +102,11 @@ func loadProbeAsUsed() (*ebpf.CollectionSpec, error) {
 	for _, p := range spec.Programs {
 		for i, ins := range p.Instructions {
 			if ins.IsBuiltinCall() && ins.Constant == int64(asm.FnGetAttachCookie) {
-				p.Instructions[i] = asm.Mov.Imm(asm.R0, 0).WithMetadata(ins.Metadata)
+				cookie := int32(0)
+				if p.Name == "probe_entry" {
+					cookie = 1 << 16 // probe 0, usdt_specs entry 0
+				}
+				p.Instructions[i] = asm.Mov.Imm(asm.R0, cookie).WithMetadata(ins.Metadata)
 			}
 		}
 	}

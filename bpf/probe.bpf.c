@@ -13,7 +13,11 @@
  * outermost open scope in open_scopes (go_open_scopes, scopes.h), which
  * the CPU and off-CPU programs read; a
  * probe with entry stacks captures the user stack at the outermost entry
- * and sends it after the record.
+ * and sends it after the record. A USDT probe with attributes fetches
+ * the arguments they name at the outermost entry (usdtargs.h; the entry
+ * uprobe's attach cookie has the site's usdt_specs index + 1 in bits 16 to
+ * 31, so that a cookie fits the 32-bit constant that replaces it on kernels
+ * without attach cookies) and sends them after the record and its entry stack.
  *
  * Thread exit (and exec) removes the thread's scope state, so a reused tid
  * never inherits a stale depth. Exec events also go to user space (execs
@@ -32,6 +36,7 @@
 #include "scopes.h"
 #include "arch.h"
 #include "golabelset.h"
+#include "usdtargs.h"
 
 #define RECORDS_BYTES (256 * 1024)
 /* Wake the reader once a quarter of the records buffer is in use. */
@@ -56,7 +61,7 @@ struct probe_config {
 	u64 rate_interval_ns;
 	u64 rate_burst_ns;
 	u32 entry_stack; /* capture the user stack at the outermost entry */
-	u32 pad;
+	u32 args;	 /* the number of USDT arguments its records carry (attributes) */
 };
 
 /* One completed outermost scope. Times are bpf_ktime_get_ns (CLOCK_MONOTONIC). */
@@ -79,13 +84,28 @@ struct probe_record {
 	 * golabelset.h packs them; 0: none.
 	 */
 	u32 labels_size;
-	u32 reserved; /* explicit padding, always 0 */
+	/*
+	 * Non-zero: the scope's USDT arguments (struct probe_args) follow the
+	 * record and its entry stack (if stack_frames is not 0).
+	 */
+	u32 args;
 };
 
 /* A record of a probe with entry stacks: the user stack at its scope's entry, leaf first. */
 struct probe_stack_record {
 	struct probe_record rec;
 	u64 frames[MAX_STACK_DEPTH];
+};
+
+/* Records with USDT arguments, without and with an entry stack. */
+struct probe_args_record {
+	struct probe_record rec;
+	struct probe_args args;
+};
+
+struct probe_stack_args_record {
+	struct probe_stack_record srec;
+	struct probe_args args;
 };
 
 /* Frames an entry stack keeps: one slot of ips is left for the caller (see capture_entry_stack). */
@@ -152,11 +172,16 @@ struct labels_scratch {
 /* Keeps the ringbuf record types in BTF for bpf2go -type. */
 const struct probe_record *unused_probe_record __attribute__((unused));
 const struct probe_stack_record *unused_probe_stack_record __attribute__((unused));
+const struct probe_args_record *unused_probe_args_record __attribute__((unused));
+const struct probe_stack_args_record *unused_probe_stack_args_record __attribute__((unused));
+const struct usdt_args_spec *unused_usdt_args_spec __attribute__((unused));
 
 /* Number of probes in use (entries of probe_configs); set at load time. */
 const volatile u32 nr_probes = 0;
 /* Non-zero when a probe keeps entry stacks; set at load time. */
 const volatile u32 entry_stacks_used = 0;
+/* Non-zero when a probe's records carry USDT arguments; set at load time. */
+const volatile u32 args_used = 0;
 
 /*
  * Non-zero when the collector runs in a child pid namespace: the nsfs device
@@ -198,6 +223,17 @@ struct {
 	__type(key, struct scope_key);
 	__type(value, struct entry_stack);
 } entry_stacks SEC(".maps");
+
+/* Threads inside a scope of a probe with arguments at once; user space sizes it (1 when unused). */
+#define MAX_SCOPE_ARGS 4096
+
+/* The USDT arguments of open scopes; LRU for the same reason as scopes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SCOPE_ARGS);
+	__type(key, struct scope_key);
+	__type(value, struct scope_args);
+} scope_args SEC(".maps");
 
 /* Per-CPU capture buffer of an entry stack (too large for the BPF stack). */
 struct {
@@ -317,9 +353,12 @@ static __always_inline void capture_entry_stack(struct pt_regs *ctx, struct scop
 	bpf_map_update_elem(&entry_stacks, key, es, BPF_ANY);
 }
 
-/* The outermost scope of key opens at start. */
+/*
+ * The outermost scope of key opens at start; args is the usdt_specs index
+ * + 1 of the arguments to fetch (0: none).
+ */
 static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_config *cfg, struct scope_key *key,
-					u64 start)
+					u64 start, u32 args)
 {
 	if (cfg->link_samples) {
 		struct open_scope open = { .start_ns = start, .probe = key->probe_index + 1 };
@@ -339,14 +378,21 @@ static __always_inline void scope_opens(struct pt_regs *ctx, const struct probe_
 	}
 	if (cfg->entry_stack)
 		capture_entry_stack(ctx, key);
+	if (args && cfg->args) {
+		struct scope_args *sa = usdt_fetch_args(ctx, args - 1, start);
+
+		if (sa)
+			bpf_map_update_elem(&scope_args, key, sa, BPF_ANY);
+	}
 }
 
 /*
  * A call enters key's scope: the outermost one opens. stack_depth is the
  * goroutine's (0 for a thread's): a goroutine's open scope not shallower
- * than the entry was left without a return, and starts again.
+ * than the entry was left without a return, and starts again. args: see
+ * scope_opens.
  */
-static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *key, u64 stack_depth)
+static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *key, u64 stack_depth, u32 args)
 {
 	u32 index = key->probe_index;
 	struct probe_config *cfg;
@@ -362,7 +408,7 @@ static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *k
 		struct scope_state init = { .start_ns = bpf_ktime_get_ns(), .depth = 1, .stack_depth = stack_depth };
 
 		bpf_map_update_elem(&scopes, key, &init, BPF_ANY);
-		scope_opens(ctx, cfg, key, init.start_ns);
+		scope_opens(ctx, cfg, key, init.start_ns, args);
 		return 0;
 	}
 	if (key->goroutine && st->depth && stack_depth <= st->stack_depth) {
@@ -375,15 +421,17 @@ static __always_inline int scope_enters(struct pt_regs *ctx, struct scope_key *k
 		now = bpf_ktime_get_ns();
 		st->start_ns = now;
 		st->stack_depth = stack_depth;
-		scope_opens(ctx, cfg, key, now);
+		scope_opens(ctx, cfg, key, now, args);
 	}
 	return 0;
 }
 
+/* The cookie: the probe index (bits 0-15), a USDT site's usdt_specs index + 1 (bits 16-31; 0: no arguments). */
 SEC("uprobe")
 int probe_entry(struct pt_regs *ctx)
 {
-	u32 index = (u32)bpf_get_attach_cookie(ctx);
+	u64 cookie = bpf_get_attach_cookie(ctx);
+	u32 index = (u32)cookie & 0xffff;
 	u64 id = bpf_get_current_pid_tgid();
 	struct scope_key key = { .tid = (u32)id, .probe_index = index };
 	struct probe_config *cfg;
@@ -394,7 +442,7 @@ int probe_entry(struct pt_regs *ctx)
 	/* main_thread_only: worker threads keep no state at all. */
 	if (cfg->main_thread_only && (u32)id != (u32)(id >> 32))
 		return 0;
-	return scope_enters(ctx, &key, 0);
+	return scope_enters(ctx, &key, 0, ((u32)cookie >> 16) & 0xffff);
 }
 
 /*
@@ -423,7 +471,7 @@ int probe_go_entry(struct pt_regs *ctx)
 
 	if (!depth)
 		return 0;
-	return scope_enters(ctx, &key, depth);
+	return scope_enters(ctx, &key, depth, 0);
 }
 
 /*
@@ -469,7 +517,7 @@ static __always_inline void fill_record(struct probe_record *rec, u64 start, u64
 	rec->pid = pid;
 	rec->tid = tid;
 	rec->probe_index = index;
-	rec->reserved = 0;
+	rec->args = 0;
 	bpf_get_current_comm(rec->comm, sizeof(rec->comm));
 }
 
@@ -486,17 +534,62 @@ static __always_inline u64 wakeup_flags(void)
 }
 
 /*
- * Sends a record of key's scope, with its entry stack if cfg keeps them;
- * -1: the ring buffer is full. Each reservation is filled and submitted
- * where it is checked: 5.10's verifier does not know a reference checked
- * before is not NULL when it is tested again.
+ * Sends a record of key's scope with its arguments args (an entry of
+ * scope_args) and its entry stack if cfg keeps them; -1: the ring buffer
+ * is full.
+ */
+static __always_inline int send_args_record(const struct probe_config *cfg, struct scope_key *key, u64 start, u64 now,
+					    u32 pid, u32 tid, u32 index, const struct probe_args *args)
+{
+	struct probe_stack_args_record *sarec;
+	struct probe_args_record *arec;
+
+	if (!cfg->entry_stack) {
+		arec = bpf_ringbuf_reserve(&records, sizeof(*arec), 0);
+		if (!arec)
+			return -1;
+		fill_record(&arec->rec, start, now, pid, tid, index);
+		arec->rec.stack_frames = 0;
+		arec->rec.labels_size = 0;
+		arec->rec.args = 1;
+		if (bpf_probe_read_kernel(&arec->args, sizeof(arec->args), args))
+			__builtin_memset(&arec->args, 0, sizeof(arec->args));
+		bpf_ringbuf_submit(arec, wakeup_flags());
+		return 0;
+	}
+	sarec = bpf_ringbuf_reserve(&records, sizeof(*sarec), 0);
+	if (!sarec)
+		return -1;
+	fill_record(&sarec->srec.rec, start, now, pid, tid, index);
+	sarec->srec.rec.labels_size = 0;
+	sarec->srec.rec.args = 1;
+	copy_entry_stack(&sarec->srec, key);
+	if (bpf_probe_read_kernel(&sarec->args, sizeof(sarec->args), args))
+		__builtin_memset(&sarec->args, 0, sizeof(sarec->args));
+	bpf_ringbuf_submit(sarec, wakeup_flags());
+	return 0;
+}
+
+/*
+ * Sends a record of key's scope, with its entry stack if cfg keeps them,
+ * and its USDT arguments if cfg's records carry them and they were
+ * fetched when the scope opened at start; -1: the ring buffer is full.
+ * Each reservation is filled and submitted where it is checked: 5.10's
+ * verifier does not know a reference checked before is not NULL when it
+ * is tested again.
  */
 static __always_inline int send_record(const struct probe_config *cfg, struct scope_key *key, u64 start, u64 now,
 				       u32 pid, u32 tid, u32 index)
 {
 	struct probe_stack_record *srec;
 	struct probe_record *rec;
+	struct scope_args *sa;
 
+	if (cfg->args && !key->goroutine) {
+		sa = bpf_map_lookup_elem(&scope_args, key);
+		if (sa && sa->start_ns == start)
+			return send_args_record(cfg, key, start, now, pid, tid, index, &sa->args);
+	}
 	if (!cfg->entry_stack) {
 		rec = bpf_ringbuf_reserve(&records, sizeof(*rec), 0);
 		if (!rec)
@@ -664,6 +757,8 @@ static __always_inline void forget_thread(u32 tid)
 		bpf_map_delete_elem(&scopes, &key);
 		if (entry_stacks_used)
 			bpf_map_delete_elem(&entry_stacks, &key);
+		if (args_used)
+			bpf_map_delete_elem(&scope_args, &key);
 	}
 }
 

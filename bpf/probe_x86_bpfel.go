@@ -61,6 +61,14 @@ type ProbeOpenScope struct {
 	Reserved uint32
 }
 
+type ProbeProbeArgs struct {
+	_        structs.HostLayout
+	Values   [4]uint64
+	Failed   uint32
+	Reserved uint32
+	Strs     [4][128]uint8
+}
+
 type ProbeProbeConfig struct {
 	_              structs.HostLayout
 	MinDurationNs  uint64
@@ -69,7 +77,7 @@ type ProbeProbeConfig struct {
 	RateIntervalNs uint64
 	RateBurstNs    uint64
 	EntryStack     uint32
-	Pad            uint32
+	Args           uint32
 }
 
 type ProbeProbeDrops struct {
@@ -89,7 +97,7 @@ type ProbeProbeRecord struct {
 	Comm        [16]int8
 	StackFrames int32
 	LabelsSize  uint32
-	Reserved    uint32
+	Args        uint32
 }
 
 type ProbeProbeStackRecord struct {
@@ -104,6 +112,12 @@ type ProbeProbeStats struct {
 	ExecDropped     uint64
 	LabelsTruncated uint64
 	LabelsLost      uint64
+}
+
+type ProbeScopeArgs struct {
+	_       structs.HostLayout
+	StartNs uint64
+	Args    ProbeProbeArgs
 }
 
 type ProbeScopeKey struct {
@@ -121,37 +135,60 @@ type ProbeScopeState struct {
 	StackDepth uint64
 }
 
+type ProbeUsdtArgSpec struct {
+	_        structs.HostLayout
+	Value    int64
+	RegOff   uint16
+	Kind     uint8
+	Size     uint8
+	IsSigned uint8
+	String   uint8
+	Pad      [2]uint8
+}
+
+type ProbeUsdtArgsSpec struct {
+	_    structs.HostLayout
+	Args [4]ProbeUsdtArgSpec
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ProbeMapDrops                  = "drops"
-	ProbeMapEntryScratch           = "entry_scratch"
-	ProbeMapEntryStacks            = "entry_stacks"
-	ProbeMapExecs                  = "execs"
-	ProbeMapGoOpenScopes           = "go_open_scopes"
-	ProbeMapGoProbeFiles           = "go_probe_files"
-	ProbeMapLabelsScratch          = "labels_scratch"
-	ProbeMapOpenScopes             = "open_scopes"
-	ProbeMapProbeConfigs           = "probe_configs"
-	ProbeMapRateTat                = "rate_tat"
-	ProbeMapRecords                = "records"
-	ProbeMapScopes                 = "scopes"
-	ProbeMapStats                  = "stats"
-	ProbeProgProbeEntry            = "probe_entry"
-	ProbeProgProbeExec             = "probe_exec"
-	ProbeProgProbeExit             = "probe_exit"
-	ProbeProgProbeGoEntry          = "probe_go_entry"
-	ProbeProgProbeGoExit           = "probe_go_exit"
-	ProbeProgProbeThreadExit       = "probe_thread_exit"
-	ProbeVarEntryStacksUsed        = "entry_stacks_used"
-	ProbeVarHaveTaskPtRegs         = "have_task_pt_regs"
-	ProbeVarLinkScopes             = "link_scopes"
-	ProbeVarNrProbes               = "nr_probes"
-	ProbeVarPidnsDev               = "pidns_dev"
-	ProbeVarPidnsIno               = "pidns_ino"
-	ProbeVarUnusedProbeRecord      = "unused_probe_record"
-	ProbeVarUnusedProbeStackRecord = "unused_probe_stack_record"
+	ProbeMapArgsScratch                = "args_scratch"
+	ProbeMapDrops                      = "drops"
+	ProbeMapEntryScratch               = "entry_scratch"
+	ProbeMapEntryStacks                = "entry_stacks"
+	ProbeMapExecs                      = "execs"
+	ProbeMapGoOpenScopes               = "go_open_scopes"
+	ProbeMapGoProbeFiles               = "go_probe_files"
+	ProbeMapLabelsScratch              = "labels_scratch"
+	ProbeMapOpenScopes                 = "open_scopes"
+	ProbeMapProbeConfigs               = "probe_configs"
+	ProbeMapRateTat                    = "rate_tat"
+	ProbeMapRecords                    = "records"
+	ProbeMapScopeArgs                  = "scope_args"
+	ProbeMapScopes                     = "scopes"
+	ProbeMapStats                      = "stats"
+	ProbeMapUsdtSpecs                  = "usdt_specs"
+	ProbeProgProbeEntry                = "probe_entry"
+	ProbeProgProbeExec                 = "probe_exec"
+	ProbeProgProbeExit                 = "probe_exit"
+	ProbeProgProbeGoEntry              = "probe_go_entry"
+	ProbeProgProbeGoExit               = "probe_go_exit"
+	ProbeProgProbeThreadExit           = "probe_thread_exit"
+	ProbeVarArgsUsed                   = "args_used"
+	ProbeVarEntryStacksUsed            = "entry_stacks_used"
+	ProbeVarHaveTaskPtRegs             = "have_task_pt_regs"
+	ProbeVarLinkScopes                 = "link_scopes"
+	ProbeVarNrProbes                   = "nr_probes"
+	ProbeVarPidnsDev                   = "pidns_dev"
+	ProbeVarPidnsIno                   = "pidns_ino"
+	ProbeVarUnusedProbeArgsRecord      = "unused_probe_args_record"
+	ProbeVarUnusedProbeRecord          = "unused_probe_record"
+	ProbeVarUnusedProbeStackArgsRecord = "unused_probe_stack_args_record"
+	ProbeVarUnusedProbeStackRecord     = "unused_probe_stack_record"
+	ProbeVarUnusedUsdtArgsSpec         = "unused_usdt_args_spec"
 )
 
 // LoadProbe returns the embedded CollectionSpec for Probe.
@@ -208,6 +245,7 @@ type ProbeProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeMapSpecs struct {
+	ArgsScratch   *ebpf.MapSpec `ebpf:"args_scratch"`
 	Drops         *ebpf.MapSpec `ebpf:"drops"`
 	EntryScratch  *ebpf.MapSpec `ebpf:"entry_scratch"`
 	EntryStacks   *ebpf.MapSpec `ebpf:"entry_stacks"`
@@ -219,22 +257,28 @@ type ProbeMapSpecs struct {
 	ProbeConfigs  *ebpf.MapSpec `ebpf:"probe_configs"`
 	RateTat       *ebpf.MapSpec `ebpf:"rate_tat"`
 	Records       *ebpf.MapSpec `ebpf:"records"`
+	ScopeArgs     *ebpf.MapSpec `ebpf:"scope_args"`
 	Scopes        *ebpf.MapSpec `ebpf:"scopes"`
 	Stats         *ebpf.MapSpec `ebpf:"stats"`
+	UsdtSpecs     *ebpf.MapSpec `ebpf:"usdt_specs"`
 }
 
 // ProbeVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ProbeVariableSpecs struct {
-	EntryStacksUsed        *ebpf.VariableSpec `ebpf:"entry_stacks_used"`
-	HaveTaskPtRegs         *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
-	LinkScopes             *ebpf.VariableSpec `ebpf:"link_scopes"`
-	NrProbes               *ebpf.VariableSpec `ebpf:"nr_probes"`
-	PidnsDev               *ebpf.VariableSpec `ebpf:"pidns_dev"`
-	PidnsIno               *ebpf.VariableSpec `ebpf:"pidns_ino"`
-	UnusedProbeRecord      *ebpf.VariableSpec `ebpf:"unused_probe_record"`
-	UnusedProbeStackRecord *ebpf.VariableSpec `ebpf:"unused_probe_stack_record"`
+	ArgsUsed                   *ebpf.VariableSpec `ebpf:"args_used"`
+	EntryStacksUsed            *ebpf.VariableSpec `ebpf:"entry_stacks_used"`
+	HaveTaskPtRegs             *ebpf.VariableSpec `ebpf:"have_task_pt_regs"`
+	LinkScopes                 *ebpf.VariableSpec `ebpf:"link_scopes"`
+	NrProbes                   *ebpf.VariableSpec `ebpf:"nr_probes"`
+	PidnsDev                   *ebpf.VariableSpec `ebpf:"pidns_dev"`
+	PidnsIno                   *ebpf.VariableSpec `ebpf:"pidns_ino"`
+	UnusedProbeArgsRecord      *ebpf.VariableSpec `ebpf:"unused_probe_args_record"`
+	UnusedProbeRecord          *ebpf.VariableSpec `ebpf:"unused_probe_record"`
+	UnusedProbeStackArgsRecord *ebpf.VariableSpec `ebpf:"unused_probe_stack_args_record"`
+	UnusedProbeStackRecord     *ebpf.VariableSpec `ebpf:"unused_probe_stack_record"`
+	UnusedUsdtArgsSpec         *ebpf.VariableSpec `ebpf:"unused_usdt_args_spec"`
 }
 
 // ProbeObjects contains all objects after they have been loaded into the kernel.
@@ -257,6 +301,7 @@ func (o *ProbeObjects) Close() error {
 //
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeMaps struct {
+	ArgsScratch   *ebpf.Map `ebpf:"args_scratch"`
 	Drops         *ebpf.Map `ebpf:"drops"`
 	EntryScratch  *ebpf.Map `ebpf:"entry_scratch"`
 	EntryStacks   *ebpf.Map `ebpf:"entry_stacks"`
@@ -268,12 +313,15 @@ type ProbeMaps struct {
 	ProbeConfigs  *ebpf.Map `ebpf:"probe_configs"`
 	RateTat       *ebpf.Map `ebpf:"rate_tat"`
 	Records       *ebpf.Map `ebpf:"records"`
+	ScopeArgs     *ebpf.Map `ebpf:"scope_args"`
 	Scopes        *ebpf.Map `ebpf:"scopes"`
 	Stats         *ebpf.Map `ebpf:"stats"`
+	UsdtSpecs     *ebpf.Map `ebpf:"usdt_specs"`
 }
 
 func (m *ProbeMaps) Close() error {
 	return _ProbeClose(
+		m.ArgsScratch,
 		m.Drops,
 		m.EntryScratch,
 		m.EntryStacks,
@@ -285,8 +333,10 @@ func (m *ProbeMaps) Close() error {
 		m.ProbeConfigs,
 		m.RateTat,
 		m.Records,
+		m.ScopeArgs,
 		m.Scopes,
 		m.Stats,
+		m.UsdtSpecs,
 	)
 }
 
@@ -294,14 +344,18 @@ func (m *ProbeMaps) Close() error {
 //
 // It can be passed to LoadProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ProbeVariables struct {
-	EntryStacksUsed        *ebpf.Variable `ebpf:"entry_stacks_used"`
-	HaveTaskPtRegs         *ebpf.Variable `ebpf:"have_task_pt_regs"`
-	LinkScopes             *ebpf.Variable `ebpf:"link_scopes"`
-	NrProbes               *ebpf.Variable `ebpf:"nr_probes"`
-	PidnsDev               *ebpf.Variable `ebpf:"pidns_dev"`
-	PidnsIno               *ebpf.Variable `ebpf:"pidns_ino"`
-	UnusedProbeRecord      *ebpf.Variable `ebpf:"unused_probe_record"`
-	UnusedProbeStackRecord *ebpf.Variable `ebpf:"unused_probe_stack_record"`
+	ArgsUsed                   *ebpf.Variable `ebpf:"args_used"`
+	EntryStacksUsed            *ebpf.Variable `ebpf:"entry_stacks_used"`
+	HaveTaskPtRegs             *ebpf.Variable `ebpf:"have_task_pt_regs"`
+	LinkScopes                 *ebpf.Variable `ebpf:"link_scopes"`
+	NrProbes                   *ebpf.Variable `ebpf:"nr_probes"`
+	PidnsDev                   *ebpf.Variable `ebpf:"pidns_dev"`
+	PidnsIno                   *ebpf.Variable `ebpf:"pidns_ino"`
+	UnusedProbeArgsRecord      *ebpf.Variable `ebpf:"unused_probe_args_record"`
+	UnusedProbeRecord          *ebpf.Variable `ebpf:"unused_probe_record"`
+	UnusedProbeStackArgsRecord *ebpf.Variable `ebpf:"unused_probe_stack_args_record"`
+	UnusedProbeStackRecord     *ebpf.Variable `ebpf:"unused_probe_stack_record"`
+	UnusedUsdtArgsSpec         *ebpf.Variable `ebpf:"unused_usdt_args_spec"`
 }
 
 // ProbePrograms contains all programs after they have been loaded into the kernel.

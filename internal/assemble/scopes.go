@@ -14,6 +14,16 @@ type Probe struct {
 	ID                      string
 	EntrySymbol, ExitSymbol string
 	EntryUSDT, ExitUSDT     string // "provider:name" of a USDT probe's pair
+	// Args name the USDT arguments of its records, in their order
+	// (capture.RawScope.Args).
+	Args []ProbeArg
+}
+
+// ProbeArg is the attribute of one USDT argument: its name, and whether
+// it is the string the argument pointed at (else the integer).
+type ProbeArg struct {
+	Name   string
+	String bool
 }
 
 // ReadScope is a raw scope with what was known when it was read from the
@@ -89,5 +99,25 @@ func scopeRecord(p Probe, ids ScopeIDs, s ReadScope) report.ScopeRecord {
 		ThreadName: s.Comm,
 		MainThread: s.MainThread(),
 		Labels:     s.GoLabels,
+		Args:       scopeArgs(p.Args, s.Args),
 	}
+}
+
+// scopeArgs names a scope's USDT arguments after their attributes; an
+// argument that was not read is left out.
+func scopeArgs(names []ProbeArg, args []capture.ProbeArg) []report.ScopeArg {
+	var out []report.ScopeArg
+	for i, n := range names {
+		if i >= len(args) || args[i].Failed {
+			continue
+		}
+		a := report.ScopeArg{Key: n.Name, IsString: n.String}
+		if n.String {
+			a.Str = args[i].Str
+		} else {
+			a.Int = args[i].Int
+		}
+		out = append(out, a)
+	}
+	return out
 }

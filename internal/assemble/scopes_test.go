@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
+	"github.com/bpfprofiler/bpfprofiler/internal/report"
 )
 
 func TestScopes(t *testing.T) {
@@ -72,4 +73,12 @@ func TestScopesUSDT(t *testing.T) {
 	require.Equal(t, "postgresql:query__done", r.ExitUSDT)
 	require.Empty(t, r.EntrySymbol)
 	require.Empty(t, r.ExitSymbol)
+	require.Nil(t, r.Args)
+
+	// Its arguments, named by its attributes in slot order; one not read
+	// is left out.
+	probes[0].Args = []ProbeArg{{Name: "n"}, {Name: "q", String: true}, {Name: "gone"}}
+	raw[0].Args = []capture.ProbeArg{{Int: -5, Str: ""}, {Int: 9, Str: "select 1"}, {Failed: true}, {}}
+	got = Scopes(probes, NewScopeIDs(), ReadScopes(fakeIdentities{7: "seven"}, raw))
+	require.Equal(t, []report.ScopeArg{{Key: "n", Int: -5}, {Key: "q", Str: "select 1", IsString: true}}, got[0].Records[0].Args)
 }

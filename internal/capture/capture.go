@@ -305,6 +305,17 @@ type RawScope struct {
 	// GoLabels are the pprof labels of a Go function's goroutine at the
 	// scope's end; nil: none.
 	GoLabels map[string]string
+	// Args are the USDT arguments the probe's attributes name, fetched at
+	// the scope's entry, in the attributes' order; nil: none.
+	Args []ProbeArg
+}
+
+// ProbeArg is one USDT argument of a scope: an integer, or the string it
+// pointed at (which the probe's attribute says).
+type ProbeArg struct {
+	Int    int64
+	Str    string
+	Failed bool // not read (unreadable memory, or no string there)
 }
 
 // MainThread reports whether the scope ran on the process's main thread.

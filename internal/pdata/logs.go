@@ -64,6 +64,13 @@ func putScopeRecord(lr plog.LogRecord, r report.ScopeRecord, observed time.Time)
 		attrs.PutStr(attrkey.ProbeEntry, r.EntrySymbol)
 		attrs.PutStr(attrkey.ProbeExit, r.ExitSymbol)
 	}
+	for _, a := range r.Args {
+		if a.IsString {
+			attrs.PutStr(a.Key, a.Str)
+		} else {
+			attrs.PutInt(a.Key, a.Int)
+		}
+	}
 	// Goroutine labels, keyed as written, as on samples; never over the
 	// record's own attributes.
 	for _, k := range slices.Sorted(maps.Keys(r.Labels)) {

@@ -88,6 +88,15 @@ func TestBuildProbeLogs(t *testing.T) {
 	assert.NotContains(t, attrs4, "probe.entry_symbol")
 	assert.NotContains(t, attrs4, "probe.exit_symbol")
 
+	// Its arguments, typed as their attributes say.
+	pg.Args = []report.ScopeArg{{Key: "db.query.text", Str: "select 1", IsString: true}, {Key: "rows", Int: -3}}
+	logs5, err := BuildProbeLogs(Scope{Name: "scope"}, observed, report.ProcessScopes{Identity: node, Records: []report.ScopeRecord{pg}})
+	require.NoError(t, err)
+	attrs5 := logs5.ResourceLogs().At(0).ScopeLogs().At(0).LogRecords().At(0).Attributes().AsRaw()
+	assert.Equal(t, "select 1", attrs5["db.query.text"])
+	assert.Equal(t, int64(-3), attrs5["rows"])
+	assert.Len(t, attrs5, len(attrs4)+2)
+
 	// A Go function's record carries its goroutine's labels, never over
 	// its own attributes.
 	labelled := rec

@@ -12,9 +12,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
@@ -37,6 +39,14 @@ type attacher struct {
 	// uprobes in file f (id) that read the goroutine's labels; 0: none
 	// (nil: never).
 	goLabels func(id fileID, f *os.File) uint64
+	// usdtArgs returns the usdt_specs index + 1 of an entry site's
+	// argument fetch, bits 16 to 31 of its uprobe's attach cookie (nil:
+	// no arguments fetched).
+	usdtArgs func(*bpf.ProbeUsdtArgsSpec) (uint32, error)
+	// argsProgram returns, on a kernel without attach cookies, the entry
+	// program of probe with the fetch args (usdtArgs) built in; nil: the
+	// kernel has attach cookies.
+	argsProgram func(probe int, args uint32) (*ebpf.Program, error)
 
 	// deadline bounds the opens of probed files: on FUSE or a dead
 	// network file system an open can block forever.
@@ -251,6 +261,9 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 			continue
 		}
 		entry, exit, goroutine, missing, refused := resolveSites(s, funcs, notes)
+		if refused == nil && missing == "" {
+			refused = a.argsCookies(entry)
+		}
 		if refused != nil {
 			a.attempts.finish(key)
 			a.refused++
@@ -283,6 +296,23 @@ func (a *attacher) probeFile(pid uint32, m procfs.Map, probes []int) {
 	}
 }
 
+// argsCookies gives each entry site with an argument fetch its
+// usdt_specs index (symOffset.argsCookie); without attach cookies the
+// sites fetch nothing.
+func (a *attacher) argsCookies(entry []symOffset) *refusal {
+	for i := range entry {
+		if entry[i].args == nil || a.usdtArgs == nil {
+			continue
+		}
+		c, err := a.usdtArgs(entry[i].args)
+		if err != nil {
+			return &refusal{"its arguments cannot be fetched", err}
+		}
+		entry[i].argsCookie = c
+	}
+	return nil
+}
+
 // refusal is why a probe is not attached to a file: what its warning
 // says, and the error behind it.
 type refusal struct {
@@ -296,7 +326,7 @@ type refusal struct {
 func resolveSites(s compiledSpec, funcs symbolize.ELFFunctions, notes fileNotes) (
 	entry, exit []symOffset, goroutine bool, missing string, refused *refusal) {
 	if s.usdt() {
-		entry, exit, missing, err := notes.usdtSites(s.Spec)
+		entry, exit, missing, err := notes.usdtSites(s.Spec, s.attrs)
 		if err != nil {
 			return nil, nil, false, "", &refusal{"its USDT probes cannot be used in this file", err}
 		}
@@ -338,10 +368,16 @@ func (a *attacher) failed(key attempt, log *zap.Logger, msg string, err error) {
 
 // symOffset is one uprobe's place: its symbol (or USDT probe) name, file
 // offset and, for a USDT probe with a semaphore, the semaphore's file
-// offset (the uprobe's reference counter; 0: none).
+// offset (the uprobe's reference counter; 0: none). A USDT probe's site
+// has its argument specs as the note writes them; an entry site, the
+// fetch of its probe's attributes (args, nil: none) and that fetch's
+// usdt_specs index + 1 (argsCookie, bits 16 to 31 of its attach cookie).
 type symOffset struct {
 	name           string
 	offset, refCtr uint64
+	argSpecs       string
+	args           *bpf.ProbeUsdtArgsSpec
+	argsCookie     uint32
 }
 
 // offsets returns the distinct offsets of the symbols q matches (aliases such
@@ -391,7 +427,15 @@ func (a *attacher) attach(path string, probe int, entry, exit []symOffset, gorou
 		links = append(links, l)
 	}
 	for _, o := range entry {
-		l, err := ex.Uprobe(o.name, entryProg, &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr, Cookie: cookie})
+		prog, c := entryProg, cookie
+		if o.argsCookie != 0 && a.argsProgram != nil {
+			if prog, err = a.argsProgram(probe, o.argsCookie); err != nil {
+				return fail(fmt.Errorf("entry program of %s at %#x: %w", o.name, o.offset, err))
+			}
+		} else {
+			c |= uint64(o.argsCookie) << 16
+		}
+		l, err := ex.Uprobe(o.name, prog, &link.UprobeOptions{Address: o.offset, RefCtrOffset: o.refCtr, Cookie: c})
 		if err != nil {
 			return fail(fmt.Errorf("attach entry %s at %#x: %w", o.name, o.offset, err))
 		}

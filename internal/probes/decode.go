@@ -1,9 +1,11 @@
 package probes
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
@@ -16,11 +18,12 @@ import (
 var (
 	recordSize      = binary.Size(bpf.ProbeProbeRecord{})
 	stackRecordSize = binary.Size(bpf.ProbeProbeStackRecord{})
+	argsSize        = binary.Size(bpf.ProbeProbeArgs{})
 )
 
 // decodeRecord decodes one struct probe_record, or struct
-// probe_stack_record, and the goroutine labels that follow either, into
-// the capture type; undecodable counts labels left out (not UTF-8).
+// probe_stack_record, and the goroutine labels or USDT arguments that
+// follow either, into the capture type; undecodable counts labels left out (not UTF-8).
 func decodeRecord(b []byte) (_ capture.RawScope, undecodable int, _ error) {
 	if len(b) < recordSize {
 		return capture.RawScope{}, 0, fmt.Errorf("probe record of %d bytes, want %d", len(b), recordSize)
@@ -62,6 +65,17 @@ func decodeRecord(b []byte) (_ capture.RawScope, undecodable int, _ error) {
 		}
 		labels = stackRecordSize
 	}
+	if rec.Args != 0 {
+		if len(b) < labels+argsSize {
+			return capture.RawScope{}, 0, fmt.Errorf("probe record of %d bytes with arguments at %d", len(b), labels)
+		}
+		var args bpf.ProbeProbeArgs
+		if _, err := binary.Decode(b[labels:], binary.LittleEndian, &args); err != nil {
+			return capture.RawScope{}, 0, fmt.Errorf("probe record arguments: %w", err)
+		}
+		out.Args = decodeArgs(&args)
+		return out, 0, nil
+	}
 	if rec.LabelsSize > 0 {
 		if rec.LabelsSize > golabels.MaxBytes || len(b) < labels+int(rec.LabelsSize) {
 			return capture.RawScope{}, 0, fmt.Errorf("probe record of %d bytes with %d bytes of labels at %d", len(b), rec.LabelsSize, labels)
@@ -69,6 +83,21 @@ func decodeRecord(b []byte) (_ capture.RawScope, undecodable int, _ error) {
 		out.GoLabels, undecodable = golabels.Decode(b[labels:labels+int(rec.LabelsSize)], nil)
 	}
 	return out, undecodable, nil
+}
+
+// decodeArgs decodes a record's USDT arguments: each slot's integer and
+// string (up to its NUL, invalid UTF-8 replaced), both kept: the probe's
+// attribute says which it is.
+func decodeArgs(a *bpf.ProbeProbeArgs) []capture.ProbeArg {
+	out := make([]capture.ProbeArg, len(a.Values))
+	for i := range out {
+		s := a.Strs[i][:]
+		if n := bytes.IndexByte(s, 0); n >= 0 {
+			s = s[:n]
+		}
+		out[i] = capture.ProbeArg{Int: int64(a.Values[i]), Str: strings.ToValidUTF8(string(s), "\uFFFD"), Failed: a.Failed&(1<<i) != 0}
+	}
+	return out
 }
 
 // entryStackLoss says why a record carries no entry stack (-errno from

@@ -61,6 +61,11 @@ type Spec struct {
 	// and end the scope at every site of those USDT probes (plain
 	// uprobes; a probe's semaphore is incremented while attached).
 	EntryUSDT, ExitUSDT string
+	// Attributes name arguments of the EntryUSDT probe that its records
+	// carry: attribute name -> "argN" (an integer) or "str(argN)" (the
+	// NUL-terminated string it points at, at most MaxAttributeString-1
+	// bytes); at most MaxAttributes (see ParseAttribute). USDT probes only.
+	Attributes map[string]string
 	// MainThreadOnly keeps only scopes of the process's main thread (tid == pid).
 	MainThreadOnly bool
 	// MinDuration drops shorter scopes in the kernel.
@@ -206,6 +211,9 @@ func (s Spec) validate(i int) []error {
 		add("ExitSymbol", "must not be empty: the scope needs an exit symbol too")
 	case !s.Return && s.EntrySymbol == s.ExitSymbol:
 		add("ExitSymbol", "must differ from the entry symbol (a function's entry and return is a probe of one symbol)")
+	}
+	if _, aerrs := s.attributes(i); len(aerrs) > 0 {
+		errs = append(errs, aerrs...)
 	}
 	if s.MinDuration < 0 {
 		add("MinDuration", "must not be negative")

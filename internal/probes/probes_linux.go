@@ -32,10 +32,17 @@ type Manager struct {
 	specs    []Spec
 	objs     bpf.ProbeObjects // ProbeEntry and ProbeExit nil without cookies
 	perProbe []probePrograms  // without cookies: the programs of each probe
-	tpLinks  []link.Link
-	records  *ringbuf.Reader
-	execs    *ringbuf.Reader
-	att      *attacher
+	// Without cookies: the entry program's spec, the loaded maps its
+	// copies share, and the copies with a USDT fetch built in, by (probe
+	// index, usdt_specs index + 1), made as sites need them.
+	entrySpec  *ebpf.ProgramSpec
+	mapSpecs   map[string]*ebpf.MapSpec
+	loadedMaps map[string]*ebpf.Map
+	argsProgs  map[[2]uint32]*ebpf.Program
+	tpLinks    []link.Link
+	records    *ringbuf.Reader
+	execs      *ringbuf.Reader
+	att        *attacher
 
 	delivered, malformed atomic.Uint64
 	labelsUndecodable    atomic.Uint64
@@ -65,6 +72,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe BPF spec: %w", err)
 	}
+	argsUsed := uint32(0)
+	if slices.ContainsFunc(specs, func(s Spec) bool { return len(s.Attributes) > 0 }) {
+		argsUsed = 1
+	} else {
+		spec.Maps[bpf.ProbeMapScopeArgs].MaxEntries = 1
+	}
 	entryStacks := uint32(0)
 	if slices.ContainsFunc(specs, func(s Spec) bool { return s.EntryStack }) {
 		entryStacks = 1
@@ -76,6 +89,7 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		"pidns_dev":         opts.PIDNamespace.Dev,
 		"pidns_ino":         opts.PIDNamespace.Ino,
 		"entry_stacks_used": entryStacks,
+		"args_used":         argsUsed,
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
@@ -105,11 +119,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		if s.EntryStack {
 			cfg.EntryStack = 1
 		}
+		compiled[i] = compileSpec(s)
+		cfg.Args = uint32(len(compiled[i].attrs))
 		if err := m.objs.ProbeConfigs.Put(uint32(i), cfg); err != nil {
-			_ = m.objs.Close()
+			_ = m.Close()
 			return nil, fmt.Errorf("configure probe %q: %w", s.ID, err)
 		}
-		compiled[i] = compileSpec(s)
 	}
 	if err := m.openKernelSide(); err != nil {
 		_ = m.Close()
@@ -121,7 +136,12 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 		m.att.goLabels = newGoLabelFiles(func(i uint32, f bpf.ProbeGoProbeFile) error {
 			return m.objs.GoProbeFiles.Put(i, f)
 		}, opts.Logger).cookie
+	} else {
+		m.att.argsProgram = m.argsProgram
 	}
+	m.att.usdtArgs = newUSDTArgSpecs(func(i uint32, s *bpf.ProbeUsdtArgsSpec) error {
+		return m.objs.UsdtSpecs.Put(i, s)
+	}).cookie
 	m.att.scanAll()
 
 	pids := make(chan uint32, 1024)
@@ -137,6 +157,10 @@ func Open(specs []Spec, opts Options) (*Manager, error) {
 func (m *Manager) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
 	cookies := haveAttachCookies()
 	if !cookies {
+		if p, ok := spec.Programs[entryProgram]; ok {
+			m.entrySpec = p.Copy()
+		}
+		m.mapSpecs = spec.Maps
 		if err := splitPerProbe(spec, len(m.specs)); err != nil {
 			return err
 		}
@@ -146,6 +170,16 @@ func (m *Manager) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) 
 		return err
 	}
 	defer coll.Close() // what was not taken below
+	if !cookies {      // before Assign takes them from coll
+		m.loadedMaps = make(map[string]*ebpf.Map, len(coll.Maps))
+		for name, mp := range coll.Maps {
+			c, err := mp.Clone()
+			if err != nil {
+				return err
+			}
+			m.loadedMaps[name] = c
+		}
+	}
 	if err := coll.Assign(&m.objs.ProbeMaps); err != nil {
 		return err
 	}
@@ -164,6 +198,37 @@ func (m *Manager) load(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) 
 		m.perProbe = append(m.perProbe, set)
 	}
 	return nil
+}
+
+// argsProgram returns probe's entry program with the USDT fetch args
+// (usdt_specs index + 1) in place of its attach cookie, loaded the first
+// time a site needs it (kernels without attach cookies; the attacher's
+// lock serializes calls). It shares the maps of the loaded programs.
+func (m *Manager) argsProgram(probe int, args uint32) (*ebpf.Program, error) {
+	key := [2]uint32{uint32(probe), args}
+	if p, ok := m.argsProgs[key]; ok {
+		return p, nil
+	}
+	if m.entrySpec == nil {
+		return nil, errors.New("no entry program spec")
+	}
+	p, err := withProbeIndex(m.entrySpec, probe|int(args)<<16)
+	if err != nil {
+		return nil, err
+	}
+	p.Name = fmt.Sprintf("%s_%d_%d", entryProgram, probe, args)
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Maps: m.mapSpecs, Programs: map[string]*ebpf.ProgramSpec{p.Name: p}},
+		ebpf.CollectionOptions{MapReplacements: m.loadedMaps})
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", p.Name, err)
+	}
+	defer coll.Close()
+	prog := coll.DetachProgram(p.Name)
+	if m.argsProgs == nil {
+		m.argsProgs = make(map[[2]uint32]*ebpf.Program)
+	}
+	m.argsProgs[key] = prog
+	return prog, nil
 }
 
 // haveAttachCookies reports whether uprobe programs can read their attach
@@ -323,8 +388,16 @@ func (m *Manager) Close() error {
 			m.records = nil
 		}
 		errs = append(errs, m.objs.Close())
-		for _, pair := range m.perProbe {
-			errs = append(errs, pair[0].Close(), pair[1].Close())
+		for _, set := range m.perProbe {
+			for _, p := range set {
+				errs = append(errs, p.Close())
+			}
+		}
+		for _, p := range m.argsProgs {
+			errs = append(errs, p.Close())
+		}
+		for _, mp := range m.loadedMaps {
+			errs = append(errs, mp.Close())
 		}
 		m.runMu.Unlock()
 		m.closeErr = errors.Join(errs...)
@@ -350,10 +423,12 @@ type compiledSpec struct {
 	Spec
 	file        *regexp.Regexp
 	entry, exit symbolQuery
+	attrs       []Attribute // Attributes, in record slot order
 }
 
 func compileSpec(s Spec) compiledSpec {
 	c := compiledSpec{Spec: s, file: regexp.MustCompile(s.FileMatch), entry: newSymbolQuery(s.EntrySymbol)}
+	c.attrs = s.ArgAttributes()
 	if !s.Return {
 		c.exit = newSymbolQuery(s.ExitSymbol)
 	}

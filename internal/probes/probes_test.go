@@ -130,6 +130,32 @@ func TestDecodeRecord(t *testing.T) {
 	require.Equal(t, map[string]string{"handler": "checkout"}, r.GoLabels)
 	require.Equal(t, capture.StackMissing, r.EntryStackLoss)
 
+	// USDT arguments after the record, or after its entry stack.
+	var args bpf.ProbeProbeArgs
+	args.Values = [4]uint64{42, uint64(1<<64 - 30), 6, 0}
+	args.Failed = 1 << 3
+	copy(args.Strs[2][:], "hi\xff\x00junk")
+	wantArgs := []capture.ProbeArg{{Int: 42}, {Int: -30}, {Int: 6, Str: "hi\uFFFD"}, {Failed: true}}
+	rec = bpf.ProbeProbeRecord{StartNs: 1, EndNs: 2, Args: 1}
+	b, err = binary.Append(nil, binary.LittleEndian, &rec)
+	require.NoError(t, err)
+	b, err = binary.Append(b, binary.LittleEndian, &args)
+	require.NoError(t, err)
+	r, _, err = decodeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, wantArgs, r.Args)
+	_, _, err = decodeRecord(b[:len(b)-1]) // cut
+	require.Error(t, err)
+	srec.Rec.StackFrames, srec.Rec.LabelsSize, srec.Rec.Args = 2, 0, 1
+	b, err = binary.Append(nil, binary.LittleEndian, &srec)
+	require.NoError(t, err)
+	b, err = binary.Append(b, binary.LittleEndian, &args)
+	require.NoError(t, err)
+	r, _, err = decodeRecord(b)
+	require.NoError(t, err)
+	require.Equal(t, wantArgs, r.Args)
+	require.Equal(t, []uint64{0x401000, 0x402000}, r.EntryStack)
+
 	pid, err := decodeExec([]byte{1, 2, 0, 0})
 	require.NoError(t, err)
 	require.Equal(t, uint32(0x201), pid)
@@ -308,4 +334,19 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("frames and a loss: %+v", r)
 		}
 	})
+}
+
+// A probe's attributes take the slots of its records' arguments in the
+// order of their names; each is an integer (argN) or a string (str(argN)).
+func TestArgAttributes(t *testing.T) {
+	s := Spec{ID: "q", FileMatch: "x", EntryUSDT: "p:a", ExitUSDT: "p:b",
+		Attributes: map[string]string{"rows": "arg11", "db.query.text": "str(arg0)", "n": "arg3"}}
+	require.NoError(t, ValidateSpecs([]Spec{s}))
+	require.Equal(t, []Attribute{{Name: "db.query.text", Arg: 0, String: true}, {Name: "n", Arg: 3}, {Name: "rows", Arg: 11}}, s.ArgAttributes())
+	require.Nil(t, Spec{}.ArgAttributes())
+
+	s.Attributes["bad"] = "arg"
+	var fe *FieldError
+	require.ErrorAs(t, ValidateSpecs([]Spec{s}), &fe)
+	require.Equal(t, "Attributes::bad", fe.Field)
 }

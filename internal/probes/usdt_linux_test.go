@@ -5,6 +5,7 @@ package probes
 import (
 	"context"
 	"debug/elf"
+	"fmt"
 	"os"
 	"regexp"
 	"testing"
@@ -146,4 +147,76 @@ func openAndRunObserved(t *testing.T, specs []Spec, log *zap.Logger) (*Manager, 
 		require.NoError(t, <-done)
 	})
 	return m, c
+}
+
+// USDT arguments as attributes: work:start's arguments are in a register,
+// in memory at a register plus an offset, a constant and a string
+// pointer (the test checks the note says so); every record of two
+// rounds, with and without an entry stack ahead of the arguments, carries
+// exactly the values the workload passed, with attach cookies and
+// without (each fetch then has its own copy of the entry program).
+func TestUSDTArguments(t *testing.T) {
+	testutil.RequireBPF(t)
+	w := testutil.StartSDTPair(t)
+	site := usdtSitesOf(t, w.Bin)["work:start"][0]
+	args, err := usdt.ParseArgs(elfMachine(t, w.Bin), site.ArgSpecs)
+	require.NoError(t, err, site.ArgSpecs)
+	t.Logf("work:start arguments: %s", site.ArgSpecs)
+	kinds := []usdt.ArgKind{usdt.ArgRegister, usdt.ArgMemory, usdt.ArgConst, usdt.ArgRegister}
+	require.Len(t, args, len(kinds))
+	for i, a := range args {
+		require.Equal(t, kinds[i], a.Kind, "argument %d %+v", i, a)
+	}
+
+	file := "^" + regexp.QuoteMeta(w.Bin) + "$"
+	attrs := map[string]string{"ms": "arg0", "weight": "arg1", "answer": "arg2", "name": "str(arg3)"}
+	specs := []Spec{
+		{ID: "plain", FileMatch: file, EntryUSDT: "work:start", ExitUSDT: "work:done", Attributes: attrs},
+		{ID: "stacks", FileMatch: file, EntryUSDT: "work:start", ExitUSDT: "work:done", Attributes: attrs, EntryStack: true},
+	}
+	// Slots in the attributes' names' order: answer, ms, name, weight.
+	want := func(ms int) []capture.ProbeArg {
+		return []capture.ProbeArg{{Int: 42}, {Int: int64(ms)}, {Int: int64(len(fmt.Sprintf("work-%d", ms)) + 1), Str: fmt.Sprintf("work-%d", ms)}, {Int: int64(-3 * ms)}}
+	}
+	for _, cookies := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cookies=%v", cookies), func(t *testing.T) {
+			if cookies && !haveAttachCookies() {
+				t.Skip("the kernel has no attach cookies (Linux 5.15)")
+			}
+			saved := haveAttachCookies
+			haveAttachCookies = func() bool { return cookies }
+			t.Cleanup(func() { haveAttachCookies = saved })
+			m, c := openAndRun(t, specs)
+			require.Equal(t, 1+2+1+2, m.Stats().Links)
+			require.Zero(t, m.Stats().Refused)
+			w.Round(t)
+			w.Round(t)
+			require.Eventually(t, func() bool { return len(c.byProbe(0)) >= 6 && len(c.byProbe(1)) >= 6 },
+				testutil.Patient(5*time.Second), 5*time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // let any unexpected extra record arrive
+			for probe := range specs {
+				recs := c.byProbe(probe)
+				require.Len(t, recs, 6, specs[probe].ID)
+				for i, r := range recs {
+					ms := 10 * (i%3 + 1)
+					require.GreaterOrEqual(t, r.Duration(), time.Duration(ms)*time.Millisecond)
+					require.Equal(t, want(ms), r.Args, "%s[%d]", specs[probe].ID, i)
+					if specs[probe].EntryStack {
+						require.NotEmpty(t, r.EntryStack, "%s[%d]", specs[probe].ID, i)
+					}
+				}
+			}
+			require.Zero(t, m.Stats().Malformed)
+			require.NoError(t, m.Close())
+		})
+	}
+}
+
+// elfMachine is the machine of the ELF file at path.
+func elfMachine(t *testing.T, path string) elf.Machine {
+	t.Helper()
+	f, err := elf.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	return f.Machine
 }

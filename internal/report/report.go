@@ -166,6 +166,17 @@ type ScopeRecord struct {
 	// Labels are the goroutine's pprof labels (a Go function's scope),
 	// keyed as the program wrote them; nil: none.
 	Labels map[string]string
+	// Args are the USDT arguments the probe's attributes name; nil: none.
+	Args []ScopeArg
+}
+
+// ScopeArg is one USDT argument of a scope record, as the attribute Key:
+// the string Str (IsString) or the integer Int.
+type ScopeArg struct {
+	Key      string
+	Str      string
+	Int      int64
+	IsString bool
 }
 
 // ProcessScopes groups the scope records of one process.

@@ -81,15 +81,19 @@ type OffCPUConfig struct {
 // USDT probes, "provider:name"), in every executable or library whose path
 // matches FileMatch.
 type ProbeConfig struct {
-	ID             string        `mapstructure:"id"`
-	FileMatch      string        `mapstructure:"file_match"`
-	Symbol         string        `mapstructure:"symbol"`
-	EntrySymbol    string        `mapstructure:"entry_symbol"`
-	ExitSymbol     string        `mapstructure:"exit_symbol"`
-	USDTEntry      string        `mapstructure:"usdt_entry"`
-	USDTExit       string        `mapstructure:"usdt_exit"`
-	MainThreadOnly bool          `mapstructure:"main_thread_only"`
-	MinDuration    time.Duration `mapstructure:"min_duration"`
+	ID          string `mapstructure:"id"`
+	FileMatch   string `mapstructure:"file_match"`
+	Symbol      string `mapstructure:"symbol"`
+	EntrySymbol string `mapstructure:"entry_symbol"`
+	ExitSymbol  string `mapstructure:"exit_symbol"`
+	USDTEntry   string `mapstructure:"usdt_entry"`
+	USDTExit    string `mapstructure:"usdt_exit"`
+	// Attributes name arguments of the USDTEntry probe its records carry:
+	// attribute name -> "argN" (integer) or "str(argN)" (the string the
+	// argument points at, bounded); see probes.ParseAttribute.
+	Attributes     map[string]string `mapstructure:"attributes"`
+	MainThreadOnly bool              `mapstructure:"main_thread_only"`
+	MinDuration    time.Duration     `mapstructure:"min_duration"`
 	// MaxPerSecond limits this probe's records, in BPF; unset means
 	// probes.DefaultMaxPerSecond, 0 no limit.
 	MaxPerSecond *uint64 `mapstructure:"max_per_second"`
@@ -294,6 +298,7 @@ func (c *Config) probeSpecs() []probes.Spec {
 			ExitSymbol:     p.ExitSymbol,
 			EntryUSDT:      p.USDTEntry,
 			ExitUSDT:       p.USDTExit,
+			Attributes:     p.Attributes,
 			MainThreadOnly: p.MainThreadOnly,
 			MinDuration:    p.MinDuration,
 			MaxPerSecond:   probes.DefaultMaxPerSecond,

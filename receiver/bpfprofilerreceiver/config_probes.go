@@ -3,6 +3,7 @@ package bpfprofilerreceiver
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/probes"
 )
@@ -54,6 +55,11 @@ func (c *Config) probeKey(i int, field string) string {
 		return "min_duration"
 	case "MaxPerSecond":
 		return "max_per_second"
+	case "Attributes":
+		return "attributes"
+	}
+	if name, ok := strings.CutPrefix(field, "Attributes::"); ok {
+		return "attributes::" + name
 	}
 	return field
 }

@@ -233,6 +233,52 @@ func TestProbeUSDTValidation(t *testing.T) {
 	}
 }
 
+// attributes: USDT probes only, at most 4, each a valid name and argN or
+// str(argN) (N 0 to 11); every problem names its key.
+func TestProbeAttributesValidation(t *testing.T) {
+	usdt := func(attrs map[string]string) ProbeConfig {
+		return ProbeConfig{ID: "pg", FileMatch: "/postgres$", USDTEntry: "p:start", USDTExit: "p:done", Attributes: attrs}
+	}
+	tests := []struct {
+		name  string
+		probe ProbeConfig
+		want  []string // "": valid
+	}{
+		{name: "integer and string", probe: usdt(map[string]string{"db.query.text": "str(arg0)", "rows": "arg11", "n": " arg3 "})},
+		{name: "none", probe: usdt(map[string]string{})},
+		{name: "not an argument", probe: usdt(map[string]string{"q": "query"}),
+			want: []string{`probes[1]::attributes::q: want argN or str(argN) (N 0 to 11), got "query"`}},
+		{name: "past arg11", probe: usdt(map[string]string{"q": "arg12"}), want: []string{"probes[1]::attributes::q: argument 12: want 0 to 11"}},
+		{name: "leading zero", probe: usdt(map[string]string{"q": "str(arg01)"}), want: []string{"probes[1]::attributes::q: argument 01: want 0 to 11"}},
+		{name: "unclosed str", probe: usdt(map[string]string{"q": "str(arg0"}),
+			want: []string{`probes[1]::attributes::q: want argN or str(argN) (N 0 to 11), got "str(arg0"`}},
+		{name: "empty name", probe: usdt(map[string]string{"": "arg0"}), want: []string{"probes[1]::attributes::: an attribute name must not be empty"}},
+		{name: "space in name", probe: usdt(map[string]string{"a b": "arg0"}),
+			want: []string{`probes[1]::attributes::a b: attribute name "a b": no spaces or control characters`}},
+		{name: "the record's own", probe: usdt(map[string]string{"probe.id": "arg0", "thread.name": "arg1"}), want: []string{
+			`probes[1]::attributes::probe.id: attribute name "probe.id": probe.* are the record's own`,
+			`probes[1]::attributes::thread.name: attribute name "thread.name": thread.* are the record's own`,
+		}},
+		{name: "five", probe: usdt(map[string]string{"a": "arg0", "b": "arg1", "c": "arg2", "d": "arg3", "e": "arg4"}),
+			want: []string{"probes[1]::attributes: at most 4, got 5"}},
+		{name: "symbol probe", probe: ProbeConfig{ID: "f", FileMatch: "x", Symbol: "f", Attributes: map[string]string{"a": "arg0"}},
+			want: []string{"probes[1]::attributes: only USDT probes (usdt_entry, usdt_exit) have arguments"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := createDefaultConfig().(*Config)
+			cfg.Probes = []ProbeConfig{{ID: "ok", FileMatch: "x", Symbol: "f"}, tt.probe}
+			err := cfg.Validate()
+			if len(tt.want) == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.ElementsMatch(t, tt.want, strings.Split(err.Error(), "\n"))
+		})
+	}
+}
+
 // An unset max_per_second is the default limit; 0 is no limit.
 func TestProbeSpecsRateLimit(t *testing.T) {
 	cfg := &Config{Probes: []ProbeConfig{

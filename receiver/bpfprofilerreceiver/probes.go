@@ -238,6 +238,9 @@ func scopeNames(specs []probes.Spec) []assemble.Probe {
 			exit = s.EntrySymbol
 		}
 		out[i] = assemble.Probe{ID: s.ID, EntrySymbol: s.EntrySymbol, ExitSymbol: exit, EntryUSDT: s.EntryUSDT, ExitUSDT: s.ExitUSDT}
+		for _, a := range s.ArgAttributes() {
+			out[i].Args = append(out[i].Args, assemble.ProbeArg{Name: a.Name, String: a.String})
+		}
 	}
 	return out
 }

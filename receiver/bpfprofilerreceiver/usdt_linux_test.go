@@ -4,6 +4,7 @@ package bpfprofilerreceiver
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 )
 
 // A USDT probe pair in an executable and one in a library it loaded: one
-// log record per scope, named by its USDT probes, not by symbols.
+// log record per scope, named by its USDT probes, not by symbols; the
+// executable's carry work:start's arguments as the attributes name them
+// (an integer in a register, one in memory, a constant, a string).
 func TestProbeLogsOfUSDTScopes(t *testing.T) {
 	testutil.RequireBPF(t)
 	w := testutil.StartSDTPair(t)
@@ -27,7 +30,8 @@ func TestProbeLogsOfUSDTScopes(t *testing.T) {
 	cfg.CPU.Enabled = false
 	cfg.ReportInterval = 200 * time.Millisecond
 	cfg.Probes = []ProbeConfig{
-		{ID: "work", FileMatch: "^" + regexp.QuoteMeta(w.Bin) + "$", USDTEntry: "work:start", USDTExit: "work:done"},
+		{ID: "work", FileMatch: "^" + regexp.QuoteMeta(w.Bin) + "$", USDTEntry: "work:start", USDTExit: "work:done",
+			Attributes: map[string]string{"ms": "arg0", "weight": "arg1", "answer": "arg2", "work.name": "str(arg3)"}},
 		{ID: "lib", FileMatch: "^" + regexp.QuoteMeta(w.Lib) + "$", USDTEntry: "sdtlib:start", USDTExit: "sdtlib:done"},
 	}
 	require.NoError(t, cfg.Validate())
@@ -45,6 +49,7 @@ func TestProbeLogsOfUSDTScopes(t *testing.T) {
 	time.Sleep(2 * cfg.ReportInterval) // let any unexpected extra record arrive
 	require.Equal(t, 6, sink.LogRecordCount(), "three scopes of each probe")
 
+	seen := map[int64]int{} // work's records by ms
 	names := map[string][2]string{"work": {"work:start", "work:done"}, "lib": {"sdtlib:start", "sdtlib:done"}}
 	for _, logs := range sink.AllLogs() {
 		for i := 0; i < logs.ResourceLogs().Len(); i++ {
@@ -56,7 +61,17 @@ func TestProbeLogsOfUSDTScopes(t *testing.T) {
 				assert.Equal(t, want[1], attrs["probe.usdt_exit"])
 				assert.NotContains(t, attrs, "probe.entry_symbol")
 				assert.GreaterOrEqual(t, attrs["probe.duration_ns"], int64(10*time.Millisecond))
+				if lrs.At(j).Body().Str() != "work" {
+					assert.NotContains(t, attrs, "ms")
+					continue
+				}
+				ms, _ := attrs["ms"].(int64)
+				seen[ms]++
+				assert.Equal(t, -3*ms, attrs["weight"])
+				assert.Equal(t, int64(42), attrs["answer"])
+				assert.Equal(t, fmt.Sprintf("work-%d", ms), attrs["work.name"])
 			}
 		}
 	}
+	assert.Equal(t, map[int64]int{10: 1, 20: 1, 30: 1}, seen, "work's records by their ms attribute")
 }

@@ -22,7 +22,8 @@ import (
 // USDT probes through the collector: a running program's semaphores are
 // set while the collector runs and 0 again once it stopped; one record per
 // scope, in the executable and in the library it loaded, named by its
-// USDT probes.
+// USDT probes; the executable's with work:start's arguments as the
+// attributes key names them.
 func TestCollectorUSDTProbes(t *testing.T) {
 	bin := collectorBinary(t)
 	w := testutil.StartSDTPair(t)
@@ -55,6 +56,7 @@ receivers:
         file_match: '^%s$'
         usdt_entry: work:start
         usdt_exit: work:done
+        attributes: {ms: arg0, weight: arg1, answer: arg2, work.name: str(arg3)}
       - id: lib
         file_match: '^%s$'
         usdt_entry: sdtlib:start
@@ -87,6 +89,12 @@ service:
 	require.Equal(t, 3, strings.Count(text, "probe.usdt_entry: Str(work:start)"))
 	require.Equal(t, 3, strings.Count(text, "probe.usdt_exit: Str(sdtlib:done)"))
 	require.NotContains(t, text, "probe.entry_symbol")
+	for _, ms := range []int{10, 20, 30} {
+		require.Equal(t, 1, strings.Count(text, fmt.Sprintf("-> ms: Int(%d)\n", ms)), "ms %d", ms)
+		require.Equal(t, 1, strings.Count(text, fmt.Sprintf("-> weight: Int(%d)\n", -3*ms)), "weight of ms %d", ms)
+		require.Equal(t, 1, strings.Count(text, fmt.Sprintf("-> work.name: Str(work-%d)\n", ms)), "work.name of ms %d", ms)
+	}
+	require.Equal(t, 3, strings.Count(text, "-> answer: Int(42)\n"))
 	durations := probeDurations(regexp.MustCompile(`probe\.duration_ns: Int\((\d+)\)`), text)
 	require.Len(t, durations, 6)
 

@@ -2,6 +2,10 @@
 // tests of internal/probes: work:start and work:done in the executable,
 // guarded by semaphores (work:done at two sites), and sdtlib:start and
 // sdtlib:done in the library LIBRARY (sdtlib.c), loaded with dlopen.
+// work:start's arguments are of known values, in each place a note can
+// put one at -O2: the scope's length in ms (a register), -3 times it (a
+// stack variable: memory at a register plus an offset), 42 (a constant)
+// and the string "work-<ms>" (a pointer, in a register).
 // Its own directory: the kernel matrix builds testdata/workloads/*.c with
 // a cross compiler that has no <sys/sdt.h>.
 //
@@ -41,9 +45,12 @@ static void sleep_ms(int ms)
 __attribute__((noinline)) static int work(int ms)
 {
 	int enabled = work_start_semaphore != 0;
+	volatile int weight = -3 * ms; /* volatile: in memory */
+	char name[16];
 
+	snprintf(name, sizeof(name), "work-%d", ms);
 	if (work_start_semaphore)
-		STAP_PROBE1(work, start, ms);
+		STAP_PROBE4(work, start, ms, weight, 42, name);
 	sleep_ms(ms);
 	if (work_done_semaphore) {
 		if (ms % 20)
