@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func TestProbeLogsOfScopes(t *testing.T) {
 	sink := new(consumertest.LogsSink)
 	rcv, err := NewFactory().CreateLogs(context.Background(), metadatatest.NewSettings(componenttest.NewTelemetry()), cfg, sink)
 	require.NoError(t, err)
+	offsets := clockOffsets(t, nil)
 	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
 	t.Cleanup(func() { require.NoError(t, rcv.Shutdown(context.Background())) })
 
@@ -91,8 +93,7 @@ func TestProbeLogsOfScopes(t *testing.T) {
 	require.NotEmpty(t, wantTimed)
 	require.Eventually(t, func() bool { return sink.LogRecordCount() >= len(wantTimed)+wantPair }, 10*time.Second, 20*time.Millisecond)
 
-	offset, err := clock.Offset()
-	require.NoError(t, err)
+	offsets = clockOffsets(t, offsets)
 	var timed []plog.LogRecord
 	var pair int
 	for _, logs := range sink.AllLogs() {
@@ -128,8 +129,8 @@ func TestProbeLogsOfScopes(t *testing.T) {
 		// On the shared clock the probe's scope lies within the workload's
 		// own measurement around the call.
 		start := attrs["probe.start_time_unix_nano"].(int64)
-		assert.GreaterOrEqual(t, start, int64(m.start)+offset, "scope %d starts before the call", i)
-		assert.LessOrEqual(t, int64(lr.Timestamp()), int64(m.end)+offset, "scope %d ends after the call returned", i)
+		assert.GreaterOrEqual(t, start, int64(m.start)+slices.Min(offsets), "scope %d starts before the call", i)
+		assert.LessOrEqual(t, int64(lr.Timestamp()), int64(m.end)+slices.Max(offsets), "scope %d ends after the call returned", i)
 		assert.Equal(t, start+int64(got), int64(lr.Timestamp()))
 	}
 }
@@ -139,4 +140,18 @@ func fmtSscan(line string, m *measuredScope) (int, error) {
 		return 0, nil
 	}
 	return fmtSscanf(line, "%s %d %d %d", &m.kind, &m.tid, &m.start, &m.end)
+}
+
+// clockOffsets adds to offsets the wall clock's offset from the monotonic
+// one now, measured and as the process caches it (clock.Offset, which
+// stamped the records): the wall clock may be slewed (time sync) while the
+// test runs, so the records' stamps lie within the offsets seen around
+// them.
+func clockOffsets(t *testing.T, offsets []int64) []int64 {
+	t.Helper()
+	measured, err := clock.MeasureOffset()
+	require.NoError(t, err)
+	cached, err := clock.Offset()
+	require.NoError(t, err)
+	return append(offsets, measured, cached)
 }
