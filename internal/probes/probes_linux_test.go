@@ -57,11 +57,14 @@ func openAndRun(t *testing.T, specs []Spec) (*Manager, *collector) {
 	return openAndRunWith(t, specs, Options{})
 }
 
-// openAndRunWith is openAndRun with opts (its Logger and RescanInterval are
-// set here).
+// openAndRunWith is openAndRun with opts (RescanInterval is set here, and
+// Logger, unless set, to the test's).
 func openAndRunWith(t *testing.T, specs []Spec, opts Options) (*Manager, *collector) {
 	t.Helper()
-	opts.Logger, opts.RescanInterval = zaptest.NewLogger(t), -1
+	if opts.Logger == nil {
+		opts.Logger = zaptest.NewLogger(t)
+	}
+	opts.RescanInterval = -1
 	m, err := Open(specs, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })

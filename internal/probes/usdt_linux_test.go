@@ -3,7 +3,6 @@
 package probes
 
 import (
-	"context"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -70,7 +69,7 @@ func TestUSDTScopes(t *testing.T) {
 		{ID: "go", FileMatch: file(self), EntryUSDT: "work:start", ExitUSDT: "work:done"},
 	}
 	core, logs := observer.New(zapcore.WarnLevel)
-	m, c := openAndRunObserved(t, specs, zap.New(core))
+	m, c := openAndRunWith(t, specs, Options{Logger: zap.New(core)})
 	st := m.Stats()
 	require.Equal(t, 2, st.Files)
 	require.Equal(t, 3+2, st.Links, "work: 1+2 sites, lib: 1+1")
@@ -130,23 +129,6 @@ func requireUSDTMatches(t *testing.T, name string, recs []capture.RawScope, trut
 		require.LessOrEqual(t, r.End, s.End, "%s[%d] ends after the workload's clock read", name, i)
 		require.Equal(t, uint32(pid), r.PID)
 	}
-}
-
-// openAndRunObserved is openAndRun logging to log.
-func openAndRunObserved(t *testing.T, specs []Spec, log *zap.Logger) (*Manager, *collector) {
-	t.Helper()
-	m, err := Open(specs, Options{Logger: log, RescanInterval: -1})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	c := &collector{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, c.add) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	return m, c
 }
 
 // USDT arguments as attributes: work:start's arguments are in a register,
