@@ -28,6 +28,10 @@ const volatile u8 have_task_pt_regs = 0;
 #define UREGS_IP 128
 #define UREGS_CS 136
 #define UREGS_SP 152
+/* Go ABIInternal's first three integer argument registers: rax, rbx, rcx. */
+#define UREGS_GO_ARG0 80
+#define UREGS_GO_ARG1 40
+#define UREGS_GO_ARG2 88
 /* x86-64 kernel stacks (without KASAN); pt_regs are at their top. */
 #define THREAD_SIZE 16384
 #define UREGS_SIZE 168
@@ -104,6 +108,10 @@ static __always_inline u64 entry_return_address(const u64 *r)
 #define UREGS_LR (30 * 8)   /* x30, the link register */
 #define UREGS_GO_G (28 * 8) /* x28, Go's g register */
 #define UREGS_SP 248
+/* Go ABIInternal's first three integer argument registers: x0, x1, x2. */
+#define UREGS_GO_ARG0 0
+#define UREGS_GO_ARG1 8
+#define UREGS_GO_ARG2 16
 #define UREGS_IP 256
 #define UREGS_PSTATE 264
 /* arm64 kernel stacks with 4 KiB pages (without KASAN). */

@@ -177,7 +177,7 @@ func setProfileHeader(dict *dictionaryBuilder, prof pprofile.Profile, rp *report
 	if err := setValueType(dict, prof.SampleType(), typ, unit); err != nil {
 		return err
 	}
-	if rp.Kind == report.KindCPU {
+	if rp.Kind == report.KindCPU || rp.Kind.Memory() {
 		typ, unit := rp.Kind.PeriodType()
 		if err := setValueType(dict, prof.PeriodType(), typ, unit); err != nil {
 			return err

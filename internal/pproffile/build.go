@@ -49,6 +49,10 @@ func Build(p report.Profile) (*profile.Profile, error) {
 		prof.PeriodType = &profile.ValueType{Type: ptyp, Unit: punit}
 		prof.Period = p.Period
 	case report.KindOffCPU, report.KindProbeDuration:
+	case report.KindAllocObjects, report.KindAllocSpace, report.KindInuseObjects, report.KindInuseSpace:
+		ptyp, punit := p.Kind.PeriodType()
+		prof.PeriodType = &profile.ValueType{Type: ptyp, Unit: punit}
+		prof.Period = p.Period
 	default:
 		return nil, fmt.Errorf("unknown profile kind %q", p.Kind)
 	}

@@ -16,7 +16,20 @@ const (
 	// KindProbeDuration weighs the stacks that entered a probe's scopes by
 	// the scopes' durations; its Profile names the probe (ProbeID).
 	KindProbeDuration Kind = "probe_duration"
+	// Heap profiles (internal/allocs), named as runtime/pprof names its
+	// heap profile's sample types: what was allocated in the report
+	// window, and what was live at its end, estimated from the sampled
+	// allocations; Period is the sampling rate in bytes.
+	KindAllocObjects Kind = "alloc_objects"
+	KindAllocSpace   Kind = "alloc_space"
+	KindInuseObjects Kind = "inuse_objects"
+	KindInuseSpace   Kind = "inuse_space"
 )
+
+// Memory reports whether k is one of the heap profiles.
+func (k Kind) Memory() bool {
+	return k == KindAllocObjects || k == KindAllocSpace || k == KindInuseObjects || k == KindInuseSpace
+}
 
 // Frame types, the values of the profile.frame.type location attribute.
 const (
@@ -121,7 +134,7 @@ type Profile struct {
 	Kind   Kind
 	Start  time.Time
 	End    time.Time
-	Period int64 // nanoseconds between samples (CPU); 0 for off-CPU
+	Period int64 // nanoseconds between samples (CPU), bytes (heap profiles); 0 for off-CPU
 	// ProbeID names the probe of a KindProbeDuration profile.
 	ProbeID   string
 	Processes []Process
@@ -134,12 +147,19 @@ func (k Kind) SampleType() (typ, unit string) {
 		return "off_cpu", "nanoseconds"
 	case KindProbeDuration:
 		return "probe_duration", "nanoseconds"
+	case KindAllocObjects, KindInuseObjects:
+		return string(k), "count"
+	case KindAllocSpace, KindInuseSpace:
+		return string(k), "bytes"
 	}
 	return "samples", "count"
 }
 
 // PeriodType returns the (type, unit) of the sampling period of kind k.
 func (k Kind) PeriodType() (typ, unit string) {
+	if k.Memory() {
+		return "space", "bytes"
+	}
 	return "cpu", "nanoseconds"
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/collector/component"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/allocs"
 	"github.com/bpfprofiler/bpfprofiler/internal/attrkey"
 	"github.com/bpfprofiler/bpfprofiler/internal/offcpu"
 	"github.com/bpfprofiler/bpfprofiler/internal/pdata"
@@ -24,6 +25,7 @@ type Config struct {
 	Targets        TargetsConfig   `mapstructure:"targets"`
 	CPU            CPUConfig       `mapstructure:"cpu"`
 	OffCPU         OffCPUConfig    `mapstructure:"off_cpu"`
+	Memory         MemoryConfig    `mapstructure:"memory"`
 	Probes         []ProbeConfig   `mapstructure:"probes"`
 	Pprof          PprofConfig     `mapstructure:"pprof"`
 	Kubernetes     K8sConfig       `mapstructure:"kubernetes"`
@@ -73,6 +75,19 @@ type OffCPUConfig struct {
 	// Mechanism chooses how the user stack of a blocked thread is taken:
 	// auto, task_work (Linux >= 6.18) or switch_out (every kernel).
 	Mechanism string `mapstructure:"mechanism"`
+}
+
+// MemoryConfig configures heap profiles (alloc_objects, alloc_space,
+// inuse_objects, inuse_space).
+type MemoryConfig struct {
+	// Go probes the allocation profiling hooks of Go executables: every Go
+	// process that samples its allocations (runtime.MemProfileRate, on
+	// unless the program never references runtime.MemProfile) gets the
+	// four profiles, with no change to it.
+	Go bool `mapstructure:"go"`
+	// MaxLive bounds the sampled objects kept as live, across processes;
+	// beyond it the oldest are dropped (counted and logged).
+	MaxLive int `mapstructure:"max_live"`
 }
 
 // ProbeConfig declares one uprobe duration probe: Symbol (a function's
@@ -187,6 +202,7 @@ func createDefaultConfig() component.Config {
 		ReportInterval:   10 * time.Second,
 		CPU:              CPUConfig{Enabled: true, SamplesPerSecond: 19},
 		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
+		Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive},
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 		Unwinding:        UnwindingConfig{Method: unwindAuto, TableMemoryMiB: 64},
@@ -241,6 +257,9 @@ func (c *Config) Validate() error {
 	if c.OffCPU.MinBlock < 0 {
 		errs = append(errs, fmt.Errorf("off_cpu::min_block: must not be negative, got %v", c.OffCPU.MinBlock))
 	}
+	if c.Memory.MaxLive <= 0 {
+		errs = append(errs, fmt.Errorf("memory::max_live: must be positive, got %d", c.Memory.MaxLive))
+	}
 	if _, err := offcpu.ParseMechanism(c.OffCPU.Mechanism); err != nil {
 		errs = append(errs, fmt.Errorf("off_cpu::mechanism: %w", err))
 	}
@@ -253,8 +272,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.probeErrors(probes.ValidateSpecs(c.probeSpecs()))...)
-	if !c.CPU.Enabled && !c.OffCPU.Enabled && len(c.Probes) == 0 {
-		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, probes: nothing to do: enable cpu or off_cpu, or declare probes"))
+	if !c.CPU.Enabled && !c.OffCPU.Enabled && !c.Memory.Go && len(c.Probes) == 0 {
+		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, memory::go, probes: nothing to do: enable cpu, off_cpu or memory::go, or declare probes"))
 	}
 	if c.Unwinding.Method != unwindAuto && c.Unwinding.Method != unwindFramePointer {
 		errs = append(errs, fmt.Errorf("unwinding::method: want %s or %s, got %q", unwindAuto, unwindFramePointer, c.Unwinding.Method))

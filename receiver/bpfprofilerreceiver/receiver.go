@@ -64,6 +64,9 @@ type profilerReceiver struct {
 	probes   *probeRunner
 	// scopes joins probe scopes to profiles; nil: no probe asks for it.
 	scopes *scopeJoin
+	// memory is the heap profiles' source; nil: memory::go is off.
+	memory       memorySource
+	memoryWarned [2]bool
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall
 	// clock's now, even across a step of the wall clock.
@@ -216,6 +219,23 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Info(k.key+" profiling started", zap.String("mechanism", src.Mechanism()))
 		r.sources[k.kind] = src
 	}
+	if r.cfg.Memory.Go && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
+		logger.Warn("memory::go is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: no heap profiles")
+	} else if r.cfg.Memory.Go && r.kernel.memory != nil {
+		src, err := r.kernel.memory(r.cfg, srcOpts)
+		switch {
+		case errors.Is(err, ebpf.ErrNotSupported):
+			logger.Error("heap profiles are not supported on this kernel; the receiver runs without them",
+				zap.String("kernel", kernelcheck.Release()), zap.Error(err))
+			unsupported = append(unsupported, fmt.Errorf("memory: %w", err))
+		case err != nil:
+			r.closeAll()
+			return fmt.Errorf("start heap profiles (memory::go): %w", explainSourceError(err))
+		default:
+			logger.Info("Go heap profiles started")
+			r.memory = src
+		}
+	}
 	if len(r.sources) > 0 {
 		// Their announcements (followProcesses) keep the identities true.
 		r.ids.TrustAnnouncements()
@@ -236,7 +256,7 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		r.closeAll()
 		return err
 	}
-	if len(r.sources) == 0 && r.probes == nil && len(unsupported) > 0 {
+	if len(r.sources) == 0 && r.probes == nil && r.memory == nil && len(unsupported) > 0 {
 		cancel()
 		r.closeAll()
 		return fmt.Errorf("nothing this kernel supports is enabled: %w", errors.Join(unsupported...))
@@ -326,6 +346,7 @@ func (r *profilerReceiver) report(ctx context.Context, final bool) {
 		}
 	}
 	profiles = r.joinScopes(ctx, start, end, profiles, final)
+	profiles = append(profiles, r.memoryProfiles(ctx, start, end)...)
 	symStats := r.symbols.Stats()
 	r.recordPythonSymbolization(ctx, symStats.RuntimeUnsymbolized[capture.CPython.Name()])
 	r.recordJVMSymbolization(ctx, symStats)
@@ -435,6 +456,12 @@ func (r *profilerReceiver) closeAll() {
 		}
 	}
 	r.sources = nil
+	if r.memory != nil {
+		if err := r.memory.Close(); err != nil {
+			r.settings.Logger.Warn("close heap profiles", zap.Error(err))
+		}
+		r.memory = nil
+	}
 	r.scopes.close(r.settings.Logger)
 	r.scopes = nil
 	if err := r.unwind.close(); err != nil {

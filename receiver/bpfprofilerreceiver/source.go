@@ -27,10 +27,11 @@ import (
 type kernelSources struct {
 	stacks func(cfg *Config, kind report.Kind, opts sourceOptions) (stackSource, error)
 	probes func(specs []probes.Spec, opts sourceOptions) (probeSource, error)
+	memory func(cfg *Config, opts sourceOptions) (memorySource, error)
 }
 
 // realKernel opens the BPF sources.
-var realKernel = kernelSources{stacks: openKernelStacks, probes: openKernelProbes}
+var realKernel = kernelSources{stacks: openKernelStacks, probes: openKernelProbes, memory: openKernelMemory}
 
 // sourceOptions is what every kernel source needs besides its own config.
 type sourceOptions struct {

@@ -1,0 +1,60 @@
+// Package allocs gives heap profiles of Go processes with no change to
+// them: the Go runtime samples about one allocation per
+// runtime.MemProfileRate bytes (512 KiB unless the program sets it) and
+// calls its profiling hooks for those only, and again when a sampled object
+// is swept. Uprobes on the hooks (bpf/alloc.bpf.c) report each sampled
+// allocation with its goroutine's stack and labels, each free of a sampled
+// object and each garbage collection; a Tracker turns them into
+// alloc_objects/alloc_space (what was allocated in a report window) and
+// inuse_objects/inuse_space (what is live at its end), scaled as
+// runtime/pprof scales heap samples.
+//
+// A Go executable built without a reference to runtime.MemProfile (no
+// runtime/pprof, net/http/pprof or similar) has the runtime set
+// MemProfileRate to 0 at start: it samples nothing, and has no profile.
+package allocs
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+)
+
+// Options configure a Manager.
+type Options struct {
+	Proc         procfs.FS
+	Logger       *zap.Logger
+	PIDNamespace procfs.PIDNamespace
+	// TargetPIDs limits the processes probed; empty: every process.
+	TargetPIDs []uint32
+	// MaxLive bounds the sampled objects kept as live (DefaultMaxLive
+	// when 0); beyond it the oldest are dropped (Stats.Evicted).
+	MaxLive int
+	// RescanInterval is how often new processes are looked for.
+	RescanInterval time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.RescanInterval <= 0 {
+		o.RescanInterval = time.Second
+	}
+	return o
+}
+
+// Stats count what a Manager did since Open.
+type Stats struct {
+	Executables int // Go executables probed
+	Refused     int // Go executables not probed (release not known, hooks not found, attach failed)
+	Processes   int // processes of probed executables found
+	// From the Tracker (see its fields).
+	Mallocs, Frees, UnmatchedFrees, Replaced, Evicted uint64
+	Live                                              int
+	// From the kernel: events lost to a full ring buffer, mallocs
+	// without a stack, label sets that could not be read.
+	RingbufFull, StackLost, LabelsLost uint64
+}

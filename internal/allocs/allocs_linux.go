@@ -1,0 +1,432 @@
+//go:build linux
+
+package allocs
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"go.uber.org/zap"
+
+	"github.com/bpfprofiler/bpfprofiler/bpf"
+	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
+	"github.com/bpfprofiler/bpfprofiler/internal/capture"
+	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
+	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
+	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
+	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
+)
+
+// Bounds on opening executables (see procfs.Deadline): on FUSE or a dead
+// network file system an open can block forever.
+const (
+	openTimeout   = 2 * time.Second
+	maxStuckOpens = 16
+)
+
+// Manager probes the allocation hooks of the Go executables of the
+// processes it finds, and keeps their heap profiles (Tracker).
+type Manager struct {
+	opts     Options
+	objs     bpf.AllocObjects
+	reader   *ringbuf.Reader
+	deadline *procfs.Deadline
+	self     uint32
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	tracker *Tracker
+	files   map[fileID]*goFile
+	procs   map[uint32]uint64 // pid -> start time, of processes inspected
+	stats   Stats
+	warned  map[string]bool
+	closed  bool
+}
+
+type fileID struct{ dev, inode uint64 }
+
+// goFile is what was found of one executable: its hooks and labels, the
+// uprobes on them; err: not probed (not Go, a release not known, ...).
+type goFile struct {
+	hooks   Hooks
+	gLabels uint32
+	layout  golabels.Layout
+	links   []link.Link
+	err     error
+}
+
+// Open loads the allocation programs and starts following processes.
+func Open(opts Options) (*Manager, error) {
+	opts = opts.withDefaults()
+	_ = memlock.Raise()
+	spec, err := bpf.LoadAlloc()
+	if err != nil {
+		return nil, fmt.Errorf("load allocation BPF spec: %w", err)
+	}
+	for name, v := range map[string]any{"pidns_dev": opts.PIDNamespace.Dev, "pidns_ino": opts.PIDNamespace.Ino} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	m := &Manager{
+		opts: opts, deadline: procfs.NewDeadline(openTimeout, maxStuckOpens), self: uint32(os.Getpid()),
+		stop: make(chan struct{}), tracker: NewTracker(opts.MaxLive),
+		files: map[fileID]*goFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
+	}
+	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load allocation BPF programs: %+v", verr)
+		}
+		return nil, capabilities.Explain(fmt.Errorf("load allocation BPF programs: %w", memlock.Explain(err)), capabilities.BPF, capabilities.Perfmon)
+	}
+	if m.reader, err = ringbuf.NewReader(m.objs.AllocEvents); err != nil {
+		_ = m.objs.Close()
+		return nil, fmt.Errorf("open allocation events: %w", err)
+	}
+	m.scan()
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); m.read() }()
+	go func() { defer m.wg.Done(); m.follow() }()
+	return m, nil
+}
+
+// follow inspects new processes every rescan interval.
+func (m *Manager) follow() {
+	t := time.NewTicker(m.opts.RescanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.scan()
+		}
+	}
+}
+
+// scan inspects the processes not inspected before (by pid and start
+// time), the targets only when there are targets.
+func (m *Manager) scan() {
+	pids := m.opts.TargetPIDs
+	if len(pids) == 0 {
+		var err error
+		if pids, err = m.opts.Proc.PIDs(); err != nil {
+			m.warnOnce("scan", "cannot list processes", err)
+			return
+		}
+	}
+	seen := make(map[uint32]bool, len(pids))
+	for _, pid := range pids {
+		seen[pid] = true
+		if pid == m.self {
+			continue
+		}
+		start, err := m.opts.Proc.StartTime(pid)
+		if err != nil {
+			continue // gone
+		}
+		m.mu.Lock()
+		old, known := m.procs[pid]
+		m.procs[pid] = start
+		m.mu.Unlock()
+		if known && old == start {
+			continue
+		}
+		if known {
+			m.forget(pid)
+		}
+		m.inspect(pid)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for pid := range m.procs {
+		if !seen[pid] {
+			delete(m.procs, pid)
+			m.forgetLocked(pid)
+		}
+	}
+}
+
+func (m *Manager) forget(pid uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forgetLocked(pid)
+}
+
+func (m *Manager) forgetLocked(pid uint32) {
+	m.tracker.Forget(pid)
+	_ = m.objs.AllocGoProcs.Delete(pid)
+}
+
+// inspect probes the executable of process pid if it is a Go one, and
+// tells the programs where the process keeps its labels and rate.
+func (m *Manager) inspect(pid uint32) {
+	maps, err := m.opts.Proc.ExecMaps(pid)
+	if err != nil {
+		return
+	}
+	exe, err := m.opts.Proc.Exe(pid)
+	if err != nil {
+		return
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	var mp procfs.Map
+	found := false
+	for _, x := range maps {
+		if x.Executable() && x.FileBacked() && strings.TrimSuffix(x.Path, " (deleted)") == exe {
+			mp, found = x, true
+			break
+		}
+	}
+	if !found {
+		return
+	}
+	id := fileID{dev: uint64(mp.DevMajor)<<32 | uint64(mp.DevMinor), inode: mp.Inode}
+	m.mu.Lock()
+	gf := m.files[id]
+	m.mu.Unlock()
+	// The file is the process's to choose: open the mapped file itself,
+	// within its root, and read and attach through that descriptor.
+	f, err := procfs.Within(m.deadline, m.opts.Proc.RootPath(pid, exe),
+		func() (*os.File, error) { return m.opts.Proc.OpenMappedFile(pid, mp) }, func(f *os.File) { f.Close() })
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			m.warnOnce("open:"+exe, "cannot open executable for allocation profiles", err)
+		}
+		return
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return
+	}
+	if gf == nil {
+		gf = m.probeFile(f, ef, exe)
+		m.mu.Lock()
+		m.files[id] = gf
+		m.mu.Unlock()
+	}
+	if gf.err != nil {
+		return
+	}
+	proc := bpf.AllocAllocGoProc{G_labels: gf.gLabels, Layout: uint32(gf.layout)}
+	if gf.hooks.RateAddr != 0 {
+		if bias, ok := Bias(ef, mp.Start, mp.Offset); ok {
+			proc.RateAddr = gf.hooks.RateAddr + bias
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.objs.AllocGoProcs.Put(pid, proc); err != nil {
+		m.warnOnceLocked("procs", "allocation samples of more Go processes carry no labels or rate", err)
+	}
+	m.stats.Processes++
+}
+
+// probeFile attaches the hooks of executable f; a file that is not Go, or
+// whose hooks are not found, is remembered with why.
+func (m *Manager) probeFile(f *os.File, ef *elf.File, exe string) (gf *goFile) {
+	gf = &goFile{}
+	defer func() {
+		if r := recover(); r != nil { // a crafted file (the process's to choose)
+			gf = &goFile{err: fmt.Errorf("malformed file: %v", r)}
+		}
+	}()
+	if ef.Section(".go.buildinfo") == nil {
+		gf.err = ErrNotGo
+		return gf
+	}
+	funcs, err := symbolize.FindFunctions(f, HookNames)
+	if err == nil {
+		gf.hooks, err = FindHooks(f, ef, funcs)
+	}
+	if err != nil {
+		gf.err = err
+		m.mu.Lock()
+		m.stats.Refused++
+		m.mu.Unlock()
+		m.opts.Logger.Warn("Go executable not probed for allocation profiles", zap.String("file", exe), zap.Error(err))
+		return gf
+	}
+	if b, err := golabels.Prepare(f, ef); err == nil {
+		gf.gLabels, gf.layout = b.Offsets.GLabels, b.Offsets.Layout
+	}
+	malloc := m.objs.GoMallocP0
+	if gf.hooks.Args == MallocP1 {
+		malloc = m.objs.GoMallocP1
+	}
+	ex, err := link.OpenExecutable(m.opts.Proc.FDPath(f))
+	if err == nil {
+		for _, h := range []struct {
+			name string
+			at   uint64
+			prog *ebpf.Program
+		}{{fnMalloc, gf.hooks.Malloc, malloc}, {fnFreeSpecial, gf.hooks.FreeSpecial, m.objs.GoFreeSpecial}, {fnFree, gf.hooks.Free, m.objs.GoFree},
+			{fnCycle, gf.hooks.Cycle, m.objs.GoGcCycle}} {
+			var l link.Link
+			if l, err = ex.Uprobe(h.name, h.prog, &link.UprobeOptions{Address: h.at}); err != nil {
+				err = fmt.Errorf("attach %s at %#x: %w", h.name, h.at, err)
+				break
+			}
+			gf.links = append(gf.links, l)
+		}
+	}
+	if err != nil {
+		for _, l := range gf.links {
+			_ = l.Close()
+		}
+		gf.links = nil
+		gf.err = err
+		m.mu.Lock()
+		m.stats.Refused++
+		m.mu.Unlock()
+		m.opts.Logger.Warn("cannot attach allocation probes", zap.String("file", exe), zap.Error(capabilities.Explain(err, capabilities.SysAdmin)))
+		return gf
+	}
+	m.mu.Lock()
+	m.stats.Executables++
+	m.mu.Unlock()
+	m.opts.Logger.Info("Go allocation profiles", zap.String("file", exe), zap.String("go", gf.hooks.Release))
+	return gf
+}
+
+// Event layout (bpf/alloc.bpf.c struct alloc_event).
+const (
+	eventKindMalloc = 1
+	eventKindFree   = 3
+	eventKindCycle  = 4
+	eventHeader     = 72
+	eventSize       = eventHeader + 8*127
+)
+
+// read hands the events to the tracker until the reader closes.
+func (m *Manager) read() {
+	var rec ringbuf.Record
+	for {
+		if err := m.reader.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			continue
+		}
+		m.handle(rec.RawSample)
+	}
+}
+
+func (m *Manager) handle(b []byte) {
+	if len(b) < eventHeader {
+		return
+	}
+	le := binary.LittleEndian
+	kind, pid, tid := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
+	addr, size, rate := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:])
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch kind {
+	case eventKindMalloc:
+		if len(b) < eventSize {
+			return
+		}
+		frames, labelsSize := int32(le.Uint32(b[12:])), int(le.Uint32(b[48:]))
+		ml := Malloc{PID: pid, TID: tid, Comm: cString(b[56:72]), Addr: addr, Size: size, Rate: rate}
+		if frames > 0 && frames <= 127 {
+			ml.Stack = make([]uint64, frames)
+			for i := range ml.Stack {
+				ml.Stack[i] = le.Uint64(b[eventHeader+8*i:])
+			}
+		} else {
+			ml.Loss = capture.StackCaptureFailed
+		}
+		if labelsSize > 0 && eventSize+labelsSize <= len(b) {
+			ml.Labels = append([]byte(nil), b[eventSize:eventSize+labelsSize]...)
+		}
+		m.tracker.Malloc(ml)
+	case eventKindFree:
+		m.tracker.Free(pid, addr)
+	case eventKindCycle:
+		m.tracker.Cycle(pid)
+	}
+}
+
+func cString(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// Drain returns the report window's heap profiles and starts the next.
+func (m *Manager) Drain() Window {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.tracker.Drain()
+}
+
+// Stats returns counts since Open.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.stats
+	t := m.tracker
+	st.Mallocs, st.Frees, st.UnmatchedFrees, st.Replaced, st.Evicted = t.Mallocs, t.Frees, t.UnmatchedFrees, t.Replaced, t.Evicted
+	st.Live = t.Live()
+	var counts []bpf.AllocAllocStats
+	if err := m.objs.AllocCounts.Lookup(uint32(0), &counts); err == nil {
+		for _, c := range counts {
+			st.RingbufFull += c.RingbufFull
+			st.StackLost += c.StackLost
+			st.LabelsLost += c.LabelsLost
+		}
+	}
+	return st
+}
+
+func (m *Manager) warnOnce(key, msg string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.warnOnceLocked(key, msg, err)
+}
+
+func (m *Manager) warnOnceLocked(key, msg string, err error) {
+	if m.warned[key] {
+		return
+	}
+	m.warned[key] = true
+	m.opts.Logger.Warn(msg, zap.Error(err))
+}
+
+// Close detaches every probe and stops.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	err := m.reader.Close()
+	m.wg.Wait()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, gf := range m.files {
+		for _, l := range gf.links {
+			err = errors.Join(err, l.Close())
+		}
+	}
+	return errors.Join(err, m.objs.Close())
+}
