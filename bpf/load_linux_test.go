@@ -33,7 +33,7 @@ var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
 func TestProgramsLoad(t *testing.T) {
 	testutil.RequireBPF(t)
 	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
-	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout, "probe": loadProbeAsUsed}
+	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout, "probe": loadProbeAsUsed, "alloc": LoadAlloc}
 	if kernelHasFunc(t, "bpf_task_work_schedule_resume_impl") {
 		loads["task_work"] = LoadOffcpu
 	}
@@ -43,8 +43,10 @@ func TestProgramsLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := spec.Variables["link_scopes"].Set(uint32(1)); err != nil {
-			t.Fatal(err)
+		if v := spec.Variables["link_scopes"]; v != nil {
+			if err := v.Set(uint32(1)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// As internal/unwinder sets it: the code the kernel's helper
 		// enables is verified too.
