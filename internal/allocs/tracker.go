@@ -226,11 +226,19 @@ func (t *Tracker) Drain() Window {
 		s.bytes += o.bytes
 	}
 	var w Window
+	// A label set's id is its bytes' within one report (the assembler
+	// decodes each id once).
+	labelIDs := map[string]uint32{}
 	for k, e := range t.stacks {
 		raw := func(v float64) capture.RawStack {
 			s := capture.RawStack{PID: k.pid, TID: k.tid, Comm: k.comm, Frames: e.frames, Value: uint64(math.Round(v)), UserLoss: k.loss}
 			if e.labels != nil {
-				s.GoLabels = &capture.GoLabels{Data: e.labels}
+				id, ok := labelIDs[k.labels]
+				if !ok {
+					id = uint32(len(labelIDs))
+					labelIDs[k.labels] = id
+				}
+				s.GoLabels = &capture.GoLabels{Data: e.labels, ID: id}
 			}
 			return s
 		}

@@ -75,3 +75,32 @@ func TestReleaseMinor(t *testing.T) {
 		require.ErrorIs(t, err, ErrRelease, v)
 	}
 }
+
+// Each distinct label set has an id of its own in a window (the assembler
+// decodes an id once).
+func TestTrackerLabelIDs(t *testing.T) {
+	tr := NewTracker(0)
+	for i, labels := range []string{"a", "b", "a", ""} {
+		m := Malloc{PID: 1, TID: 1, Addr: uint64(i + 1), Size: 1, Rate: 1, Stack: []uint64{uint64(i)}}
+		if labels != "" {
+			m.Labels = []byte(labels)
+		}
+		tr.Malloc(m)
+	}
+	ids := map[string]map[uint32]bool{}
+	for _, s := range tr.Drain().AllocSpace {
+		if s.GoLabels == nil {
+			continue
+		}
+		if ids[string(s.GoLabels.Data)] == nil {
+			ids[string(s.GoLabels.Data)] = map[uint32]bool{}
+		}
+		ids[string(s.GoLabels.Data)][s.GoLabels.ID] = true
+	}
+	require.Len(t, ids, 2)
+	require.Len(t, ids["a"], 1)
+	require.Len(t, ids["b"], 1)
+	for id := range ids["a"] {
+		require.False(t, ids["b"][id], "a and b share id %d", id)
+	}
+}

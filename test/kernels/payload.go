@@ -59,6 +59,7 @@ var checks = []check{
 	{"samples linked to scopes", "e2e.test", "TestCollectorLinksSamplesToScopes", nil},
 	{"thread context", "e2e.test", "TestCollectorLinksSamplesToThreadContext", nil},
 	{"go labels", "e2e.test", "TestCollectorCarriesGoLabels", nil},
+	{"go heap", "e2e.test", "TestCollectorGoHeapProfiles", nil},
 	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
 	{"java", "e2e.test", "TestCollectorJavaFrames", nil},
 	{"node", "e2e.test", "TestCollectorNodeFrames", nil},
@@ -211,14 +212,16 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 			bins = append(bins, out) // its libc goes in too
 		}
 	}
-	// The Go probe check's programs.
-	for _, b := range testutil.GoProbeBuilds {
-		out := filepath.Join(root, guestWorkloads[1:], b.FileName("goscopes"))
-		if err := testutil.CrossBuildGo("testdata/workloads/goscopes", out, a.name, b); err != nil {
-			return nil, err
-		}
-		if b.Cgo {
-			bins = append(bins, out)
+	// The Go probe and heap profile checks' programs.
+	for _, prog := range []string{"goscopes", "goalloc"} {
+		for _, b := range testutil.GoProbeBuilds {
+			out := filepath.Join(root, guestWorkloads[1:], b.FileName(prog))
+			if err := testutil.CrossBuildGo("testdata/workloads/"+prog, out, a.name, b); err != nil {
+				return nil, err
+			}
+			if b.Cgo {
+				bins = append(bins, out)
+			}
 		}
 	}
 	python, err := copyPython(root, u)
