@@ -67,6 +67,8 @@ type profileConfig struct {
 	// only processes sampled ("1, 2").
 	noContext  bool
 	targetPIDs string
+	// memoryGo turns memory::go on (Go heap profiles).
+	memoryGo bool
 }
 
 // benchProbe is one `probes:` entry of a bench collector (symbol mode).
@@ -122,6 +124,9 @@ func collectorYAML(p profileConfig, profiles string) string {
 	}
 	if p.unwinding != "" {
 		fmt.Fprintf(&b, "    unwinding:\n      method: %s\n", p.unwinding)
+	}
+	if p.memoryGo {
+		b.WriteString("    memory:\n      go: true\n")
 	}
 	if p.noContext {
 		b.WriteString("    trace_context:\n      enabled: false\n    go_labels:\n      enabled: false\n")

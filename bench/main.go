@@ -126,6 +126,7 @@ type options struct {
 	nodeIterations uint64
 	rubyVersion    string
 	rubyIterations uint64
+	allocRounds    uint64
 	phpVersion     string
 	phpIterations  uint64
 	minBlock       time.Duration
@@ -176,6 +177,7 @@ func main() {
 	flag.StringVar(&o.node, "node", "/usr/bin/node", "node suite: the node binary that runs the workload")
 	flag.Uint64Var(&o.nodeIterations, "node-iterations", 140, "node suite: spin(1e6) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.rubyVersion, "ruby-version", "3.3", "ruby suite: the Debian Ruby that runs the workload (3.1 or 3.3, unpacked as the tests do)")
+	flag.Uint64Var(&o.allocRounds, "alloc-rounds", 2_500_000, "memory suite: allocations per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.rubyIterations, "ruby-iterations", 600, "ruby suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.phpVersion, "php-version", "8.4", "php suite: the Debian PHP CLI that runs the workload (8.2 or 8.4, unpacked as the tests do; no opcache)")
 	flag.Uint64Var(&o.phpIterations, "php-iterations", 900, "php suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
@@ -223,7 +225,7 @@ func main() {
 
 func run(ctx context.Context, o options) (err error) {
 	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.goRequests < 1 || o.pyIterations < 1 || o.nodeIterations < 1 ||
-		o.rubyIterations < 1 || o.phpIterations < 1 {
+		o.rubyIterations < 1 || o.phpIterations < 1 || o.allocRounds < 1 {
 		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations, -node-iterations, -ruby-iterations and -php-iterations must be positive")
 	}
 	if o.minBlock < 0 {
@@ -300,6 +302,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, err = newRubySuite(ctx, e)
 	case suitePHP:
 		s, err = newPHPSuite(ctx, e)
+	case suiteMemory:
+		s, err = newMemorySuite(ctx, e)
 	case suiteOffCPU:
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:
