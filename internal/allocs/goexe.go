@@ -120,14 +120,11 @@ func entrySite(funcs symbolize.ELFFunctions, name string) (uint64, error) {
 		if !fn.Go || fn.Code == nil {
 			return 0, fmt.Errorf("%s: no Go code to read", name)
 		}
-		sites, err := gosites.Find(funcs.Machine, fn.Value, fn.Code)
-		if err != nil && !errors.Is(err, gosites.ErrNoReturn) {
+		entry, err := gosites.FindEntry(funcs.Machine, fn.Value, fn.Code)
+		if err != nil {
 			return 0, fmt.Errorf("%s: %w", name, err)
 		}
-		if sites.Entry == 0 {
-			return 0, fmt.Errorf("%s: no entry found: %w", name, err)
-		}
-		return fn.Offset + sites.Entry - fn.Value, nil
+		return fn.Offset + entry - fn.Value, nil
 	}
 	return 0, fmt.Errorf("%s: not in the symbol table (inlined, or the executable is stripped)", name)
 }

@@ -46,16 +46,7 @@ const morestackReach = 64
 // Find decodes code, the whole of one Go function at addr (from its entry
 // to the next function's, padding included), for machine.
 func Find(machine elf.Machine, addr uint64, code []byte) (Sites, error) {
-	var insts []inst
-	var err error
-	switch machine {
-	case elf.EM_X86_64:
-		insts, err = decodeAMD64(addr, code)
-	case elf.EM_AARCH64:
-		insts, err = decodeARM64(addr, code)
-	default:
-		return Sites{}, fmt.Errorf("%w: %v", ErrMachine, machine)
-	}
+	insts, err := decode(machine, addr, code, false)
 	if err != nil {
 		return Sites{}, err
 	}
@@ -72,6 +63,34 @@ func Find(machine elf.Machine, addr uint64, code []byte) (Sites, error) {
 		s.Entry = after
 	}
 	return s, nil
+}
+
+// FindEntry returns the entry site of the Go function at addr (code as
+// for Find) for an entry probe alone: its returns are not needed, so on
+// arm64, whose instructions are all 4 bytes, a word the decoder does not
+// know (an LSE atomic such as CASAL, which the runtime's code has) is taken
+// as an instruction that neither branches nor returns, not refused.
+func FindEntry(machine elf.Machine, addr uint64, code []byte) (uint64, error) {
+	insts, err := decode(machine, addr, code, true)
+	if err != nil {
+		return 0, err
+	}
+	if after, ok := afterStackCheck(insts, addr); ok {
+		return after, nil
+	}
+	return addr, nil
+}
+
+// decode decodes code for machine; lenient: arm64 words not known are
+// other instructions.
+func decode(machine elf.Machine, addr uint64, code []byte, lenient bool) ([]inst, error) {
+	switch machine {
+	case elf.EM_X86_64:
+		return decodeAMD64(addr, code)
+	case elf.EM_AARCH64:
+		return decodeARM64(addr, code, lenient)
+	}
+	return nil, fmt.Errorf("%w: %v", ErrMachine, machine)
 }
 
 type kind uint8
@@ -190,7 +209,7 @@ func isConditionalAMD64(op x86asm.Op) bool {
 // the assembler's constant pool, placed after an unconditional branch) is
 // stepped over when an unconditional branch or return precedes it;
 // elsewhere it is an error.
-func decodeARM64(addr uint64, code []byte) ([]inst, error) {
+func decodeARM64(addr uint64, code []byte, lenient bool) ([]inst, error) {
 	var out []inst
 	for off := 0; off+4 <= len(code); off += 4 {
 		in := inst{addr: addr + uint64(off), next: addr + uint64(off) + 4}
@@ -201,6 +220,10 @@ func decodeARM64(addr uint64, code []byte) ([]inst, error) {
 			}
 			if n := len(out); n > 0 && endsFlow(out[n-1].kind) {
 				in.kind = kindData
+				out = append(out, in)
+				continue
+			}
+			if lenient {
 				out = append(out, in)
 				continue
 			}

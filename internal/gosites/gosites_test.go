@@ -117,6 +117,20 @@ func TestFindRefuses(t *testing.T) {
 	}
 }
 
+// An entry probe alone takes arm64 words the decoder does not know (the
+// runtime's LSE atomics) as other instructions; Find refuses them.
+func TestFindEntry(t *testing.T) {
+	casal := []byte{0x44, 0xfc, 0xfb, 0x88} // casal w27, w4, [x2]
+	code := append(append([]byte{}, casal...), 0xc0, 0x03, 0x5f, 0xd6)
+	_, err := Find(elf.EM_AARCH64, 0x1000, code)
+	require.ErrorIs(t, err, ErrUndecodable)
+	entry, err := FindEntry(elf.EM_AARCH64, 0x1000, code)
+	require.NoError(t, err)
+	require.Equal(t, uint64(0x1000), entry)
+	_, err = FindEntry(elf.EM_X86_64, 0x1000, []byte{0xc3, 0xe8, 0x00})
+	require.ErrorIs(t, err, ErrUndecodable, "x86-64 cannot skip what it cannot decode")
+}
+
 func FuzzFind(f *testing.F) {
 	f.Add([]byte{0x49, 0x3b, 0x66, 0x10, 0x76, 0x02, 0x55, 0xc3}, true)
 	f.Add([]byte{0xc0, 0x03, 0x5f, 0xd6, 0x1f, 0x20, 0x03, 0xd5}, false)
