@@ -5,12 +5,25 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.uber.org/zap"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/allocs"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/kernelcheck"
 	"github.com/bpfprofiler/bpfprofiler/internal/report"
+)
+
+// Values of the memory_loss and memory_executable_outcome attributes.
+const (
+	memLossRingbufFull = "ringbuf_full"
+	memLossEvicted     = "evicted"
+	memLossReplaced    = "replaced"
+	memLossStackLost   = "stack_lost"
+	memLossLabelsLost  = "labels_lost"
+	memProbed          = "probed"
+	memRefused         = "refused"
 )
 
 // memorySource is the kernel side of the heap profiles (allocs.Manager).
@@ -37,7 +50,7 @@ func (r *profilerReceiver) memoryProfiles(ctx context.Context, start, end time.T
 		return nil
 	}
 	w := r.memory.Drain()
-	r.warnMemoryLosses()
+	r.recordMemoryStats(ctx)
 	var out []report.Profile
 	for _, k := range []struct {
 		kind   report.Kind
@@ -77,10 +90,34 @@ func hideRuntime(p *report.Profile) {
 	}
 }
 
-// warnMemoryLosses logs, once each, that allocation events were lost or
+// recordMemoryStats counts what the heap profiles' source did since the
+// last report, and logs once each that allocation events were lost or
 // live objects dropped.
-func (r *profilerReceiver) warnMemoryLosses() {
-	st := r.memory.Stats()
+func (r *profilerReceiver) recordMemoryStats(ctx context.Context) {
+	st, last := r.memory.Stats(), r.memoryStats
+	r.memoryStats = st
+	tel := r.telemetry
+	tel.BpfprofilerMemorySamples.Add(ctx, int64(st.Mallocs-last.Mallocs))
+	for _, l := range []struct {
+		reason string
+		n      uint64
+	}{
+		{memLossRingbufFull, st.RingbufFull - last.RingbufFull}, {memLossEvicted, st.Evicted - last.Evicted},
+		{memLossReplaced, st.Replaced - last.Replaced}, {memLossStackLost, st.StackLost - last.StackLost},
+		{memLossLabelsLost, st.LabelsLost - last.LabelsLost},
+	} {
+		if l.n > 0 {
+			tel.BpfprofilerMemoryLosses.Add(ctx, int64(l.n), metric.WithAttributes(attribute.String(attrReason, l.reason)))
+		}
+	}
+	for _, o := range []struct {
+		outcome string
+		n       int
+	}{{memProbed, st.Executables - last.Executables}, {memRefused, st.Refused - last.Refused}} {
+		if o.n > 0 {
+			tel.BpfprofilerMemoryExecutables.Add(ctx, int64(o.n), metric.WithAttributes(attribute.String(attrOutcome, o.outcome)))
+		}
+	}
 	if st.RingbufFull > 0 && !r.memoryWarned[0] {
 		r.memoryWarned[0] = true
 		r.settings.Logger.Warn("allocation events lost: the ring buffer was full; heap profiles undercount",

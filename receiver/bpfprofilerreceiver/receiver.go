@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/collector/receiver/receiverhelper/xreceiverhelper"
 	"go.uber.org/zap"
 
+	"github.com/bpfprofiler/bpfprofiler/internal/allocs"
 	"github.com/bpfprofiler/bpfprofiler/internal/assemble"
 	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/clock"
@@ -66,6 +67,7 @@ type profilerReceiver struct {
 	scopes *scopeJoin
 	// memory is the heap profiles' source; nil: memory::go is off.
 	memory       memorySource
+	memoryStats  allocs.Stats // at the last report
 	memoryWarned [2]bool
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall

@@ -140,6 +140,8 @@ func emittedAttributeValues() map[string][]string {
 		"v8_unsymbolized_reason":        runtimeUnsymbolized,
 		"ruby_unsymbolized_reason":      runtimeUnsymbolized,
 		"php_unsymbolized_reason":       runtimeUnsymbolized,
+		"memory_loss":                   {memLossRingbufFull, memLossEvicted, memLossReplaced, memLossStackLost, memLossLabelsLost},
+		"memory_executable_outcome":     {memProbed, memRefused},
 	}
 }
 

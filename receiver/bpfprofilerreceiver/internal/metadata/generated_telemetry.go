@@ -34,6 +34,9 @@ type TelemetryBuilder struct {
 	BpfprofilerJvmFrames                     metric.Int64Counter
 	BpfprofilerJvmFramesUnsymbolized         metric.Int64Counter
 	BpfprofilerJvmProcesses                  metric.Int64UpDownCounter
+	BpfprofilerMemoryExecutables             metric.Int64Counter
+	BpfprofilerMemoryLosses                  metric.Int64Counter
+	BpfprofilerMemorySamples                 metric.Int64Counter
 	BpfprofilerNewProcessesDropped           metric.Int64Counter
 	BpfprofilerPhpFrames                     metric.Int64Counter
 	BpfprofilerPhpFramesUnsymbolized         metric.Int64Counter
@@ -157,6 +160,24 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 		"otelcol_bpfprofiler_jvm_processes",
 		metric.WithDescription("JVMs (HotSpot) whose Java frames the stack walk steps through: their code cache was read once they made it (unwinding::method auto). [Development]"),
 		metric.WithUnit("{process}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerMemoryExecutables, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_memory_executables",
+		metric.WithDescription("Go executables found for heap profiles, probed or refused. [Development]"),
+		metric.WithUnit("{file}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerMemoryLosses, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_memory_losses",
+		metric.WithDescription("Sampled allocations missing from the heap profiles or counted less, by reason. [Development]"),
+		metric.WithUnit("{allocation}"),
+	)
+	errs = errors.Join(errs, err)
+	builder.BpfprofilerMemorySamples, err = builder.meter.Int64Counter(
+		"otelcol_bpfprofiler_memory_samples",
+		metric.WithDescription("Allocations the Go runtime sampled (memory::go) that the receiver read, before scaling. [Development]"),
+		metric.WithUnit("{allocation}"),
 	)
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerNewProcessesDropped, err = builder.meter.Int64Counter(

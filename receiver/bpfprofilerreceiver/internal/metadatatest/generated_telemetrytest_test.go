@@ -27,6 +27,9 @@ func TestSetupTelemetry(t *testing.T) {
 	tb.BpfprofilerJvmFrames.Add(context.Background(), 1)
 	tb.BpfprofilerJvmFramesUnsymbolized.Add(context.Background(), 1)
 	tb.BpfprofilerJvmProcesses.Add(context.Background(), 1)
+	tb.BpfprofilerMemoryExecutables.Add(context.Background(), 1)
+	tb.BpfprofilerMemoryLosses.Add(context.Background(), 1)
+	tb.BpfprofilerMemorySamples.Add(context.Background(), 1)
 	tb.BpfprofilerNewProcessesDropped.Add(context.Background(), 1)
 	tb.BpfprofilerPhpFrames.Add(context.Background(), 1)
 	tb.BpfprofilerPhpFramesUnsymbolized.Add(context.Background(), 1)
@@ -95,6 +98,15 @@ func TestSetupTelemetry(t *testing.T) {
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerJvmProcesses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerMemoryExecutables(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerMemoryLosses(t, testTel,
+		[]metricdata.DataPoint[int64]{{Value: 1}},
+		metricdatatest.IgnoreTimestamp())
+	AssertEqualBpfprofilerMemorySamples(t, testTel,
 		[]metricdata.DataPoint[int64]{{Value: 1}},
 		metricdatatest.IgnoreTimestamp())
 	AssertEqualBpfprofilerNewProcessesDropped(t, testTel,
