@@ -11,6 +11,9 @@ import (
 // about one allocation per this many bytes.
 const DefaultRate = 512 * 1024
 
+// maxRate bounds the rate Scale takes.
+const maxRate = 1 << 30
+
 // DefaultMaxLive bounds the sampled objects a Tracker keeps as live.
 const DefaultMaxLive = 1 << 18
 
@@ -104,6 +107,9 @@ func Scale(size, rate uint64) (objects, bytes float64) {
 	if rate <= 1 {
 		return 1, float64(size)
 	}
+	// The rate is read from the process's memory: a value no runtime sets
+	// (a rate of GiBs) would scale one sample to all but infinity.
+	rate = min(rate, maxRate)
 	s := 1 / (1 - math.Exp(-float64(size)/float64(rate)))
 	return s, float64(size) * s
 }
@@ -231,7 +237,7 @@ func (t *Tracker) Drain() Window {
 	labelIDs := map[string]uint32{}
 	for k, e := range t.stacks {
 		raw := func(v float64) capture.RawStack {
-			s := capture.RawStack{PID: k.pid, TID: k.tid, Comm: k.comm, Frames: e.frames, Value: uint64(math.Round(v)), UserLoss: k.loss}
+			s := capture.RawStack{PID: k.pid, TID: k.tid, Comm: k.comm, Frames: e.frames, Value: value(v), UserLoss: k.loss}
 			if e.labels != nil {
 				id, ok := labelIDs[k.labels]
 				if !ok {
@@ -256,4 +262,13 @@ func (t *Tracker) Drain() Window {
 		}
 	}
 	return w
+}
+
+// value rounds an estimate to a sample value, within what a profile's
+// int64 values hold (sizes are the process's to report).
+func value(v float64) uint64 {
+	if !(v < math.MaxInt64) { // NaN too
+		return math.MaxInt64
+	}
+	return uint64(math.Round(v))
 }

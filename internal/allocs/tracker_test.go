@@ -15,6 +15,7 @@ func TestScale(t *testing.T) {
 		{0, DefaultRate, 0, 0},
 		{100, 1, 1, 100},
 		{DefaultRate, DefaultRate, 1 / (1 - math.Exp(-1)), DefaultRate / (1 - math.Exp(-1))},
+		{1 << 20, 1 << 62, 1 / (1 - math.Exp(-1.0/1024)), (1 << 20) / (1 - math.Exp(-1.0/1024))}, // a rate no runtime sets: 1 GiB
 	} {
 		o, b := Scale(tt.size, tt.rate)
 		require.InDelta(t, tt.objects, o, 1e-9)
@@ -103,4 +104,11 @@ func TestTrackerLabelIDs(t *testing.T) {
 	for id := range ids["a"] {
 		require.False(t, ids["b"][id], "a and b share id %d", id)
 	}
+}
+
+func TestValue(t *testing.T) {
+	require.Equal(t, uint64(3), value(2.5))
+	require.Equal(t, uint64(math.MaxInt64), value(math.Inf(1)))
+	require.Equal(t, uint64(math.MaxInt64), value(math.NaN()))
+	require.Equal(t, uint64(math.MaxInt64), value(1e30))
 }
