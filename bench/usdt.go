@@ -27,7 +27,10 @@ package main
 // default 1000: every statement fires both probes, at most 1000 records a
 // second reach the logs pipeline), without and with the attribute {query:
 // str(arg0)} (the statement's text read in BPF at each query__start). The
-// report gives TPS and its ratio to the no-collector run of the same round.
+// report gives TPS and the server's CPU time per transaction (its backends'
+// CPU time, reaped by the postmaster, over pgbench's transactions: the
+// probes' traps run there), each as a ratio to the no-collector run of the
+// same round, after a warm-up run that is not counted.
 
 import (
 	"bytes"
@@ -165,6 +168,15 @@ func runUSDTLoop(ctx context.Context, e env) error {
 	return nil
 }
 
+// minus returns a[i]-b[i] for each round i.
+func minus(a, b []float64) []float64 {
+	out := make([]float64, len(a))
+	for i := range a {
+		out[i] = a[i] - b[i]
+	}
+	return out
+}
+
 // pause waits d unless ctx ends first.
 func pause(ctx context.Context, d time.Duration) error {
 	select {
@@ -177,9 +189,15 @@ func pause(ctx context.Context, d time.Duration) error {
 
 // pgRun is one pgbench run under one scenario.
 type pgRun struct {
-	tps     float64
-	records uint64 // probe records the debug exporter logged
-	warn    string
+	tps float64
+	// serverNs is the server's CPU time per transaction: its backends'
+	// (reaped by the postmaster at their exit) over the transactions
+	// pgbench made. The probes' traps and BPF programs run in the
+	// backends, and a backend's CPU time depends less on what else the
+	// machine runs than its throughput does.
+	serverNs float64
+	records  uint64 // probe records the debug exporter logged
+	warn     string
 }
 
 // runPgbenchSuite is part 2: pgbench's select-only TPS beside the
@@ -205,7 +223,10 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 			fmt.Fprintf(os.Stderr, "bench: warning: %v\n", err)
 		}
 	}()
-	if err := pg.StartServer(); err != nil {
+	// No autovacuum: its workers, coming and going, would blur the count
+	// of the postmaster's children that tells when pgbench's backends are
+	// reaped (a select-only load leaves nothing to vacuum).
+	if err := pg.StartServer("autovacuum=off"); err != nil {
 		return err
 	}
 	conn := []string{"-h", pg.SocketDir, "-U", testutil.PostgresUser}
@@ -219,23 +240,62 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 	fmt.Printf("== suite usdt, part 2: %s %s (scale %d), postgres pid %d; collector with cpu and off_cpu off ==\n",
 		testutil.PostgresPgbench, strings.Join(runArgs, " "), pgbenchScale, pg.PID)
 
-	pgbench := func(ctx context.Context) (float64, error) {
+	pgbench := func(ctx context.Context) (pgRun, error) {
+		children, err := childCount(pg.PID)
+		if err != nil {
+			return pgRun{}, err
+		}
+		cpu0, err := reapedChildrenCPU(pg.PID)
+		if err != nil {
+			return pgRun{}, err
+		}
 		cmd := exec.CommandContext(ctx, testutil.PostgresPgbench, runArgs...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			return 0, fmt.Errorf("pgbench: %v\n%s", err, tail(out.String(), 10))
+			return pgRun{}, fmt.Errorf("pgbench: %v\n%s", err, tail(out.String(), 10))
 		}
-		return parseTPS(out.String())
+		tps, txns, err := parsePgbench(out.String())
+		if err != nil {
+			return pgRun{}, err
+		}
+		// pgbench's backends exit once it disconnected: wait until the
+		// postmaster has reaped them (its background processes stay).
+		var res pgRun
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			n, err := childCount(pg.PID)
+			if err != nil {
+				return pgRun{}, err
+			}
+			if n <= children {
+				break
+			}
+			if time.Now().After(deadline) {
+				res.warn = fmt.Sprintf("the postmaster has %d children 5 s after pgbench, %d before: its server CPU is short", n, children)
+				break
+			}
+			if err := pause(ctx, 10*time.Millisecond); err != nil {
+				return pgRun{}, err
+			}
+		}
+		cpu1, err := reapedChildrenCPU(pg.PID)
+		if err != nil {
+			return pgRun{}, err
+		}
+		res.tps, res.serverNs = tps, float64((cpu1-cpu0).Nanoseconds())/float64(max(txns, 1))
+		return res, nil
+	}
+	// One run first, not counted: the server's caches and the table's
+	// pages warm up.
+	if _, err := pgbench(ctx); err != nil {
+		return err
 	}
 	type pgScenario struct {
 		name string
 		run  func(ctx context.Context) (pgRun, error)
 	}
-	scs := []pgScenario{{scPgAlone, func(ctx context.Context) (pgRun, error) {
-		tps, err := pgbench(ctx)
-		return pgRun{tps: tps}, err
-	}}}
+	scs := []pgScenario{{scPgAlone, pgbench}}
 	if !e.o.skipCollector {
 		probe := benchProbe{id: pgProbeID, fileMatch: "/postgres$", usdtEntry: "postgresql:query__start", usdtExit: "postgresql:query__done",
 			maxPerSecond: 1000}
@@ -258,6 +318,7 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 		}
 	}
 	tps := map[string][]float64{}
+	serverNs := map[string][]float64{}
 	records := map[string][]float64{}
 	for r := range e.o.rounds {
 		round := map[string]float64{}
@@ -272,8 +333,9 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 				fmt.Printf("warning: round %d, %s: %s\n", r+1, sc.name, res.warn)
 			}
 			round[sc.name] = res.tps
+			serverNs[sc.name] = append(serverNs[sc.name], res.serverNs)
 			records[sc.name] = append(records[sc.name], float64(res.records))
-			fmt.Fprintf(&line, "  %s %.0f tps", sc.name, res.tps)
+			fmt.Fprintf(&line, "  %s %.0f tps %.1fµs", sc.name, res.tps, res.serverNs/1e3)
 			if res.records > 0 {
 				fmt.Fprintf(&line, " (%d records)", res.records)
 			}
@@ -287,16 +349,22 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 		fmt.Println(line.String())
 	}
 	fmt.Printf("load at the end: %s\n\n", loadAvg())
-	base := tps[scPgAlone]
-	fmt.Printf("%-42s %10s %14s %14s %10s\n", "scenario (medians over rounds)", "tps", "x no collector", "(min..max)", "records")
+	fmt.Println("(round lines: tps, and the server's CPU µs per transaction)")
+	base, baseNs := tps[scPgAlone], serverNs[scPgAlone]
+	fmt.Printf("%-42s %8s %14s %13s %12s %14s %13s %8s\n", "scenario (medians over rounds)", "tps", "x no collector", "(min..max)",
+		"server µs/tx", "x no collector", "(min..max)", "records")
 	for _, sc := range scs {
-		ratios := perRound(tps[sc.name], base)
-		fmt.Printf("%-42s %10.0f %14.3f %6.3f..%.3f %10.0f\n", sc.name, median(tps[sc.name]), median(ratios),
-			slices.Min(ratios), slices.Max(ratios), median(records[sc.name]))
+		ratios, nsRatios := perRound(tps[sc.name], base), perRound(serverNs[sc.name], baseNs)
+		fmt.Printf("%-42s %8.0f %14.3f %6.3f..%.3f %12.1f %14.3f %6.3f..%.3f %8.0f\n", sc.name, median(tps[sc.name]), median(ratios),
+			slices.Min(ratios), slices.Max(ratios), median(serverNs[sc.name])/1e3, median(nsRatios), slices.Min(nsRatios), slices.Max(nsRatios),
+			median(records[sc.name]))
 	}
 	if p, q, c := tps[scPgProbe], tps[scPgQuery], tps[scPgCollector]; len(p) > 0 {
-		fmt.Printf("pg.query / collector without probe: %.3f; with {query: str(arg0)} / without: %.3f\n",
+		pn, qn, cn := serverNs[scPgProbe], serverNs[scPgQuery], serverNs[scPgCollector]
+		fmt.Printf("tps: pg.query / collector without probe %.3f; with {query: str(arg0)} / without %.3f\n",
 			median(perRound(p, c)), median(perRound(q, p)))
+		fmt.Printf("server CPU per transaction: pg.query / collector without probe %.3f (+%.1f µs); with {query: str(arg0)} / without %.3f (+%.1f µs)\n",
+			median(perRound(pn, cn)), median(minus(pn, cn))/1e3, median(perRound(qn, pn)), median(minus(qn, pn))/1e3)
 	}
 	return nil
 }
@@ -305,7 +373,7 @@ func runPgbenchSuite(ctx context.Context, e env) error {
 // any probe to the running server's postgres), runs pgbench and stops the
 // collector; with probed, it checks the probe's two uprobes are attached
 // and counts the records the debug exporter logged.
-func pgbenchBesideCollector(ctx context.Context, cfg collectorConfig, probed bool, pgbench func(context.Context) (float64, error)) (pgRun, error) {
+func pgbenchBesideCollector(ctx context.Context, cfg collectorConfig, probed bool, pgbench func(context.Context) (pgRun, error)) (pgRun, error) {
 	c, err := startCollector(ctx, cfg)
 	if err != nil {
 		return pgRun{}, err
@@ -321,14 +389,13 @@ func pgbenchBesideCollector(ctx context.Context, cfg collectorConfig, probed boo
 				n, ok, c.logPath, c.lastLines(30))
 		}
 	}
-	tps, err := pgbench(ctx)
+	out, err := pgbench(ctx)
 	if err != nil {
 		return pgRun{}, err
 	}
 	if err := c.stop(); err != nil {
 		return pgRun{}, err
 	}
-	out := pgRun{tps: tps}
 	f, err := os.Open(c.logPath)
 	if err != nil {
 		return pgRun{}, err
@@ -340,18 +407,69 @@ func pgbenchBesideCollector(ctx context.Context, cfg collectorConfig, probed boo
 	}
 	out.records = logRecordsLogged(string(logText))
 	if probed && out.records == 0 {
-		out.warn = "the debug exporter logged no probe record"
+		out.warn = strings.TrimPrefix(out.warn+"; the debug exporter logged no probe record", "; ")
 	}
 	return out, nil
 }
 
-var pgbenchTPS = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
+var (
+	pgbenchTPS  = regexp.MustCompile(`(?m)^tps = ([0-9.]+) \(without initial connection time\)`)
+	pgbenchTxns = regexp.MustCompile(`(?m)^number of transactions actually processed: (\d+)`)
+)
 
-// parseTPS returns the transactions per second pgbench printed.
-func parseTPS(out string) (float64, error) {
-	m := pgbenchTPS.FindStringSubmatch(out)
-	if m == nil {
-		return 0, fmt.Errorf("no tps line in pgbench's output:\n%s", tail(out, 10))
+// parsePgbench returns the transactions per second and the transactions
+// pgbench printed.
+func parsePgbench(out string) (tps float64, txns uint64, err error) {
+	m, n := pgbenchTPS.FindStringSubmatch(out), pgbenchTxns.FindStringSubmatch(out)
+	if m == nil || n == nil {
+		return 0, 0, fmt.Errorf("no tps or transactions line in pgbench's output:\n%s", tail(out, 10))
 	}
-	return strconv.ParseFloat(m[1], 64)
+	if tps, err = strconv.ParseFloat(m[1], 64); err != nil {
+		return 0, 0, err
+	}
+	txns, err = strconv.ParseUint(n[1], 10, 64)
+	return tps, txns, err
+}
+
+// childCount returns how many children process pid has.
+func childCount(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(strings.Fields(string(b))), nil
+}
+
+// reapedChildrenCPU returns the CPU time of the children process pid has
+// waited for (cutime + cstime of /proc/<pid>/stat).
+func reapedChildrenCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseReapedCPU(b)
+}
+
+// parseReapedCPU returns cutime + cstime of a /proc/<pid>/stat line: the
+// 16th and 17th fields, counted after the command's closing parenthesis
+// (the command may hold spaces and parentheses).
+func parseReapedCPU(stat []byte) (time.Duration, error) {
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("stat line without a command: %q", s)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3, the state
+	if len(f) < 15 {
+		return 0, fmt.Errorf("stat line of %d fields: %q", len(f)+2, s)
+	}
+	var ticks uint64
+	for _, v := range f[13:15] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("stat line: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicksPerSecond, nil
 }
