@@ -94,7 +94,7 @@ func TestSelectSuites(t *testing.T) {
 		want    []string
 		wantErr bool
 	}{
-		{"all", []string{"cpu", "unwind", "python", "java", "node", "ruby", "php", "memory", "offcpu", "probes", "readers", "context", "busy", "startup", "gateway"}, false},
+		{"all", []string{"cpu", "unwind", "python", "java", "node", "ruby", "php", "memory", "offcpu", "probes", "usdt", "readers", "context", "busy", "startup", "gateway"}, false},
 		{"busy", []string{"busy"}, false},
 		{"gateway", []string{"gateway"}, false},
 		{"unwind", []string{"unwind"}, false},
@@ -104,6 +104,7 @@ func TestSelectSuites(t *testing.T) {
 		{"ruby", []string{"ruby"}, false},
 		{"php", []string{"php"}, false},
 		{"probes", []string{"probes"}, false},
+		{"usdt", []string{"usdt"}, false},
 		{"cpu", []string{"cpu"}, false},
 		{"offcpu", []string{"offcpu"}, false},
 		{"", nil, true},

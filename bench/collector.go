@@ -71,12 +71,19 @@ type profileConfig struct {
 	memoryGo bool
 }
 
-// benchProbe is one `probes:` entry of a bench collector (symbol mode).
+// benchProbe is one `probes:` entry of a bench collector: symbol mode, or
+// a USDT pair when usdtEntry is set.
 type benchProbe struct {
 	id, fileMatch, symbol string
 	minDuration           time.Duration
 	// linkSamples sets link_samples; nil leaves the default.
 	linkSamples *bool
+	// usdtEntry and usdtExit ("provider:name") replace symbol; attributes
+	// is the probe's attributes map as YAML flow ("{query: str(arg0)}"),
+	// "" for none.
+	usdtEntry, usdtExit, attributes string
+	// maxPerSecond is max_per_second; 0 writes 0 (no limit).
+	maxPerSecond int
 }
 
 // collectorYAMLTemplate is the configuration of every collector the bench
@@ -139,8 +146,16 @@ func collectorYAML(p profileConfig, profiles string) string {
 		for _, pr := range p.probes {
 			// max_per_second 0: the bench measures every call becoming a
 			// record, which the default rate limit would cut short.
-			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n        symbol: %s\n        min_duration: %s\n        max_per_second: 0\n",
-				yamlQuote(pr.id), yamlQuote(pr.fileMatch), yamlQuote(pr.symbol), pr.minDuration)
+			fmt.Fprintf(&b, "      - id: %s\n        file_match: %s\n", yamlQuote(pr.id), yamlQuote(pr.fileMatch))
+			if pr.usdtEntry != "" {
+				fmt.Fprintf(&b, "        usdt_entry: %s\n        usdt_exit: %s\n", yamlQuote(pr.usdtEntry), yamlQuote(pr.usdtExit))
+			} else {
+				fmt.Fprintf(&b, "        symbol: %s\n", yamlQuote(pr.symbol))
+			}
+			if pr.attributes != "" {
+				fmt.Fprintf(&b, "        attributes: %s\n", pr.attributes)
+			}
+			fmt.Fprintf(&b, "        min_duration: %s\n        max_per_second: %d\n", pr.minDuration, pr.maxPerSecond)
 			if pr.linkSamples != nil {
 				fmt.Fprintf(&b, "        link_samples: %t\n", *pr.linkSamples)
 			}

@@ -1,7 +1,7 @@
 // Command bench measures the overhead of the bpfprofiler collector against
 // the workload alone and against perf, and prints a report (`make bench`). It
 // asserts nothing: it exits 0 unless something failed to run. It has several
-// suites (-suite cpu|unwind|python|java|node|ruby|php|offcpu|probes|readers|context|busy|startup|gateway|soak|all,
+// suites (-suite cpu|unwind|python|java|node|ruby|php|offcpu|probes|usdt|readers|context|busy|startup|gateway|soak|all,
 // default all), each but busy and gateway measured in several rounds.
 //
 // Each round runs every scenario of the suite once on a fixed amount of
@@ -59,6 +59,11 @@
 // calling a tiny function -probe-calls times): the cost per probed call, see
 // probes.go.
 //
+// Suite usdt (USDT probes): the cost per fired USDT probe against a symbol
+// uprobe pair on one function (workloads/usdtloop.c), and PostgreSQL's
+// pgbench select-only TPS beside the collector with and without the
+// pg.query probe and its query text attribute, see usdt.go.
+//
 // Suite readers (the thread-context and Go-label readers alone, on the
 // bench's own thread, through BPF_PROG_TEST_RUN): ns per read of what a
 // process publishes, less the loop's, see readers.go.
@@ -111,42 +116,46 @@ import (
 )
 
 type options struct {
-	suite          string
-	rounds         int
-	iterations     uint64
-	roundTrips     uint64
-	spin           uint64
-	probeCalls     uint64
-	goRequests     uint64
-	pyIterations   uint64
-	python         string
-	jdk            string
-	javaIterations uint64
-	node           string
-	nodeIterations uint64
-	rubyVersion    string
-	rubyIterations uint64
-	allocRounds    uint64
-	phpVersion     string
-	phpIterations  uint64
-	minBlock       time.Duration
-	mechanism      string
-	collector      string
-	skipPerf       bool
-	skipCollector  bool
-	skipIdle       bool
-	idleWindow     time.Duration
-	settle         time.Duration
-	busyPhase      time.Duration
-	busySettle     time.Duration
-	busyRuntimes   string
-	busyPhases     string
-	busyPeer       string
-	busyPeerReady  string
-	busyBurst      bool
-	busyCPUOnly    bool
-	startupWindow  time.Duration
-	keep           bool
+	suite      string
+	rounds     int
+	iterations uint64
+	roundTrips uint64
+	spin       uint64
+	probeCalls uint64
+	usdtCalls  uint64
+	// The usdt suite's pgbench runs.
+	pgbenchDuration time.Duration
+	pgbenchClients  int
+	goRequests      uint64
+	pyIterations    uint64
+	python          string
+	jdk             string
+	javaIterations  uint64
+	node            string
+	nodeIterations  uint64
+	rubyVersion     string
+	rubyIterations  uint64
+	allocRounds     uint64
+	phpVersion      string
+	phpIterations   uint64
+	minBlock        time.Duration
+	mechanism       string
+	collector       string
+	skipPerf        bool
+	skipCollector   bool
+	skipIdle        bool
+	idleWindow      time.Duration
+	settle          time.Duration
+	busyPhase       time.Duration
+	busySettle      time.Duration
+	busyRuntimes    string
+	busyPhases      string
+	busyPeer        string
+	busyPeerReady   string
+	busyBurst       bool
+	busyCPUOnly     bool
+	startupWindow   time.Duration
+	keep            bool
 	// The gateway suite (gateway.go).
 	gateway            string
 	gatewayNodes       string
@@ -163,12 +172,15 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), ruby (CRuby), php (PHP), offcpu (off-CPU), probes (uprobe duration probes), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes), soak (the DaemonSet's collector on a churning host, in its memory limit, -soak-duration) or all")
+	flag.StringVar(&o.suite, "suite", suiteAll, "suite to run: cpu (CPU sampling), unwind (CPU sampling of code without frame pointers), python (CPython), java (HotSpot), node (Node.js), ruby (CRuby), php (PHP), offcpu (off-CPU), probes (uprobe duration probes), usdt (USDT probes: per fire, and pgbench), context (what reading thread contexts and Go labels costs a sample), busy (a busy node), startup (how soon a new process is named), gateway (an OTLP gateway for many busy nodes), soak (the DaemonSet's collector on a churning host, in its memory limit, -soak-duration) or all")
 	flag.IntVar(&o.rounds, "rounds", 5, "rounds; each runs every scenario of a suite once")
 	flag.Uint64Var(&o.iterations, "iterations", 5600000, "cpu suite: workload loop turns per thread (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.roundTrips, "round-trips", 100000, "offcpu suite: pipe round trips (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.Uint64Var(&o.spin, "spin", 17000, "offcpu suite: work per round trip (the default paces ~50k context switches/s)")
 	flag.Uint64Var(&o.probeCalls, "probe-calls", 200000, "probes suite: calls of the probed function per run")
+	flag.Uint64Var(&o.usdtCalls, "usdt-calls", 100000, "usdt suite: calls of the probed function per run")
+	flag.DurationVar(&o.pgbenchDuration, "pgbench-duration", 5*time.Second, "usdt suite: how long each pgbench run lasts (whole seconds)")
+	flag.IntVar(&o.pgbenchClients, "pgbench-clients", 2, "usdt suite: pgbench's clients (and threads)")
 	flag.Uint64Var(&o.goRequests, "go-requests", 20000, "probes suite: requests to the Go server per run")
 	flag.Uint64Var(&o.pyIterations, "py-iterations", 500, "python suite: fib(25) calls per run (the default takes ~4 s on an idle 2-CPU VM)")
 	flag.StringVar(&o.python, "python", "/root/.pyenv/versions/3.12.1/bin/python", "python suite: the CPython interpreter (3.12+ for perf's -X perf)")
@@ -225,8 +237,8 @@ func main() {
 
 func run(ctx context.Context, o options) (err error) {
 	if o.rounds < 1 || o.iterations < 1 || o.roundTrips < 1 || o.spin < 1 || o.probeCalls < 1 || o.goRequests < 1 || o.pyIterations < 1 || o.nodeIterations < 1 ||
-		o.rubyIterations < 1 || o.phpIterations < 1 || o.allocRounds < 1 {
-		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations, -node-iterations, -ruby-iterations and -php-iterations must be positive")
+		o.rubyIterations < 1 || o.phpIterations < 1 || o.usdtCalls < 1 || o.pgbenchClients < 1 || o.pgbenchDuration < time.Second {
+		return fmt.Errorf("-rounds, -iterations, -round-trips, -spin, -probe-calls, -py-iterations, -node-iterations, -ruby-iterations, -php-iterations, -usdt-calls and -pgbench-clients must be positive, -pgbench-duration at least 1s")
 	}
 	if o.minBlock < 0 {
 		return fmt.Errorf("-min-block must not be negative")
@@ -242,8 +254,9 @@ func run(ctx context.Context, o options) (err error) {
 		return err
 	}
 	if slices.Equal(suites, []string{suiteBusy}) || slices.Equal(suites, []string{suiteGateway}) || slices.Equal(suites, []string{suiteContext}) ||
-		slices.Equal(suites, []string{suiteReaders}) || slices.Equal(suites, []string{suiteStartup}) || slices.Equal(suites, []string{suiteSoak}) {
-		o.skipPerf = true // the busy, gateway, context, readers, startup and soak suites do not run perf
+		slices.Equal(suites, []string{suiteReaders}) || slices.Equal(suites, []string{suiteStartup}) || slices.Equal(suites, []string{suiteSoak}) ||
+		slices.Equal(suites, []string{suiteUSDT}) {
+		o.skipPerf = true // the busy, gateway, context, readers, startup, soak and usdt suites do not run perf
 	}
 	if o.skipCollector && slices.Contains(suites, suiteSoak) {
 		return fmt.Errorf("the soak suite measures the collector: -skip-collector does not apply")
@@ -308,6 +321,8 @@ func runNamedSuite(ctx context.Context, e env, name string) error {
 		s, cleanup, err = newOffCPUSuite(ctx, e)
 	case suiteProbes:
 		return runProbesSuite(ctx, e)
+	case suiteUSDT:
+		return runUSDTSuite(ctx, e)
 	case suiteBusy:
 		return runBusySuite(ctx, e)
 	case suiteStartup:

@@ -30,6 +30,7 @@ const (
 	suiteCPU     = "cpu"
 	suiteOffCPU  = "offcpu"
 	suiteProbes  = "probes"
+	suiteUSDT    = "usdt"
 	suiteUnwind  = "unwind"
 	suitePython  = "python"
 	suiteJava    = "java"
@@ -45,13 +46,13 @@ const (
 // selectSuites turns the -suite flag into the suites to run, in order.
 func selectSuites(flag string) ([]string, error) {
 	switch flag {
-	case suiteCPU, suiteOffCPU, suiteProbes, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteBusy, suiteStartup, suiteGateway, suiteContext, suiteReaders, suiteSoak:
+	case suiteCPU, suiteOffCPU, suiteProbes, suiteUSDT, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteBusy, suiteStartup, suiteGateway, suiteContext, suiteReaders, suiteSoak:
 		return []string{flag}, nil
 	case suiteAll:
-		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway}, nil
+		return []string{suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteOffCPU, suiteProbes, suiteUSDT, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway}, nil
 	}
-	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
-		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteOffCPU, suiteProbes, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway, suiteSoak, suiteAll, flag)
+	return nil, fmt.Errorf("-suite must be %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s or %s, not %q",
+		suiteCPU, suiteUnwind, suitePython, suiteJava, suiteNode, suiteRuby, suitePHP, suiteMemory, suiteOffCPU, suiteProbes, suiteUSDT, suiteReaders, suiteContext, suiteBusy, suiteStartup, suiteGateway, suiteSoak, suiteAll, flag)
 }
 
 // scenario is one way of running a suite's workload. run returns the

@@ -23,6 +23,11 @@ const (
 	postgresInitdb  = postgresBinDir + "/initdb"
 	postgresIsReady = postgresBinDir + "/pg_isready"
 	postgresPsql    = postgresBinDir + "/psql"
+	// PostgresPgbench is the client's benchmark (the bench's usdt suite).
+	PostgresPgbench = postgresBinDir + "/pgbench"
+	// PostgresUser is the package's system user, the server's: it refuses
+	// root. The clusters trust it over their socket.
+	PostgresUser = postgresUser
 	// postgresUser is the package's system user: the server refuses root.
 	postgresUser     = "postgres"
 	postgresStartDue = 15 * time.Second
@@ -56,27 +61,52 @@ func NewPostgres(t testing.TB) *Postgres {
 	dir := t.TempDir()
 	// The server's user walks to its directories: testing's per-test
 	// directory above dir is root's, mode 0700.
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	p, err := initPostgres(dir, cred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// InitPostgres is NewPostgres outside a test (the bench): the cluster in
+// dir, an empty directory every directory above which the postgres user
+// may walk through (mode 0711 or more).
+func InitPostgres(dir string) (*Postgres, error) {
+	for _, f := range []string{PostgresProgram, postgresInitdb, postgresIsReady, postgresPsql} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("PostgreSQL 15 (make test-tools installs postgresql-15 and postgresql-client-15): %w", err)
 		}
+	}
+	cred, err := lookupPostgresCredential()
+	if err != nil {
+		return nil, err
+	}
+	return initPostgres(dir, cred)
+}
+
+func initPostgres(dir string, cred *syscall.Credential) (*Postgres, error) {
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return nil, err
 	}
 	data, sock := filepath.Join(dir, "data"), filepath.Join(dir, "sock")
 	for _, d := range []string{data, sock} {
 		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if err := os.Chown(d, int(cred.Uid), int(cred.Gid)); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
 	initdb := exec.Command(postgresInitdb, "-D", data, "-U", postgresUser, "--auth=trust",
 		"--locale=C", "--encoding=UTF8", "--no-sync")
 	asPostgres(initdb, dir, cred)
 	if out, err := RunWithin(initdb, Patient(time.Minute)); err != nil {
-		t.Fatalf("initdb: %v\n%s", err, out)
+		return nil, fmt.Errorf("initdb: %w\n%s", err, out)
 	}
-	return &Postgres{SocketDir: sock, dir: dir, data: data, cred: cred}
+	return &Postgres{SocketDir: sock, dir: dir, data: data, cred: cred}, nil
 }
 
 // Start starts the cluster's server as the postgres system user, listening
@@ -87,6 +117,25 @@ func NewPostgres(t testing.TB) *Postgres {
 // within 10 s.
 func (p *Postgres) Start(t testing.TB, settings ...string) {
 	t.Helper()
+	err := p.StartServer(settings...)
+	if p.child != nil {
+		t.Cleanup(func() {
+			if err := p.StopServer(); err != nil {
+				t.Error(err)
+			}
+			if t.Failed() {
+				t.Logf("%s", p.child.lastOutput())
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StartServer is Start outside a test (the bench): the caller stops the
+// server with StopServer, also after an error.
+func (p *Postgres) StartServer(settings ...string) error {
 	sock := p.SocketDir
 	args := []string{"-D", p.data, "-k", sock, "-h", "",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
@@ -96,26 +145,27 @@ func (p *Postgres) Start(t testing.TB, settings ...string) {
 	}
 	cmd := exec.Command(PostgresProgram, args...)
 	asPostgres(cmd, p.dir, p.cred)
-	p.child = StartChild(t, cmd)
+	child, err := startChild(cmd)
+	if err != nil {
+		return err
+	}
+	p.child = child
 	p.PID = cmd.Process.Pid
-	// Registered after StartChild's cleanup, so run before it: a fast
-	// shutdown first, the group's SIGKILL after.
-	t.Cleanup(func() { p.stop(t) })
 	deadline := time.Now().Add(Patient(postgresStartDue))
 	for {
 		ready := exec.Command(postgresIsReady, "-h", sock, "-U", postgresUser, "-d", "postgres", "-t", "1")
 		if _, err := RunWithin(ready, 5*time.Second); err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-p.child.Exited():
 			log, _ := os.ReadFile(filepath.Join(p.data, "log", postgresLogFile))
-			t.Fatalf("postgres exited before it accepted connections\n%s\nits log:\n%s", p.child.lastOutput(), log)
+			return fmt.Errorf("postgres exited before it accepted connections\n%s\nits log:\n%s", p.child.lastOutput(), log)
 		default:
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(p.data, "log", postgresLogFile))
-			t.Fatalf("postgres did not accept connections within %v\n%s\nits log:\n%s", Patient(postgresStartDue), p.child.lastOutput(), log)
+			return fmt.Errorf("postgres did not accept connections within %v\n%s\nits log:\n%s", Patient(postgresStartDue), p.child.lastOutput(), log)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -143,15 +193,24 @@ func RequirePostgres(t testing.TB) {
 	}
 }
 
-// stop asks the server for a fast shutdown (SIGINT: it ends the backends
-// and exits) and waits for it; StartChild's cleanup kills what is left.
-func (p *Postgres) stop(t testing.TB) {
+// StopServer asks the server for a fast shutdown (SIGINT: it ends the
+// backends and exits), waits for it up to 10 s, then kills what is left of
+// its process group.
+func (p *Postgres) StopServer() error {
+	if p.child == nil {
+		return nil
+	}
 	_ = p.child.Cmd.Process.Signal(syscall.SIGINT)
+	var late error
 	select {
 	case <-p.child.Exited():
 	case <-time.After(Patient(postgresStopDue)):
-		t.Logf("postgres (pid %d) did not stop within %v of SIGINT: killed", p.PID, Patient(postgresStopDue))
+		late = fmt.Errorf("postgres (pid %d) did not stop within %v of SIGINT: killed", p.PID, Patient(postgresStopDue))
 	}
+	if err := p.child.Kill(Patient(30 * time.Second)); err != nil {
+		return err
+	}
+	return late
 }
 
 // Psql runs script through psql, one statement after another as the lines
@@ -175,19 +234,27 @@ func (p *Postgres) Psql(t testing.TB, timeout time.Duration, script string) stri
 // groups.
 func postgresCredential(t testing.TB) *syscall.Credential {
 	t.Helper()
+	cred, err := lookupPostgresCredential()
+	if err != nil {
+		SkipOrFail(t, "%v", err)
+	}
+	return cred
+}
+
+func lookupPostgresCredential() (*syscall.Credential, error) {
 	u, err := user.Lookup(postgresUser)
 	if err != nil {
-		SkipOrFail(t, "user %s (the postgresql-15 package creates it): %v", postgresUser, err)
+		return nil, fmt.Errorf("user %s (the postgresql-15 package creates it): %w", postgresUser, err)
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	gid, err := strconv.ParseUint(u.Gid, 10, 32)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 // asPostgres has cmd run as cred's user in dir, with that user's HOME.

@@ -26,6 +26,8 @@ type pgRecord struct {
 	tid      int64
 	traceID  string
 	spanID   string
+	query    string // attribute query: query__start's str(arg0), "" without it
+	hasQuery bool
 }
 
 var (
@@ -34,6 +36,7 @@ var (
 	pgTID         = regexp.MustCompile(`thread\.id: Int\((\d+)\)`)
 	pgTraceID     = regexp.MustCompile(`(?m)^Trace ID: ([0-9a-f]{32})$`)
 	pgSpanID      = regexp.MustCompile(`(?m)^Span ID: ([0-9a-f]{16})$`)
+	pgQuery       = regexp.MustCompile(`(?m)^\s*-> query: Str\((.*)\)$`)
 )
 
 // pgRecords returns the pg.query records the debug exporter printed, in
@@ -65,6 +68,9 @@ func pgRecords(t *testing.T, text string) []pgRecord {
 		r.tid, err = strconv.ParseInt(field(pgTID), 10, 64)
 		require.NoError(t, err)
 		r.traceID, r.spanID = field(pgTraceID), field(pgSpanID)
+		if m := pgQuery.FindStringSubmatch(chunk); m != nil {
+			r.query, r.hasQuery = m[1], true
+		}
 		out = append(out, r)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].start < out[j].start })
@@ -105,13 +111,24 @@ func pgStatements(t *testing.T, log string) map[int64][]pgStatement {
 	return out
 }
 
+// pgTexts returns the statements' texts.
+func pgTexts(statements []pgStatement) []string {
+	out := make([]string, len(statements))
+	for i, s := range statements {
+		out[i] = s.statement
+	}
+	return out
+}
+
 // PostgreSQL's own USDT probes through the collector: Debian's server,
 // started after the collector on a private data directory, times each
 // query between its query__start and query__done markers. One psql
 // session runs 200 pg_sleep queries of known durations: 200 records, in
 // the order sent, each within 1 ms of its sleep (or of the server's own
-// measurement where the machine held the backend), none lost; a second
-// runs a CPU-heavy query, whose backend's CPU samples link to its record.
+// measurement where the machine held the backend), none lost, each with
+// the text of its query (query__start's first argument, the attribute
+// query: str(arg0)); a second runs a CPU-heavy query, whose backend's CPU
+// samples link to its record, which carries its text too.
 func TestCollectorPostgresUSDT(t *testing.T) {
 	began := time.Now()
 	bin := collectorBinary(t)
@@ -151,6 +168,7 @@ receivers:
         usdt_exit: postgresql:query__done
         min_duration: 1ms
         max_per_second: 100000
+        attributes: {query: str(arg0)}
 exporters:
   otlp_grpc:
     endpoint: %s
@@ -210,8 +228,8 @@ service:
 	require.NoError(t, err)
 	// The CPU-heavy query (1.3 to 2.7 s here), in a session of its own
 	// run SCHED_OTHER.
-	printed = strings.Fields(pg.Psql(t, testutil.Patient(time.Minute),
-		"SELECT pg_backend_pid();\nSELECT count(*) FROM generate_series(1, 10000000);\n"))
+	const cpuQuery = "SELECT count(*) FROM generate_series(1, 10000000);"
+	printed = strings.Fields(pg.Psql(t, testutil.Patient(time.Minute), "SELECT pg_backend_pid();\n"+cpuQuery+"\n"))
 	require.Len(t, printed, 2, "the CPU query's session's backend pid and count")
 	require.Equal(t, "10000000", printed[1])
 	burner, err := strconv.ParseInt(printed[0], 10, 64)
@@ -248,6 +266,9 @@ service:
 	t.Logf("records: %d of the sleeping session, %d of the CPU query's; %d of the pid queries", len(sleeping), len(burning), setup)
 	require.Contains(t, []int{len(sent), len(sent) + 1}, len(sleeping), "the sleeping session's records")
 	require.Contains(t, []int{1, 2}, len(burning), "the CPU query's session's records")
+	for _, r := range append(append([]pgRecord{}, sleeping...), burning...) {
+		require.True(t, r.hasQuery, "a record without its query text: %+v", r)
+	}
 	sleeping = sleeping[len(sleeping)-len(sent):]
 	logged := statements[sleeper]
 	require.Len(t, logged, len(sent)+1, "the sleeping session's statements in the server's log")
@@ -269,6 +290,9 @@ service:
 	for i, d := range sent {
 		r, l := sleeping[i], logged[i]
 		require.Equal(t, fmt.Sprintf("SELECT pg_sleep(%g);", d.Seconds()), l.statement, "statement %d", i)
+		// The text the server received, as its log has it: psql sends the
+		// line, semicolon and all.
+		require.Equal(t, l.statement, r.query, "query %d's record's text", i)
 		e := r.duration - d
 		off := r.duration - l.duration
 		minOff, maxOff = min(minOff, off), max(maxOff, off)
@@ -300,6 +324,8 @@ service:
 	require.LessOrEqual(t, late, len(sent)/4, "sleeps the server measured late: most are held to 1 ms")
 	cpu := burning[len(burning)-1]
 	require.Greater(t, cpu.duration, 200*time.Millisecond, "the CPU query")
+	require.Equal(t, cpuQuery, cpu.query, "the CPU query's record's text")
+	require.Equal(t, []string{cpuQuery}, pgTexts(statements[burner][1:]), "the CPU query in the server's log")
 	// None lost: every completed scope was read and none dropped.
 	require.Equal(t, float64(len(records)), metricValue(metrics, "otelcol_bpfprofiler_probe_records"))
 	require.Zero(t, metricValue(metrics, "otelcol_bpfprofiler_probe_records_dropped"))
