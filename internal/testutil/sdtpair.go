@@ -31,20 +31,32 @@ type SDTScope struct {
 	Start, End uint64
 }
 
+// SDTPairFiles are the file names of sdtpair and its library among
+// prebuilt workloads (PrebuiltWorkloadsEnv), by source.
+var SDTPairFiles = map[string]string{"sdtpair.c": "sdtpair", "sdtlib.c": "libsdtlib.so"}
+
 // StartSDTPair builds sdtpair and its library (with <sys/sdt.h>, Debian's
-// systemtap-sdt-dev), starts it with SCHED_FIFO and returns once it has
-// loaded the library. The source files have their own directory: the
-// kernel matrix cross-compiles testdata/workloads/*.c with no <sys/sdt.h>.
+// systemtap-sdt-dev), or takes them prebuilt, starts it with SCHED_FIFO
+// (where chrt is: the kernel matrix's guests have none) and returns once
+// it has loaded the library. The source files have their own directory
+// (testdata/workloads/usdt): they need <sys/sdt.h>.
 func StartSDTPair(t testing.TB) *SDTPair {
 	t.Helper()
 	dir := t.TempDir()
 	w := &SDTPair{Bin: filepath.Join(dir, "sdtpair"), Lib: filepath.Join(dir, "libsdtlib.so"), out: filepath.Join(dir, "measured")}
-	for src, out := range map[string]string{"sdtpair.c": w.Bin, "sdtlib.c": w.Lib} {
-		if err := CompileC(Workload(t, filepath.Join("usdt", src)), out); err != nil {
-			t.Fatal(err)
+	if pre := os.Getenv(PrebuiltWorkloadsEnv); pre != "" {
+		w.Bin, w.Lib = filepath.Join(pre, SDTPairFiles["sdtpair.c"]), filepath.Join(pre, SDTPairFiles["sdtlib.c"])
+	} else {
+		for src, out := range map[string]string{"sdtpair.c": w.Bin, "sdtlib.c": w.Lib} {
+			if err := CompileC(Workload(t, filepath.Join("usdt", src)), out); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	cmd := exec.Command("chrt", "-f", "10", w.Bin, w.Lib, w.out)
+	cmd := exec.Command(w.Bin, w.Lib, w.out)
+	if chrt, err := exec.LookPath("chrt"); err == nil {
+		cmd = exec.Command(chrt, "-f", "10", w.Bin, w.Lib, w.out)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -60,6 +61,7 @@ var checks = []check{
 	{"thread context", "e2e.test", "TestCollectorLinksSamplesToThreadContext", nil},
 	{"go labels", "e2e.test", "TestCollectorCarriesGoLabels", nil},
 	{"go heap", "e2e.test", "TestCollectorGoHeapProfiles", nil},
+	{"usdt", "e2e.test", "TestCollectorUSDTProbes", nil},
 	{"readers", "readbench.test", "TestReadersReadWhatTheThreadPublishes", nil},
 	{"java", "e2e.test", "TestCollectorJavaFrames", nil},
 	{"node", "e2e.test", "TestCollectorNodeFrames", nil},
@@ -202,6 +204,16 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		}
 		bins = append(bins, out)
 	}
+	// The USDT check's program and library: <sys/sdt.h> is in the host's
+	// multiarch include directory, which a cross compiler does not search
+	// (the header is the same for every architecture).
+	for src, name := range testutil.SDTPairFiles {
+		out := filepath.Join(root, guestWorkloads[1:], name)
+		if err := testutil.CrossCompileC(a.name, filepath.Join("testdata/workloads/usdt", src), out, "-idirafter", sdtIncludeDir()); err != nil {
+			return nil, err
+		}
+		bins = append(bins, out)
+	}
 	// The Go labels check's programs, built for the guest by each Go release.
 	for _, b := range guestGoLabelBuilds() {
 		out := filepath.Join(root, guestWorkloads[1:], b.FileName("golabels"))
@@ -255,6 +267,15 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		return nil, fmt.Errorf("initramfs: %w", err)
 	}
 	return p, nil
+}
+
+// sdtIncludeDir is the host's multiarch include directory, where Debian's
+// systemtap-sdt-dev puts <sys/sdt.h>.
+func sdtIncludeDir() string {
+	if runtime.GOARCH == "arm64" {
+		return "/usr/include/aarch64-linux-gnu"
+	}
+	return "/usr/include/x86_64-linux-gnu"
 }
 
 // guestGoLabelBuilds are the builds testutil.GoLabelBuildsHere picks in
