@@ -42,12 +42,16 @@ type Manager struct {
 	reader   *ringbuf.Reader
 	deadline *procfs.Deadline
 	self     uint32
+	usdt     bool // otel_memory probes in use
+	specs    usdtSpecs
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	tracker *Tracker
 	files   map[fileID]*goFile
+	// usdtFiles: files looked at for otel_memory probes.
+	usdtFiles map[fileID]*usdtFile
 	procs   map[uint32]uint64 // pid -> start time, of processes inspected
 	stats   Stats
 	warned  map[string]bool
@@ -74,7 +78,8 @@ func Open(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load allocation BPF spec: %w", err)
 	}
-	for name, v := range map[string]any{"pidns_dev": opts.PIDNamespace.Dev, "pidns_ino": opts.PIDNamespace.Ino} {
+	vars := map[string]any{"pidns_dev": opts.PIDNamespace.Dev, "pidns_ino": opts.PIDNamespace.Ino, "usdt_interval": opts.USDTInterval}
+	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
@@ -82,9 +87,17 @@ func Open(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts: opts, deadline: procfs.NewDeadline(openTimeout, maxStuckOpens), self: uint32(os.Getpid()),
 		stop: make(chan struct{}), tracker: NewTracker(opts.MaxLive),
-		files: map[fileID]*goFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
+		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
+		usdt: opts.USDT,
 	}
-	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+	if m.usdt && !haveAttachCookies() {
+		m.usdt = false
+		opts.Logger.Warn("otel_memory probes need attach cookies (Linux 5.15): no allocation profiles from them")
+	}
+	m.specs = usdtSpecs{index: map[bpf.AllocUsdtArgsSpec]uint32{}, put: func(i uint32, s *bpf.AllocUsdtArgsSpec) error {
+		return m.objs.UsdtSpecs.Put(i, s)
+	}}
+	if err := m.loadObjects(spec); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load allocation BPF programs: %+v", verr)
@@ -170,13 +183,24 @@ func (m *Manager) forgetLocked(pid uint32) {
 	_ = m.objs.AllocGoProcs.Delete(pid)
 }
 
-// inspect probes the executable of process pid if it is a Go one, and
-// tells the programs where the process keeps its labels and rate.
+// inspect probes what process pid maps: its otel_memory sites and its
+// executable's Go hooks.
 func (m *Manager) inspect(pid uint32) {
 	maps, err := m.opts.Proc.ExecMaps(pid)
 	if err != nil {
 		return
 	}
+	if m.usdt {
+		m.inspectUSDT(pid, maps)
+	}
+	if m.opts.Go {
+		m.inspectGo(pid, maps)
+	}
+}
+
+// inspectGo probes the executable of process pid if it is a Go one, and
+// tells the programs where the process keeps its labels and rate.
+func (m *Manager) inspectGo(pid uint32, maps []procfs.Map) {
 	exe, err := m.opts.Proc.Exe(pid)
 	if err != nil {
 		return
@@ -307,7 +331,9 @@ const (
 	eventKindMalloc = 1
 	eventKindFree   = 3
 	eventKindCycle  = 4
-	eventHeader     = 72
+	eventKindUSDT   = 5
+	eventKindUFree  = 6
+	eventHeader     = 80
 	eventSize       = eventHeader + 8*127
 )
 
@@ -331,16 +357,19 @@ func (m *Manager) handle(b []byte) {
 	}
 	le := binary.LittleEndian
 	kind, pid, tid := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
-	addr, size, rate := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:])
+	addr, size, rate, weight := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:]), le.Uint64(b[48:])
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch kind {
-	case eventKindMalloc:
+	case eventKindMalloc, eventKindUSDT:
 		if len(b) < eventSize {
 			return
 		}
-		frames, labelsSize := int32(le.Uint32(b[12:])), int(le.Uint32(b[48:]))
-		ml := Malloc{PID: pid, TID: tid, Comm: cString(b[56:72]), Addr: addr, Size: size, Rate: rate}
+		frames, labelsSize := int32(le.Uint32(b[12:])), int(le.Uint32(b[56:]))
+		ml := Malloc{PID: pid, TID: tid, Comm: cString(b[64:80]), Addr: addr, Size: size, Rate: rate}
+		if kind == eventKindUSDT {
+			ml.Weight, ml.Native = weight, true
+		}
 		if frames > 0 && frames <= 127 {
 			ml.Stack = make([]uint64, frames)
 			for i := range ml.Stack {
@@ -353,7 +382,7 @@ func (m *Manager) handle(b []byte) {
 			ml.Labels = append([]byte(nil), b[eventSize:eventSize+labelsSize]...)
 		}
 		m.tracker.Malloc(ml)
-	case eventKindFree:
+	case eventKindFree, eventKindUFree:
 		m.tracker.Free(pid, addr)
 	case eventKindCycle:
 		m.tracker.Cycle(pid)
@@ -390,6 +419,7 @@ func (m *Manager) Stats() Stats {
 			st.RingbufFull += c.RingbufFull
 			st.StackLost += c.StackLost
 			st.LabelsLost += c.LabelsLost
+			st.USDTArgsLost += c.UsdtArgsLost
 		}
 	}
 	return st
@@ -425,6 +455,11 @@ func (m *Manager) Close() error {
 	defer m.mu.Unlock()
 	for _, gf := range m.files {
 		for _, l := range gf.links {
+			err = errors.Join(err, l.Close())
+		}
+	}
+	for _, uf := range m.usdtFiles {
+		for _, l := range uf.links {
 			err = errors.Join(err, l.Close())
 		}
 	}
