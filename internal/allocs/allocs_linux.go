@@ -52,10 +52,10 @@ type Manager struct {
 	files   map[fileID]*goFile
 	// usdtFiles: files looked at for otel_memory probes.
 	usdtFiles map[fileID]*usdtFile
-	procs   map[uint32]uint64 // pid -> start time, of processes inspected
-	stats   Stats
-	warned  map[string]bool
-	closed  bool
+	procs     map[uint32]uint64 // pid -> start time, of processes inspected
+	stats     Stats
+	warned    map[string]bool
+	closed    bool
 }
 
 type fileID struct{ dev, inode uint64 }
