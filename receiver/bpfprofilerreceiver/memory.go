@@ -20,13 +20,15 @@ type memorySource interface {
 	Close() error
 }
 
-// openKernelMemory probes the allocation hooks of Go executables.
+// openKernelMemory probes the allocation hooks of Go executables
+// (memory::go) and the otel_memory probes of mapped files (memory::usdt).
 func openKernelMemory(cfg *Config, opts sourceOptions) (memorySource, error) {
 	if err := kernelcheck.Check(); err != nil {
 		return nil, err
 	}
 	return allocs.Open(allocs.Options{
 		Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns,
+		Go: cfg.Memory.Go, USDT: cfg.Memory.USDT, USDTInterval: cfg.Memory.USDTInterval,
 		TargetPIDs: opts.targets, MaxLive: cfg.Memory.MaxLive,
 	})
 }

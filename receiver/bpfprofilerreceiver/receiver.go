@@ -219,9 +219,9 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Info(k.key+" profiling started", zap.String("mechanism", src.Mechanism()))
 		r.sources[k.kind] = src
 	}
-	if r.cfg.Memory.Go && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
-		logger.Warn("memory::go is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: no heap profiles")
-	} else if r.cfg.Memory.Go && r.kernel.memory != nil {
+	if r.cfg.Memory.enabled() && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
+		logger.Warn("memory::go or memory::usdt is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: no heap profiles")
+	} else if r.cfg.Memory.enabled() && r.kernel.memory != nil {
 		src, err := r.kernel.memory(r.cfg, srcOpts)
 		switch {
 		case errors.Is(err, ebpf.ErrNotSupported):
@@ -230,9 +230,9 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 			unsupported = append(unsupported, fmt.Errorf("memory: %w", err))
 		case err != nil:
 			r.closeAll()
-			return fmt.Errorf("start heap profiles (memory::go): %w", explainSourceError(err))
+			return fmt.Errorf("start heap profiles (memory::go, memory::usdt): %w", explainSourceError(err))
 		default:
-			logger.Info("Go heap profiles started")
+			logger.Info("heap profiles started", zap.Bool("go", r.cfg.Memory.Go), zap.Bool("usdt", r.cfg.Memory.USDT))
 			r.memory = src
 		}
 	}
