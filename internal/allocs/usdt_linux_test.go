@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
@@ -77,6 +79,29 @@ func TestUSDTAllocations(t *testing.T) {
 	require.Zero(t, st.RingbufFull)
 	require.Zero(t, st.USDTArgsLost)
 	require.Zero(t, st.Refused)
+}
+
+// Without attach cookies (before Linux 5.15) the otel_memory probes are
+// refused with one warning; the Go programs still load.
+func TestUSDTWithoutCookies(t *testing.T) {
+	testutil.RequireBPF(t)
+	saved := haveAttachCookies
+	haveAttachCookies = func() bool { return false }
+	defer func() { haveAttachCookies = saved }()
+	bin := filepath.Join(t.TempDir(), "otelmem")
+	require.NoError(t, testutil.CompileC(testutil.Workload(t, filepath.Join("usdt", "otelmem.c")), bin, "-O2"))
+	core, logs := observer.New(zap.WarnLevel)
+	m, err := Open(Options{Proc: procfs.FS{}, Logger: zap.New(core), Go: true, USDT: true, RescanInterval: 50 * time.Millisecond})
+	require.NoError(t, err)
+	defer m.Close()
+	require.NotNil(t, m.objs.GoMallocP1)
+	require.Nil(t, m.objs.UsdtAlloc)
+
+	child := testutil.StartChild(t, exec.Command(bin, "2"))
+	liveLine(t, child)
+	time.Sleep(200 * time.Millisecond) // rescans
+	require.Zero(t, m.Stats().USDTFiles)
+	require.Equal(t, 1, logs.FilterMessageSnippet("attach cookies").Len(), "%v", logs.All())
 }
 
 // otelmemSamplesPerRound is how many of a round's allocations of otelmem
