@@ -42,7 +42,8 @@ type Manager struct {
 	reader   *ringbuf.Reader
 	deadline *procfs.Deadline
 	self     uint32
-	usdt     bool // otel_memory probes in use
+	usdt     bool            // otel_memory probes in use
+	targets  map[uint32]bool // nil: every process
 	specs    usdtSpecs
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -89,6 +90,13 @@ func Open(opts Options) (*Manager, error) {
 		stop: make(chan struct{}), tracker: NewTracker(opts.MaxLive),
 		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
 		usdt: opts.USDT,
+	}
+	if len(opts.TargetPIDs) > 0 {
+		// Uprobes fire in every process mapping a probed file.
+		m.targets = make(map[uint32]bool, len(opts.TargetPIDs))
+		for _, pid := range opts.TargetPIDs {
+			m.targets[pid] = true
+		}
 	}
 	if m.usdt && !haveAttachCookies() {
 		m.usdt = false
@@ -357,6 +365,9 @@ func (m *Manager) handle(b []byte) {
 	}
 	le := binary.LittleEndian
 	kind, pid, tid := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
+	if m.targets != nil && !m.targets[pid] {
+		return
+	}
 	addr, size, rate, weight := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:]), le.Uint64(b[48:])
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -3,7 +3,10 @@
 package allocs
 
 import (
+	"bytes"
 	"debug/elf"
+	"encoding/binary"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
 	"github.com/bpfprofiler/bpfprofiler/internal/symbolize"
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
@@ -154,4 +158,32 @@ func cFunctionRanges(t *testing.T, bin string, pid int) map[string]addrRange {
 	}
 	require.Len(t, out, 2)
 	return out
+}
+
+// handle reads events as bpf/alloc.bpf.c lays them out (the generated
+// struct, encoded): a USDT malloc is scaled by its weight and live at
+// once, its free releases it, and events of processes not targeted are
+// dropped.
+func TestHandleUSDTEvents(t *testing.T) {
+	m := &Manager{tracker: NewTracker(0), targets: map[uint32]bool{7: true}}
+	event := func(kind, pid uint32, addr uint64) []byte {
+		ev := bpf.AllocAllocEvent{Kind: kind, Pid: pid, Tid: pid, Frames: 2, Addr: addr, Size: 64, Rate: 1024, Weight: 512}
+		ev.Ips[0], ev.Ips[1] = 0x1000, 0x2000
+		var b bytes.Buffer
+		require.NoError(t, binary.Write(&b, binary.LittleEndian, &ev))
+		return b.Bytes()
+	}
+	m.handle(event(eventKindUSDT, 7, 0x10))
+	m.handle(event(eventKindUSDT, 7, 0x20))
+	m.handle(event(eventKindUSDT, 8, 0x30)) // not a target
+	m.handle(event(eventKindUFree, 7, 0x20))
+	w := m.tracker.Drain()
+	p := 1 - math.Exp(-0.5)
+	require.Len(t, w.AllocSpace, 1)
+	require.Equal(t, uint64(math.Round(2*512/p)), w.AllocSpace[0].Value)
+	require.Equal(t, uint64(math.Round(2*8/p)), w.AllocObjects[0].Value)
+	require.Len(t, w.InuseSpace, 1)
+	require.Equal(t, uint64(math.Round(512/p)), w.InuseSpace[0].Value)
+	require.Equal(t, []uint64{0x1000, 0x2000}, []uint64{w.InuseSpace[0].Frames[0].Address, w.InuseSpace[0].Frames[1].Address})
+	require.Equal(t, uint64(1), m.tracker.Frees)
 }
