@@ -4,7 +4,6 @@ package allocs
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
-	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -32,6 +30,7 @@ import (
 const (
 	openTimeout   = 2 * time.Second
 	maxStuckOpens = 16
+	flushTimeout  = time.Second
 )
 
 // Manager probes the allocation hooks of the Go executables of the
@@ -46,6 +45,7 @@ type Manager struct {
 	targets  map[uint32]bool // nil: every process
 	specs    usdtSpecs
 	stop     chan struct{}
+	flushed  chan struct{} // the reader read what was in the ring at a Flush
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
@@ -87,7 +87,7 @@ func Open(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts: opts, deadline: procfs.NewDeadline(openTimeout, maxStuckOpens), self: uint32(os.Getpid()),
-		stop: make(chan struct{}), tracker: NewTracker(opts.MaxLive),
+		stop: make(chan struct{}), flushed: make(chan struct{}, 1), tracker: NewTracker(opts.MaxLive),
 		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
 		usdt: opts.USDT,
 	}
@@ -334,83 +334,11 @@ func (m *Manager) probeFile(f *os.File, ef *elf.File, exe string) (gf *goFile) {
 	return gf
 }
 
-// Event layout (bpf/alloc.bpf.c struct alloc_event).
-const (
-	eventKindMalloc = 1
-	eventKindFree   = 3
-	eventKindCycle  = 4
-	eventKindUSDT   = 5
-	eventKindUFree  = 6
-	eventHeader     = 80
-	eventSize       = eventHeader + 8*127
-)
-
-// read hands the events to the tracker until the reader closes.
-func (m *Manager) read() {
-	var rec ringbuf.Record
-	for {
-		if err := m.reader.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return
-			}
-			continue
-		}
-		m.handle(rec.RawSample)
-	}
-}
-
-func (m *Manager) handle(b []byte) {
-	if len(b) < eventHeader {
-		return
-	}
-	le := binary.LittleEndian
-	kind, pid, tid := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
-	if m.targets != nil && !m.targets[pid] {
-		return
-	}
-	addr, size, rate, weight := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:]), le.Uint64(b[48:])
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch kind {
-	case eventKindMalloc, eventKindUSDT:
-		if len(b) < eventSize {
-			return
-		}
-		frames, labelsSize := int32(le.Uint32(b[12:])), int(le.Uint32(b[56:]))
-		ml := Malloc{PID: pid, TID: tid, Comm: cString(b[64:80]), Addr: addr, Size: size, Rate: rate}
-		if kind == eventKindUSDT {
-			ml.Weight, ml.Native = weight, true
-		}
-		if frames > 0 && frames <= 127 {
-			ml.Stack = make([]uint64, frames)
-			for i := range ml.Stack {
-				ml.Stack[i] = le.Uint64(b[eventHeader+8*i:])
-			}
-		} else {
-			ml.Loss = capture.StackCaptureFailed
-		}
-		if labelsSize > 0 && eventSize+labelsSize <= len(b) {
-			ml.Labels = append([]byte(nil), b[eventSize:eventSize+labelsSize]...)
-		}
-		m.tracker.Malloc(ml)
-	case eventKindFree, eventKindUFree:
-		m.tracker.Free(pid, addr)
-	case eventKindCycle:
-		m.tracker.Cycle(pid)
-	}
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
-
-// Drain returns the report window's heap profiles and starts the next.
+// Drain returns the report window's heap profiles and starts the next,
+// once the events in the ring buffer are read (the programs wake the
+// reader only when a quarter of it is in use).
 func (m *Manager) Drain() Window {
+	m.flush()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tracker.Drain()
