@@ -66,7 +66,7 @@ func (o Options) withDefaults() Options {
 // Stats count what a Manager did since Open.
 type Stats struct {
 	Executables int // Go executables probed
-	Refused     int // Go executables not probed (release not known, hooks not found, attach failed)
+	Refused     int // Go executables not probed (release not known, hooks not found, attach failed), files whose otel_memory probes were refused
 	Processes   int // processes of probed executables found
 	USDTFiles   int // files whose otel_memory probes are probed
 	// From the Tracker (see its fields).

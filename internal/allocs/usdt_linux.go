@@ -51,6 +51,9 @@ func (m *Manager) loadObjects(spec *ebpf.CollectionSpec) error {
 	if m.usdt {
 		return spec.LoadAndAssign(&m.objs, nil)
 	}
+	for _, name := range []string{bpf.AllocMapUsdtCountdown, bpf.AllocMapUsdtLive, bpf.AllocMapUsdtSpecs} {
+		spec.Maps[name].MaxEntries = 1 // unused: no kernel memory for them
+	}
 	var o goOnlyObjects
 	if err := spec.LoadAndAssign(&o, nil); err != nil {
 		return err
