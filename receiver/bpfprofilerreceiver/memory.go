@@ -79,8 +79,8 @@ func hideRuntime(p *report.Profile) {
 	}
 }
 
-// warnMemoryLosses logs, once each, that allocation events were lost or
-// live objects dropped.
+// warnMemoryLosses logs, once each, that allocation events were lost,
+// live objects dropped or otel_memory arguments not read.
 func (r *profilerReceiver) warnMemoryLosses() {
 	st := r.memory.Stats()
 	if st.RingbufFull > 0 && !r.memoryWarned[0] {
@@ -92,5 +92,10 @@ func (r *profilerReceiver) warnMemoryLosses() {
 		r.memoryWarned[1] = true
 		r.settings.Logger.Warn("live sampled objects dropped, oldest first, to stay within memory::max_live; inuse profiles undercount",
 			zap.Uint64("dropped", st.Evicted), zap.Int("max_live", r.cfg.Memory.MaxLive))
+	}
+	if st.USDTArgsLost > 0 && !r.memoryWarned[2] {
+		r.memoryWarned[2] = true
+		r.settings.Logger.Warn("otel_memory probe arguments could not be read; heap profiles undercount",
+			zap.Uint64("lost", st.USDTArgsLost))
 	}
 }

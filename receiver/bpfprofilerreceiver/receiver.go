@@ -66,7 +66,7 @@ type profilerReceiver struct {
 	scopes *scopeJoin
 	// memory is the heap profiles' source; nil: memory::go is off.
 	memory       memorySource
-	memoryWarned [2]bool
+	memoryWarned [3]bool
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall
 	// clock's now, even across a step of the wall clock.
