@@ -19,12 +19,24 @@
  *   runtime.gcMarkTermination           a garbage collection cycle ends its
  *       marking: what was allocated before it and is not swept is live.
  *
+ * Native allocators announce their allocations with the USDT probes
+ * otel_memory:alloc(ptr, size, weighted_bytes) and otel_memory:free(ptr)
+ * (usdt_alloc, usdt_free: uprobes at their sites, the attach cookie's bits
+ * 16 to 31 the site's usdt_specs index + 1). Each thread samples about one
+ * allocation per usdt_interval weighted bytes: a countdown, decremented by
+ * each allocation's weighted_bytes, samples the allocation that takes it
+ * to 0 or below and draws the next from an exponential distribution, so
+ * an allocation of W bytes is sampled with probability
+ * 1 - exp(-W / usdt_interval). Only a sampled object's free is sent.
+ *
  * Mallocs, frees and cycles are events in alloc_events; user space
  * (internal/allocs) keeps the live sampled objects by address.
  */
 #include "common.h"
 #include "arch.h"
 #include "golabelset.h"
+#define USDT_NO_SCOPE_ARGS
+#include "usdtargs.h"
 
 #define ALLOC_EVENTS_BYTES (1024 * 1024)
 /* Wake the reader once a quarter of the buffer is in use. */
@@ -32,11 +44,16 @@
 #define MAX_ALLOC_PROCS 16384
 /* Goroutines between freeSpecial and mProf_Free at once (sweepers: about one per P). */
 #define MAX_FREEING 4096
+/* Threads with a sampling countdown; live sampled objects of USDT allocators. */
+#define MAX_USDT_THREADS 65536
+#define MAX_USDT_LIVE (1 << 17)
 
 enum alloc_event_kind {
-	ALLOC_GO_MALLOC = 1, /* addr, size, stack, labels */
-	ALLOC_GO_FREE = 3,   /* addr, bucket */
-	ALLOC_GO_CYCLE = 4,  /* a garbage collection ends its marking */
+	ALLOC_GO_MALLOC = 1,   /* addr, size, stack, labels */
+	ALLOC_GO_FREE = 3,     /* addr, bucket */
+	ALLOC_GO_CYCLE = 4,    /* a garbage collection ends its marking */
+	ALLOC_USDT_MALLOC = 5, /* addr, size, weight, rate (usdt_interval), stack */
+	ALLOC_USDT_FREE = 6,   /* addr */
 };
 
 /* One event; a malloc's has ips and, after them, labels_size bytes of labels (golabelset.h). */
@@ -48,7 +65,8 @@ struct alloc_event {
 	u64 addr;   /* the object */
 	u64 size;   /* its size */
 	u64 bucket; /* its runtime bucket */
-	u64 rate;   /* a malloc's: the process's runtime.MemProfileRate (0: unknown) */
+	u64 rate;   /* a Go malloc's: runtime.MemProfileRate (0: unknown); a USDT one's: usdt_interval */
+	u64 weight; /* a USDT malloc's weighted_bytes */
 	u32 labels_size;
 	u32 pad;
 	char comm[TASK_COMM_LEN];
@@ -67,7 +85,15 @@ struct alloc_scratch {
 	u8 raw[GO_RAW_MASK + 1 + 256]; /* labels, right after ev */
 	struct go_label labels[GO_LABELS_MAX];
 	struct go_map_bucket bucket;
-	u64 offset; /* go_pack_labels' */
+	u64 offset;		/* go_pack_labels' */
+	struct probe_args args; /* a USDT probe's */
+};
+
+/* A live sampled object of a USDT allocator. */
+struct usdt_object {
+	u32 pid;
+	u32 pad;
+	u64 addr;
 };
 
 /* Per-CPU counters; user space sums them. */
@@ -77,6 +103,7 @@ struct alloc_stats {
 	u64 stack_lost; /* mallocs whose stack could not be captured */
 	u64 labels_lost;
 	u64 labels_truncated;
+	u64 usdt_args_lost; /* USDT probe firings whose arguments could not be read */
 };
 
 const struct alloc_event *unused_alloc_event __attribute__((unused));
@@ -84,6 +111,8 @@ const struct alloc_event *unused_alloc_event __attribute__((unused));
 /* See probe.bpf.c: ids as seen from the collector's pid namespace when set. */
 const volatile u64 pidns_dev = 0;
 const volatile u64 pidns_ino = 0;
+/* The mean weighted bytes between sampled USDT allocations of a thread. */
+const volatile u64 usdt_interval = 512 * 1024;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -104,6 +133,22 @@ struct {
 	__type(key, u64);
 	__type(value, u64);
 } freeing SEC(".maps");
+
+/* Each thread's weighted bytes to go until its next sampled USDT allocation, by (host) tid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_USDT_THREADS);
+	__type(key, u32);
+	__type(value, s64);
+} usdt_countdown SEC(".maps");
+
+/* The sampled USDT allocations not freed yet; LRU: a lost free's object ages out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_USDT_LIVE);
+	__type(key, struct usdt_object);
+	__type(value, u8);
+} usdt_live SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -208,6 +253,7 @@ static __always_inline int go_malloc(struct pt_regs *ctx, u64 addr, u64 size)
 	sc->ev.size = size;
 	sc->ev.bucket = 0;
 	sc->ev.rate = 0;
+	sc->ev.weight = 0;
 	sc->ev.pad = 0;
 	bpf_get_current_comm(sc->ev.comm, sizeof(sc->ev.comm));
 	frames = bpf_get_stack(ctx, sc->ev.ips, sizeof(sc->ev.ips), BPF_F_USER_STACK);
@@ -272,6 +318,168 @@ SEC("uprobe")
 int go_gc_cycle(struct pt_regs *ctx)
 {
 	return send_small(ALLOC_GO_CYCLE, 0, 0);
+}
+
+/* ln 2 in 16.16 fixed point. */
+#define LN2_Q16 45426
+/* Weighted bytes above this count as this much (the countdown stays in range). */
+#define USDT_WEIGHT_MAX (1ull << 40)
+
+/* log2(x) for 1 <= x <= 2^32 in 16.16 fixed point, its fraction truncated; no branches (no states to verify). */
+static __always_inline u64 log2_q16(u64 x)
+{
+	u64 n = 0, m, t, frac = 0;
+
+	x = x > (1ull << 32) ? 1ull << 32 : x;
+#pragma unroll
+	for (u32 b = 32; b; b >>= 1) { /* n: the highest set bit */
+		t = x >> (n + b);
+		n += ((t | -t) >> 63) * b;
+	}
+	/* The mantissa x / 2^n in [1, 2) with 31 fraction bits; each squaring yields a bit of its log2. */
+	m = n > 31 ? 1ull << 31 : x << (31 - n);
+#pragma unroll
+	for (int i = 15; i >= 0; i--) {
+		m = (m * m) >> 31;
+		t = m >> 32;
+		m >>= t;
+		frac |= t << i;
+	}
+	return n << 16 | frac;
+}
+
+/* An exponential draw of mean mean: mean * -ln(U), U uniform in (0, 1] (in steps of 2^-32). */
+static __always_inline s64 usdt_draw(u64 mean)
+{
+	u64 u = (u64)bpf_get_prandom_u32() + 1;
+	u64 neg_ln = (((32ull << 16) - log2_q16(u)) * LN2_Q16) >> 16; /* -ln(u / 2^32), 16.16 */
+
+	return (s64)((mean * neg_ln) >> 16);
+}
+
+/* Fetches the first n arguments of the probe at this site (its cookie's usdt_specs index) into sc->args. */
+static __always_inline int usdt_args(struct pt_regs *ctx, struct alloc_scratch *sc, u32 n)
+{
+	u32 spec = ((u32)bpf_get_attach_cookie(ctx) >> 16) & 0xffff;
+	const struct usdt_args_spec *s;
+
+	if (!spec)
+		return -1;
+	spec--;
+	s = bpf_map_lookup_elem(&usdt_specs, &spec);
+	if (!s)
+		return -1;
+#pragma unroll
+	for (u32 i = 0; i < 3; i++) {
+		if (i < n && usdt_fetch_arg(ctx, &s->args[i], &sc->args, i))
+			return -1;
+	}
+	return 0;
+}
+
+/* Takes weight bytes off the calling thread's countdown; non-zero: the allocation is sampled. */
+static __always_inline int usdt_sampled(u64 weight)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid(); /* the host's: unique */
+	s64 *left, next;
+	int sampled;
+
+	if (weight > USDT_WEIGHT_MAX)
+		weight = USDT_WEIGHT_MAX;
+	left = bpf_map_lookup_elem(&usdt_countdown, &tid);
+	if (left) {
+		*left -= (s64)weight;
+		if (*left > 0)
+			return 0;
+		*left = usdt_draw(usdt_interval);
+		return 1;
+	}
+	/* A new thread: its first countdown is a draw too. */
+	next = usdt_draw(usdt_interval) - (s64)weight;
+	sampled = next <= 0;
+	if (sampled)
+		next = usdt_draw(usdt_interval);
+	bpf_map_update_elem(&usdt_countdown, &tid, &next, BPF_ANY);
+	return sampled;
+}
+
+/* otel_memory:alloc(ptr, size, weighted_bytes): a sampled allocation is kept live and sent with its stack. */
+SEC("uprobe")
+int usdt_alloc(struct pt_regs *ctx)
+{
+	struct sampler_config ns = { .pidns_dev = pidns_dev, .pidns_ino = pidns_ino };
+	struct usdt_object obj = {};
+	struct alloc_scratch *sc;
+	struct alloc_stats *st;
+	u32 zero = 0, pid, tid;
+	u64 weight;
+	long frames;
+	u8 one = 1;
+
+	st = bpf_map_lookup_elem(&alloc_counts, &zero);
+	sc = bpf_map_lookup_elem(&alloc_scratch, &zero);
+	if (!st || !sc)
+		return 0;
+	if (usdt_args(ctx, sc, 3)) {
+		st->usdt_args_lost++;
+		return 0;
+	}
+	weight = sc->args.values[2];
+	if (!sc->args.values[0] || !weight || !usdt_sampled(weight) || current_ids(&ns, &pid, &tid))
+		return 0;
+	obj.pid = pid;
+	obj.addr = sc->args.values[0];
+	/* Live before it is sent: a free on another thread right after finds it. */
+	bpf_map_update_elem(&usdt_live, &obj, &one, BPF_ANY);
+	sc->ev.kind = ALLOC_USDT_MALLOC;
+	sc->ev.pid = pid;
+	sc->ev.tid = tid;
+	sc->ev.addr = obj.addr;
+	sc->ev.size = sc->args.values[1];
+	sc->ev.bucket = 0;
+	sc->ev.rate = usdt_interval;
+	sc->ev.weight = weight;
+	sc->ev.labels_size = 0;
+	sc->ev.pad = 0;
+	bpf_get_current_comm(sc->ev.comm, sizeof(sc->ev.comm));
+	frames = bpf_get_stack(ctx, sc->ev.ips, sizeof(sc->ev.ips), BPF_F_USER_STACK);
+	if (frames > 0) {
+		sc->ev.frames = frames / sizeof(u64);
+	} else {
+		sc->ev.frames = frames ? frames : -EFAULT;
+		st->stack_lost++;
+	}
+	if (bpf_ringbuf_output(&alloc_events, &sc->ev, sizeof(sc->ev), alloc_wakeup())) {
+		bpf_map_delete_elem(&usdt_live, &obj);
+		st->ringbuf_full++;
+		return 0;
+	}
+	st->events++;
+	return 0;
+}
+
+/* otel_memory:free(ptr): sent only for a live sampled object. */
+SEC("uprobe")
+int usdt_free(struct pt_regs *ctx)
+{
+	struct sampler_config ns = { .pidns_dev = pidns_dev, .pidns_ino = pidns_ino };
+	struct usdt_object obj = {};
+	struct alloc_scratch *sc;
+	struct alloc_stats *st;
+	u32 zero = 0, tid;
+
+	st = bpf_map_lookup_elem(&alloc_counts, &zero);
+	sc = bpf_map_lookup_elem(&alloc_scratch, &zero);
+	if (!st || !sc)
+		return 0;
+	if (usdt_args(ctx, sc, 1)) {
+		st->usdt_args_lost++;
+		return 0;
+	}
+	obj.addr = sc->args.values[0];
+	if (!obj.addr || current_ids(&ns, &obj.pid, &tid) || bpf_map_delete_elem(&usdt_live, &obj))
+		return 0;
+	return send_small(ALLOC_USDT_FREE, obj.addr, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -23,6 +23,7 @@ type AllocAllocEvent struct {
 	Size       uint64
 	Bucket     uint64
 	Rate       uint64
+	Weight     uint64
 	LabelsSize uint32
 	Pad        uint32
 	Comm       [16]int8
@@ -55,6 +56,13 @@ type AllocAllocScratch struct {
 		Overflow uint64
 	}
 	Offset uint64
+	Args   struct {
+		_        structs.HostLayout
+		Values   [4]uint64
+		Failed   uint32
+		Reserved uint32
+		Strs     [4][128]uint8
+	}
 }
 
 type AllocAllocStats struct {
@@ -64,6 +72,30 @@ type AllocAllocStats struct {
 	StackLost       uint64
 	LabelsLost      uint64
 	LabelsTruncated uint64
+	UsdtArgsLost    uint64
+}
+
+type AllocUsdtArgSpec struct {
+	_        structs.HostLayout
+	Value    int64
+	RegOff   uint16
+	Kind     uint8
+	Size     uint8
+	IsSigned uint8
+	String   uint8
+	Pad      [2]uint8
+}
+
+type AllocUsdtArgsSpec struct {
+	_    structs.HostLayout
+	Args [4]AllocUsdtArgSpec
+}
+
+type AllocUsdtObject struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad  uint32
+	Addr uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -75,15 +107,21 @@ const (
 	AllocMapAllocGoProcs     = "alloc_go_procs"
 	AllocMapAllocScratch     = "alloc_scratch"
 	AllocMapFreeing          = "freeing"
+	AllocMapUsdtCountdown    = "usdt_countdown"
+	AllocMapUsdtLive         = "usdt_live"
+	AllocMapUsdtSpecs        = "usdt_specs"
 	AllocProgGoFree          = "go_free"
 	AllocProgGoFreeSpecial   = "go_free_special"
 	AllocProgGoGcCycle       = "go_gc_cycle"
 	AllocProgGoMallocP0      = "go_malloc_p0"
 	AllocProgGoMallocP1      = "go_malloc_p1"
+	AllocProgUsdtAlloc       = "usdt_alloc"
+	AllocProgUsdtFree        = "usdt_free"
 	AllocVarHaveTaskPtRegs   = "have_task_pt_regs"
 	AllocVarPidnsDev         = "pidns_dev"
 	AllocVarPidnsIno         = "pidns_ino"
 	AllocVarUnusedAllocEvent = "unused_alloc_event"
+	AllocVarUsdtInterval     = "usdt_interval"
 )
 
 // LoadAlloc returns the embedded CollectionSpec for Alloc.
@@ -133,17 +171,22 @@ type AllocProgramSpecs struct {
 	GoGcCycle     *ebpf.ProgramSpec `ebpf:"go_gc_cycle"`
 	GoMallocP0    *ebpf.ProgramSpec `ebpf:"go_malloc_p0"`
 	GoMallocP1    *ebpf.ProgramSpec `ebpf:"go_malloc_p1"`
+	UsdtAlloc     *ebpf.ProgramSpec `ebpf:"usdt_alloc"`
+	UsdtFree      *ebpf.ProgramSpec `ebpf:"usdt_free"`
 }
 
 // AllocMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type AllocMapSpecs struct {
-	AllocCounts  *ebpf.MapSpec `ebpf:"alloc_counts"`
-	AllocEvents  *ebpf.MapSpec `ebpf:"alloc_events"`
-	AllocGoProcs *ebpf.MapSpec `ebpf:"alloc_go_procs"`
-	AllocScratch *ebpf.MapSpec `ebpf:"alloc_scratch"`
-	Freeing      *ebpf.MapSpec `ebpf:"freeing"`
+	AllocCounts   *ebpf.MapSpec `ebpf:"alloc_counts"`
+	AllocEvents   *ebpf.MapSpec `ebpf:"alloc_events"`
+	AllocGoProcs  *ebpf.MapSpec `ebpf:"alloc_go_procs"`
+	AllocScratch  *ebpf.MapSpec `ebpf:"alloc_scratch"`
+	Freeing       *ebpf.MapSpec `ebpf:"freeing"`
+	UsdtCountdown *ebpf.MapSpec `ebpf:"usdt_countdown"`
+	UsdtLive      *ebpf.MapSpec `ebpf:"usdt_live"`
+	UsdtSpecs     *ebpf.MapSpec `ebpf:"usdt_specs"`
 }
 
 // AllocVariableSpecs contains global variables before they are loaded into the kernel.
@@ -154,6 +197,7 @@ type AllocVariableSpecs struct {
 	PidnsDev         *ebpf.VariableSpec `ebpf:"pidns_dev"`
 	PidnsIno         *ebpf.VariableSpec `ebpf:"pidns_ino"`
 	UnusedAllocEvent *ebpf.VariableSpec `ebpf:"unused_alloc_event"`
+	UsdtInterval     *ebpf.VariableSpec `ebpf:"usdt_interval"`
 }
 
 // AllocObjects contains all objects after they have been loaded into the kernel.
@@ -176,11 +220,14 @@ func (o *AllocObjects) Close() error {
 //
 // It can be passed to LoadAllocObjects or ebpf.CollectionSpec.LoadAndAssign.
 type AllocMaps struct {
-	AllocCounts  *ebpf.Map `ebpf:"alloc_counts"`
-	AllocEvents  *ebpf.Map `ebpf:"alloc_events"`
-	AllocGoProcs *ebpf.Map `ebpf:"alloc_go_procs"`
-	AllocScratch *ebpf.Map `ebpf:"alloc_scratch"`
-	Freeing      *ebpf.Map `ebpf:"freeing"`
+	AllocCounts   *ebpf.Map `ebpf:"alloc_counts"`
+	AllocEvents   *ebpf.Map `ebpf:"alloc_events"`
+	AllocGoProcs  *ebpf.Map `ebpf:"alloc_go_procs"`
+	AllocScratch  *ebpf.Map `ebpf:"alloc_scratch"`
+	Freeing       *ebpf.Map `ebpf:"freeing"`
+	UsdtCountdown *ebpf.Map `ebpf:"usdt_countdown"`
+	UsdtLive      *ebpf.Map `ebpf:"usdt_live"`
+	UsdtSpecs     *ebpf.Map `ebpf:"usdt_specs"`
 }
 
 func (m *AllocMaps) Close() error {
@@ -190,6 +237,9 @@ func (m *AllocMaps) Close() error {
 		m.AllocGoProcs,
 		m.AllocScratch,
 		m.Freeing,
+		m.UsdtCountdown,
+		m.UsdtLive,
+		m.UsdtSpecs,
 	)
 }
 
@@ -201,6 +251,7 @@ type AllocVariables struct {
 	PidnsDev         *ebpf.Variable `ebpf:"pidns_dev"`
 	PidnsIno         *ebpf.Variable `ebpf:"pidns_ino"`
 	UnusedAllocEvent *ebpf.Variable `ebpf:"unused_alloc_event"`
+	UsdtInterval     *ebpf.Variable `ebpf:"usdt_interval"`
 }
 
 // AllocPrograms contains all programs after they have been loaded into the kernel.
@@ -212,6 +263,8 @@ type AllocPrograms struct {
 	GoGcCycle     *ebpf.Program `ebpf:"go_gc_cycle"`
 	GoMallocP0    *ebpf.Program `ebpf:"go_malloc_p0"`
 	GoMallocP1    *ebpf.Program `ebpf:"go_malloc_p1"`
+	UsdtAlloc     *ebpf.Program `ebpf:"usdt_alloc"`
+	UsdtFree      *ebpf.Program `ebpf:"usdt_free"`
 }
 
 func (p *AllocPrograms) Close() error {
@@ -221,6 +274,8 @@ func (p *AllocPrograms) Close() error {
 		p.GoGcCycle,
 		p.GoMallocP0,
 		p.GoMallocP1,
+		p.UsdtAlloc,
+		p.UsdtFree,
 	)
 }
 

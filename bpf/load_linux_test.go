@@ -33,7 +33,7 @@ var processedInsns = regexp.MustCompile(`processed (\d+) insns`)
 func TestProgramsLoad(t *testing.T) {
 	testutil.RequireBPF(t)
 	_ = memlock.Raise() // BPF memory counts against RLIMIT_MEMLOCK before 5.11
-	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout, "probe": loadProbeAsUsed, "alloc": LoadAlloc}
+	loads := map[string]func() (*ebpf.CollectionSpec, error){"cpu": LoadCpu, "switch_out": LoadOffcpuSwitchout, "probe": loadProbeAsUsed, "alloc": loadAllocAsUsed}
 	if kernelHasFunc(t, "bpf_task_work_schedule_resume_impl") {
 		loads["task_work"] = LoadOffcpu
 	}
@@ -112,6 +112,18 @@ func loadProbeAsUsed() (*ebpf.CollectionSpec, error) {
 			}
 		}
 	}
+	return spec, nil
+}
+
+// loadAllocAsUsed is LoadAlloc without its USDT programs on a kernel
+// without attach cookies, as internal/allocs loads it.
+func loadAllocAsUsed() (*ebpf.CollectionSpec, error) {
+	spec, err := LoadAlloc()
+	if err != nil || features.HaveProgramHelper(ebpf.Kprobe, asm.FnGetAttachCookie) == nil {
+		return spec, err
+	}
+	delete(spec.Programs, "usdt_alloc")
+	delete(spec.Programs, "usdt_free")
 	return spec, nil
 }
 

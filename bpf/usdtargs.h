@@ -66,12 +66,14 @@ struct {
 } usdt_specs SEC(".maps");
 
 /* Per-CPU buffer the arguments are fetched into (too large for the BPF stack). */
+#ifndef USDT_NO_SCOPE_ARGS /* a program family fetching into buffers of its own */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, u32);
 	__type(value, struct scope_args);
 } args_scratch SEC(".maps");
+#endif
 
 /* Sign- or zero-extends the low size bytes of v. */
 static __always_inline u64 usdt_extend(u64 v, const struct usdt_arg_spec *a)
@@ -138,6 +140,7 @@ static __always_inline int usdt_fetch_arg(struct pt_regs *ctx, const struct usdt
 	return 0;
 }
 
+#ifndef USDT_NO_SCOPE_ARGS
 /*
  * Fetches the arguments spec (index into usdt_specs) names into this CPU's
  * args_scratch, for the scope opened at start; NULL when there is no such
@@ -166,5 +169,6 @@ static __always_inline struct scope_args *usdt_fetch_args(struct pt_regs *ctx, u
 	}
 	return sa;
 }
+#endif
 
 #endif /* BPFPROFILER_USDTARGS_H */

@@ -12,6 +12,12 @@
 // A Go executable built without a reference to runtime.MemProfile (no
 // runtime/pprof, net/http/pprof or similar) has the runtime set
 // MemProfileRate to 0 at start: it samples nothing, and has no profile.
+//
+// Native allocators that fire the OpenTelemetry memory probes
+// otel_memory:alloc(ptr, size, weighted_bytes) and otel_memory:free(ptr)
+// (in an executable or a shared library) are profiled through the same
+// Tracker: the kernel side samples about one allocation per USDTInterval
+// weighted bytes of each thread and reports the sampled objects' frees.
 package allocs
 
 import (
@@ -27,6 +33,14 @@ type Options struct {
 	Proc         procfs.FS
 	Logger       *zap.Logger
 	PIDNamespace procfs.PIDNamespace
+	// Go probes the allocation hooks of Go executables.
+	Go bool
+	// USDT probes the otel_memory sites of mapped files (Linux 5.15:
+	// without attach cookies they are not probed, with a warning).
+	USDT bool
+	// USDTInterval is the mean weighted bytes between sampled
+	// otel_memory allocations of a thread (DefaultUSDTInterval when 0).
+	USDTInterval uint64
 	// TargetPIDs limits the processes probed; empty: every process.
 	TargetPIDs []uint32
 	// MaxLive bounds the sampled objects kept as live (DefaultMaxLive
@@ -40,6 +54,9 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.USDTInterval == 0 {
+		o.USDTInterval = DefaultUSDTInterval
+	}
 	if o.RescanInterval <= 0 {
 		o.RescanInterval = time.Second
 	}
@@ -49,12 +66,14 @@ func (o Options) withDefaults() Options {
 // Stats count what a Manager did since Open.
 type Stats struct {
 	Executables int // Go executables probed
-	Refused     int // Go executables not probed (release not known, hooks not found, attach failed)
+	Refused     int // Go executables not probed (release not known, hooks not found, attach failed), files whose otel_memory probes were refused
 	Processes   int // processes of probed executables found
+	USDTFiles   int // files whose otel_memory probes are probed
 	// From the Tracker (see its fields).
 	Mallocs, Frees, UnmatchedFrees, Replaced, Evicted uint64
 	Live                                              int
 	// From the kernel: events lost to a full ring buffer, mallocs
 	// without a stack, label sets that could not be read.
 	RingbufFull, StackLost, LabelsLost uint64
+	USDTArgsLost                       uint64 // otel_memory firings whose arguments could not be read
 }

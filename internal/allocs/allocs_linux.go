@@ -4,7 +4,6 @@ package allocs
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/bpfprofiler/bpfprofiler/bpf"
 	"github.com/bpfprofiler/bpfprofiler/internal/capabilities"
-	"github.com/bpfprofiler/bpfprofiler/internal/capture"
 	"github.com/bpfprofiler/bpfprofiler/internal/golabels"
 	"github.com/bpfprofiler/bpfprofiler/internal/memlock"
 	"github.com/bpfprofiler/bpfprofiler/internal/procfs"
@@ -32,6 +30,7 @@ import (
 const (
 	openTimeout   = 2 * time.Second
 	maxStuckOpens = 16
+	flushTimeout  = time.Second
 )
 
 // Manager probes the allocation hooks of the Go executables of the
@@ -42,16 +41,22 @@ type Manager struct {
 	reader   *ringbuf.Reader
 	deadline *procfs.Deadline
 	self     uint32
+	usdt     bool            // otel_memory probes in use
+	targets  map[uint32]bool // nil: every process
+	specs    usdtSpecs
 	stop     chan struct{}
+	flushed  chan struct{} // the reader read what was in the ring at a Flush
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	tracker *Tracker
 	files   map[fileID]*goFile
-	procs   map[uint32]uint64 // pid -> start time, of processes inspected
-	stats   Stats
-	warned  map[string]bool
-	closed  bool
+	// usdtFiles: files looked at for otel_memory probes.
+	usdtFiles map[fileID]*usdtFile
+	procs     map[uint32]uint64 // pid -> start time, of processes inspected
+	stats     Stats
+	warned    map[string]bool
+	closed    bool
 }
 
 type fileID struct{ dev, inode uint64 }
@@ -74,17 +79,33 @@ func Open(opts Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load allocation BPF spec: %w", err)
 	}
-	for name, v := range map[string]any{"pidns_dev": opts.PIDNamespace.Dev, "pidns_ino": opts.PIDNamespace.Ino} {
+	vars := map[string]any{"pidns_dev": opts.PIDNamespace.Dev, "pidns_ino": opts.PIDNamespace.Ino, "usdt_interval": opts.USDTInterval}
+	for name, v := range vars {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
 	}
 	m := &Manager{
 		opts: opts, deadline: procfs.NewDeadline(openTimeout, maxStuckOpens), self: uint32(os.Getpid()),
-		stop: make(chan struct{}), tracker: NewTracker(opts.MaxLive),
-		files: map[fileID]*goFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
+		stop: make(chan struct{}), flushed: make(chan struct{}, 1), tracker: NewTracker(opts.MaxLive),
+		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
+		usdt: opts.USDT,
 	}
-	if err := spec.LoadAndAssign(&m.objs, nil); err != nil {
+	if len(opts.TargetPIDs) > 0 {
+		// Uprobes fire in every process mapping a probed file.
+		m.targets = make(map[uint32]bool, len(opts.TargetPIDs))
+		for _, pid := range opts.TargetPIDs {
+			m.targets[pid] = true
+		}
+	}
+	if m.usdt && !haveAttachCookies() {
+		m.usdt = false
+		opts.Logger.Warn("otel_memory probes need attach cookies (Linux 5.15): no allocation profiles from them")
+	}
+	m.specs = usdtSpecs{index: map[bpf.AllocUsdtArgsSpec]uint32{}, put: func(i uint32, s *bpf.AllocUsdtArgsSpec) error {
+		return m.objs.UsdtSpecs.Put(i, s)
+	}}
+	if err := m.loadObjects(spec); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("load allocation BPF programs: %+v", verr)
@@ -170,13 +191,24 @@ func (m *Manager) forgetLocked(pid uint32) {
 	_ = m.objs.AllocGoProcs.Delete(pid)
 }
 
-// inspect probes the executable of process pid if it is a Go one, and
-// tells the programs where the process keeps its labels and rate.
+// inspect probes what process pid maps: its otel_memory sites and its
+// executable's Go hooks.
 func (m *Manager) inspect(pid uint32) {
 	maps, err := m.opts.Proc.ExecMaps(pid)
 	if err != nil {
 		return
 	}
+	if m.usdt {
+		m.inspectUSDT(pid, maps)
+	}
+	if m.opts.Go {
+		m.inspectGo(pid, maps)
+	}
+}
+
+// inspectGo probes the executable of process pid if it is a Go one, and
+// tells the programs where the process keeps its labels and rate.
+func (m *Manager) inspectGo(pid uint32, maps []procfs.Map) {
 	exe, err := m.opts.Proc.Exe(pid)
 	if err != nil {
 		return
@@ -302,75 +334,11 @@ func (m *Manager) probeFile(f *os.File, ef *elf.File, exe string) (gf *goFile) {
 	return gf
 }
 
-// Event layout (bpf/alloc.bpf.c struct alloc_event).
-const (
-	eventKindMalloc = 1
-	eventKindFree   = 3
-	eventKindCycle  = 4
-	eventHeader     = 72
-	eventSize       = eventHeader + 8*127
-)
-
-// read hands the events to the tracker until the reader closes.
-func (m *Manager) read() {
-	var rec ringbuf.Record
-	for {
-		if err := m.reader.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return
-			}
-			continue
-		}
-		m.handle(rec.RawSample)
-	}
-}
-
-func (m *Manager) handle(b []byte) {
-	if len(b) < eventHeader {
-		return
-	}
-	le := binary.LittleEndian
-	kind, pid, tid := le.Uint32(b[0:]), le.Uint32(b[4:]), le.Uint32(b[8:])
-	addr, size, rate := le.Uint64(b[16:]), le.Uint64(b[24:]), le.Uint64(b[40:])
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	switch kind {
-	case eventKindMalloc:
-		if len(b) < eventSize {
-			return
-		}
-		frames, labelsSize := int32(le.Uint32(b[12:])), int(le.Uint32(b[48:]))
-		ml := Malloc{PID: pid, TID: tid, Comm: cString(b[56:72]), Addr: addr, Size: size, Rate: rate}
-		if frames > 0 && frames <= 127 {
-			ml.Stack = make([]uint64, frames)
-			for i := range ml.Stack {
-				ml.Stack[i] = le.Uint64(b[eventHeader+8*i:])
-			}
-		} else {
-			ml.Loss = capture.StackCaptureFailed
-		}
-		if labelsSize > 0 && eventSize+labelsSize <= len(b) {
-			ml.Labels = append([]byte(nil), b[eventSize:eventSize+labelsSize]...)
-		}
-		m.tracker.Malloc(ml)
-	case eventKindFree:
-		m.tracker.Free(pid, addr)
-	case eventKindCycle:
-		m.tracker.Cycle(pid)
-	}
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
-
-// Drain returns the report window's heap profiles and starts the next.
+// Drain returns the report window's heap profiles and starts the next,
+// once the events in the ring buffer are read (the programs wake the
+// reader only when a quarter of it is in use).
 func (m *Manager) Drain() Window {
+	m.flush()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.tracker.Drain()
@@ -390,6 +358,7 @@ func (m *Manager) Stats() Stats {
 			st.RingbufFull += c.RingbufFull
 			st.StackLost += c.StackLost
 			st.LabelsLost += c.LabelsLost
+			st.USDTArgsLost += c.UsdtArgsLost
 		}
 	}
 	return st
@@ -425,6 +394,11 @@ func (m *Manager) Close() error {
 	defer m.mu.Unlock()
 	for _, gf := range m.files {
 		for _, l := range gf.links {
+			err = errors.Join(err, l.Close())
+		}
+	}
+	for _, uf := range m.usdtFiles {
+		for _, l := range uf.links {
 			err = errors.Join(err, l.Close())
 		}
 	}

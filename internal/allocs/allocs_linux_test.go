@@ -48,7 +48,7 @@ func TestGoAllocations(t *testing.T) {
 		t.Run(strings.Join(append([]string{b.Name()}, tt.args...), " "), func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), "goalloc")
 			require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goalloc"), bin, runtime.GOARCH, b))
-			m, err := Open(Options{Proc: procfs.FS{}, Logger: zaptest.NewLogger(t), RescanInterval: 200 * time.Millisecond})
+			m, err := Open(Options{Proc: procfs.FS{}, Logger: zaptest.NewLogger(t), Go: true, RescanInterval: 200 * time.Millisecond})
 			require.NoError(t, err)
 			defer m.Close()
 
@@ -84,8 +84,14 @@ func TestGoAllocations(t *testing.T) {
 // parseProfileLine returns the workload's last profile line's numbers.
 func parseProfileLine(t *testing.T, lines []string) map[string]int64 {
 	t.Helper()
+	return parseLine(t, "profile ", lines)
+}
+
+// parseLine returns the numbers (k=v) of the last of lines with prefix.
+func parseLine(t *testing.T, prefix string, lines []string) map[string]int64 {
+	t.Helper()
 	for i := len(lines) - 1; i >= 0; i-- {
-		rest, ok := strings.CutPrefix(lines[i], "profile ")
+		rest, ok := strings.CutPrefix(lines[i], prefix)
 		if !ok {
 			continue
 		}
@@ -99,7 +105,7 @@ func parseProfileLine(t *testing.T, lines []string) map[string]int64 {
 		}
 		return out
 	}
-	t.Fatalf("no profile line in %q", lines)
+	t.Fatalf("no %qline in %q", prefix, lines)
 	return nil
 }
 

@@ -25,8 +25,15 @@ type Malloc struct {
 	Addr     uint64
 	Size     uint64
 	// Rate is the process's runtime.MemProfileRate when it sampled; 0:
-	// unknown (DefaultRate is assumed).
-	Rate   uint64
+	// unknown (DefaultRate is assumed). A native allocation's: the mean
+	// weighted bytes between samples.
+	Rate uint64
+	// Weight, when not 0, is the bytes a native allocation stands for
+	// (otel_memory:alloc's weighted_bytes; see ScaleWeighted).
+	Weight uint64
+	// Native: no garbage collector judges it, it is live from its
+	// allocation to its free.
+	Native bool
 	Stack  []uint64
 	Loss   capture.StackLoss
 	Labels []byte // golabels.Decode's input; nil: none
@@ -79,6 +86,7 @@ type liveObject struct {
 	key            objectKey
 	objects, bytes float64
 	cycle          uint64 // the process's garbage collections before its allocation
+	native         bool   // live from its allocation (no collector)
 	elem           *list.Element
 }
 
@@ -114,6 +122,26 @@ func Scale(size, rate uint64) (objects, bytes float64) {
 	return s, float64(size) * s
 }
 
+// ScaleWeighted returns how many objects and bytes one sampled event of
+// a native allocator stands for: it announced weight bytes in objects of
+// size, and the kernel side sampled it with probability
+// p = 1 - exp(-weight/interval) (one sample per interval bytes on
+// average), so it stands for weight/p bytes in weight/size/p objects.
+func ScaleWeighted(size, weight, interval uint64) (objects, bytes float64) {
+	if weight == 0 {
+		return 0, 0
+	}
+	s := 1.0
+	if interval > 1 {
+		s = 1 / (1 - math.Exp(-float64(weight)/float64(interval)))
+	}
+	objects = s
+	if size > 0 {
+		objects = s * float64(weight) / float64(size)
+	}
+	return objects, float64(weight) * s
+}
+
 // Malloc notes a sampled allocation.
 func (t *Tracker) Malloc(m Malloc) {
 	rate := m.Rate
@@ -121,6 +149,9 @@ func (t *Tracker) Malloc(m Malloc) {
 		rate = DefaultRate
 	}
 	objects, bytes := Scale(m.Size, rate)
+	if m.Weight != 0 {
+		objects, bytes = ScaleWeighted(m.Size, m.Weight, rate)
+	}
 	e := t.entry(m)
 	e.allocObjects += objects
 	e.allocBytes += bytes
@@ -130,7 +161,7 @@ func (t *Tracker) Malloc(m Malloc) {
 		t.release(old)
 	}
 	e.liveCount++
-	o := &liveObject{entry: e, key: k, objects: objects, bytes: bytes, cycle: t.cycles[m.PID]}
+	o := &liveObject{entry: e, key: k, objects: objects, bytes: bytes, cycle: t.cycles[m.PID], native: m.Native}
 	o.elem = t.live.PushBack(o)
 	t.objects[k] = o
 	t.Mallocs++
@@ -214,13 +245,14 @@ func (t *Tracker) Live() int { return t.live.Len() }
 // Drain returns the window's allocations since the last Drain and what is
 // live now, and starts the next window. Live is as the runtime's own heap
 // profile has it: objects allocated before the process's last garbage
-// collection and not freed since; newer ones are not judged yet.
+// collection and not freed since; newer ones are not judged yet. Native
+// objects are live until freed.
 func (t *Tracker) Drain() Window {
 	type sums struct{ objects, bytes float64 }
 	inuse := map[*stackEntry]*sums{}
 	for e := t.live.Front(); e != nil; e = e.Next() {
 		o := e.Value.(*liveObject)
-		if o.cycle >= t.cycles[o.key.pid] {
+		if !o.native && o.cycle >= t.cycles[o.key.pid] {
 			continue
 		}
 		s := inuse[o.entry]

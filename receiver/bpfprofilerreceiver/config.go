@@ -85,10 +85,21 @@ type MemoryConfig struct {
 	// unless the program never references runtime.MemProfile) gets the
 	// four profiles, with no change to it.
 	Go bool `mapstructure:"go"`
+	// USDT probes the OpenTelemetry memory probes otel_memory:alloc and
+	// otel_memory:free in every executable and shared library that
+	// declares them (Linux 5.15+): native allocators' allocations, sampled
+	// in the kernel about once per USDTInterval weighted bytes of a thread.
+	USDT bool `mapstructure:"usdt"`
+	// USDTInterval is the mean bytes between sampled otel_memory
+	// allocations of a thread.
+	USDTInterval uint64 `mapstructure:"usdt_interval"`
 	// MaxLive bounds the sampled objects kept as live, across processes;
 	// beyond it the oldest are dropped (counted and logged).
 	MaxLive int `mapstructure:"max_live"`
 }
+
+// enabled says whether any heap profiles are asked for.
+func (m MemoryConfig) enabled() bool { return m.Go || m.USDT }
 
 // ProbeConfig declares one uprobe duration probe: Symbol (a function's
 // entry and return), EntrySymbol and ExitSymbol (two different functions,
@@ -188,6 +199,7 @@ const (
 	maxSamplesPerSecond = 10000
 	maxPerfMapSizeMiB   = 1024
 	maxTableMemoryMiB   = 4096
+	maxUSDTInterval     = 1 << 32 // bpf/alloc.bpf.c's draw stays in 64 bits
 )
 
 var (
@@ -202,7 +214,7 @@ func createDefaultConfig() component.Config {
 		ReportInterval:   10 * time.Second,
 		CPU:              CPUConfig{Enabled: true, SamplesPerSecond: 19},
 		OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: string(offcpu.MechanismAuto)},
-		Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive},
+		Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive, USDTInterval: allocs.DefaultUSDTInterval},
 		Kubernetes:       K8sConfig{HostRoot: "/"},
 		PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
 		Unwinding:        UnwindingConfig{Method: unwindAuto, TableMemoryMiB: 64},
@@ -260,6 +272,9 @@ func (c *Config) Validate() error {
 	if c.Memory.MaxLive <= 0 {
 		errs = append(errs, fmt.Errorf("memory::max_live: must be positive, got %d", c.Memory.MaxLive))
 	}
+	if c.Memory.USDTInterval < 1 || c.Memory.USDTInterval > maxUSDTInterval {
+		errs = append(errs, fmt.Errorf("memory::usdt_interval: must be 1..%d, got %d", uint64(maxUSDTInterval), c.Memory.USDTInterval))
+	}
 	if _, err := offcpu.ParseMechanism(c.OffCPU.Mechanism); err != nil {
 		errs = append(errs, fmt.Errorf("off_cpu::mechanism: %w", err))
 	}
@@ -272,8 +287,8 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.probeErrors(probes.ValidateSpecs(c.probeSpecs()))...)
-	if !c.CPU.Enabled && !c.OffCPU.Enabled && !c.Memory.Go && len(c.Probes) == 0 {
-		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, memory::go, probes: nothing to do: enable cpu, off_cpu or memory::go, or declare probes"))
+	if !c.CPU.Enabled && !c.OffCPU.Enabled && !c.Memory.enabled() && len(c.Probes) == 0 {
+		errs = append(errs, errors.New("cpu::enabled, off_cpu::enabled, memory::go, memory::usdt, probes: nothing to do: enable cpu, off_cpu, memory::go or memory::usdt, or declare probes"))
 	}
 	if c.Unwinding.Method != unwindAuto && c.Unwinding.Method != unwindFramePointer {
 		errs = append(errs, fmt.Errorf("unwinding::method: want %s or %s, got %q", unwindAuto, unwindFramePointer, c.Unwinding.Method))

@@ -40,7 +40,7 @@ func TestLoadConfig(t *testing.T) {
 				CPU:              CPUConfig{Enabled: true, SamplesPerSecond: 99},
 				Pprof:            PprofConfig{Directory: "/tmp/profiles"},
 				OffCPU:           OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
-				Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive},
+				Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive, USDTInterval: allocs.DefaultUSDTInterval},
 				Kubernetes:       K8sConfig{HostRoot: "/host"},
 				ThreadAttributes: []string{"thread.id", "thread.name"},
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 32},
@@ -54,14 +54,25 @@ func TestLoadConfig(t *testing.T) {
 		{id: component.NewIDWithName(metadata.Type, "short_interval"), errorMessage: "report_interval: must be between 100ms and 1h0m0s, got 1ms"},
 		{id: component.NewIDWithName(metadata.Type, "bad_regexp"), errorMessage: `targets::executables[0]: invalid regexp "("`},
 		{id: component.NewIDWithName(metadata.Type, "zero_pid"), errorMessage: "targets::pids[0]: must be a positive pid"},
-		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled, off_cpu::enabled, memory::go, probes: nothing to do"},
+		{id: component.NewIDWithName(metadata.Type, "nothing_enabled"), errorMessage: "cpu::enabled, off_cpu::enabled, memory::go, memory::usdt, probes: nothing to do"},
+		{
+			id: component.NewIDWithName(metadata.Type, "memory_usdt"),
+			expected: func() *Config {
+				c := createDefaultConfig().(*Config)
+				c.CPU.Enabled = false
+				c.Memory.USDT, c.Memory.USDTInterval = true, 65536
+				return c
+			}(),
+		},
+		{id: component.NewIDWithName(metadata.Type, "zero_usdt_interval"), errorMessage: "memory::usdt_interval: must be 1..4294967296, got 0"},
+		{id: component.NewIDWithName(metadata.Type, "huge_usdt_interval"), errorMessage: "memory::usdt_interval: must be 1..4294967296, got 8589934592"},
 		{
 			id: component.NewIDWithName(metadata.Type, "off_cpu_only"),
 			expected: &Config{
 				ReportInterval:   10 * time.Second,
 				CPU:              CPUConfig{Enabled: false, SamplesPerSecond: 19},
 				OffCPU:           OffCPUConfig{Enabled: true, MinBlock: 5 * time.Millisecond, Mechanism: "switch_out"},
-				Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive},
+				Memory:           MemoryConfig{MaxLive: allocs.DefaultMaxLive, USDTInterval: allocs.DefaultUSDTInterval},
 				Kubernetes:       K8sConfig{HostRoot: "/"},
 				ThreadAttributes: []string{"thread.id", "thread.name"},
 				PerfMaps:         PerfMapsConfig{MaxSizeMiB: 8},
@@ -76,7 +87,7 @@ func TestLoadConfig(t *testing.T) {
 				ReportInterval: 10 * time.Second,
 				CPU:            CPUConfig{SamplesPerSecond: 19},
 				OffCPU:         OffCPUConfig{MinBlock: time.Millisecond, Mechanism: "auto"},
-				Memory:         MemoryConfig{MaxLive: allocs.DefaultMaxLive},
+				Memory:         MemoryConfig{MaxLive: allocs.DefaultMaxLive, USDTInterval: allocs.DefaultUSDTInterval},
 				Probes: []ProbeConfig{
 					{
 						ID: "node.callback_scope", FileMatch: "/node$",

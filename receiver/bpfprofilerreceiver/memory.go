@@ -22,6 +22,7 @@ const (
 	memLossReplaced    = "replaced"
 	memLossStackLost   = "stack_lost"
 	memLossLabelsLost  = "labels_lost"
+	memLossArgsLost    = "args_lost"
 	memProbed          = "probed"
 	memRefused         = "refused"
 )
@@ -33,13 +34,15 @@ type memorySource interface {
 	Close() error
 }
 
-// openKernelMemory probes the allocation hooks of Go executables.
+// openKernelMemory probes the allocation hooks of Go executables
+// (memory::go) and the otel_memory probes of mapped files (memory::usdt).
 func openKernelMemory(cfg *Config, opts sourceOptions) (memorySource, error) {
 	if err := kernelcheck.Check(); err != nil {
 		return nil, err
 	}
 	return allocs.Open(allocs.Options{
 		Proc: opts.proc, Logger: opts.logger, PIDNamespace: opts.pidns,
+		Go: cfg.Memory.Go, USDT: cfg.Memory.USDT, USDTInterval: cfg.Memory.USDTInterval,
 		TargetPIDs: opts.targets, MaxLive: cfg.Memory.MaxLive,
 	})
 }
@@ -104,7 +107,7 @@ func (r *profilerReceiver) recordMemoryStats(ctx context.Context) {
 	}{
 		{memLossRingbufFull, st.RingbufFull - last.RingbufFull}, {memLossEvicted, st.Evicted - last.Evicted},
 		{memLossReplaced, st.Replaced - last.Replaced}, {memLossStackLost, st.StackLost - last.StackLost},
-		{memLossLabelsLost, st.LabelsLost - last.LabelsLost},
+		{memLossLabelsLost, st.LabelsLost - last.LabelsLost}, {memLossArgsLost, st.USDTArgsLost - last.USDTArgsLost},
 	} {
 		if l.n > 0 {
 			tel.BpfprofilerMemoryLosses.Add(ctx, int64(l.n), metric.WithAttributes(attribute.String(attrReason, l.reason)))
@@ -113,7 +116,7 @@ func (r *profilerReceiver) recordMemoryStats(ctx context.Context) {
 	for _, o := range []struct {
 		outcome string
 		n       int
-	}{{memProbed, st.Executables - last.Executables}, {memRefused, st.Refused - last.Refused}} {
+	}{{memProbed, st.Executables + st.USDTFiles - last.Executables - last.USDTFiles}, {memRefused, st.Refused - last.Refused}} {
 		if o.n > 0 {
 			tel.BpfprofilerMemoryExecutables.Add(ctx, int64(o.n), metric.WithAttributes(attribute.String(attrOutcome, o.outcome)))
 		}
@@ -127,5 +130,10 @@ func (r *profilerReceiver) recordMemoryStats(ctx context.Context) {
 		r.memoryWarned[1] = true
 		r.settings.Logger.Warn("live sampled objects dropped, oldest first, to stay within memory::max_live; inuse profiles undercount",
 			zap.Uint64("dropped", st.Evicted), zap.Int("max_live", r.cfg.Memory.MaxLive))
+	}
+	if st.USDTArgsLost > 0 && !r.memoryWarned[2] {
+		r.memoryWarned[2] = true
+		r.settings.Logger.Warn("otel_memory probe arguments could not be read; heap profiles undercount",
+			zap.Uint64("lost", st.USDTArgsLost))
 	}
 }

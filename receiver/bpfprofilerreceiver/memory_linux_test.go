@@ -71,3 +71,54 @@ func TestGoHeapProfiles(t *testing.T) {
 	require.GreaterOrEqual(t, leaves["main.allocBig"]+leaves["main.allocSmall"], (big+small)*99/100,
 		"stacks start at the allocating function: leaves %v", leaves)
 }
+
+// TestUSDTHeapProfiles: with memory::usdt on (and CPU profiling off), a C
+// program whose allocator fires otel_memory:alloc and otel_memory:free,
+// allocating 3 bytes in alloc_big for each in alloc_small, gets the four
+// heap profiles: alloc_space splits 75 ± 5 between the two (symbolized),
+// and both have live objects.
+func TestUSDTHeapProfiles(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := filepath.Join(t.TempDir(), "otelmem")
+	require.NoError(t, testutil.CompileC(testutil.Workload(t, filepath.Join("usdt", "otelmem.c")), bin, "-O2"))
+	child := testutil.StartChild(t, exec.Command(bin, "30"))
+	defer func() { _ = child.Kill(10 * time.Second) }()
+
+	cfg := createDefaultConfig().(*Config)
+	cfg.ReportInterval = time.Second
+	cfg.CPU.Enabled = false
+	cfg.Memory.USDT, cfg.Memory.USDTInterval = true, 4096
+	cfg.Targets.PIDs = []uint32{uint32(child.Pid())}
+	sink := new(consumertest.ProfilesSink)
+	rcv, err := NewFactory().(xreceiver.Factory).CreateProfiles(context.Background(),
+		metadatatest.NewSettings(componenttest.NewTelemetry()), cfg, sink)
+	require.NoError(t, err)
+	require.NoError(t, rcv.Start(context.Background(), componenttest.NewNopHost()))
+	time.Sleep(5 * time.Second) // the measurement window, not a wait for a condition
+	require.NoError(t, rcv.Shutdown(context.Background()))
+
+	alloc, inuse := map[string]int64{}, map[string]int64{}
+	types := map[string]bool{}
+	for _, pd := range sink.AllProfiles() {
+		validate(t, pd)
+		for _, typ := range []string{"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"} {
+			if pdata.Total(pdata.OfType(pd, typ)) > 0 {
+				types[typ] = true
+			}
+		}
+		for fn, v := range pdata.FunctionTotals(pdata.OfType(pd, "alloc_space")) {
+			alloc[fn] += v
+		}
+		for fn, v := range pdata.FunctionTotals(pdata.OfType(pd, "inuse_space")) {
+			inuse[fn] += v
+		}
+	}
+	require.Len(t, types, 4, "sample types seen: %v", types)
+	big, small := alloc["alloc_big"], alloc["alloc_small"]
+	require.Positive(t, big+small, "functions: %v", alloc)
+	share := float64(big) / float64(big+small)
+	t.Logf("alloc_space alloc_big %d alloc_small %d (%.3f); inuse_space %d %d", big, small, share, inuse["alloc_big"], inuse["alloc_small"])
+	require.InDelta(t, 0.75, share, 0.05)
+	require.Positive(t, inuse["alloc_big"])
+	require.Positive(t, inuse["alloc_small"])
+}

@@ -33,7 +33,7 @@ func TestRecordMemoryStats(t *testing.T) {
 	rcv.memory = src
 	ctx := context.Background()
 	rcv.recordMemoryStats(ctx)
-	src.stats.Mallocs, src.stats.Replaced, src.stats.StackLost, src.stats.LabelsLost = 150, 1, 2, 5
+	src.stats.Mallocs, src.stats.Replaced, src.stats.StackLost, src.stats.LabelsLost, src.stats.USDTArgsLost = 150, 1, 2, 5, 6
 	rcv.recordMemoryStats(ctx)
 
 	ignoreTime := metricdatatest.IgnoreTimestamp()
@@ -43,12 +43,12 @@ func TestRecordMemoryStats(t *testing.T) {
 	metadatatest.AssertEqualBpfprofilerMemoryLosses(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: reason("ringbuf_full"), Value: 3}, {Attributes: reason("evicted"), Value: 4},
 		{Attributes: reason("replaced"), Value: 1}, {Attributes: reason("stack_lost"), Value: 2},
-		{Attributes: reason("labels_lost"), Value: 5},
+		{Attributes: reason("labels_lost"), Value: 5}, {Attributes: reason("args_lost"), Value: 6},
 	}, ignoreTime)
 	metadatatest.AssertEqualBpfprofilerMemoryExecutables(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: outcome("probed"), Value: 2}, {Attributes: outcome("refused"), Value: 1},
 	}, ignoreTime)
-	require.Equal(t, [2]bool{true, true}, rcv.memoryWarned)
+	require.Equal(t, [3]bool{true, true, true}, rcv.memoryWarned)
 }
 
 // Heap profiles are named as runtime/pprof names its heap profile's

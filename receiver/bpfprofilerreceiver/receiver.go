@@ -68,7 +68,7 @@ type profilerReceiver struct {
 	// memory is the heap profiles' source; nil: memory::go is off.
 	memory       memorySource
 	memoryStats  allocs.Stats // at the last report
-	memoryWarned [2]bool
+	memoryWarned [3]bool
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall
 	// clock's now, even across a step of the wall clock.
@@ -221,9 +221,9 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 		logger.Info(k.key+" profiling started", zap.String("mechanism", src.Mechanism()))
 		r.sources[k.kind] = src
 	}
-	if r.cfg.Memory.Go && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
-		logger.Warn("memory::go is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: no heap profiles")
-	} else if r.cfg.Memory.Go && r.kernel.memory != nil {
+	if r.cfg.Memory.enabled() && r.profilesConsumer() == nil && r.cfg.Pprof.Directory == "" {
+		logger.Warn("memory::go or memory::usdt is enabled but the receiver is in no profiles pipeline and pprof::directory is empty: no heap profiles")
+	} else if r.cfg.Memory.enabled() && r.kernel.memory != nil {
 		src, err := r.kernel.memory(r.cfg, srcOpts)
 		switch {
 		case errors.Is(err, ebpf.ErrNotSupported):
@@ -232,9 +232,9 @@ func (r *profilerReceiver) Start(_ context.Context, _ component.Host) error {
 			unsupported = append(unsupported, fmt.Errorf("memory: %w", err))
 		case err != nil:
 			r.closeAll()
-			return fmt.Errorf("start heap profiles (memory::go): %w", explainSourceError(err))
+			return fmt.Errorf("start heap profiles (memory::go, memory::usdt): %w", explainSourceError(err))
 		default:
-			logger.Info("Go heap profiles started")
+			logger.Info("heap profiles started", zap.Bool("go", r.cfg.Memory.Go), zap.Bool("usdt", r.cfg.Memory.USDT))
 			r.memory = src
 		}
 	}

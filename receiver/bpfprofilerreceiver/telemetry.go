@@ -140,7 +140,7 @@ func emittedAttributeValues() map[string][]string {
 		"v8_unsymbolized_reason":        runtimeUnsymbolized,
 		"ruby_unsymbolized_reason":      runtimeUnsymbolized,
 		"php_unsymbolized_reason":       runtimeUnsymbolized,
-		"memory_loss":                   {memLossRingbufFull, memLossEvicted, memLossReplaced, memLossStackLost, memLossLabelsLost},
+		"memory_loss":                   {memLossRingbufFull, memLossEvicted, memLossReplaced, memLossStackLost, memLossLabelsLost, memLossArgsLost},
 		"memory_executable_outcome":     {memProbed, memRefused},
 	}
 }

@@ -164,7 +164,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerMemoryExecutables, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_memory_executables",
-		metric.WithDescription("Go executables found for heap profiles, probed or refused. [Development]"),
+		metric.WithDescription("Files found for heap profiles (Go executables, files with otel_memory probes), probed or refused. [Development]"),
 		metric.WithUnit("{file}"),
 	)
 	errs = errors.Join(errs, err)
@@ -176,7 +176,7 @@ func NewTelemetryBuilder(settings component.TelemetrySettings, options ...Teleme
 	errs = errors.Join(errs, err)
 	builder.BpfprofilerMemorySamples, err = builder.meter.Int64Counter(
 		"otelcol_bpfprofiler_memory_samples",
-		metric.WithDescription("Allocations the Go runtime sampled (memory::go) that the receiver read, before scaling. [Development]"),
+		metric.WithDescription("Sampled allocations the receiver read (memory::go: the Go runtime's samples; memory::usdt: otel_memory:alloc events sampled in BPF), before scaling. [Development]"),
 		metric.WithUnit("{allocation}"),
 	)
 	errs = errors.Join(errs, err)

@@ -152,7 +152,7 @@ func AssertEqualBpfprofilerJvmProcesses(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualBpfprofilerMemoryExecutables(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_memory_executables",
-		Description: "Go executables found for heap profiles, probed or refused. [Development]",
+		Description: "Files found for heap profiles (Go executables, files with otel_memory probes), probed or refused. [Development]",
 		Unit:        "{file}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
@@ -184,7 +184,7 @@ func AssertEqualBpfprofilerMemoryLosses(t *testing.T, tt *componenttest.Telemetr
 func AssertEqualBpfprofilerMemorySamples(t *testing.T, tt *componenttest.Telemetry, dps []metricdata.DataPoint[int64], opts ...metricdatatest.Option) {
 	want := metricdata.Metrics{
 		Name:        "otelcol_bpfprofiler_memory_samples",
-		Description: "Allocations the Go runtime sampled (memory::go) that the receiver read, before scaling. [Development]",
+		Description: "Sampled allocations the receiver read (memory::go: the Go runtime's samples; memory::usdt: otel_memory:alloc events sampled in BPF), before scaling. [Development]",
 		Unit:        "{allocation}",
 		Data: metricdata.Sum[int64]{
 			Temporality: metricdata.CumulativeTemporality,
