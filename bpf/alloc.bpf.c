@@ -30,7 +30,9 @@
  * 1 - exp(-W / usdt_interval). Only a sampled object's free is sent.
  *
  * Mallocs, frees and cycles are events in alloc_events; user space
- * (internal/allocs) keeps the live sampled objects by address.
+ * (internal/allocs) keeps the live sampled objects by address. So are
+ * execs (tp_btf/sched_process_exec), after which user space looks at the
+ * process's new executable and libraries.
  */
 #include "common.h"
 #include "arch.h"
@@ -54,6 +56,7 @@ enum alloc_event_kind {
 	ALLOC_GO_CYCLE = 4,    /* a garbage collection ends its marking */
 	ALLOC_USDT_MALLOC = 5, /* addr, size, weight, rate (usdt_interval), stack */
 	ALLOC_USDT_FREE = 6,   /* addr */
+	ALLOC_EXEC = 7,	       /* the process exec'ed: look at its new image */
 };
 
 /* One event; a malloc's has ips and, after them, labels_size bytes of labels (golabelset.h). */
@@ -175,8 +178,8 @@ static __always_inline u64 go_arg(const struct pt_regs *ctx, u32 off)
 	return *(const u64 *)((const u8 *)ctx + off);
 }
 
-/* A small event (no stack): bucket or free. */
-static __always_inline int send_small(u32 kind, u64 addr, u64 bucket)
+/* A small event (no stack): a free, a cycle, an exec (woken at once: its process is to be looked at). */
+static __always_inline int send_small(u32 kind, u64 addr, u64 bucket, u64 wakeup)
 {
 	struct sampler_config ns = { .pidns_dev = pidns_dev, .pidns_ino = pidns_ino };
 	struct alloc_stats *st;
@@ -197,7 +200,7 @@ static __always_inline int send_small(u32 kind, u64 addr, u64 bucket)
 	ev->tid = tid;
 	ev->addr = addr;
 	ev->bucket = bucket;
-	bpf_ringbuf_submit(ev, alloc_wakeup());
+	bpf_ringbuf_submit(ev, wakeup);
 	st->events++;
 	return 0;
 }
@@ -311,13 +314,13 @@ int go_free(struct pt_regs *ctx)
 		return 0;
 	addr = *p;
 	bpf_map_delete_elem(&freeing, &g);
-	return send_small(ALLOC_GO_FREE, addr, go_arg(ctx, UREGS_GO_ARG0));
+	return send_small(ALLOC_GO_FREE, addr, go_arg(ctx, UREGS_GO_ARG0), alloc_wakeup());
 }
 
 SEC("uprobe")
 int go_gc_cycle(struct pt_regs *ctx)
 {
-	return send_small(ALLOC_GO_CYCLE, 0, 0);
+	return send_small(ALLOC_GO_CYCLE, 0, 0, alloc_wakeup());
 }
 
 /* ln 2 in 16.16 fixed point. */
@@ -479,7 +482,13 @@ int usdt_free(struct pt_regs *ctx)
 	obj.addr = sc->args.values[0];
 	if (!obj.addr || current_ids(&ns, &obj.pid, &tid) || bpf_map_delete_elem(&usdt_live, &obj))
 		return 0;
-	return send_small(ALLOC_USDT_FREE, obj.addr, 0);
+	return send_small(ALLOC_USDT_FREE, obj.addr, 0, alloc_wakeup());
+}
+
+SEC("tp_btf/sched_process_exec")
+int alloc_exec(u64 *ctx)
+{
+	return send_small(ALLOC_EXEC, 0, 0, BPF_RB_FORCE_WAKEUP);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

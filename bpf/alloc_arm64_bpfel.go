@@ -110,6 +110,7 @@ const (
 	AllocMapUsdtCountdown    = "usdt_countdown"
 	AllocMapUsdtLive         = "usdt_live"
 	AllocMapUsdtSpecs        = "usdt_specs"
+	AllocProgAllocExec       = "alloc_exec"
 	AllocProgGoFree          = "go_free"
 	AllocProgGoFreeSpecial   = "go_free_special"
 	AllocProgGoGcCycle       = "go_gc_cycle"
@@ -166,6 +167,7 @@ type AllocSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type AllocProgramSpecs struct {
+	AllocExec     *ebpf.ProgramSpec `ebpf:"alloc_exec"`
 	GoFree        *ebpf.ProgramSpec `ebpf:"go_free"`
 	GoFreeSpecial *ebpf.ProgramSpec `ebpf:"go_free_special"`
 	GoGcCycle     *ebpf.ProgramSpec `ebpf:"go_gc_cycle"`
@@ -258,6 +260,7 @@ type AllocVariables struct {
 //
 // It can be passed to LoadAllocObjects or ebpf.CollectionSpec.LoadAndAssign.
 type AllocPrograms struct {
+	AllocExec     *ebpf.Program `ebpf:"alloc_exec"`
 	GoFree        *ebpf.Program `ebpf:"go_free"`
 	GoFreeSpecial *ebpf.Program `ebpf:"go_free_special"`
 	GoGcCycle     *ebpf.Program `ebpf:"go_gc_cycle"`
@@ -269,6 +272,7 @@ type AllocPrograms struct {
 
 func (p *AllocPrograms) Close() error {
 	return _AllocClose(
+		p.AllocExec,
 		p.GoFree,
 		p.GoFreeSpecial,
 		p.GoGcCycle,

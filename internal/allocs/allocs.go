@@ -46,7 +46,8 @@ type Options struct {
 	// MaxLive bounds the sampled objects kept as live (DefaultMaxLive
 	// when 0); beyond it the oldest are dropped (Stats.Evicted).
 	MaxLive int
-	// RescanInterval is how often new processes are looked for.
+	// RescanInterval is how often new processes are looked for (a
+	// process that exec'ed is looked at on its exec).
 	RescanInterval time.Duration
 }
 
@@ -76,4 +77,5 @@ type Stats struct {
 	// without a stack, label sets that could not be read.
 	RingbufFull, StackLost, LabelsLost uint64
 	USDTArgsLost                       uint64 // otel_memory firings whose arguments could not be read
+	ExecsDropped                       uint64 // execs not looked at: too many waiting
 }

@@ -46,6 +46,8 @@ type Manager struct {
 	specs    usdtSpecs
 	stop     chan struct{}
 	flushed  chan struct{} // the reader read what was in the ring at a Flush
+	execs    chan uint32   // processes that exec'ed, from the reader to follow
+	execLink link.Link
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
@@ -53,7 +55,7 @@ type Manager struct {
 	files   map[fileID]*goFile
 	// usdtFiles: files looked at for otel_memory probes.
 	usdtFiles map[fileID]*usdtFile
-	procs     map[uint32]uint64 // pid -> start time, of processes inspected
+	procs     map[uint32]bool // processes inspected
 	stats     Stats
 	warned    map[string]bool
 	closed    bool
@@ -88,8 +90,9 @@ func Open(opts Options) (*Manager, error) {
 	m := &Manager{
 		opts: opts, deadline: procfs.NewDeadline(openTimeout, maxStuckOpens), self: uint32(os.Getpid()),
 		stop: make(chan struct{}), flushed: make(chan struct{}, 1), tracker: NewTracker(opts.MaxLive),
-		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]uint64{}, warned: map[string]bool{},
-		usdt: opts.USDT,
+		files: map[fileID]*goFile{}, usdtFiles: map[fileID]*usdtFile{}, procs: map[uint32]bool{}, warned: map[string]bool{},
+		execs: make(chan uint32, maxPendingExecs),
+		usdt:  opts.USDT,
 	}
 	if len(opts.TargetPIDs) > 0 {
 		// Uprobes fire in every process mapping a probed file.
@@ -116,6 +119,11 @@ func Open(opts Options) (*Manager, error) {
 		_ = m.objs.Close()
 		return nil, fmt.Errorf("open allocation events: %w", err)
 	}
+	if m.execLink, err = link.AttachTracing(link.TracingOptions{Program: m.objs.AllocExec}); err != nil {
+		_ = m.reader.Close()
+		_ = m.objs.Close()
+		return nil, fmt.Errorf("attach the exec tracepoint of allocation profiles: %w", err)
+	}
 	m.scan()
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.read() }()
@@ -123,22 +131,75 @@ func Open(opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// follow inspects new processes every rescan interval.
+// Times after an exec at which the process is looked at: its executable
+// is mapped at exec, its libraries shortly after by the dynamic loader.
+var execInspectDelays = []time.Duration{0, 500 * time.Millisecond}
+
+// maxPendingExecs bounds the execs waiting to be looked at; past it an
+// exec is left to no scan (counted: Stats.ExecsDropped).
+const maxPendingExecs = 4096
+
+type pendingExec struct {
+	pid  uint32
+	due  time.Time
+	next int // index into execInspectDelays
+}
+
+// follow looks at processes that exec'ed, and for new ones every rescan
+// interval.
 func (m *Manager) follow() {
 	t := time.NewTicker(m.opts.RescanInterval)
 	defer t.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var pending []pendingExec
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
 			m.scan()
+		case pid := <-m.execs:
+			m.forget(pid)
+			m.mu.Lock()
+			m.procs[pid] = true
+			m.mu.Unlock()
+			pending = append(pending, pendingExec{pid: pid, due: time.Now()})
+		case now := <-tick.C:
+			kept := pending[:0]
+			for _, p := range pending {
+				if now.Before(p.due) {
+					kept = append(kept, p)
+					continue
+				}
+				m.inspect(p.pid)
+				if p.next+1 < len(execInspectDelays) {
+					p.next++
+					p.due = now.Add(execInspectDelays[p.next])
+					kept = append(kept, p)
+				}
+			}
+			pending = kept
 		}
 	}
 }
 
-// scan inspects the processes not inspected before (by pid and start
-// time), the targets only when there are targets.
+// exec'ed notes, from the reader, that process pid exec'ed.
+func (m *Manager) execed(pid uint32) {
+	if pid == m.self || (m.targets != nil && !m.targets[pid]) {
+		return
+	}
+	select {
+	case m.execs <- pid:
+	default:
+		m.stats.ExecsDropped++ // under m.mu (handle)
+	}
+}
+
+// scan looks at the processes not seen before (the targets only when
+// there are targets) and forgets those gone. A process that exec'ed is
+// looked at again on its exec event, not here: listing /proc is all a
+// scan costs per known process.
 func (m *Manager) scan() {
 	pids := m.opts.TargetPIDs
 	if len(pids) == 0 {
@@ -154,21 +215,13 @@ func (m *Manager) scan() {
 		if pid == m.self {
 			continue
 		}
-		start, err := m.opts.Proc.StartTime(pid)
-		if err != nil {
-			continue // gone
-		}
 		m.mu.Lock()
-		old, known := m.procs[pid]
-		m.procs[pid] = start
+		known := m.procs[pid]
+		m.procs[pid] = true
 		m.mu.Unlock()
-		if known && old == start {
-			continue
+		if !known {
+			m.inspect(pid)
 		}
-		if known {
-			m.forget(pid)
-		}
-		m.inspect(pid)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -388,7 +441,7 @@ func (m *Manager) Close() error {
 	m.closed = true
 	m.mu.Unlock()
 	close(m.stop)
-	err := m.reader.Close()
+	err := errors.Join(m.execLink.Close(), m.reader.Close())
 	m.wg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()

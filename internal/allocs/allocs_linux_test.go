@@ -166,3 +166,34 @@ func passes(s capture.RawStack, r addrRange) bool {
 	}
 	return false
 }
+
+// A process that execs a Go program after the Manager looked at it (a
+// shell, as an image's entry point script) is looked at again on its exec:
+// with no rescan in the test's time, its allocations are profiled.
+func TestGoAllocationsAfterExec(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := filepath.Join(t.TempDir(), "goalloc")
+	require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goalloc"), bin, runtime.GOARCH, testutil.GoBuild{}))
+	cmd := exec.Command("sh", "-c", `read _; exec "$0" -duration 10s -per-second 200`, bin)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	child := testutil.StartChild(t, cmd)
+	defer func() { _ = child.Kill(10 * time.Second) }()
+	m, err := Open(Options{Proc: procfs.FS{}, Logger: zaptest.NewLogger(t), Go: true, RescanInterval: time.Hour,
+		TargetPIDs: []uint32{uint32(child.Pid())}})
+	require.NoError(t, err)
+	defer m.Close()
+	require.Zero(t, m.Stats().Processes, "the shell is no Go program")
+	_, err = stdin.Write([]byte("go\n"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return m.Stats().Processes == 1 }, 10*time.Second, 20*time.Millisecond, "exec not followed")
+	var allocated uint64
+	require.Eventually(t, func() bool {
+		for _, s := range m.Drain().AllocSpace {
+			if s.PID == uint32(child.Pid()) {
+				allocated += s.Value
+			}
+		}
+		return allocated > 0
+	}, 10*time.Second, 100*time.Millisecond, "no allocations of the exec'ed program")
+}

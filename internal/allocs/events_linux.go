@@ -19,6 +19,7 @@ const (
 	eventKindCycle  = 4
 	eventKindUSDT   = 5
 	eventKindUFree  = 6
+	eventKindExec   = 7
 	eventHeader     = 80
 	eventSize       = eventHeader + 8*127
 )
@@ -81,6 +82,8 @@ func (m *Manager) handle(b []byte) {
 		m.tracker.Free(pid, addr)
 	case eventKindCycle:
 		m.tracker.Cycle(pid)
+	case eventKindExec:
+		m.execed(pid)
 	}
 }
 

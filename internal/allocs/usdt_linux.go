@@ -43,6 +43,7 @@ type goOnlyObjects struct {
 	GoGcCycle     *ebpf.Program `ebpf:"go_gc_cycle"`
 	GoMallocP0    *ebpf.Program `ebpf:"go_malloc_p0"`
 	GoMallocP1    *ebpf.Program `ebpf:"go_malloc_p1"`
+	AllocExec     *ebpf.Program `ebpf:"alloc_exec"`
 }
 
 // loadObjects loads spec's maps and programs into m.objs, the otel_memory
@@ -61,6 +62,7 @@ func (m *Manager) loadObjects(spec *ebpf.CollectionSpec) error {
 	m.objs.AllocMaps = o.AllocMaps
 	p := &m.objs.AllocPrograms
 	p.GoFree, p.GoFreeSpecial, p.GoGcCycle, p.GoMallocP0, p.GoMallocP1 = o.GoFree, o.GoFreeSpecial, o.GoGcCycle, o.GoMallocP0, o.GoMallocP1
+	p.AllocExec = o.AllocExec
 	return nil
 }
 

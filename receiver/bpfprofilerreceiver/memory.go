@@ -131,6 +131,11 @@ func (r *profilerReceiver) recordMemoryStats(ctx context.Context) {
 		r.settings.Logger.Warn("live sampled objects dropped, oldest first, to stay within memory::max_live; inuse profiles undercount",
 			zap.Uint64("dropped", st.Evicted), zap.Int("max_live", r.cfg.Memory.MaxLive))
 	}
+	if st.ExecsDropped > 0 && !r.memoryWarned[3] {
+		r.memoryWarned[3] = true
+		r.settings.Logger.Warn("processes that exec'ed not looked at for heap profiles: too many execs at once",
+			zap.Uint64("dropped", st.ExecsDropped))
+	}
 	if st.USDTArgsLost > 0 && !r.memoryWarned[2] {
 		r.memoryWarned[2] = true
 		r.settings.Logger.Warn("otel_memory probe arguments could not be read; heap profiles undercount",

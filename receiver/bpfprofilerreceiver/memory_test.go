@@ -48,7 +48,7 @@ func TestRecordMemoryStats(t *testing.T) {
 	metadatatest.AssertEqualBpfprofilerMemoryExecutables(t, tel, []metricdata.DataPoint[int64]{
 		{Attributes: outcome("probed"), Value: 2}, {Attributes: outcome("refused"), Value: 1},
 	}, ignoreTime)
-	require.Equal(t, [3]bool{true, true, true}, rcv.memoryWarned)
+	require.Equal(t, [4]bool{true, true, true, false}, rcv.memoryWarned)
 }
 
 // Heap profiles are named as runtime/pprof names its heap profile's

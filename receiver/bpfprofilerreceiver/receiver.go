@@ -68,7 +68,7 @@ type profilerReceiver struct {
 	// memory is the heap profiles' source; nil: memory::go is off.
 	memory       memorySource
 	memoryStats  allocs.Stats // at the last report
-	memoryWarned [3]bool
+	memoryWarned [4]bool
 	// lastDrain is the CLOCK_MONOTONIC time of the last drain: a report's
 	// window is as long as the monotonic clock says, ending at the wall
 	// clock's now, even across a step of the wall clock.
