@@ -67,6 +67,7 @@ type fileID struct{ dev, inode uint64 }
 // uprobes on them; err: not probed (not Go, a release not known, ...).
 type goFile struct {
 	hooks   Hooks
+	progs   []elf.ProgHeader // to find a process's load bias
 	gLabels uint32
 	layout  golabels.Layout
 	links   []link.Link
@@ -282,23 +283,20 @@ func (m *Manager) inspectGo(pid uint32, maps []procfs.Map) {
 	m.mu.Lock()
 	gf := m.files[id]
 	m.mu.Unlock()
-	// The file is the process's to choose: open the mapped file itself,
-	// within its root, and read and attach through that descriptor.
-	f, err := procfs.Within(m.deadline, m.opts.Proc.RootPath(pid, exe),
-		func() (*os.File, error) { return m.opts.Proc.OpenMappedFile(pid, mp) }, func(f *os.File) { f.Close() })
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			m.warnOnce("open:"+exe, "cannot open executable for allocation profiles", err)
-		}
-		return
-	}
-	defer f.Close()
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return
-	}
 	if gf == nil {
-		gf = m.probeFile(f, ef, exe)
+		// The file is the process's to choose: open the mapped file
+		// itself, within its root, and read and attach through that
+		// descriptor. Once per file: what a process needs is kept.
+		f, err := procfs.Within(m.deadline, m.opts.Proc.RootPath(pid, exe),
+			func() (*os.File, error) { return m.opts.Proc.OpenMappedFile(pid, mp) }, func(f *os.File) { f.Close() })
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				m.warnOnce("open", "cannot open an executable for allocation profiles (logged once)", fmt.Errorf("%s: %w", exe, err))
+			}
+			return
+		}
+		gf = m.probeFile(f, exe)
+		f.Close()
 		m.mu.Lock()
 		m.files[id] = gf
 		m.mu.Unlock()
@@ -308,7 +306,7 @@ func (m *Manager) inspectGo(pid uint32, maps []procfs.Map) {
 	}
 	proc := bpf.AllocAllocGoProc{G_labels: gf.gLabels, Layout: uint32(gf.layout)}
 	if gf.hooks.RateAddr != 0 {
-		if bias, ok := Bias(ef, mp.Start, mp.Offset); ok {
+		if bias, ok := Bias(gf.progs, mp.Start, mp.Offset); ok {
 			proc.RateAddr = gf.hooks.RateAddr + bias
 		}
 	}
@@ -322,13 +320,21 @@ func (m *Manager) inspectGo(pid uint32, maps []procfs.Map) {
 
 // probeFile attaches the hooks of executable f; a file that is not Go, or
 // whose hooks are not found, is remembered with why.
-func (m *Manager) probeFile(f *os.File, ef *elf.File, exe string) (gf *goFile) {
+func (m *Manager) probeFile(f *os.File, exe string) (gf *goFile) {
 	gf = &goFile{}
 	defer func() {
 		if r := recover(); r != nil { // a crafted file (the process's to choose)
 			gf = &goFile{err: fmt.Errorf("malformed file: %v", r)}
 		}
 	}()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		gf.err = err
+		return gf
+	}
+	for _, p := range ef.Progs {
+		gf.progs = append(gf.progs, p.ProgHeader)
+	}
 	if ef.Section(".go.buildinfo") == nil {
 		gf.err = ErrNotGo
 		return gf

@@ -146,11 +146,11 @@ func releaseMinor(v string) (int, error) {
 	return strconv.Atoi(rest)
 }
 
-// Bias returns the load bias of a process's executable mapped by m (its
-// file offset off of the segment mapped at start): start - the segment's
-// vaddr at off.
-func Bias(ef *elf.File, start, off uint64) (uint64, bool) {
-	for _, p := range ef.Progs {
+// Bias returns the load bias of a process's executable whose program
+// headers are progs, mapped at start from file offset off: start - the
+// vaddr of the PT_LOAD segment at off.
+func Bias(progs []elf.ProgHeader, start, off uint64) (uint64, bool) {
+	for _, p := range progs {
 		if p.Type != elf.PT_LOAD || off < p.Off || off >= p.Off+p.Filesz {
 			continue
 		}

@@ -145,7 +145,11 @@ func cFunctionRanges(t *testing.T, bin string, pid int) map[string]addrRange {
 	found := false
 	for _, mp := range maps {
 		if mp.Path == bin {
-			bias, found = Bias(ef, mp.Start, mp.Offset)
+			var progs []elf.ProgHeader
+			for _, p := range ef.Progs {
+				progs = append(progs, p.ProgHeader)
+			}
+			bias, found = Bias(progs, mp.Start, mp.Offset)
 			break
 		}
 	}
