@@ -22,24 +22,6 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// allocBuilds are the goalloc builds: the oldest release whose hooks are
-// known (mProf_Malloc(p, size), labels in a map) static, and the newest
-// with cgo (mProf_Malloc(mp, p, size), mProf_Free(b)), each sampling one
-// allocation per 16 KiB (its rate read from its memory): ~800 live
-// sampled objects, so that the inuse comparison is not at the mercy of
-// which few the runtime sampled (at the default rate 60: the program's
-// own profile, up to two collections older than the receiver's, then
-// differs from it by up to 20%). A stripped build (its hooks found in
-// .gopclntab, its rate not readable) is the end-to-end test's and
-// TestFindHooks'.
-var allocBuilds = []struct {
-	build testutil.GoBuild
-	args  []string
-}{
-	{testutil.GoBuild{Toolchain: "go1.21.13"}, []string{"-rate", "16384"}},
-	{testutil.GoBuild{Toolchain: "go1.27.3", Cgo: true}, []string{"-rate", "16384"}},
-}
-
 // TestGoAllocations profiles goalloc, started after the Manager, for 6 s
 // after 2 s of warm-up: allocBig allocates 3 bytes for each of
 // allocSmall's, so 75 ± 5% of the alloc_space of the two is allocBig's;
@@ -48,17 +30,22 @@ var allocBuilds = []struct {
 // runtime sweeps them); every sample of the two carries its {fn} label.
 func TestGoAllocations(t *testing.T) {
 	testutil.RequireBPF(t)
-	for _, tt := range allocBuilds {
-		b := tt.build
+	// One sampled allocation per 16 KiB (read from the process's memory):
+	// ~800 live sampled objects, so that the inuse comparison is not at
+	// the mercy of which few the runtime sampled (at the default rate 60:
+	// the program's own profile, up to two collections older than the
+	// receiver's, then differs from it by up to 20%).
+	args := []string{"-rate", "16384"}
+	for _, b := range testutil.GoHeapBuilds {
 		b.Toolchain = testutil.GoToolchain(b.Toolchain)
-		t.Run(strings.Join(append([]string{b.Name()}, tt.args...), " "), func(t *testing.T) {
+		t.Run(b.Name(), func(t *testing.T) {
 			bin := filepath.Join(t.TempDir(), "goalloc")
 			require.NoError(t, testutil.CrossBuildGo(testutil.Workload(t, "goalloc"), bin, runtime.GOARCH, b))
 			m, err := Open(Options{Proc: procfs.FS{}, Logger: zaptest.NewLogger(t), Go: true, RescanInterval: 200 * time.Millisecond})
 			require.NoError(t, err)
 			defer m.Close()
 
-			child := testutil.StartChild(t, exec.Command(bin, append([]string{"-duration", "12s", "-per-second", "500"}, tt.args...)...))
+			child := testutil.StartChild(t, exec.Command(bin, append([]string{"-duration", "12s", "-per-second", "500"}, args...)...))
 			require.Eventually(t, func() bool { return m.Stats().Processes > 0 }, 10*time.Second, 50*time.Millisecond)
 			time.Sleep(2 * time.Second)
 			m.Drain() // warm-up: objects allocated before the probes

@@ -165,6 +165,16 @@ var GoProbeBuilds = []GoBuild{
 	{Toolchain: "go1.27.3", Cgo: true},
 }
 
+// GoHeapBuilds are the builds of the goalloc workload the heap profile
+// tests profile: the oldest Go release whose allocation hooks are known
+// static, and the newest with cgo, both with a symbol table (each
+// process's runtime.MemProfileRate is read at its symbol: the tests set
+// it; a stripped build's is taken to be the default).
+var GoHeapBuilds = []GoBuild{
+	{Toolchain: "go1.21.13"},
+	{Toolchain: "go1.27.3", Cgo: true},
+}
+
 // Name says which build b is: "go1.23.12 cgo", "go1.27.3 static".
 func (b GoBuild) Name() string {
 	name := b.Toolchain + " static"

@@ -15,27 +15,16 @@ import (
 	"github.com/bpfprofiler/bpfprofiler/internal/testutil"
 )
 
-// goHeapBuilds are the goalloc builds of the heap profile check, the Go
-// probe check's (testutil.GoProbeBuilds): the oldest release whose hooks
-// are known, static and stripped (its rate not readable: it keeps the
-// default), and the newest with cgo, sampling one allocation per 64 KiB
-// (read from its memory).
-func goHeapArgs(b testutil.GoBuild) []string {
-	if b.LDFlags == "" {
-		return []string{"-rate", "65536"}
-	}
-	return nil
-}
-
-// Go programs allocating 3 bytes in allocBig for each in allocSmall,
-// started after the collector (memory::go on, CPU profiling off): their
+// Go programs allocating 3 bytes in allocBig for each in allocSmall
+// (testutil.GoHeapBuilds), started after the collector (memory::go on,
+// CPU profiling off): their
 // four heap profiles reach OTLP with runtime/pprof's sample types and a
 // space/bytes period; alloc_space splits 75 ± 5, stacks start at the
-// allocating function (the allocator's runtime frames hidden), each
-// carries its goroutine's {fn} label, and inuse_space is reported.
+// allocating function (the allocator's runtime frames hidden), all but 1%
+// carry their goroutine's {fn} label, and inuse_space is reported.
 func TestCollectorGoHeapProfiles(t *testing.T) {
 	bin := collectorBinary(t)
-	builds := testutil.GoProbeBuilds
+	builds := testutil.GoHeapBuilds
 	progs := make([]string, len(builds))
 	for i, b := range builds {
 		progs[i] = testutil.BuildGoWith(t, "goalloc", b)
@@ -50,7 +39,9 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
 	pids := map[int]string{}
 	for i, b := range builds {
-		args := append([]string{"-duration", fmt.Sprint(testutil.Patient(60 * time.Second)), "-per-second", "500"}, goHeapArgs(b)...)
+		// One sampled allocation per 64 KiB: enough samples in 150 MB,
+		// which an emulated guest allocates in time too.
+		args := []string{"-duration", fmt.Sprint(testutil.Patient(60 * time.Second)), "-per-second", "500", "-rate", "65536"}
 		w := testutil.StartWorkloadChild(t, progs[i], args...)
 		pids[w.Pid()] = b.Name()
 	}
@@ -94,25 +85,36 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		}
 		return got
 	}
-	// Enough of each: 500 MB, ~700 samples of allocBig's and 250 of
-	// allocSmall's at the default rate (8 s on the host): the share's
-	// standard error is under 1.5 points.
+	// Enough of each: 150 MB, ~1200 samples of allocBig's and 450 of
+	// allocSmall's (2.5 s on the host): the share's standard error is
+	// about a point.
 	var got map[int]*sums
-	require.Eventually(t, func() bool {
+	enough := func() bool {
 		got = measure()
 		for _, s := range got {
-			if s.big+s.small < 500_000_000 || s.inuse == 0 {
+			if s.big+s.small < 150_000_000 || s.inuse == 0 {
 				return false
 			}
 		}
 		return true
-	}, testutil.Patient(90*time.Second), time.Second, "too few allocations profiled")
+	}
+	for deadline := time.Now().Add(testutil.Patient(90 * time.Second)); !enough(); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			for pid, s := range got {
+				t.Logf("%s: alloc_space allocBig %d allocSmall %d, inuse_space %d", pids[pid], s.big, s.small, s.inuse)
+			}
+			t.Fatal("too few allocations profiled")
+		}
+	}
 	for pid, s := range got {
 		share := float64(s.big) / float64(s.big+s.small)
 		t.Logf("%s: alloc_space allocBig %d allocSmall %d (%.3f), inuse_space %d; unlabelled %d, not leaf %d",
 			pids[pid], s.big, s.small, share, s.inuse, s.unlabelled, s.notLeaf)
 		require.InDelta(t, 0.75, share, 0.05, pids[pid])
-		require.Zero(t, s.unlabelled, "%s: samples without their goroutine's label", pids[pid])
+		// A label set the kernel could not read goes without (counted,
+		// bpfprofiler_memory_losses{reason=labels_lost}): one in 1000
+		// samples on Linux 5.10.
+		require.LessOrEqual(t, s.unlabelled, (s.big+s.small)/100, "%s: samples without their goroutine's label", pids[pid])
 		require.Zero(t, s.notLeaf, "%s: stacks not starting at the allocating function", pids[pid])
 	}
 }

@@ -225,8 +225,8 @@ func buildPayload(ctx context.Context, dir, collector, cacheDir string, a *arch)
 		}
 	}
 	// The Go probe and heap profile checks' programs.
-	for _, prog := range []string{"goscopes", "goalloc"} {
-		for _, b := range testutil.GoProbeBuilds {
+	for prog, builds := range map[string][]testutil.GoBuild{"goscopes": testutil.GoProbeBuilds, "goalloc": testutil.GoHeapBuilds} {
+		for _, b := range builds {
 			out := filepath.Join(root, guestWorkloads[1:], b.FileName(prog))
 			if err := testutil.CrossBuildGo("testdata/workloads/"+prog, out, a.name, b); err != nil {
 				return nil, err
