@@ -236,6 +236,37 @@ static __always_inline u32 malloc_labels(const struct alloc_go_proc *gp, u64 g, 
 	return n;
 }
 
+/*
+ * The user stack of a Go function at its probe (after its stack check,
+ * before its prologue saves the frame pointer), leaf first, into ips:
+ * the pc, its return address (on top of the stack on x86-64, in the link
+ * register on arm64), then the callers' return addresses along the frame
+ * pointer chain Go keeps on both ({caller's frame pointer, return
+ * address} at each frame pointer). Returns the frames kept. Walked here,
+ * not with bpf_get_stack: on arm64 Linux 5.10 that stops at the pc in a
+ * uprobe.
+ */
+static __always_inline s32 go_entry_stack(const u64 *regs, u64 *ips)
+{
+	u64 fp = regs[UREGS_BP / 8], rec[2];
+	s32 n = 2;
+
+	ips[0] = regs[UREGS_IP / 8];
+	ips[1] = entry_return_address(regs);
+	if (!ips[1])
+		return 1;
+	for (int i = 2; i < MAX_STACK_DEPTH; i++) {
+		if (!fp || (fp & 7) || bpf_probe_read_user(rec, sizeof(rec), (void *)fp) || !rec[1])
+			break;
+		ips[i] = RETURN_ADDRESS(rec[1]);
+		n = i + 1;
+		if (rec[0] <= fp) /* the chain goes up the stack, or it is not one */
+			break;
+		fp = rec[0];
+	}
+	return n;
+}
+
 static __always_inline int go_malloc(struct pt_regs *ctx, u64 addr, u64 size)
 {
 	struct sampler_config ns = { .pidns_dev = pidns_dev, .pidns_ino = pidns_ino };
@@ -243,7 +274,6 @@ static __always_inline int go_malloc(struct pt_regs *ctx, u64 addr, u64 size)
 	struct alloc_scratch *sc;
 	struct alloc_stats *st;
 	u32 zero = 0, pid, tid, n = 0;
-	long frames;
 
 	st = bpf_map_lookup_elem(&alloc_counts, &zero);
 	sc = bpf_map_lookup_elem(&alloc_scratch, &zero);
@@ -259,13 +289,9 @@ static __always_inline int go_malloc(struct pt_regs *ctx, u64 addr, u64 size)
 	sc->ev.weight = 0;
 	sc->ev.pad = 0;
 	bpf_get_current_comm(sc->ev.comm, sizeof(sc->ev.comm));
-	frames = bpf_get_stack(ctx, sc->ev.ips, sizeof(sc->ev.ips), BPF_F_USER_STACK);
-	if (frames > 0) {
-		sc->ev.frames = frames / sizeof(u64);
-	} else {
-		sc->ev.frames = frames ? frames : -EFAULT;
+	sc->ev.frames = go_entry_stack((const u64 *)ctx, sc->ev.ips);
+	if (sc->ev.frames < 2)
 		st->stack_lost++;
-	}
 	gp = bpf_map_lookup_elem(&alloc_go_procs, &pid);
 	if (gp && gp->rate_addr)
 		bpf_probe_read_user(&sc->ev.rate, sizeof(sc->ev.rate), (void *)gp->rate_addr);

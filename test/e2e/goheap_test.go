@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +105,7 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		if time.Now().After(deadline) {
 			for pid, s := range got {
 				t.Logf("%s: alloc_space allocBig %d allocSmall %d, inuse_space %d", pids[pid], s.big, s.small, s.inuse)
+				logHeaviestStacks(t, otlp.all(), pid)
 			}
 			t.Fatal("too few allocations profiled")
 		}
@@ -135,5 +139,24 @@ func requireHeapPeriods(t *testing.T, p pprofile.Profiles) {
 				}
 			}
 		}
+	}
+}
+
+// logHeaviestStacks logs the five heaviest alloc_space stacks of pid.
+func logHeaviestStacks(t *testing.T, all []pprofile.Profiles, pid int) {
+	t.Helper()
+	sums := map[string]int64{}
+	for _, p := range all {
+		for _, st := range pdata.Stacks(pdata.OfType(pdata.OfPID(p, pid), "alloc_space")) {
+			key := strings.Join(st.Functions, " <- ")
+			if len(st.Functions) == 0 {
+				key = fmt.Sprintf("(no frames: %v)", st.Frames)
+			}
+			sums[key] += st.Value
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(sums), func(a, b string) int { return cmp.Compare(sums[b], sums[a]) })
+	for _, k := range keys[:min(5, len(keys))] {
+		t.Logf("  %d %s", sums[k], k)
 	}
 }
