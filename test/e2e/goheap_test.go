@@ -110,8 +110,10 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 			t.Fatal("too few allocations profiled")
 		}
 	}
+	var figures []string
 	for pid, s := range got {
 		share := float64(s.big) / float64(s.big+s.small)
+		figures = append(figures, fmt.Sprintf("%s %.3f", pids[pid], share))
 		t.Logf("%s: alloc_space allocBig %d allocSmall %d (%.3f), inuse_space %d; unlabelled %d, not leaf %d",
 			pids[pid], s.big, s.small, share, s.inuse, s.unlabelled, s.notLeaf)
 		require.InDelta(t, 0.75, share, 0.05, pids[pid])
@@ -121,6 +123,8 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		require.LessOrEqual(t, s.unlabelled, (s.big+s.small)/100, "%s: samples without their goroutine's label", pids[pid])
 		require.Zero(t, s.notLeaf, "%s: stacks not starting at the allocating function", pids[pid])
 	}
+	slices.Sort(figures)
+	matrixFigure(t, "allocBig's alloc_space share: %s", strings.Join(figures, ", "))
 }
 
 // requireHeapPeriods checks that each heap profile of p has a space/bytes
