@@ -42,7 +42,7 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		testutil.Patient(120*time.Second), 100*time.Millisecond, "the collector did not start")
 	pids := map[int]string{}
 	for i, b := range builds {
-		// One sampled allocation per 64 KiB: enough samples in 150 MB,
+		// One sampled allocation per 64 KiB: enough samples in 300 MB,
 		// which an emulated guest allocates in time too.
 		args := []string{"-duration", fmt.Sprint(testutil.Patient(60 * time.Second)), "-per-second", "500", "-rate", "65536"}
 		w := testutil.StartWorkloadChild(t, progs[i], args...)
@@ -88,14 +88,14 @@ func TestCollectorGoHeapProfiles(t *testing.T) {
 		}
 		return got
 	}
-	// Enough of each: 150 MB, ~1200 samples of allocBig's and 450 of
-	// allocSmall's (2.5 s on the host): the share's standard error is
-	// about a point.
+	// Enough of each: 300 MB, ~2400 samples of allocBig's and 900 of
+	// allocSmall's (5 s on the host, 10 s in an emulated guest): the
+	// share's standard error is under a point.
 	var got map[int]*sums
 	enough := func() bool {
 		got = measure()
 		for _, s := range got {
-			if s.big+s.small < 150_000_000 || s.inuse == 0 {
+			if s.big+s.small < 300_000_000 || s.inuse == 0 {
 				return false
 			}
 		}
