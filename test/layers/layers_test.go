@@ -17,7 +17,7 @@ const module = "github.com/bpfprofiler/bpfprofiler/"
 // kernelSide are the packages that load BPF and read its maps.
 var kernelSide = []string{
 	"bpf", "internal/stackdrain", "internal/sampler", "internal/offcpu", "internal/probes", "internal/unwinder", "internal/scopemap",
-	"internal/readbench",
+	"internal/readbench", "internal/allocs",
 }
 
 // forbidden lists, for each package, the packages it must not import
