@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -96,14 +97,21 @@ func TestBPFWalkMatchesWalk(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			l := layouts[v]
 			rng := rand.New(rand.NewPCG(1, uint64(vi)))
+			ambiguous := 0
 			for i := range chainsPerVersion {
 				c := randomChain(rng, a, &l)
 				wantWords, wantEnd := c.reference(t, a, &l)
 				gotWords, gotEnd := c.runBPF(t, objs, a, &l)
+				if a.outside && (wantEnd != gotEnd || !slices.Equal(wantWords, gotWords)) {
+					ambiguous++ // see arena.outside
+					t.Logf("chain %d (%s) read beyond the arena, and the walks differ", i, c)
+					continue
+				}
 				require.Equal(t, wantEnd, gotEnd, "chain %d (%s): end", i, c)
 				require.Equal(t, wantWords, gotWords, "chain %d (%s): words", i, c)
 				ends[gotEnd]++
 			}
+			require.LessOrEqual(t, ambiguous, chainsPerVersion/50, "chains whose walks differ beyond the arena")
 		})
 	}
 	t.Logf("ends of the walks by enum runtime_end: %v", ends)
@@ -120,6 +128,12 @@ type arena struct {
 	base  uint64
 	guard uint64 // the PROT_NONE page's address
 	used  int
+	// outside: ReadAt read memory beyond the arena (an opline far past
+	// its ops, in another mapping) since the last reset. Whether BPF
+	// reads it too depends on its page's state (bpf_probe_read_user
+	// faults nothing in; process_vm_readv does): a chain whose walks
+	// then differ is counted, not failed, up to 2% of them.
+	outside bool
 }
 
 const (
@@ -128,8 +142,13 @@ const (
 )
 
 func newArena(t *testing.T) *arena {
-	mem, err := unix.Mmap(-1, 0, arenaSize+pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	// Populated: bpf_probe_read_user does not fault pages in, so a page
+	// never touched would read for Walk only.
+	mem, err := unix.Mmap(-1, 0, arenaSize+pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	require.NoError(t, err)
+	for i := 0; i < arenaSize; i += pageSize {
+		mem[i] = 0
+	}
 	t.Cleanup(func() { require.NoError(t, unix.Munmap(mem)) })
 	require.NoError(t, unix.Mprotect(mem[arenaSize:], unix.PROT_NONE))
 	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
@@ -140,6 +159,7 @@ func newArena(t *testing.T) *arena {
 func (a *arena) reset() {
 	clear(a.mem[:a.used])
 	a.used = 0
+	a.outside = false
 }
 
 // alloc returns the address of n bytes of random content, 8-aligned.
@@ -172,6 +192,9 @@ func (a *arena) ReadAt(p []byte, off int64) (int, error) {
 	n, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0)
 	if err != nil || n < len(p) {
 		return 0, errFault
+	}
+	if uint64(off) < a.base || uint64(off)+uint64(len(p)) > a.guard {
+		a.outside = true
 	}
 	return n, nil
 }
